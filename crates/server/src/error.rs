@@ -1,0 +1,99 @@
+//! The one error type every HTTP handler returns.
+//!
+//! Every error response has the same shape, `{"error": "<message>"}`, and a message that says what to do
+//! next. Internal errors are logged with their full chain and answered with a generic message, so no
+//! internals (paths, SQL, secrets) ever reach a client.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+/// An error answered over HTTP.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: a parameter or body field is invalid. The message names it.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 401: missing or wrong credentials (bearer key, entry token).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// 404: the thing asked for does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// 409: the request conflicts with the current state (e.g. a token already claimed).
+    #[error("{0}")]
+    Conflict(String),
+    /// 413: the body or batch is too large.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// 415: the content type is not one we accept.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// 429: slow down; `retry_after_secs` goes into `Retry-After`, `headers` carries the RateLimit headers.
+    #[error("{message}")]
+    TooManyRequests {
+        /// Human-readable message.
+        message: String,
+        /// Seconds the client should wait.
+        retry_after_secs: u64,
+        /// Extra headers, e.g. `RateLimit-Policy` and `RateLimit`.
+        headers: Vec<(&'static str, String)>,
+    },
+    /// 503: a store we depend on is unreachable (fail-closed) or we are not ready yet.
+    #[error("{0}")]
+    Unavailable(String),
+    /// 500: a bug or an unexpected failure. Logged in full, answered generically.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    /// Shorthand for a 400 naming `field`.
+    pub fn bad_field(field: &str, message: impl std::fmt::Display) -> Self {
+        ApiError::BadRequest(format!("{field}: {message}"))
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let message = match &self {
+            ApiError::Internal(error) => {
+                tracing::error!(error = format!("{error:#}"), "internal error");
+                "internal error; the server log has the details".to_string()
+            }
+            other => other.to_string(),
+        };
+        let mut response = (status, Json(serde_json::json!({ "error": message }))).into_response();
+        if let ApiError::TooManyRequests { retry_after_secs, headers, .. } = &self {
+            let map = response.headers_mut();
+            map.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+            for (name, value) in headers {
+                if let Ok(value) = HeaderValue::from_str(value) {
+                    map.insert(*name, value);
+                }
+            }
+        }
+        if let ApiError::Unauthorized(_) = &self {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// The result type of every handler.
+pub type ApiResult<T> = Result<T, ApiError>;
