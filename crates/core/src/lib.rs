@@ -10,6 +10,9 @@
 //! - [`period`]: hours, calendar periods in a time zone, sliding windows, and their keys (SPEC 1.4).
 //! - [`ranker`]: scoring policies and their versions (SPEC 1.3), and the ranking order.
 //! - [`carry`]: the carry-over rule for `popular` daily rankings (SPEC 1.4).
+//! - [`queue`]: waiting-room member states, settings, polling intervals, wait estimates (SPEC 2).
+//! - [`job`]: delayed/retry job states and capped exponential backoff (SPEC 3).
+//! - [`limiter`]: sliding-log and sliding-window rate-limit maths (SPEC 3).
 
 pub mod carry;
 pub mod event;
@@ -17,3 +20,6 @@ pub mod ids;
 pub mod metrics;
 pub mod period;
 pub mod ranker;
+pub mod job;
+pub mod limiter;
+pub mod queue;
