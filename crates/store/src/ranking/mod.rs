@@ -1,1 +1,12 @@
-//! placeholder
+//! Rankings storage: the source of truth, the ingest pipeline, the in-process engine that serves reads,
+//! and the plain batch recompute that checks them.
+//!
+//! Data flow: event → [`ingest::Ingestor`] (dedupe, lateness, coalesce) → [`source::SourceOfTruth`]
+//! commit → [`engine::RankingEngine::apply`] → flush on read → response. [`recompute`] rebuilds any
+//! ranking from raw events alone, as the reference the incremental path is compared with.
+
+pub mod engine;
+pub mod ingest;
+pub mod recompute;
+pub mod source;
+pub mod sqlite;

@@ -1,0 +1,795 @@
+//! The in-process ranking engine: hourly metrics in memory, and one sorted set per served
+//! (ranker, category, span), kept current micro-batch by micro-batch.
+//!
+//! # How a batch flows through
+//! 1. [`RankingEngine::apply`] adds each coalesced (hour, product) delta to the hourly table and to the
+//!    metric totals of every cached span that contains the hour, for `all` and each of the product's
+//!    categories, and marks the product dirty in those spans. Carry that depends on the touched day is
+//!    invalidated for the following days.
+//! 2. A read (or the background refresher) flushes a span: each dirty product is re-scored **from its
+//!    span metrics** (never incremented blindly) and moved in the sorted sets. Coalescing happens here:
+//!    a product touched by a thousand events since the last flush is re-scored once.
+//!
+//! Sorted sets hold the negated score ([`ascending_key`]) so the engine's Redis order (score, then member
+//! bytes) is exactly the ranking order (score descending, product id ascending).
+//!
+//! Spans are created on first read from the hourly table, then kept incrementally; a bounded number of
+//! members stays cached, least recently used spans are dropped first.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::Arc;
+
+use rankgate_core::carry::next_day_carry;
+use rankgate_core::ids::{Category, CategoryOrAll, ProductId};
+use rankgate_core::metrics::Metrics;
+use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, Zone};
+use rankgate_core::ranker::{ascending_key, is_listed, score, Policy, RankerName};
+use rankgate_zset::SortedSet;
+
+/// Dense index of a product in the engine's tables.
+type ProductIdx = u32;
+/// Dense index of a category; 0 is `all`.
+type CatIdx = u32;
+const ALL: CatIdx = 0;
+
+/// What a reader asks for: one ranking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankingQuery {
+    /// Which scoring policy.
+    pub ranker: RankerName,
+    /// `all` or one category.
+    pub category: CategoryOrAll,
+    /// Calendar period or sliding window.
+    pub span: Span,
+}
+
+/// One listed product in a page of a ranking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankedItem {
+    /// 1-based rank.
+    pub rank: usize,
+    /// The product.
+    pub product: ProductId,
+    /// Its score under the ranker.
+    pub score: f64,
+    /// Its metrics summed over the span.
+    pub metrics: Metrics,
+    /// Its carry (popular daily rankings; 0 elsewhere).
+    pub carry: f64,
+}
+
+/// A page of a ranking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopPage {
+    /// Policy version the scores come from.
+    pub policy_version: u32,
+    /// Number of listed products.
+    pub total: usize,
+    /// The requested page, in ranking order.
+    pub items: Vec<RankedItem>,
+    /// Time of the latest ingest the data includes.
+    pub as_of_millis: Option<i64>,
+}
+
+/// One product's position in a ranking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankAnswer {
+    /// Policy version the score comes from.
+    pub policy_version: u32,
+    /// 1-based rank, or `None` when the product is not listed.
+    pub rank: Option<usize>,
+    /// Score when listed.
+    pub score: Option<f64>,
+    /// Metrics over the span (zero when unknown).
+    pub metrics: Metrics,
+    /// Carry (popular daily rankings).
+    pub carry: f64,
+    /// Number of listed products.
+    pub total: usize,
+    /// Time of the latest ingest the data includes.
+    pub as_of_millis: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct SpanKey {
+    category: CatIdx,
+    span: Span,
+}
+
+/// A cached ranking span: metric totals per product and one sorted set per ranker.
+#[derive(Debug, Clone)]
+struct SpanState {
+    hours: Range<Hour>,
+    /// Start hour of the day for daily periods: only these get carry.
+    day_start: Option<Hour>,
+    metrics: HashMap<ProductIdx, Metrics>,
+    carry: Arc<HashMap<ProductIdx, f64>>,
+    rankings: [SortedSet; 3],
+    dirty: HashSet<ProductIdx>,
+    /// The carry for this day must be recomputed before the next read.
+    carry_stale: bool,
+    /// LRU clock value of the last read; atomic so cached reads can bump it under a shared lock.
+    last_used: Arc<AtomicU64>,
+}
+
+impl SpanState {
+    fn is_clean(&self) -> bool {
+        self.dirty.is_empty() && !self.carry_stale
+    }
+
+    fn members(&self) -> usize {
+        self.metrics.len()
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct ProductTable {
+    ids: Vec<ProductId>,
+    index: HashMap<Box<str>, ProductIdx>,
+    /// Categories (never `ALL`) each product belongs to: the union of every category seen.
+    categories: Vec<Vec<CatIdx>>,
+}
+
+impl ProductTable {
+    fn intern(&mut self, product: &ProductId) -> ProductIdx {
+        if let Some(&idx) = self.index.get(product.as_str()) {
+            return idx;
+        }
+        let idx = ProductIdx::try_from(self.ids.len()).expect("fewer than 2^32 products");
+        self.ids.push(product.clone());
+        self.index.insert(product.as_str().into(), idx);
+        self.categories.push(Vec::new());
+        idx
+    }
+
+    fn in_category(&self, product: ProductIdx, category: CatIdx) -> bool {
+        category == ALL || self.categories[product as usize].contains(&category)
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct CategoryTable {
+    names: Vec<Option<Category>>,
+    index: HashMap<Box<str>, CatIdx>,
+}
+
+impl CategoryTable {
+    fn new() -> CategoryTable {
+        CategoryTable { names: vec![None], index: HashMap::new() }
+    }
+
+    fn intern(&mut self, category: &Category) -> CatIdx {
+        if let Some(&idx) = self.index.get(category.as_str()) {
+            return idx;
+        }
+        let idx = CatIdx::try_from(self.names.len()).expect("fewer than 2^32 categories");
+        self.names.push(Some(category.clone()));
+        self.index.insert(category.as_str().into(), idx);
+        idx
+    }
+
+    fn lookup(&self, category: &CategoryOrAll) -> Option<CatIdx> {
+        match category {
+            CategoryOrAll::All => Some(ALL),
+            CategoryOrAll::Category(category) => self.index.get(category.as_str()).copied(),
+        }
+    }
+}
+
+/// Carry per (category, day start hour). Entries are only ever valid; invalidation removes them.
+type CarryCache = HashMap<CatIdx, BTreeMap<Hour, Arc<HashMap<ProductIdx, f64>>>>;
+
+/// Engine tuning.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Time zone of calendar periods.
+    pub zone: Zone,
+    /// Upper bound on product entries across cached spans before least recently used spans are dropped.
+    pub max_cached_members: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { zone: Zone::utc(), max_cached_members: 5_000_000 }
+    }
+}
+
+/// The in-process ranking engine. See the module docs for the data flow.
+#[derive(Debug)]
+pub struct RankingEngine {
+    config: EngineConfig,
+    products: ProductTable,
+    categories: CategoryTable,
+    /// Every retained hourly metric row: the engine's copy of the source of truth.
+    hours: BTreeMap<Hour, HashMap<ProductIdx, Metrics>>,
+    policy: Policy,
+    spans: HashMap<SpanKey, SpanState>,
+    spans_by_category: HashMap<CatIdx, Vec<Span>>,
+    carry_cache: CarryCache,
+    /// Start hour of the earliest day with metrics; the carry chain starts there with no carry.
+    earliest_day: Option<Hour>,
+    as_of_millis: Option<i64>,
+    lru_clock: AtomicU64,
+}
+
+/// Spans rebuilt under a new policy, off to the side, ready for [`RankingEngine::install`].
+#[derive(Debug)]
+pub struct RebuiltSpans {
+    policy: Policy,
+    spans: HashMap<SpanKey, SpanState>,
+    carry_cache: CarryCache,
+}
+
+fn add_metrics(into: &mut Metrics, delta: &Metrics) {
+    // Hourly cells are overflow-checked at ingest; span totals saturate rather than wrap.
+    *into = into.checked_add(delta).unwrap_or(Metrics {
+        views: into.views.saturating_add(delta.views),
+        likes: into.likes.saturating_add(delta.likes),
+        units: into.units.saturating_add(delta.units),
+        sales: into.sales.saturating_add(delta.sales),
+    });
+}
+
+/// Read-only inputs every span and carry computation needs; borrowed apart from the mutable caches.
+struct Inputs<'a> {
+    zone: &'a Zone,
+    products: &'a ProductTable,
+    hours: &'a BTreeMap<Hour, HashMap<ProductIdx, Metrics>>,
+    earliest_day: Option<Hour>,
+    policy: &'a Policy,
+}
+
+impl Inputs<'_> {
+    fn aggregate(&self, category: CatIdx, hours: Range<Hour>) -> HashMap<ProductIdx, Metrics> {
+        let mut totals: HashMap<ProductIdx, Metrics> = HashMap::new();
+        for cells in self.hours.range(hours).map(|(_, cells)| cells) {
+            for (&product, delta) in cells {
+                if self.products.in_category(product, category) {
+                    add_metrics(totals.entry(product).or_default(), delta);
+                }
+            }
+        }
+        totals.retain(|_, m| !m.is_zero());
+        totals
+    }
+
+    fn day_of(&self, hour: Hour) -> PeriodKey {
+        PeriodKey::containing(PeriodKind::Daily, hour, self.zone)
+    }
+
+    /// carry(category, day): walks back to the nearest known day, then forward, caching each day.
+    fn carry_for(
+        &self,
+        cache: &mut CarryCache,
+        category: CatIdx,
+        day: PeriodKey,
+    ) -> Arc<HashMap<ProductIdx, f64>> {
+        let Some(earliest) = self.earliest_day else { return Arc::default() };
+        let per_category = cache.entry(category).or_default();
+        let mut missing = Vec::new();
+        let mut cursor = day;
+        let mut known: Arc<HashMap<ProductIdx, f64>> = loop {
+            let start = cursor.hours(self.zone).start;
+            if start <= earliest {
+                break Arc::default();
+            }
+            if let Some(carry) = per_category.get(&start) {
+                break carry.clone();
+            }
+            missing.push(cursor);
+            cursor = cursor.prev(self.zone);
+        };
+        // `cursor` is the day whose carry is `known`; compute each following day from it.
+        for target in missing.into_iter().rev() {
+            let metrics = self.aggregate(category, cursor.hours(self.zone));
+            let mut candidates: Vec<(ProductIdx, Metrics, f64)> =
+                metrics.iter().map(|(&p, m)| (p, *m, known.get(&p).copied().unwrap_or(0.0))).collect();
+            candidates.extend(
+                known.iter().filter(|(p, _)| !metrics.contains_key(p)).map(|(&p, &c)| (p, Metrics::default(), c)),
+            );
+            let products = self.products;
+            let carried = next_day_carry(
+                candidates.into_iter().map(|(p, m, c)| (ProductKey(p, products), m, c)),
+                &self.policy.weights,
+            );
+            known = Arc::new(carried.into_iter().map(|(key, carry)| (key.0, carry)).collect());
+            per_category.insert(target.hours(self.zone).start, known.clone());
+            cursor = target;
+        }
+        known
+    }
+
+    fn build_span(&self, cache: &mut CarryCache, key: SpanKey) -> SpanState {
+        let hours = key.span.hours(self.zone);
+        let day = match key.span {
+            Span::Period(period) if period.kind() == PeriodKind::Daily => Some(period),
+            _ => None,
+        };
+        let carry = match day {
+            Some(day) => self.carry_for(cache, key.category, day),
+            None => Arc::default(),
+        };
+        let metrics = self.aggregate(key.category, hours.clone());
+        let mut state = SpanState {
+            hours,
+            day_start: day.map(|d| d.hours(self.zone).start),
+            metrics,
+            carry,
+            rankings: Default::default(),
+            dirty: HashSet::new(),
+            carry_stale: false,
+            last_used: Arc::new(AtomicU64::new(0)),
+        };
+        let everyone: HashSet<ProductIdx> = state.metrics.keys().chain(state.carry.keys()).copied().collect();
+        state.dirty = everyone;
+        self.rescore_dirty(&mut state);
+        state
+    }
+
+    fn rescore_dirty(&self, state: &mut SpanState) {
+        for product in state.dirty.drain() {
+            let metrics = state.metrics.get(&product).copied().unwrap_or_default();
+            let member = self.products.ids[product as usize].as_str().as_bytes();
+            for ranker in RankerName::ALL {
+                let carry = if ranker == RankerName::Popular {
+                    state.carry.get(&product).copied().unwrap_or(0.0)
+                } else {
+                    0.0
+                };
+                let ranking = &mut state.rankings[ranker.index()];
+                if is_listed(ranker, &metrics, carry) {
+                    let key = ascending_key(score(ranker, &metrics, carry, &self.policy.weights));
+                    ranking.insert(member, key).expect("scores of finite metrics and weights are never NaN");
+                } else {
+                    ranking.zrem(member);
+                }
+            }
+        }
+    }
+}
+
+/// Orders candidates by product id bytes inside `next_day_carry` while carrying the dense index.
+#[derive(Clone)]
+struct ProductKey<'a>(ProductIdx, &'a ProductTable);
+
+impl AsRef<[u8]> for ProductKey<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self.1.ids[self.0 as usize].as_str().as_bytes()
+    }
+}
+
+impl RankingEngine {
+    /// An empty engine serving `policy` for `popular`.
+    pub fn new(config: EngineConfig, policy: Policy) -> RankingEngine {
+        RankingEngine {
+            config,
+            products: ProductTable::default(),
+            categories: CategoryTable::new(),
+            hours: BTreeMap::new(),
+            policy,
+            spans: HashMap::new(),
+            spans_by_category: HashMap::new(),
+            carry_cache: HashMap::new(),
+            earliest_day: None,
+            as_of_millis: None,
+            lru_clock: AtomicU64::new(1),
+        }
+    }
+
+    /// The active `popular` policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// The time zone of calendar periods.
+    pub fn zone(&self) -> &Zone {
+        &self.config.zone
+    }
+
+    /// Time of the latest ingest applied.
+    pub fn as_of_millis(&self) -> Option<i64> {
+        self.as_of_millis
+    }
+
+    /// Number of products ever seen.
+    pub fn product_count(&self) -> usize {
+        self.products.ids.len()
+    }
+
+    /// The hourly cell of (hour, product), zero if absent. Ingest uses it to reject overflowing events.
+    pub fn hourly_metrics(&self, hour: Hour, product: &ProductId) -> Metrics {
+        let Some(&idx) = self.products.index.get(product.as_str()) else { return Metrics::default() };
+        self.hours.get(&hour).and_then(|cells| cells.get(&idx)).copied().unwrap_or_default()
+    }
+
+    /// Whether `product` is already known to belong to `category`.
+    pub fn has_membership(&self, product: &ProductId, category: &Category) -> bool {
+        let (Some(&p), Some(&c)) =
+            (self.products.index.get(product.as_str()), self.categories.index.get(category.as_str()))
+        else {
+            return false;
+        };
+        self.products.categories[p as usize].contains(&c)
+    }
+
+    /// Every known category, sorted by name.
+    pub fn categories(&self) -> Vec<Category> {
+        let mut names: Vec<Category> = self.categories.names.iter().flatten().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// The range of hours that hold metrics.
+    pub fn hour_range(&self) -> Option<Range<Hour>> {
+        let first = *self.hours.keys().next()?;
+        let last = *self.hours.keys().next_back()?;
+        Some(first..Hour(last.0 + 1))
+    }
+
+    /// Every hourly row, for verification.
+    pub fn hourly_rows(&self) -> impl Iterator<Item = (Hour, &ProductId, &Metrics)> + '_ {
+        self.hours.iter().flat_map(move |(hour, cells)| {
+            cells.iter().map(move |(p, m)| (*hour, &self.products.ids[*p as usize], m))
+        })
+    }
+
+    fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            zone: &self.config.zone,
+            products: &self.products,
+            hours: &self.hours,
+            earliest_day: self.earliest_day,
+            policy: &self.policy,
+        }
+    }
+
+    /// Applies one committed micro-batch: new memberships, then coalesced metric deltas.
+    pub fn apply(
+        &mut self,
+        deltas: &[(Hour, ProductId, Metrics)],
+        memberships: &[(ProductId, Category)],
+        as_of_millis: Option<i64>,
+    ) {
+        let mut new_memberships = Vec::new();
+        for (product, category) in memberships {
+            let p = self.products.intern(product);
+            let c = self.categories.intern(category);
+            let categories = &mut self.products.categories[p as usize];
+            if !categories.contains(&c) {
+                categories.push(c);
+                new_memberships.push((p, c));
+            }
+        }
+        for (hour, product, delta) in deltas {
+            let p = self.products.intern(product);
+            add_metrics(self.hours.entry(*hour).or_default().entry(p).or_default(), delta);
+            self.note_day_changed(*hour, p);
+            let categories = std::iter::once(ALL).chain(self.products.categories[p as usize].iter().copied());
+            for category in categories {
+                let Some(spans) = self.spans_by_category.get(&category) else { continue };
+                for span in spans {
+                    let state = self.spans.get_mut(&SpanKey { category, span: *span }).expect("indexed span");
+                    if state.hours.contains(hour) {
+                        add_metrics(state.metrics.entry(p).or_default(), delta);
+                        state.dirty.insert(p);
+                    }
+                }
+            }
+        }
+        for (p, c) in new_memberships {
+            // The product's past now counts in `c` too: recompute its totals in every cached span of `c`.
+            if let Some(spans) = self.spans_by_category.get(&c) {
+                for span in spans.clone() {
+                    let key = SpanKey { category: c, span };
+                    let range = self.spans[&key].hours.clone();
+                    let mut total = Metrics::default();
+                    for cells in self.hours.range(range).map(|(_, cells)| cells) {
+                        if let Some(m) = cells.get(&p) {
+                            add_metrics(&mut total, m);
+                        }
+                    }
+                    let state = self.spans.get_mut(&key).expect("indexed span");
+                    state.metrics.insert(p, total);
+                    state.dirty.insert(p);
+                }
+            }
+            self.invalidate_carry_after(c, None);
+        }
+        for state in self.spans.values_mut() {
+            state.metrics.retain(|_, m| !m.is_zero());
+        }
+        if as_of_millis.is_some() {
+            self.as_of_millis = as_of_millis.max(self.as_of_millis);
+        }
+    }
+
+    fn note_day_changed(&mut self, hour: Hour, product: ProductIdx) {
+        let day = PeriodKey::containing(PeriodKind::Daily, hour, &self.config.zone);
+        let day_start = day.hours(&self.config.zone).start;
+        if self.earliest_day.is_none_or(|earliest| day_start < earliest) {
+            self.earliest_day = Some(day_start);
+            // The chain now starts earlier: every carry is different.
+            self.carry_cache.clear();
+            for state in self.spans.values_mut() {
+                state.carry_stale |= state.day_start.is_some();
+            }
+            return;
+        }
+        let categories: Vec<CatIdx> =
+            std::iter::once(ALL).chain(self.products.categories[product as usize].iter().copied()).collect();
+        for category in categories {
+            self.invalidate_carry_after(category, Some(day_start));
+        }
+    }
+
+    /// Forgets carry of `category` for days after `day_start` (all days when `None`).
+    fn invalidate_carry_after(&mut self, category: CatIdx, day_start: Option<Hour>) {
+        if let Some(per_category) = self.carry_cache.get_mut(&category) {
+            match day_start {
+                Some(start) => drop(per_category.split_off(&Hour(start.0 + 1))),
+                None => per_category.clear(),
+            }
+        }
+        if let Some(spans) = self.spans_by_category.get(&category) {
+            for span in spans {
+                let state = self.spans.get_mut(&SpanKey { category, span: *span }).expect("indexed span");
+                if let Some(start) = state.day_start {
+                    if day_start.is_none_or(|changed| start > changed) {
+                        state.carry_stale = true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self, key: SpanKey) {
+        let Some(state) = self.spans.get(&key) else { return };
+        if state.is_clean() {
+            return;
+        }
+        let new_carry = match (state.carry_stale, state.day_start) {
+            (true, Some(start)) => {
+                let day = PeriodKey::containing(PeriodKind::Daily, start, &self.config.zone);
+                let mut cache = std::mem::take(&mut self.carry_cache);
+                let carry = self.inputs().carry_for(&mut cache, key.category, day);
+                self.carry_cache = cache;
+                Some(carry)
+            }
+            _ => None,
+        };
+        let mut state = self.spans.remove(&key).expect("span exists");
+        if let Some(new_carry) = new_carry {
+            for (p, c) in new_carry.iter() {
+                if state.carry.get(p) != Some(c) {
+                    state.dirty.insert(*p);
+                }
+            }
+            for p in state.carry.keys() {
+                if !new_carry.contains_key(p) {
+                    state.dirty.insert(*p);
+                }
+            }
+            state.carry = new_carry;
+        }
+        state.carry_stale = false;
+        self.inputs().rescore_dirty(&mut state);
+        self.spans.insert(key, state);
+    }
+
+    /// Flushes every dirty span: the background refresher calls this so reads rarely have to.
+    pub fn flush_all(&mut self) {
+        let dirty: Vec<SpanKey> =
+            self.spans.iter().filter(|(_, state)| !state.is_clean()).map(|(key, _)| *key).collect();
+        for key in dirty {
+            self.flush(key);
+        }
+    }
+
+    fn span_key(&self, query: &RankingQuery) -> Option<SpanKey> {
+        Some(SpanKey { category: self.categories.lookup(&query.category)?, span: query.span })
+    }
+
+    fn ensure_span(&mut self, key: SpanKey) -> &SpanState {
+        if !self.spans.contains_key(&key) {
+            let mut cache = std::mem::take(&mut self.carry_cache);
+            let state = self.inputs().build_span(&mut cache, key);
+            self.carry_cache = cache;
+            self.spans.insert(key, state);
+            self.spans_by_category.entry(key.category).or_default().push(key.span);
+            self.evict_least_recently_used(key);
+        } else {
+            self.flush(key);
+        }
+        let state = &self.spans[&key];
+        state.last_used.store(self.lru_clock.fetch_add(1, AtomicOrdering::Relaxed), AtomicOrdering::Relaxed);
+        state
+    }
+
+    fn evict_least_recently_used(&mut self, keep: SpanKey) {
+        let mut cached: usize = self.spans.values().map(SpanState::members).sum();
+        if cached <= self.config.max_cached_members {
+            return;
+        }
+        let mut by_age: Vec<(u64, SpanKey, usize)> = self
+            .spans
+            .iter()
+            .filter(|(key, _)| **key != keep)
+            .map(|(key, state)| (state.last_used.load(AtomicOrdering::Relaxed), *key, state.members()))
+            .collect();
+        by_age.sort_unstable_by_key(|(used, _, _)| *used);
+        for (_, key, members) in by_age {
+            if cached <= self.config.max_cached_members {
+                break;
+            }
+            self.spans.remove(&key);
+            if let Some(spans) = self.spans_by_category.get_mut(&key.category) {
+                spans.retain(|span| *span != key.span);
+            }
+            cached -= members;
+        }
+    }
+
+    fn page(&self, state: &SpanState, ranker: RankerName, offset: usize, limit: usize) -> TopPage {
+        let ranking = &state.rankings[ranker.index()];
+        let items = ranking
+            .iter_from_rank(offset)
+            .take(limit)
+            .enumerate()
+            .map(|(i, (member, key))| self.item(state, ranker, offset + i + 1, member, key))
+            .collect();
+        TopPage {
+            policy_version: self.policy_version(ranker),
+            total: ranking.len(),
+            items,
+            as_of_millis: self.as_of_millis,
+        }
+    }
+
+    fn item(&self, state: &SpanState, ranker: RankerName, rank: usize, member: &[u8], key: f64) -> RankedItem {
+        let member = std::str::from_utf8(member).expect("members are product ids");
+        let idx = self.products.index[member];
+        RankedItem {
+            rank,
+            product: self.products.ids[idx as usize].clone(),
+            score: -key + 0.0,
+            metrics: state.metrics.get(&idx).copied().unwrap_or_default(),
+            carry: if ranker == RankerName::Popular { state.carry.get(&idx).copied().unwrap_or(0.0) } else { 0.0 },
+        }
+    }
+
+    /// The policy version reads of `ranker` are served from.
+    pub fn policy_version(&self, ranker: RankerName) -> u32 {
+        match ranker {
+            RankerName::Popular => self.policy.version,
+            RankerName::Units | RankerName::Revenue => 1,
+        }
+    }
+
+    fn empty_page(&self, ranker: RankerName) -> TopPage {
+        TopPage { policy_version: self.policy_version(ranker), total: 0, items: Vec::new(), as_of_millis: self.as_of_millis }
+    }
+
+    /// A page of a ranking if it can be answered under a shared lock (span cached and clean).
+    pub fn top_cached(&self, query: &RankingQuery, offset: usize, limit: usize) -> Option<TopPage> {
+        let Some(key) = self.span_key(query) else { return Some(self.empty_page(query.ranker)) };
+        let state = self.spans.get(&key).filter(|state| state.is_clean())?;
+        state.last_used.store(self.lru_clock.fetch_add(1, AtomicOrdering::Relaxed), AtomicOrdering::Relaxed);
+        Some(self.page(state, query.ranker, offset, limit))
+    }
+
+    /// A page of a ranking, building or flushing its span first when needed.
+    pub fn top(&mut self, query: &RankingQuery, offset: usize, limit: usize) -> TopPage {
+        let Some(key) = self.span_key(query) else { return self.empty_page(query.ranker) };
+        self.ensure_span(key);
+        self.page(&self.spans[&key], query.ranker, offset, limit)
+    }
+
+    fn rank_in(&self, state: &SpanState, ranker: RankerName, product: &ProductId) -> RankAnswer {
+        let ranking = &state.rankings[ranker.index()];
+        let member = product.as_str().as_bytes();
+        let idx = self.products.index.get(product.as_str()).copied();
+        let metrics = idx.and_then(|p| state.metrics.get(&p)).copied().unwrap_or_default();
+        let carry = match (ranker, idx) {
+            (RankerName::Popular, Some(p)) => state.carry.get(&p).copied().unwrap_or(0.0),
+            _ => 0.0,
+        };
+        RankAnswer {
+            policy_version: self.policy_version(ranker),
+            rank: ranking.zrank(member).map(|r| r + 1),
+            score: ranking.zscore(member).map(|key| -key + 0.0),
+            metrics,
+            carry,
+            total: ranking.len(),
+            as_of_millis: self.as_of_millis,
+        }
+    }
+
+    fn unlisted(&self, ranker: RankerName) -> RankAnswer {
+        RankAnswer {
+            policy_version: self.policy_version(ranker),
+            rank: None,
+            score: None,
+            metrics: Metrics::default(),
+            carry: 0.0,
+            total: 0,
+            as_of_millis: self.as_of_millis,
+        }
+    }
+
+    /// A product's rank if it can be answered under a shared lock.
+    pub fn rank_cached(&self, query: &RankingQuery, product: &ProductId) -> Option<RankAnswer> {
+        let Some(key) = self.span_key(query) else { return Some(self.unlisted(query.ranker)) };
+        let state = self.spans.get(&key).filter(|state| state.is_clean())?;
+        Some(self.rank_in(state, query.ranker, product))
+    }
+
+    /// A product's rank, building or flushing the span first when needed.
+    pub fn rank(&mut self, query: &RankingQuery, product: &ProductId) -> RankAnswer {
+        let Some(key) = self.span_key(query) else { return self.unlisted(query.ranker) };
+        self.ensure_span(key);
+        self.rank_in(&self.spans[&key], query.ranker, product)
+    }
+
+    /// Every listed product of a ranking, in order: (product, score, metrics, carry). For verification.
+    pub fn full_ranking(&mut self, query: &RankingQuery) -> Vec<RankedItem> {
+        self.top(query, 0, usize::MAX).items
+    }
+
+    /// Rebuilds every cached span under `policy` without touching the served state, so it can run under
+    /// a shared lock while reads go on. [`RankingEngine::install`] switches to the result atomically.
+    pub fn rebuild_with(&self, policy: Policy) -> RebuiltSpans {
+        let inputs = Inputs { policy: &policy, ..self.inputs() };
+        let mut carry_cache = CarryCache::new();
+        let spans = self.spans.keys().map(|key| (*key, inputs.build_span(&mut carry_cache, *key))).collect();
+        RebuiltSpans { policy, spans, carry_cache }
+    }
+
+    /// Switches to spans built by [`RankingEngine::rebuild_with`]. Spans that changed since the build
+    /// started (new batches) are rebuilt here, so nothing applied in between is lost.
+    pub fn install(&mut self, rebuilt: RebuiltSpans) {
+        self.policy = rebuilt.policy;
+        // The rebuilt carry may predate batches applied during the build; recompute it lazily instead.
+        drop(rebuilt.carry_cache);
+        let keys: Vec<SpanKey> = self.spans.keys().copied().collect();
+        let mut fresh = rebuilt.spans;
+        let mut cache = CarryCache::new();
+        let mut spans = HashMap::new();
+        for key in keys {
+            let state = match fresh.remove(&key) {
+                Some(state) if self.spans[&key].metrics == state.metrics => state,
+                _ => self.inputs().build_span(&mut cache, key),
+            };
+            spans.insert(key, state);
+        }
+        self.carry_cache = cache;
+        self.spans = spans;
+        // Carry chains depend on day totals which may have moved during the build: recheck lazily.
+        for state in self.spans.values_mut() {
+            state.carry_stale |= state.day_start.is_some();
+        }
+    }
+
+    /// Drops metrics older than `before` and every cached span or carry that depended on them.
+    pub fn evict_before(&mut self, before: Hour) {
+        let kept = self.hours.split_off(&before);
+        if std::mem::replace(&mut self.hours, kept).is_empty() {
+            return;
+        }
+        self.earliest_day = self
+            .hours
+            .keys()
+            .next()
+            .map(|h| PeriodKey::containing(PeriodKind::Daily, *h, &self.config.zone).hours(&self.config.zone).start);
+        self.carry_cache.clear();
+        self.spans.retain(|_, state| state.hours.start >= before);
+        self.spans_by_category.clear();
+        for key in self.spans.keys() {
+            self.spans_by_category.entry(key.category).or_default().push(key.span);
+        }
+        for state in self.spans.values_mut() {
+            state.carry_stale |= state.day_start.is_some();
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The plain batch recompute: any ranking, computed from events alone with no incremental state.
+//!
+//! This is the reference the incremental engine is checked against (`rankgate verify` and the
+//! "incremental equals recompute" tests). It is deliberately simple: hash maps, full scans, one sort,
+//! and a carry chain walked day by day from the earliest day. It shares only the spec's formulas
+//! (`popular_score`, `is_listed`, `ranking_order`) with the engine, never its data structures.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use rankgate_core::event::Event;
+use rankgate_core::ids::{Category, CategoryOrAll, ProductId};
+use rankgate_core::metrics::Metrics;
+use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, Zone};
+use rankgate_core::ranker::{is_listed, popular_score, ranking_order, score, PopularWeights, RankerName};
+
+use super::engine::RankedItem;
+
+/// Counts from replaying an input stream with the service's acceptance rules.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StreamCounts {
+    /// Events counted.
+    pub accepted: usize,
+    /// Repeated ids.
+    pub duplicates: usize,
+    /// Older than `max_lateness` behind the watermark.
+    pub too_old: usize,
+}
+
+/// Hourly metrics and memberships rebuilt from events.
+#[derive(Debug, Clone)]
+pub struct BatchModel {
+    zone: Zone,
+    weights: PopularWeights,
+    hourly: HashMap<Hour, HashMap<ProductId, Metrics>>,
+    memberships: HashMap<ProductId, BTreeSet<Category>>,
+}
+
+impl BatchModel {
+    /// A model of events that were all accepted (e.g. the raw event log): no dedupe, no lateness.
+    pub fn from_accepted(events: impl IntoIterator<Item = Event>, zone: Zone, weights: PopularWeights) -> Self {
+        let mut model =
+            BatchModel { zone, weights, hourly: HashMap::new(), memberships: HashMap::new() };
+        for event in events {
+            model.add(&event);
+        }
+        model
+    }
+
+    /// A model of a raw input stream, applying the spec's rules in arrival order: an id counts once,
+    /// and an event older than `max_lateness_millis` behind the newest accepted event time is dropped.
+    pub fn from_stream(
+        events: impl IntoIterator<Item = Event>,
+        max_lateness_millis: i64,
+        zone: Zone,
+        weights: PopularWeights,
+    ) -> (Self, StreamCounts) {
+        let mut model =
+            BatchModel { zone, weights, hourly: HashMap::new(), memberships: HashMap::new() };
+        let mut seen = HashSet::new();
+        let mut watermark: Option<i64> = None;
+        let mut counts = StreamCounts::default();
+        for event in events {
+            if !seen.insert(event.id.as_str().to_string()) {
+                counts.duplicates += 1;
+                continue;
+            }
+            if watermark.is_some_and(|mark| event.ts_millis < mark - max_lateness_millis) {
+                // Dropped events are not processed, so their id may still count later.
+                seen.remove(event.id.as_str());
+                counts.too_old += 1;
+                continue;
+            }
+            watermark = Some(watermark.map_or(event.ts_millis, |mark| mark.max(event.ts_millis)));
+            counts.accepted += 1;
+            model.add(&event);
+        }
+        (model, counts)
+    }
+
+    fn add(&mut self, event: &Event) {
+        let delta = event.metrics_delta();
+        let cell = self.hourly.entry(event.hour()).or_default().entry(event.product.clone()).or_default();
+        *cell = cell.checked_add(&delta).expect("test workloads stay far from overflow");
+        let categories = self.memberships.entry(event.product.clone()).or_default();
+        categories.extend(event.categories.iter().cloned());
+    }
+
+    fn in_category(&self, product: &ProductId, category: &CategoryOrAll) -> bool {
+        match category {
+            CategoryOrAll::All => true,
+            CategoryOrAll::Category(c) => self.memberships.get(product).is_some_and(|set| set.contains(c)),
+        }
+    }
+
+    fn totals(&self, category: &CategoryOrAll, span: &Span) -> HashMap<ProductId, Metrics> {
+        let hours = span.hours(&self.zone);
+        let mut totals: HashMap<ProductId, Metrics> = HashMap::new();
+        for (hour, cells) in &self.hourly {
+            if !hours.contains(hour) {
+                continue;
+            }
+            for (product, metrics) in cells {
+                if self.in_category(product, category) {
+                    let total = totals.entry(product.clone()).or_default();
+                    *total = total.checked_add(metrics).expect("no overflow");
+                }
+            }
+        }
+        totals.retain(|_, m| !m.is_zero());
+        totals
+    }
+
+    fn earliest_day(&self) -> Option<PeriodKey> {
+        let first = self.hourly.keys().min()?;
+        Some(PeriodKey::containing(PeriodKind::Daily, *first, &self.zone))
+    }
+
+    /// carry(category, day), walking the chain forward from the earliest day with no carry.
+    fn carry(&self, category: &CategoryOrAll, day: PeriodKey) -> HashMap<ProductId, f64> {
+        let Some(mut cursor) = self.earliest_day() else { return HashMap::new() };
+        let mut carry: HashMap<ProductId, f64> = HashMap::new();
+        while cursor.hours(&self.zone).start < day.hours(&self.zone).start {
+            let scored = self.scored_popular_day(category, cursor, &carry);
+            let top: Vec<(ProductId, f64)> = scored.into_iter().take(self.weights.carry_top_n as usize).collect();
+            carry = top
+                .into_iter()
+                .map(|(product, score)| (product, self.weights.carry_ratio * score))
+                .filter(|(_, c)| *c != 0.0)
+                .collect();
+            cursor = cursor.next(&self.zone);
+        }
+        carry
+    }
+
+    fn scored_popular_day(
+        &self,
+        category: &CategoryOrAll,
+        day: PeriodKey,
+        carry: &HashMap<ProductId, f64>,
+    ) -> Vec<(ProductId, f64)> {
+        let totals = self.totals(category, &Span::Period(day));
+        let products: BTreeSet<&ProductId> = totals.keys().chain(carry.keys()).collect();
+        let mut scored: Vec<(ProductId, f64)> = products
+            .into_iter()
+            .filter_map(|p| {
+                let m = totals.get(p).copied().unwrap_or_default();
+                let c = carry.get(p).copied().unwrap_or(0.0);
+                is_listed(RankerName::Popular, &m, c).then(|| (p.clone(), popular_score(c, &m, &self.weights)))
+            })
+            .collect();
+        scored.sort_by(|a, b| ranking_order(a.1, a.0.as_str().as_bytes(), b.1, b.0.as_str().as_bytes()));
+        scored
+    }
+
+    /// The full ranking, in order, with ranks from 1.
+    pub fn ranking(&self, ranker: RankerName, category: &CategoryOrAll, span: &Span) -> Vec<RankedItem> {
+        let totals = self.totals(category, span);
+        let carry = match (ranker, span) {
+            (RankerName::Popular, Span::Period(day)) if day.kind() == PeriodKind::Daily => self.carry(category, *day),
+            _ => HashMap::new(),
+        };
+        let products: BTreeSet<&ProductId> = totals.keys().chain(carry.keys()).collect();
+        let mut items: Vec<RankedItem> = products
+            .into_iter()
+            .filter_map(|product| {
+                let metrics = totals.get(product).copied().unwrap_or_default();
+                let c = carry.get(product).copied().unwrap_or(0.0);
+                is_listed(ranker, &metrics, c).then(|| RankedItem {
+                    rank: 0,
+                    product: product.clone(),
+                    score: score(ranker, &metrics, c, &self.weights),
+                    metrics,
+                    carry: c,
+                })
+            })
+            .collect();
+        items.sort_by(|a, b| {
+            ranking_order(a.score, a.product.as_str().as_bytes(), b.score, b.product.as_str().as_bytes())
+        });
+        for (i, item) in items.iter_mut().enumerate() {
+            item.rank = i + 1;
+        }
+        items
+    }
+
+    /// Every category seen.
+    pub fn categories(&self) -> BTreeSet<Category> {
+        self.memberships.values().flatten().cloned().collect()
+    }
+
+    /// The hours that hold metrics.
+    pub fn hour_range(&self) -> Option<std::ops::Range<Hour>> {
+        let first = self.hourly.keys().min()?;
+        let last = self.hourly.keys().max()?;
+        Some(*first..Hour(last.0 + 1))
+    }
+
+    /// Every non-zero hourly cell, for comparing with the stored metric rows.
+    pub fn hourly_rows(&self) -> Vec<(Hour, ProductId, Metrics)> {
+        let mut rows: Vec<(Hour, ProductId, Metrics)> = self
+            .hourly
+            .iter()
+            .flat_map(|(hour, cells)| cells.iter().map(move |(p, m)| (*hour, p.clone(), *m)))
+            .collect();
+        rows.sort_by(|a, b| (a.0, a.1.as_str()).cmp(&(b.0, b.1.as_str())));
+        rows
+    }
+}

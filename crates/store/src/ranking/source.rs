@@ -1,0 +1,90 @@
+//! The rankings source of truth: what every ranking can be rebuilt from.
+//!
+//! A [`SourceOfTruth`] durably keeps hourly metric rows, the processed event ids, the raw event log,
+//! category memberships, ranker policies and the catalogue. One micro-batch is one [`CommitBatch`] and
+//! one transaction: an ingest is acknowledged only after `commit` returns.
+//!
+//! The trait is synchronous on purpose. Commits run on one dedicated writer thread that group-commits
+//! concurrent requests, so a backend's round trips are paid once per batch, not per event, and a
+//! blocking client (SQLite, or the blocking `postgres` client) never stalls the async runtime.
+
+use rankgate_core::ids::{Category, EventId, ProductId};
+use rankgate_core::metrics::Metrics;
+use rankgate_core::period::Hour;
+use rankgate_core::ranker::{Policy, RankerName};
+
+/// Everything one micro-batch changes, committed in one transaction.
+#[derive(Debug, Default)]
+pub struct CommitBatch {
+    /// Accepted events: (event hour, id, canonical JSON body). Their ids become processed ids.
+    pub events: Vec<(Hour, EventId, Vec<u8>)>,
+    /// Coalesced metric deltas, one per (hour, product).
+    pub metric_deltas: Vec<(Hour, ProductId, Metrics)>,
+    /// Category memberships seen for the first time.
+    pub new_memberships: Vec<(ProductId, Category)>,
+    /// The watermark (newest accepted event time) after this batch.
+    pub watermark_millis: Option<i64>,
+}
+
+/// The state a fresh process loads to rebuild its serving state.
+#[derive(Debug, Default)]
+pub struct LoadedState {
+    /// Every retained hourly metric row.
+    pub metrics: Vec<(Hour, ProductId, Metrics)>,
+    /// Every (product, category) membership.
+    pub memberships: Vec<(ProductId, Category)>,
+    /// Every processed event id still within retention.
+    pub processed_ids: Vec<EventId>,
+    /// The newest accepted event time.
+    pub watermark_millis: Option<i64>,
+}
+
+/// A ranker's stored policy versions.
+#[derive(Debug, Clone)]
+pub struct RankerPolicies {
+    /// Which ranker.
+    pub ranker: RankerName,
+    /// The version reads are served from.
+    pub active: Policy,
+    /// The version before the last switch, kept for rollback.
+    pub previous: Option<Policy>,
+    /// The newest version ever created (versions are never reused).
+    pub latest_version: u32,
+}
+
+/// Errors from a source of truth. Messages are lowercase and say what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The database rejected an operation.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// Stored data could not be decoded.
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
+    /// Filesystem trouble (data dir, lock file).
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Durable storage of metrics, processed ids, the raw event log, policies and the catalogue.
+pub trait SourceOfTruth: Send {
+    /// Commits one micro-batch atomically. When this returns `Ok`, every event in it is durable.
+    fn commit(&mut self, batch: &CommitBatch) -> Result<(), SourceError>;
+    /// Loads everything needed to rebuild serving state.
+    fn load(&mut self) -> Result<LoadedState, SourceError>;
+    /// Visits the raw event log in (hour, id) order: the input of `replay` and `verify`.
+    fn scan_event_log(&mut self, visit: &mut dyn FnMut(Hour, &[u8])) -> Result<(), SourceError>;
+    /// Replaces every metric row with `rows` (used by `replay`), in one transaction.
+    fn replace_metrics(&mut self, rows: &[(Hour, ProductId, Metrics)]) -> Result<(), SourceError>;
+    /// Drops raw events (and their processed ids) older than `events_before`, and metric rows older than
+    /// `metrics_before`. Returns the ids forgotten, so in-memory dedupe can forget them too.
+    fn evict(&mut self, events_before: Hour, metrics_before: Hour) -> Result<Vec<EventId>, SourceError>;
+    /// Loads a ranker's policies, or `None` if it was never configured.
+    fn load_policies(&mut self, ranker: RankerName) -> Result<Option<RankerPolicies>, SourceError>;
+    /// Stores a ranker's policies (the new active/previous pointers and every version they name).
+    fn save_policies(&mut self, policies: &RankerPolicies) -> Result<(), SourceError>;
+    /// Upserts catalogue entries (product id → JSON object).
+    fn put_catalog(&mut self, entries: &[(ProductId, serde_json::Value)]) -> Result<(), SourceError>;
+    /// Loads the whole catalogue.
+    fn load_catalog(&mut self) -> Result<Vec<(ProductId, serde_json::Value)>, SourceError>;
+}

@@ -1,0 +1,300 @@
+//! The embedded source of truth: one SQLite database (bundled, WAL) in the data directory.
+//!
+//! Layout choices, measured on this kind of machine (see MEASUREMENTS.md):
+//! - The raw event log doubles as the processed-id set: `event_log` is keyed by `(hour, id)`, so new rows
+//!   land next to each other (events cluster by hour) instead of scattering over a B-tree of random ids,
+//!   and one insert per event records both the body and the fact it was processed. Dedupe lookups are
+//!   answered from an in-memory set rebuilt from this table at start, never from disk.
+//! - Retention drops whole hour ranges, which are contiguous key ranges in both big tables.
+//! - `synchronous=NORMAL` in WAL mode: a commit survives a process crash (SIGKILL), which is the failure
+//!   the acknowledgement promises to survive; a power loss may lose the last transactions.
+
+use std::path::Path;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use rankgate_core::ids::{Category, EventId, ProductId};
+use rankgate_core::metrics::Metrics;
+use rankgate_core::period::Hour;
+use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
+
+use super::source::{CommitBatch, LoadedState, RankerPolicies, SourceError, SourceOfTruth};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS event_log (
+    hour INTEGER NOT NULL,
+    id   TEXT    NOT NULL,
+    body BLOB    NOT NULL,
+    PRIMARY KEY (hour, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS metrics_hourly (
+    hour    INTEGER NOT NULL,
+    product TEXT    NOT NULL,
+    views   INTEGER NOT NULL,
+    likes   INTEGER NOT NULL,
+    units   INTEGER NOT NULL,
+    sales   INTEGER NOT NULL,
+    PRIMARY KEY (hour, product)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS product_categories (
+    product  TEXT NOT NULL,
+    category TEXT NOT NULL,
+    PRIMARY KEY (product, category)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS policies (
+    ranker  TEXT    NOT NULL,
+    version INTEGER NOT NULL,
+    weights TEXT    NOT NULL,
+    PRIMARY KEY (ranker, version)
+);
+CREATE TABLE IF NOT EXISTS ranker_state (
+    ranker           TEXT PRIMARY KEY,
+    active_version   INTEGER NOT NULL,
+    previous_version INTEGER,
+    latest_version   INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS catalog (
+    product TEXT PRIMARY KEY,
+    body    TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+";
+
+/// The SQLite source of truth.
+pub struct SqliteSource {
+    connection: Connection,
+}
+
+impl SqliteSource {
+    /// Opens (creating if needed) `rankings.sqlite3` in `data_dir` and applies the schema.
+    pub fn open(data_dir: &Path) -> Result<SqliteSource, SourceError> {
+        std::fs::create_dir_all(data_dir)?;
+        SqliteSource::open_file(&data_dir.join("rankings.sqlite3"))
+    }
+
+    /// Opens a specific database file.
+    pub fn open_file(path: &Path) -> Result<SqliteSource, SourceError> {
+        let connection = Connection::open(path)?;
+        connection.pragma_update(None, "journal_mode", "WAL")?;
+        connection.pragma_update(None, "synchronous", "NORMAL")?;
+        connection.pragma_update(None, "cache_size", -65536)?; // 64 MiB
+        connection.pragma_update(None, "temp_store", "MEMORY")?;
+        connection.busy_timeout(std::time::Duration::from_secs(10))?;
+        connection.execute_batch(SCHEMA)?;
+        Ok(SqliteSource { connection })
+    }
+}
+
+fn read_metrics(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Metrics> {
+    Ok(Metrics { views: row.get(first)?, likes: row.get(first + 1)?, units: row.get(first + 2)?, sales: row.get(first + 3)? })
+}
+
+fn corrupt(what: &str, error: impl std::fmt::Display) -> SourceError {
+    SourceError::Corrupt(format!("{what}: {error}"))
+}
+
+impl SourceOfTruth for SqliteSource {
+    fn commit(&mut self, batch: &CommitBatch) -> Result<(), SourceError> {
+        let transaction = self.connection.transaction()?;
+        {
+            let mut insert_event =
+                transaction.prepare_cached("INSERT INTO event_log (hour, id, body) VALUES (?1, ?2, ?3)")?;
+            for (hour, id, body) in &batch.events {
+                insert_event.execute(params![hour.0, id.as_str(), body])?;
+            }
+            let mut upsert_metrics = transaction.prepare_cached(
+                "INSERT INTO metrics_hourly (hour, product, views, likes, units, sales)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (hour, product) DO UPDATE SET
+                   views = views + excluded.views, likes = likes + excluded.likes,
+                   units = units + excluded.units, sales = sales + excluded.sales",
+            )?;
+            for (hour, product, delta) in &batch.metric_deltas {
+                upsert_metrics.execute(params![
+                    hour.0,
+                    product.as_str(),
+                    delta.views,
+                    delta.likes,
+                    delta.units,
+                    delta.sales
+                ])?;
+            }
+            let mut insert_membership = transaction
+                .prepare_cached("INSERT OR IGNORE INTO product_categories (product, category) VALUES (?1, ?2)")?;
+            for (product, category) in &batch.new_memberships {
+                insert_membership.execute(params![product.as_str(), category.as_str()])?;
+            }
+            if let Some(watermark) = batch.watermark_millis {
+                transaction.execute(
+                    "INSERT INTO meta (key, value) VALUES ('watermark_millis', ?1)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    params![watermark.to_string()],
+                )?;
+            }
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
+    fn load(&mut self) -> Result<LoadedState, SourceError> {
+        let mut state = LoadedState::default();
+        let mut statement = self
+            .connection
+            .prepare("SELECT hour, product, views, likes, units, sales FROM metrics_hourly ORDER BY hour")?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let product: String = row.get(1)?;
+            let product = ProductId::parse(&product).map_err(|e| corrupt("metrics_hourly.product", e))?;
+            state.metrics.push((Hour(row.get(0)?), product, read_metrics(row, 2)?));
+        }
+        drop(rows);
+        drop(statement);
+        let mut statement = self.connection.prepare("SELECT product, category FROM product_categories")?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let product: String = row.get(0)?;
+            let category: String = row.get(1)?;
+            state.memberships.push((
+                ProductId::parse(&product).map_err(|e| corrupt("product_categories.product", e))?,
+                Category::parse(&category).map_err(|e| corrupt("product_categories.category", e))?,
+            ));
+        }
+        drop(rows);
+        drop(statement);
+        let mut statement = self.connection.prepare("SELECT id FROM event_log")?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let id: String = row.get(0)?;
+            state.processed_ids.push(EventId::parse(&id).map_err(|e| corrupt("event_log.id", e))?);
+        }
+        drop(rows);
+        drop(statement);
+        let watermark: Option<String> = self
+            .connection
+            .query_row("SELECT value FROM meta WHERE key = 'watermark_millis'", [], |row| row.get(0))
+            .optional()?;
+        state.watermark_millis =
+            watermark.map(|w| w.parse::<i64>().map_err(|e| corrupt("meta.watermark_millis", e))).transpose()?;
+        Ok(state)
+    }
+
+    fn scan_event_log(&mut self, visit: &mut dyn FnMut(Hour, &[u8])) -> Result<(), SourceError> {
+        let mut statement = self.connection.prepare("SELECT hour, body FROM event_log ORDER BY hour, id")?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let body = row.get_ref(1)?.as_bytes().map_err(|e| corrupt("event_log.body", e))?;
+            visit(Hour(row.get(0)?), body);
+        }
+        Ok(())
+    }
+
+    fn replace_metrics(&mut self, rows: &[(Hour, ProductId, Metrics)]) -> Result<(), SourceError> {
+        let transaction = self.connection.transaction()?;
+        transaction.execute("DELETE FROM metrics_hourly", [])?;
+        {
+            let mut insert = transaction.prepare_cached(
+                "INSERT INTO metrics_hourly (hour, product, views, likes, units, sales) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for (hour, product, m) in rows {
+                insert.execute(params![hour.0, product.as_str(), m.views, m.likes, m.units, m.sales])?;
+            }
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
+    fn evict(&mut self, events_before: Hour, metrics_before: Hour) -> Result<Vec<EventId>, SourceError> {
+        let transaction = self.connection.transaction()?;
+        let mut forgotten = Vec::new();
+        {
+            let mut statement = transaction.prepare("SELECT id FROM event_log WHERE hour < ?1")?;
+            let mut rows = statement.query(params![events_before.0])?;
+            while let Some(row) = rows.next()? {
+                let id: String = row.get(0)?;
+                forgotten.push(EventId::parse(&id).map_err(|e| corrupt("event_log.id", e))?);
+            }
+        }
+        transaction.execute("DELETE FROM event_log WHERE hour < ?1", params![events_before.0])?;
+        transaction.execute("DELETE FROM metrics_hourly WHERE hour < ?1", params![metrics_before.0])?;
+        transaction.commit()?;
+        Ok(forgotten)
+    }
+
+    fn load_policies(&mut self, ranker: RankerName) -> Result<Option<RankerPolicies>, SourceError> {
+        let state: Option<(u32, Option<u32>, u32)> = self
+            .connection
+            .query_row(
+                "SELECT active_version, previous_version, latest_version FROM ranker_state WHERE ranker = ?1",
+                params![ranker.as_str()],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .optional()?;
+        let Some((active, previous, latest_version)) = state else { return Ok(None) };
+        let mut load_version = |version: u32| -> Result<Policy, SourceError> {
+            let weights: String = self.connection.query_row(
+                "SELECT weights FROM policies WHERE ranker = ?1 AND version = ?2",
+                params![ranker.as_str(), version],
+                |row| row.get(0),
+            )?;
+            let weights: PopularWeights =
+                serde_json::from_str(&weights).map_err(|e| corrupt("policies.weights", e))?;
+            Ok(Policy { version, weights })
+        };
+        let active = load_version(active)?;
+        let previous = previous.map(&mut load_version).transpose()?;
+        Ok(Some(RankerPolicies { ranker, active, previous, latest_version }))
+    }
+
+    fn save_policies(&mut self, policies: &RankerPolicies) -> Result<(), SourceError> {
+        let transaction = self.connection.transaction()?;
+        for policy in std::iter::once(&policies.active).chain(policies.previous.iter()) {
+            let weights = serde_json::to_string(&policy.weights).map_err(|e| corrupt("policy weights", e))?;
+            transaction.execute(
+                "INSERT OR REPLACE INTO policies (ranker, version, weights) VALUES (?1, ?2, ?3)",
+                params![policies.ranker.as_str(), policy.version, weights],
+            )?;
+        }
+        transaction.execute(
+            "INSERT OR REPLACE INTO ranker_state (ranker, active_version, previous_version, latest_version)
+             VALUES (?1, ?2, ?3, ?4)",
+            params![
+                policies.ranker.as_str(),
+                policies.active.version,
+                policies.previous.map(|p| p.version),
+                policies.latest_version
+            ],
+        )?;
+        transaction.commit()?;
+        Ok(())
+    }
+
+    fn put_catalog(&mut self, entries: &[(ProductId, serde_json::Value)]) -> Result<(), SourceError> {
+        let transaction = self.connection.transaction()?;
+        {
+            let mut upsert = transaction.prepare_cached("INSERT OR REPLACE INTO catalog (product, body) VALUES (?1, ?2)")?;
+            for (product, body) in entries {
+                upsert.execute(params![product.as_str(), body.to_string()])?;
+            }
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
+    fn load_catalog(&mut self) -> Result<Vec<(ProductId, serde_json::Value)>, SourceError> {
+        let mut statement = self.connection.prepare("SELECT product, body FROM catalog")?;
+        let mut rows = statement.query([])?;
+        let mut entries = Vec::new();
+        while let Some(row) = rows.next()? {
+            let product: String = row.get(0)?;
+            let body: String = row.get(1)?;
+            entries.push((
+                ProductId::parse(&product).map_err(|e| corrupt("catalog.product", e))?,
+                serde_json::from_str(&body).map_err(|e| corrupt("catalog.body", e))?,
+            ));
+        }
+        Ok(entries)
+    }
+}
