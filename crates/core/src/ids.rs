@@ -273,7 +273,10 @@ mod tests {
         assert!(EventId::parse("e-1").is_ok());
         assert!(EventId::parse(&"x".repeat(128)).is_ok());
         assert_eq!(EventId::parse(""), Err(IdError::Length { max: 128 }));
-        assert_eq!(EventId::parse(&"x".repeat(129)), Err(IdError::Length { max: 128 }));
+        assert_eq!(
+            EventId::parse(&"x".repeat(129)),
+            Err(IdError::Length { max: 128 })
+        );
         // Bytes, not characters: 43 three-byte characters are 129 bytes.
         assert!(EventId::parse(&"€".repeat(42)).is_ok());
         assert!(EventId::parse(&"€".repeat(43)).is_err());
@@ -286,7 +289,10 @@ mod tests {
         assert_eq!(ProductId::parse("p\u{7f}"), Err(IdError::ControlCharacter));
         assert_eq!(ProductId::parse("p\u{85}"), Err(IdError::ControlCharacter));
         assert_eq!(ProductId::parse(""), Err(IdError::Length { max: 128 }));
-        assert_eq!(ProductId::parse(&"p".repeat(129)), Err(IdError::Length { max: 128 }));
+        assert_eq!(
+            ProductId::parse(&"p".repeat(129)),
+            Err(IdError::Length { max: 128 })
+        );
         assert!(ProductId::parse("produit à 20 €").is_ok());
     }
 
@@ -305,7 +311,10 @@ mod tests {
     fn member_id_rules() {
         assert!(MemberId::parse("m-1").is_ok());
         assert_eq!(MemberId::parse("m\u{0}"), Err(IdError::ControlCharacter));
-        assert_eq!(MemberId::parse(&"m".repeat(129)), Err(IdError::Length { max: 128 }));
+        assert_eq!(
+            MemberId::parse(&"m".repeat(129)),
+            Err(IdError::Length { max: 128 })
+        );
     }
 
     #[test]
@@ -320,8 +329,10 @@ mod tests {
 
     #[test]
     fn ids_order_by_bytes() {
-        let mut ids: Vec<ProductId> =
-            ["b", "a", "B", "é", "aa", "z"].iter().map(|s| ProductId::parse(s).unwrap()).collect();
+        let mut ids: Vec<ProductId> = ["b", "a", "B", "é", "aa", "z"]
+            .iter()
+            .map(|s| ProductId::parse(s).unwrap())
+            .collect();
         ids.sort();
         let sorted: Vec<&str> = ids.iter().map(ProductId::as_str).collect();
         assert_eq!(sorted, ["B", "a", "aa", "b", "z", "é"]);
@@ -340,7 +351,10 @@ mod tests {
     #[test]
     fn error_messages_are_lowercase_and_say_what_to_do() {
         assert_eq!(IdError::Length { max: 128 }.to_string(), "must be 1 to 128 bytes");
-        assert_eq!(IdError::ControlCharacter.to_string(), "must not contain control characters");
+        assert_eq!(
+            IdError::ControlCharacter.to_string(),
+            "must not contain control characters"
+        );
         assert_eq!(IdError::Reserved.to_string(), "`all` is reserved");
     }
 }
