@@ -1,1 +1,32 @@
-//! placeholder
+//! The waiting room's pure rules (SPEC Part 2): queue names, settings, member states, the admission budget,
+//! polling intervals and wait estimates.
+//!
+//! Nothing here reads a clock or touches storage. Every store backend (embedded, Redis) runs the *same*
+//! transition functions inside its own atomic step, so the rules cannot drift between backends, and the
+//! property tests in [`member`] cover all of them at once.
+//!
+//! # Layout
+//! - [`name`]: [`QueueName`], the parsed name of a queue.
+//! - [`settings`]: [`QueueSettings`], the partial update [`SettingsPatch`] and their validation (SPEC 2.1).
+//! - [`member`]: [`MemberState`] and its transitions: enter, admit, claim, consume, release, expire, leave.
+//! - [`admission`]: [`AdmissionBudget`], the global per-queue budget that makes `admit_per_second` hold
+//!   across instances (limitation 3).
+//! - [`polling`]: the polling-interval rule with jitter (SPEC 2.2).
+//! - [`estimate`]: [`ThroughputEstimator`], wait estimates from measured throughput (limitation 5).
+
+pub mod admission;
+pub mod estimate;
+pub mod member;
+pub mod name;
+pub mod polling;
+pub mod settings;
+
+pub use admission::{AdmissionBudget, AdmissionPlan};
+pub use estimate::ThroughputEstimator;
+pub use member::{
+    Claim, ClaimRejection, ConsumeRejection, Digest, IssuedToken, LeaveRejection, MemberState, MemberStatus,
+    ReleaseRejection, ReleasedTo,
+};
+pub use name::{QueueName, QueueNameError};
+pub use polling::{polling_interval_seconds, polling_tier_seconds};
+pub use settings::{FailMode, QueueSettings, SettingsError, SettingsPatch};

@@ -1,0 +1,260 @@
+//! Per-queue settings (SPEC 2.1), their JSON shape, and the rules a PUT must pass.
+//!
+//! A PUT may give only some fields, so updates arrive as a [`SettingsPatch`] whose fields are all optional;
+//! `maxActive` is tri-state (absent keeps the value, `null` removes the cap, a number sets it). The patch is
+//! applied to a copy and the result validated as a whole, so an invalid PUT changes nothing.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// What the order gate does when the queue store cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailMode {
+    /// Answer 503 and admit nobody (the default): the queue exists to protect the order database.
+    #[default]
+    Closed,
+    /// Forward requests without a claim: for shops that prefer selling to protecting the backend.
+    Open,
+}
+
+/// A queue's settings, in the JSON shape of `PUT/GET /v1/admin/queues/{queue}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSettings {
+    /// Members admitted per second across all instances. Fractions are allowed (0.5 = one every 2 s).
+    #[serde(serialize_with = "serialize_whole_as_integer")]
+    pub admit_per_second: f64,
+    /// How often admission runs, in milliseconds.
+    pub tick_millis: u64,
+    /// How long an entry token stays valid.
+    pub token_ttl_seconds: u64,
+    /// How long a claim holds a token before it is released automatically.
+    pub claim_ttl_seconds: u64,
+    /// Optional cap on READY + CLAIMED tokens outstanding.
+    pub max_active: Option<u64>,
+    /// Stop admitting while true.
+    pub paused: bool,
+    /// Gate behaviour when the store is down.
+    pub fail_mode: FailMode,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        QueueSettings {
+            admit_per_second: 50.0,
+            tick_millis: 1000,
+            token_ttl_seconds: 300,
+            claim_ttl_seconds: 30,
+            max_active: None,
+            paused: false,
+            fail_mode: FailMode::Closed,
+        }
+    }
+}
+
+/// Why settings are invalid. Each variant names the JSON field, so a 400 can point at it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SettingsError {
+    /// `admitPerSecond` is not a finite number in (0, 1,000,000].
+    #[error("admitPerSecond: must be a positive number of at most 1000000")]
+    AdmitPerSecond,
+    /// `tickMillis` is outside 1..=3,600,000.
+    #[error("tickMillis: must be between 1 and 3600000")]
+    TickMillis,
+    /// `tokenTtlSeconds` is outside 1..=604,800 (a week).
+    #[error("tokenTtlSeconds: must be between 1 and 604800")]
+    TokenTtlSeconds,
+    /// `claimTtlSeconds` is outside 1..=86,400 (a day).
+    #[error("claimTtlSeconds: must be between 1 and 86400")]
+    ClaimTtlSeconds,
+    /// `maxActive` is 0 (use `null` for no cap).
+    #[error("maxActive: must be at least 1, or null for no cap")]
+    MaxActive,
+}
+
+impl SettingsError {
+    /// The JSON field the error is about.
+    #[must_use]
+    pub fn field(&self) -> &'static str {
+        match self {
+            SettingsError::AdmitPerSecond => "admitPerSecond",
+            SettingsError::TickMillis => "tickMillis",
+            SettingsError::TokenTtlSeconds => "tokenTtlSeconds",
+            SettingsError::ClaimTtlSeconds => "claimTtlSeconds",
+            SettingsError::MaxActive => "maxActive",
+        }
+    }
+}
+
+impl QueueSettings {
+    /// Checks every rule of SPEC 2.1.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        if !(self.admit_per_second.is_finite() && self.admit_per_second > 0.0 && self.admit_per_second <= 1e6) {
+            return Err(SettingsError::AdmitPerSecond);
+        }
+        // A rate below one member per thousand seconds rounds to zero in the budget's milli-member units.
+        if self.admit_rate_milli() == 0 {
+            return Err(SettingsError::AdmitPerSecond);
+        }
+        if !(1..=3_600_000).contains(&self.tick_millis) {
+            return Err(SettingsError::TickMillis);
+        }
+        if !(1..=604_800).contains(&self.token_ttl_seconds) {
+            return Err(SettingsError::TokenTtlSeconds);
+        }
+        if !(1..=86_400).contains(&self.claim_ttl_seconds) {
+            return Err(SettingsError::ClaimTtlSeconds);
+        }
+        if self.max_active == Some(0) {
+            return Err(SettingsError::MaxActive);
+        }
+        Ok(())
+    }
+
+    /// The admission rate in milli-members per second, the integer unit the budget counts in.
+    #[must_use]
+    pub fn admit_rate_milli(&self) -> u64 {
+        (self.admit_per_second * 1000.0).round() as u64
+    }
+
+    /// Token lifetime in milliseconds.
+    #[must_use]
+    pub fn token_ttl_millis(&self) -> i64 {
+        self.token_ttl_seconds as i64 * 1000
+    }
+
+    /// Claim lifetime in milliseconds.
+    #[must_use]
+    pub fn claim_ttl_millis(&self) -> i64 {
+        self.claim_ttl_seconds as i64 * 1000
+    }
+
+    /// Applies a partial update and validates the result; on error `self` is unchanged.
+    pub fn apply(&mut self, patch: &SettingsPatch) -> Result<(), SettingsError> {
+        let mut next = self.clone();
+        if let Some(value) = patch.admit_per_second {
+            next.admit_per_second = value;
+        }
+        if let Some(value) = patch.tick_millis {
+            next.tick_millis = value;
+        }
+        if let Some(value) = patch.token_ttl_seconds {
+            next.token_ttl_seconds = value;
+        }
+        if let Some(value) = patch.claim_ttl_seconds {
+            next.claim_ttl_seconds = value;
+        }
+        if let Some(value) = patch.max_active {
+            next.max_active = value;
+        }
+        if let Some(value) = patch.paused {
+            next.paused = value;
+        }
+        if let Some(value) = patch.fail_mode {
+            next.fail_mode = value;
+        }
+        next.validate()?;
+        *self = next;
+        Ok(())
+    }
+}
+
+/// A partial settings update: every field optional. Unknown fields are ignored so a client can PUT back
+/// what it got from GET (which also carries the live counters).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettingsPatch {
+    /// New `admitPerSecond`.
+    pub admit_per_second: Option<f64>,
+    /// New `tickMillis`.
+    pub tick_millis: Option<u64>,
+    /// New `tokenTtlSeconds`.
+    pub token_ttl_seconds: Option<u64>,
+    /// New `claimTtlSeconds`.
+    pub claim_ttl_seconds: Option<u64>,
+    /// Absent: keep; `null`: no cap; a number: the cap.
+    #[serde(default, deserialize_with = "deserialize_present")]
+    pub max_active: Option<Option<u64>>,
+    /// New `paused`.
+    pub paused: Option<bool>,
+    /// New `failMode`.
+    pub fail_mode: Option<FailMode>,
+}
+
+/// Writes `50` rather than `50.0` for whole rates, so clients that compare with an integer see what they PUT.
+fn serialize_whole_as_integer<S: serde::Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+    if value.fract() == 0.0 && value.abs() < 9.0e15 {
+        serializer.serialize_i64(*value as i64)
+    } else {
+        serializer.serialize_f64(*value)
+    }
+}
+
+/// Distinguishes a present `null` (`Some(None)`) from an absent field (`None`, via `#[serde(default)]`).
+fn deserialize_present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Option<u64>>, D::Error> {
+    Option::<u64>::deserialize(deserializer).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_spec_table() {
+        let settings = QueueSettings::default();
+        assert_eq!(settings.admit_per_second, 50.0);
+        assert_eq!(settings.tick_millis, 1000);
+        assert_eq!(settings.token_ttl_seconds, 300);
+        assert_eq!(settings.claim_ttl_seconds, 30);
+        assert_eq!(settings.max_active, None);
+        assert!(!settings.paused);
+        assert_eq!(settings.fail_mode, FailMode::Closed);
+        assert_eq!(settings.validate(), Ok(()));
+    }
+
+    #[test]
+    fn partial_patch_keeps_other_fields_and_max_active_is_tri_state() {
+        let mut settings = QueueSettings::default();
+        let patch: SettingsPatch = serde_json::from_str(r#"{"maxActive": 10, "paused": true}"#).unwrap();
+        settings.apply(&patch).unwrap();
+        assert_eq!(settings.max_active, Some(10));
+        assert!(settings.paused);
+        assert_eq!(settings.admit_per_second, 50.0);
+
+        let keep: SettingsPatch = serde_json::from_str(r#"{"tickMillis": 500}"#).unwrap();
+        settings.apply(&keep).unwrap();
+        assert_eq!(settings.max_active, Some(10));
+
+        let clear: SettingsPatch = serde_json::from_str(r#"{"maxActive": null}"#).unwrap();
+        settings.apply(&clear).unwrap();
+        assert_eq!(settings.max_active, None);
+    }
+
+    #[test]
+    fn invalid_values_are_rejected_and_change_nothing() {
+        let mut settings = QueueSettings::default();
+        for (json, field) in [
+            (r#"{"admitPerSecond": 0}"#, "admitPerSecond"),
+            (r#"{"admitPerSecond": -3}"#, "admitPerSecond"),
+            (r#"{"tickMillis": 0}"#, "tickMillis"),
+            (r#"{"tokenTtlSeconds": 0}"#, "tokenTtlSeconds"),
+            (r#"{"claimTtlSeconds": 0}"#, "claimTtlSeconds"),
+            (r#"{"maxActive": 0}"#, "maxActive"),
+        ] {
+            let patch: SettingsPatch = serde_json::from_str(json).unwrap();
+            let error = settings.apply(&patch).unwrap_err();
+            assert_eq!(error.field(), field, "{json}");
+            assert_eq!(settings, QueueSettings::default());
+        }
+    }
+
+    #[test]
+    fn settings_serialize_in_the_spec_shape() {
+        let json = serde_json::to_value(QueueSettings::default()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"admitPerSecond": 50, "tickMillis": 1000, "tokenTtlSeconds": 300,
+                "claimTtlSeconds": 30, "maxActive": null, "paused": false, "failMode": "closed"})
+        );
+    }
+}
