@@ -535,14 +535,14 @@ impl PeriodKey {
         // an hour; walking to the period whose hours hold `hour` keeps `containing` and `hours` consistent
         // by construction. Boundaries are monotonic, so each loop takes at most a step or two.
         while hour < key.hours(zone).start {
-            let previous = key.prev();
+            let previous = key.preceding_key();
             if previous == key {
                 break;
             }
             key = previous;
         }
         while hour >= key.hours(zone).end {
-            let next = key.next();
+            let next = key.following_key();
             if next == key {
                 break;
             }
@@ -558,9 +558,48 @@ impl PeriodKey {
         zone.start_of_local_hour(self.start_local_hour())..zone.start_of_local_hour(self.end_local_hour())
     }
 
-    /// The period right after this one (the last supported period is its own successor).
+    /// The next period that has at least one hour in `zone`: the successor of a local day is the next local
+    /// day, except that a day (or hourly period) skipped entirely by a transition, such as 2011-12-30 in
+    /// Pacific/Apia or 02:00 on a spring-forward day, is passed over. So `next` agrees with
+    /// [`PeriodKey::containing`]: `key.next(zone) == containing(kind, key.hours(zone).end, zone)`.
+    ///
+    /// The last supported period is its own successor.
     #[must_use]
-    pub fn next(&self) -> PeriodKey {
+    pub fn next(&self, zone: &Zone) -> PeriodKey {
+        let mut key = self.following_key();
+        while key.is_empty_in(zone) {
+            let following = key.following_key();
+            if following == key {
+                break;
+            }
+            key = following;
+        }
+        key
+    }
+
+    /// The previous period that has at least one hour in `zone` (see [`PeriodKey::next`]). The first
+    /// supported period is its own predecessor.
+    #[must_use]
+    pub fn prev(&self, zone: &Zone) -> PeriodKey {
+        let mut key = self.preceding_key();
+        while key.is_empty_in(zone) {
+            let preceding = key.preceding_key();
+            if preceding == key {
+                break;
+            }
+            key = preceding;
+        }
+        key
+    }
+
+    /// True when a transition skips this whole local period, so it covers no hour.
+    fn is_empty_in(&self, zone: &Zone) -> bool {
+        // A fixed whole-hour offset never skips local time.
+        zone.fixed_offset_seconds.is_none() && self.hours(zone).is_empty()
+    }
+
+    /// The calendar successor, empty or not; the last supported key is its own successor.
+    fn following_key(&self) -> PeriodKey {
         let next = PeriodKey::of_local_hour(self.kind, self.end_local_hour());
         if next > *self {
             next
@@ -569,9 +608,8 @@ impl PeriodKey {
         }
     }
 
-    /// The period right before this one (the first supported period is its own predecessor).
-    #[must_use]
-    pub fn prev(&self) -> PeriodKey {
+    /// The calendar predecessor, empty or not; the first supported key is its own predecessor.
+    fn preceding_key(&self) -> PeriodKey {
         let previous = PeriodKey::of_local_hour(self.kind, self.start_local_hour() - 1);
         if previous < *self {
             previous

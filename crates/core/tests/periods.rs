@@ -110,10 +110,10 @@ fn iso_weeks_across_year_boundaries() {
         week_53_of_2020.hours(&utc),
         hour_at("2020-12-28T00:00:00Z")..hour_at("2021-01-04T00:00:00Z")
     );
-    assert_eq!(week_53_of_2020.next(), key(PeriodKind::Weekly, "2021W01"));
-    assert_eq!(key(PeriodKind::Weekly, "2021W01").prev(), week_53_of_2020);
+    assert_eq!(week_53_of_2020.next(&utc), key(PeriodKind::Weekly, "2021W01"));
+    assert_eq!(key(PeriodKind::Weekly, "2021W01").prev(&utc), week_53_of_2020);
     assert_eq!(
-        key(PeriodKind::Weekly, "2021W52").next(),
+        key(PeriodKind::Weekly, "2021W52").next(&utc),
         key(PeriodKind::Weekly, "2022W01")
     );
 
@@ -243,9 +243,9 @@ fn containing_and_hours_round_trip_over_dst_days() {
                 }
                 assert_eq!(
                     PeriodKey::containing(kind, hours.start.plus(-1), &zone),
-                    period.prev()
+                    period.prev(&zone)
                 );
-                assert_eq!(PeriodKey::containing(kind, hours.end, &zone), period.next());
+                assert_eq!(PeriodKey::containing(kind, hours.end, &zone), period.next(&zone));
             }
         }
     }
@@ -253,36 +253,37 @@ fn containing_and_hours_round_trip_over_dst_days() {
 
 #[test]
 fn next_and_prev_cross_day_month_and_year_boundaries() {
+    let utc = Zone::utc();
     assert_eq!(
-        key(PeriodKind::Hourly, "2026123123").next(),
+        key(PeriodKind::Hourly, "2026123123").next(&utc),
         key(PeriodKind::Hourly, "2027010100")
     );
     assert_eq!(
-        key(PeriodKind::Hourly, "2027010100").prev(),
+        key(PeriodKind::Hourly, "2027010100").prev(&utc),
         key(PeriodKind::Hourly, "2026123123")
     );
     assert_eq!(
-        key(PeriodKind::Daily, "20240228").next(),
+        key(PeriodKind::Daily, "20240228").next(&utc),
         key(PeriodKind::Daily, "20240229")
     );
     assert_eq!(
-        key(PeriodKind::Daily, "20250228").next(),
+        key(PeriodKind::Daily, "20250228").next(&utc),
         key(PeriodKind::Daily, "20250301")
     );
     assert_eq!(
-        key(PeriodKind::Daily, "20260101").prev(),
+        key(PeriodKind::Daily, "20260101").prev(&utc),
         key(PeriodKind::Daily, "20251231")
     );
     assert_eq!(
-        key(PeriodKind::Monthly, "202612").next(),
+        key(PeriodKind::Monthly, "202612").next(&utc),
         key(PeriodKind::Monthly, "202701")
     );
     assert_eq!(
-        key(PeriodKind::Monthly, "202601").prev(),
+        key(PeriodKind::Monthly, "202601").prev(&utc),
         key(PeriodKind::Monthly, "202512")
     );
     assert_eq!(
-        key(PeriodKind::Weekly, "2026W53").next(),
+        key(PeriodKind::Weekly, "2026W53").next(&utc),
         key(PeriodKind::Weekly, "2027W01")
     );
     // Keys of one kind order chronologically.
@@ -305,6 +306,14 @@ fn hourly_periods_in_a_gap_are_empty_and_in_a_fold_span_two_hours() {
         hour_at("2026-03-29T01:00:00Z")..hour_at("2026-03-29T02:00:00Z")
     );
     // 2026-10-25: 03:00 CEST goes back to 02:00 CET, so local hour 02 happens twice.
+    assert_eq!(
+        key(PeriodKind::Hourly, "2026032901").next(&berlin),
+        key(PeriodKind::Hourly, "2026032903")
+    );
+    assert_eq!(
+        key(PeriodKind::Hourly, "2026032903").prev(&berlin),
+        key(PeriodKind::Hourly, "2026032901")
+    );
     let repeated = key(PeriodKind::Hourly, "2026102502");
     assert_eq!(
         repeated.hours(&berlin),
@@ -457,6 +466,11 @@ fn a_skipped_calendar_day_is_an_empty_period() {
         PeriodKey::containing(PeriodKind::Daily, after.hours(&apia).start, &apia),
         after
     );
+    // next/prev pass over the empty day, so a carry chain goes from the 29th straight to the 31st.
+    assert_eq!(before.next(&apia), after);
+    assert_eq!(after.prev(&apia), before);
+    // In UTC, where nothing is skipped, the 30th is an ordinary day.
+    assert_eq!(before.next(&Zone::utc()), skipped);
 }
 
 const PROPERTY_ZONES: [&str; 10] = [
@@ -496,17 +510,16 @@ proptest! {
     #[test]
     fn adjacent_periods_tile_the_timeline(kind in any_kind(), zone in any_zone(), hour in any_hour()) {
         let period = PeriodKey::containing(kind, hour, &zone);
-        let next = period.next();
-        let previous = period.prev();
+        let next = period.next(&zone);
+        let previous = period.prev(&zone);
         prop_assert!(previous < period && period < next);
         prop_assert_eq!(period.hours(&zone).end, next.hours(&zone).start);
         prop_assert_eq!(previous.hours(&zone).end, period.hours(&zone).start);
-        prop_assert_eq!(next.prev(), period);
-        prop_assert_eq!(previous.next(), period);
-        // No overlap: the hours just outside belong to the neighbours (or to an empty period's neighbours).
-        let before = PeriodKey::containing(kind, period.hours(&zone).start.plus(-1), &zone);
-        let after = PeriodKey::containing(kind, period.hours(&zone).end, &zone);
-        prop_assert!(before < period && period < after);
+        prop_assert_eq!(next.prev(&zone), period);
+        prop_assert_eq!(previous.next(&zone), period);
+        // No gap, no overlap: the hours just outside belong to the neighbours.
+        prop_assert_eq!(PeriodKey::containing(kind, period.hours(&zone).start.plus(-1), &zone), previous);
+        prop_assert_eq!(PeriodKey::containing(kind, period.hours(&zone).end, &zone), next);
     }
 
     #[test]
@@ -567,7 +580,11 @@ fn every_accepted_zone_tiles_the_hours_around_its_transitions() {
                     let period = PeriodKey::containing(kind, hour, &zone);
                     let hours = period.hours(&zone);
                     assert!(hours.contains(&hour), "{name} {period} {hours:?} {hour:?}");
-                    assert_eq!(hours.end, period.next().hours(&zone).start, "{name} {period}");
+                    assert_eq!(
+                        hours.end,
+                        period.next(&zone).hours(&zone).start,
+                        "{name} {period}"
+                    );
                 }
             }
         }
