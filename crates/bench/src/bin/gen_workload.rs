@@ -6,7 +6,8 @@
 //! gen-workload queue-surge --out members.txt [--count 100000]
 //! ```
 //!
-//! `--end-millis` defaults to the current time, so the events end "now".
+//! `--end-millis` defaults to the current time, so the events end "now" (for the flash sale, to the start
+//! of the current UTC hour, so that it fills exactly one hourly bucket).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -16,7 +17,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use clap::{Parser, Subcommand};
 use rankgate_bench::workload::{
     flash_sale, queue_surge, sales_shares, seed_lesson, write_ndjson, Counts, FlashSaleConfig,
-    SeedLessonConfig,
+    SeedLessonConfig, HOUR_MS,
 };
 
 #[derive(Parser)]
@@ -60,7 +61,8 @@ enum Command {
         /// Number of products.
         #[arg(long, default_value_t = 20)]
         products: u32,
-        /// Exclusive end of the sale, epoch milliseconds (default: now).
+        /// Exclusive end of the sale, epoch milliseconds (default: the start of the current UTC hour, so
+        /// the sale fills exactly one hourly bucket).
         #[arg(long)]
         end_millis: Option<i64>,
     },
@@ -130,7 +132,7 @@ fn main() -> std::io::Result<()> {
                 seed,
                 sales,
                 products,
-                end_millis: end_millis.unwrap_or_else(now_millis),
+                end_millis: end_millis.unwrap_or_else(|| now_millis().div_euclid(HOUR_MS) * HOUR_MS),
                 ..FlashSaleConfig::default()
             };
             let events = flash_sale(&config);

@@ -27,7 +27,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use clap::Parser;
 use rankgate_bench::coalesce::{self, KeyScope};
 use rankgate_bench::workload::{
-    flash_sale, seed_lesson, Counts, Event, EventType, FlashSaleConfig, SeedLessonConfig, DAY_MS,
+    flash_sale, seed_lesson, Counts, Event, EventType, FlashSaleConfig, SeedLessonConfig, DAY_MS, HOUR_MS,
 };
 use redis::{Commands, Connection};
 
@@ -307,7 +307,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (name, mut events) = if cli.flash_sale {
         let config = FlashSaleConfig {
             seed: cli.seed,
-            end_millis: now_millis(),
+            // End on an hour boundary so the sale fills exactly one hourly bucket (and one day), as in the seed.
+            end_millis: now_millis().div_euclid(HOUR_MS) * HOUR_MS,
             ..FlashSaleConfig::default()
         };
         ("flash sale (seed 6.6)", flash_sale(&config))
