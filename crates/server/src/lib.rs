@@ -1,8 +1,24 @@
 //! The `rankgate` service: configuration, HTTP API, background workers and the command line.
 //!
 //! # Layout
+//! - [`config`]: defaults → TOML file → `RANKGATE_*` variables → flags; bearer keys hashed on load.
+//! - [`app`]: `Application::build` / `run_until_stopped`, the router and the background refresher.
+//! - [`rankings`]: the rankings service (engine, writer thread with group commit, policies, catalogue).
+//! - [`routes`]: one module per route group; thin handlers.
+//! - [`auth`]: bearer-key middleware for admin and ingest.
 //! - [`error`]: the one `ApiError` every handler returns.
 //! - [`waiting_room`]: the waiting room's HTTP API, admission scheduler and order gate (SPEC 2).
+//! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, catalog.
+//! - [`verify`]: batch recompute vs served rankings.
+//! - [`demo`]: the seed lesson's workload end to end.
 
+pub mod app;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod demo;
 pub mod error;
+pub mod rankings;
+pub mod routes;
+pub mod verify;
 pub mod waiting_room;

@@ -255,10 +255,6 @@ impl Inputs<'_> {
         totals
     }
 
-    fn day_of(&self, hour: Hour) -> PeriodKey {
-        PeriodKey::containing(PeriodKind::Daily, hour, self.zone)
-    }
-
     /// carry(category, day): walks back to the nearest known day, then forward, caching each day.
     fn carry_for(
         &self,
@@ -769,6 +765,12 @@ impl RankingEngine {
         for state in self.spans.values_mut() {
             state.carry_stale |= state.day_start.is_some();
         }
+    }
+
+    /// Drops every cached span (they are rebuilt on demand); used by verification to bound memory.
+    pub fn evict_cached_spans(&mut self) {
+        self.spans.clear();
+        self.spans_by_category.clear();
     }
 
     /// Drops metrics older than `before` and every cached span or carry that depended on them.

@@ -5,7 +5,8 @@
 //! and a carry chain walked day by day from the earliest day. It shares only the spec's formulas
 //! (`popular_score`, `is_listed`, `ranking_order`) with the engine, never its data structures.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use rankgate_core::event::Event;
 use rankgate_core::ids::{Category, CategoryOrAll, ProductId};
@@ -31,15 +32,23 @@ pub struct StreamCounts {
 pub struct BatchModel {
     zone: Zone,
     weights: PopularWeights,
-    hourly: HashMap<Hour, HashMap<ProductId, Metrics>>,
+    hourly: BTreeMap<Hour, HashMap<ProductId, Metrics>>,
     memberships: HashMap<ProductId, BTreeSet<Category>>,
+    /// carry(category, day start) memo: the chain is walked once per category, not once per read.
+    carry_memo: RefCell<HashMap<(String, Hour), HashMap<ProductId, f64>>>,
 }
 
 impl BatchModel {
     /// A model of events that were all accepted (e.g. the raw event log): no dedupe, no lateness.
     pub fn from_accepted(events: impl IntoIterator<Item = Event>, zone: Zone, weights: PopularWeights) -> Self {
         let mut model =
-            BatchModel { zone, weights, hourly: HashMap::new(), memberships: HashMap::new() };
+            BatchModel {
+            zone,
+            weights,
+            hourly: BTreeMap::new(),
+            memberships: HashMap::new(),
+            carry_memo: RefCell::default(),
+        };
         for event in events {
             model.add(&event);
         }
@@ -55,7 +64,13 @@ impl BatchModel {
         weights: PopularWeights,
     ) -> (Self, StreamCounts) {
         let mut model =
-            BatchModel { zone, weights, hourly: HashMap::new(), memberships: HashMap::new() };
+            BatchModel {
+            zone,
+            weights,
+            hourly: BTreeMap::new(),
+            memberships: HashMap::new(),
+            carry_memo: RefCell::default(),
+        };
         let mut seen = HashSet::new();
         let mut watermark: Option<i64> = None;
         let mut counts = StreamCounts::default();
@@ -95,10 +110,7 @@ impl BatchModel {
     fn totals(&self, category: &CategoryOrAll, span: &Span) -> HashMap<ProductId, Metrics> {
         let hours = span.hours(&self.zone);
         let mut totals: HashMap<ProductId, Metrics> = HashMap::new();
-        for (hour, cells) in &self.hourly {
-            if !hours.contains(hour) {
-                continue;
-            }
+        for cells in self.hourly.range(hours).map(|(_, cells)| cells) {
             for (product, metrics) in cells {
                 if self.in_category(product, category) {
                     let total = totals.entry(product.clone()).or_default();
@@ -111,24 +123,31 @@ impl BatchModel {
     }
 
     fn earliest_day(&self) -> Option<PeriodKey> {
-        let first = self.hourly.keys().min()?;
+        let first = self.hourly.keys().next()?;
         Some(PeriodKey::containing(PeriodKind::Daily, *first, &self.zone))
     }
 
-    /// carry(category, day), walking the chain forward from the earliest day with no carry.
+    /// carry(category, day), walking the chain forward from the earliest day, which has no carry.
     fn carry(&self, category: &CategoryOrAll, day: PeriodKey) -> HashMap<ProductId, f64> {
-        let Some(mut cursor) = self.earliest_day() else { return HashMap::new() };
-        let mut carry: HashMap<ProductId, f64> = HashMap::new();
-        while cursor.hours(&self.zone).start < day.hours(&self.zone).start {
-            let scored = self.scored_popular_day(category, cursor, &carry);
-            let top: Vec<(ProductId, f64)> = scored.into_iter().take(self.weights.carry_top_n as usize).collect();
-            carry = top
-                .into_iter()
-                .map(|(product, score)| (product, self.weights.carry_ratio * score))
-                .filter(|(_, c)| *c != 0.0)
-                .collect();
-            cursor = cursor.next(&self.zone);
+        let Some(earliest) = self.earliest_day() else { return HashMap::new() };
+        let day_start = day.hours(&self.zone).start;
+        if day_start <= earliest.hours(&self.zone).start {
+            return HashMap::new();
         }
+        let memo_key = (category.as_str().to_string(), day_start);
+        if let Some(carry) = self.carry_memo.borrow().get(&memo_key) {
+            return carry.clone();
+        }
+        let previous_day = day.prev(&self.zone);
+        let previous_carry = self.carry(category, previous_day);
+        let scored = self.scored_popular_day(category, previous_day, &previous_carry);
+        let carry: HashMap<ProductId, f64> = scored
+            .into_iter()
+            .take(self.weights.carry_top_n as usize)
+            .map(|(product, score)| (product, self.weights.carry_ratio * score))
+            .filter(|(_, c)| *c != 0.0)
+            .collect();
+        self.carry_memo.borrow_mut().insert(memo_key, carry.clone());
         carry
     }
 
@@ -190,8 +209,8 @@ impl BatchModel {
 
     /// The hours that hold metrics.
     pub fn hour_range(&self) -> Option<std::ops::Range<Hour>> {
-        let first = self.hourly.keys().min()?;
-        let last = self.hourly.keys().max()?;
+        let first = self.hourly.keys().next()?;
+        let last = self.hourly.keys().next_back()?;
         Some(*first..Hour(last.0 + 1))
     }
 

@@ -1,0 +1,224 @@
+//! Startup you can test: [`Application::build`] opens the stores, binds the listener (port 0 in tests)
+//! and assembles the router; [`Application::run_until_stopped`] serves until shutdown.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post, put};
+use axum::{middleware, Router};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_http::trace::TraceLayer;
+
+use rankgate_store::clock::{Clock, SystemClock};
+
+use crate::auth::{require_admin, require_ingest};
+use crate::config::Config;
+use crate::rankings::{lock_data_dir, RankingService};
+use crate::routes::{admin, catalog, events, ops, rankings};
+use crate::waiting_room::{self, WaitingRoom};
+
+/// Everything a handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    /// Merged configuration.
+    pub config: Arc<Config>,
+    /// The rankings service.
+    pub rankings: Arc<RankingService>,
+    /// The waiting room.
+    pub waiting_room: Arc<WaitingRoom>,
+    /// Server clock (a manual one in tests).
+    pub clock: Arc<dyn Clock>,
+    /// Renders `/metrics`.
+    pub prometheus: PrometheusHandle,
+}
+
+/// The process-wide Prometheus recorder; installed once even when tests start many apps.
+pub fn prometheus_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (e.g. by an embedding test); keep serving ours.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+/// The router with every route group, auth and limits.
+pub fn router(state: AppState) -> Router {
+    let admin_routes = Router::new()
+        .route("/v1/admin/rankers/{name}", get(admin::get_ranker).put(admin::put_ranker))
+        .route("/v1/admin/rankers/{name}/rollback", post(admin::rollback_ranker))
+        .route("/v1/admin/rebuild", post(admin::rebuild))
+        .route("/v1/products/{product_id}", put(catalog::put_product))
+        .with_state(state.clone())
+        .merge(waiting_room::admin_routes(state.waiting_room.clone()))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
+    let ingest_routes = Router::new()
+        .route("/v1/events", post(events::post_events))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_ingest))
+        .with_state(state.clone());
+    let public_routes = Router::new()
+        .route("/v1/categories/{category}/top", get(rankings::top))
+        .route("/v1/products/{product_id}/rank", get(rankings::rank))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(ops::openapi))
+        .route("/", get(ops::dashboard))
+        .route("/dashboard", get(ops::dashboard))
+        .with_state(state.clone());
+    let mut app = Router::new()
+        .merge(public_routes)
+        .merge(ingest_routes)
+        .merge(admin_routes)
+        .merge(waiting_room::member_routes(state.waiting_room.clone()));
+    if let Some(gate) = waiting_room::gate_routes(state.waiting_room.clone()) {
+        app = app.merge(gate);
+    }
+    app.layer(DefaultBodyLimit::max(state.config.max_body_bytes)).layer(TraceLayer::new_for_http())
+}
+
+/// A built, bound, not yet serving rankgate.
+pub struct Application {
+    listener: TcpListener,
+    router: Router,
+    state: AppState,
+    shutdown: CancellationToken,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    _data_dir_lock: std::fs::File,
+}
+
+impl Application {
+    /// Opens the embedded stores under `config.data_dir`, restores their state, and binds `config.listen`.
+    pub async fn build(config: Config) -> anyhow::Result<Application> {
+        Application::build_with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// [`Application::build`] with a chosen clock.
+    pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Application> {
+        let lock = lock_data_dir(&config.data_dir)?;
+        let started = std::time::Instant::now();
+        let rankings_config = config.clone();
+        let (rankings, _writer_thread) =
+            tokio::task::spawn_blocking(move || RankingService::open_embedded(&rankings_config)).await??;
+        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "rankings restored from the source of truth");
+        let waiting_room =
+            WaitingRoom::open_embedded(&config.data_dir, config.waiting_room.clone(), clock.clone()).await?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {}; is another process using that address?", config.listen))?;
+        let state = AppState {
+            config: Arc::new(config),
+            rankings,
+            waiting_room,
+            clock,
+            prometheus: prometheus_handle(),
+        };
+        let shutdown = CancellationToken::new();
+        let mut workers = state.waiting_room.spawn_workers(shutdown.clone());
+        workers.push(tokio::spawn(run_refresher_until_stopped(state.clone(), shutdown.clone())));
+        workers.push(tokio::spawn(run_retention_until_stopped(state.clone(), shutdown.clone())));
+        Ok(Application {
+            listener,
+            router: router(state.clone()),
+            state,
+            shutdown,
+            workers,
+            _data_dir_lock: lock,
+        })
+    }
+
+    /// The bound address (the real port when asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    /// The shared state, for tests and tools that run in process.
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// A token that stops the server when cancelled.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Serves until the shutdown token is cancelled or SIGTERM / Ctrl-C arrives.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let shutdown = self.shutdown.clone();
+        let signal_shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            signal_shutdown.cancel();
+        });
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await?;
+        for worker in self.workers {
+            let _ = worker.await;
+        }
+        self.state.rankings.barrier().await?;
+        Ok(())
+    }
+}
+
+/// Applies pending changes to every cached ranking well inside the freshness bound, so most reads find
+/// their span clean and need only the shared lock.
+async fn run_refresher_until_stopped(state: AppState, shutdown: CancellationToken) {
+    let period = Duration::from_millis((state.config.freshness_millis / 4).max(10));
+    let mut ticker = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let engine = state.rankings.engine().clone();
+        let _ = tokio::task::spawn_blocking(move || engine.write().flush_all()).await;
+    }
+}
+
+/// Applies retention once a minute, relative to the watermark.
+async fn run_retention_until_stopped(state: AppState, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        match state.rankings.apply_retention(state.config.event_retention_millis, state.config.metric_retention_millis).await {
+            Ok(0) => {}
+            Ok(forgotten) => tracing::info!(forgotten, "retention dropped old raw events"),
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "retention failed; will retry"),
+        }
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

@@ -1,0 +1,357 @@
+//! The command line: `rankgate serve | ingest | verify | rebuild | replay | demo | catalog load`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use rankgate_core::event::{split_body, BodyFormat, Event, ParseLimits, RawItem};
+use rankgate_core::ids::ProductId;
+use rankgate_core::period::Hour;
+use rankgate_store::ranking::recompute::BatchModel;
+use rankgate_store::ranking::source::SourceOfTruth;
+use rankgate_store::ranking::sqlite::SqliteSource;
+
+use crate::app::Application;
+use crate::config::{Config, Overrides};
+use crate::rankings::{lock_data_dir, IngestCounts, RankingService};
+use crate::verify::{read_event_log, verify_data_dir};
+
+/// rankgate: exact, fresh product rankings and a fair waiting room, in one service.
+///
+/// Runs on embedded defaults (SQLite + an in-process sorted-set engine) with nothing else installed.
+#[derive(Debug, Parser)]
+#[command(name = "rankgate", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the HTTP API (rankings, ingest, waiting room, gate, /metrics, /openapi.json, dashboard)
+    Serve {
+        #[command(flatten)]
+        overrides: Overrides,
+    },
+    /// Ingest an NDJSON file of events into the data dir, with a progress bar and a summary
+    Ingest {
+        /// NDJSON file, one event per line ("-" reads standard input)
+        file: PathBuf,
+        /// Events per transaction
+        #[arg(long, default_value_t = 10_000)]
+        batch_size: usize,
+        #[command(flatten)]
+        overrides: Overrides,
+    },
+    /// Recompute every ranking from the raw event log and compare; exits 1 on any mismatch
+    Verify {
+        #[command(flatten)]
+        overrides: Overrides,
+    },
+    /// Rebuild serving state from the source of truth and check it (the embedded engine rebuilds on
+    /// every start; this proves the rebuild matches a batch recompute)
+    Rebuild {
+        #[command(flatten)]
+        overrides: Overrides,
+    },
+    /// Rebuild the hourly metrics from the raw event log (after a bug fix in the metric path)
+    Replay {
+        #[command(flatten)]
+        overrides: Overrides,
+    },
+    /// Run the seed lesson's workload end to end and the flash-sale waiting room; print top lists,
+    /// verification and timings
+    Demo {
+        /// Data dir for the demo [default: a fresh temporary directory]
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Workload size relative to the seed lesson (1.0 = 200,000 sales)
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Members queued in the flash-sale scene
+        #[arg(long, default_value_t = 100_000)]
+        flash_sale_members: usize,
+    },
+    /// Catalogue enrichment
+    Catalog {
+        #[command(subcommand)]
+        command: CatalogCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CatalogCommand {
+    /// Load a CSV with a header: id (or product_id), name, brand, price, image
+    Load {
+        /// The CSV file
+        file: PathBuf,
+        #[command(flatten)]
+        overrides: Overrides,
+    },
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(matches!(cli.command, Command::Serve { .. }));
+    match run(cli) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing(serving: bool) {
+    let default = if serving { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RANKGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve { overrides } => {
+            let config = Config::load(&overrides)?;
+            runtime()?.block_on(async move {
+                let app = Application::build(config).await?;
+                tracing::info!(address = %app.local_addr(), "rankgate listening");
+                app.run_until_stopped().await
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Ingest { file, batch_size, overrides } => {
+            let config = Config::load(&overrides)?;
+            let _lock = lock_data_dir(&config.data_dir)?;
+            let (service, _writer) = RankingService::open_embedded(&config)?;
+            let summary = ingest_file(&service, &file, batch_size, &config, true)?;
+            println!(
+                "ingested {} lines in {:.2}s ({:.0} events/s): accepted {}, duplicates {}, tooOld {}, rejected {}",
+                summary.lines,
+                summary.seconds,
+                summary.lines as f64 / summary.seconds.max(1e-9),
+                summary.counts.accepted,
+                summary.counts.duplicates,
+                summary.counts.too_old,
+                summary.counts.rejected
+            );
+            for line in summary.first_rejections {
+                println!("  rejected {line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Verify { overrides } => {
+            let config = Config::load(&overrides)?;
+            let report = verify_data_dir(&config, &|step| eprintln!("verify: {step}"))?;
+            print_verify(&report);
+            Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Rebuild { overrides } => {
+            let config = Config::load(&overrides)?;
+            let _lock = lock_data_dir(&config.data_dir)?;
+            let started = Instant::now();
+            let (service, _writer) = RankingService::open_embedded(&config)?;
+            let products = service.engine().read().product_count();
+            println!("rebuilt serving state for {products} products in {:.2}s", started.elapsed().as_secs_f64());
+            drop(service);
+            let report = verify_data_dir(&config, &|step| eprintln!("rebuild: {step}"))?;
+            print_verify(&report);
+            Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Replay { overrides } => {
+            let config = Config::load(&overrides)?;
+            let _lock = lock_data_dir(&config.data_dir)?;
+            let started = Instant::now();
+            let rows = replay_metrics(&config)?;
+            println!("replayed the raw event log into {rows} hourly metric rows in {:.2}s", started.elapsed().as_secs_f64());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { data_dir, scale, flash_sale_members } => {
+            let passed = crate::demo::run_demo(data_dir, scale, flash_sale_members, &mut std::io::stdout())?;
+            Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Catalog { command: CatalogCommand::Load { file, overrides } } => {
+            let config = Config::load(&overrides)?;
+            let _lock = lock_data_dir(&config.data_dir)?;
+            let entries = read_catalog_csv(&file)?;
+            let mut source = SqliteSource::open(&config.data_dir)?;
+            source.put_catalog(&entries)?;
+            println!("loaded {} catalogue entries", entries.len());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_verify(report: &crate::verify::VerifyReport) {
+    println!(
+        "verify: {} raw events, {} hourly rows, {} rankings, {} ranked items compared",
+        report.events, report.hourly_rows, report.rankings, report.items
+    );
+    if report.ok() {
+        println!("verify: OK — every ranking equals the batch recompute");
+    } else {
+        println!("verify: {} MISMATCHES", report.mismatches.len());
+        for mismatch in report.mismatches.iter().take(50) {
+            println!("  {mismatch}");
+        }
+    }
+}
+
+/// What `rankgate ingest` did.
+#[derive(Debug, Default)]
+pub struct IngestSummary {
+    /// Lines read.
+    pub lines: usize,
+    /// Outcomes.
+    pub counts: IngestCounts,
+    /// Wall time.
+    pub seconds: f64,
+    /// The first few rejections, with line numbers.
+    pub first_rejections: Vec<String>,
+}
+
+/// Streams an NDJSON file through the ingest pipeline in batches, validating like `POST /v1/events`.
+pub fn ingest_file(
+    service: &RankingService,
+    file: &std::path::Path,
+    batch_size: usize,
+    config: &Config,
+    show_progress: bool,
+) -> anyhow::Result<IngestSummary> {
+    let (reader, total_bytes): (Box<dyn Read>, u64) = if file.as_os_str() == "-" {
+        (Box::new(std::io::stdin()), 0)
+    } else {
+        let opened = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+        let size = opened.metadata().map(|m| m.len()).unwrap_or(0);
+        (Box::new(opened), size)
+    };
+    let progress = if show_progress && total_bytes > 0 {
+        let bar = ProgressBar::new(total_bytes);
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({eta}) {msg}")
+                .expect("valid template"),
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut reader = BufReader::with_capacity(1 << 20, progress.wrap_read(reader));
+    let started = Instant::now();
+    let mut summary = IngestSummary::default();
+    let mut chunk = Vec::with_capacity(batch_size * 160);
+    let mut chunk_lines = 0;
+    let mut first_line_of_chunk = 1;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = reader.read_until(b'\n', &mut line)?;
+        if read > 0 {
+            chunk.extend_from_slice(&line);
+            if !line.ends_with(b"\n") {
+                chunk.push(b'\n');
+            }
+            chunk_lines += 1;
+        }
+        if chunk_lines >= batch_size || (read == 0 && chunk_lines > 0) {
+            ingest_chunk(service, &chunk, first_line_of_chunk, config, &mut summary)?;
+            summary.lines += chunk_lines;
+            first_line_of_chunk += chunk_lines;
+            progress.set_message(format!("{} accepted", summary.counts.accepted));
+            chunk.clear();
+            chunk_lines = 0;
+        }
+        if read == 0 {
+            break;
+        }
+    }
+    progress.finish_and_clear();
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+fn ingest_chunk(
+    service: &RankingService,
+    chunk: &[u8],
+    first_line: usize,
+    config: &Config,
+    summary: &mut IngestSummary,
+) -> anyhow::Result<()> {
+    let now = jiff::Timestamp::now().as_millisecond();
+    let limits = ParseLimits { now_millis: now, max_future_millis: config.max_future_millis };
+    let items = split_body(chunk, BodyFormat::Ndjson).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut events: Vec<Event> = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let parsed = match item {
+            RawItem::Value(value) => Event::from_json(value, &limits).map_err(|e| e.to_string()),
+            RawItem::Malformed(message) => Err(format!("event: not valid JSON: {message}")),
+        };
+        match parsed {
+            Ok(event) => events.push(event),
+            Err(error) => {
+                summary.counts.rejected += 1;
+                if summary.first_rejections.len() < 10 {
+                    summary.first_rejections.push(format!("event {}: {error}", first_line + index));
+                }
+            }
+        }
+    }
+    let outcomes = service.writer().ingest_blocking(events, now)?;
+    for outcome in &outcomes {
+        summary.counts.count(outcome);
+    }
+    Ok(())
+}
+
+/// Recomputes every hourly metric row from the raw event log and replaces the stored rows.
+pub fn replay_metrics(config: &Config) -> anyhow::Result<usize> {
+    let mut source = SqliteSource::open(&config.data_dir)?;
+    let policy = source.load_policies(rankgate_core::ranker::RankerName::Popular)?.map(|p| p.active).unwrap_or_default();
+    let events = read_event_log(&mut source)?;
+    let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
+    let rows: Vec<(Hour, ProductId, rankgate_core::metrics::Metrics)> = model.hourly_rows();
+    source.replace_metrics(&rows)?;
+    Ok(rows.len())
+}
+
+fn read_catalog_csv(file: &std::path::Path) -> anyhow::Result<Vec<(ProductId, serde_json::Value)>> {
+    let mut reader = csv::Reader::from_path(file).with_context(|| format!("opening {}", file.display()))?;
+    let headers = reader.headers()?.clone();
+    let id_column = headers
+        .iter()
+        .position(|h| h == "id" || h == "product_id" || h == "productId")
+        .context("the CSV needs an `id` (or `product_id`) column")?;
+    let mut entries = Vec::new();
+    for (line, record) in reader.records().enumerate() {
+        let record = record.with_context(|| format!("reading CSV record {}", line + 2))?;
+        let product = ProductId::parse(record.get(id_column).unwrap_or(""))
+            .map_err(|e| anyhow::anyhow!("line {}: id: {e}", line + 2))?;
+        let mut entry = serde_json::Map::new();
+        for (i, header) in headers.iter().enumerate() {
+            if i == id_column {
+                continue;
+            }
+            let value = record.get(i).unwrap_or("");
+            let value = match header {
+                "price" if !value.is_empty() => serde_json::Value::from(
+                    value.parse::<u64>().map_err(|_| anyhow::anyhow!("line {}: price: must be an integer", line + 2))?,
+                ),
+                _ => serde_json::Value::from(value),
+            };
+            entry.insert(header.to_string(), value);
+        }
+        let entry = crate::routes::catalog::parse_entry(&serde_json::Value::Object(entry))
+            .map_err(|e| anyhow::anyhow!("line {}: {e}", line + 2))?;
+        entries.push((product, entry));
+    }
+    Ok(entries)
+}

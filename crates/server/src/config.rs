@@ -1,0 +1,231 @@
+//! Configuration: defaults, then a TOML file, then `RANKGATE_*` environment variables, then flags.
+//!
+//! Flags and environment variables share one layer through clap (`#[arg(env)]`), so a flag wins over
+//! its variable, and both win over the file. Secrets (bearer keys) are hashed as soon as they are read
+//! and never printed: [`Config`]'s `Debug` shows only how many keys there are.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use rankgate_core::period::Zone;
+
+use crate::waiting_room::{GateConfig, WaitingRoomConfig};
+
+/// The settings of a running service, after every layer is merged.
+#[derive(Clone)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Directory of the embedded stores.
+    pub data_dir: PathBuf,
+    /// Time zone of calendar periods.
+    pub zone: Zone,
+    /// Events stamped further than this in the future of the server clock are rejected.
+    pub max_future_millis: i64,
+    /// Events older than this behind the watermark are dropped (`tooOld`).
+    pub max_lateness_millis: i64,
+    /// How long raw events and processed ids are kept behind the watermark.
+    pub event_retention_millis: i64,
+    /// How long hourly metric rows are kept behind the watermark.
+    pub metric_retention_millis: i64,
+    /// Largest number of events in one ingest request.
+    pub max_batch: usize,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// An acknowledged event is visible in reads within this time.
+    pub freshness_millis: u64,
+    /// Upper bound on product entries across cached ranking spans.
+    pub max_cached_members: usize,
+    /// SHA-256 of each admin key; empty means admin endpoints are open.
+    pub admin_keys: BearerKeys,
+    /// SHA-256 of each ingest key; empty means ingest is open. Admin keys may ingest too.
+    pub ingest_keys: BearerKeys,
+    /// Waiting-room defaults and `[[gate]]` routes.
+    pub waiting_room: WaitingRoomConfig,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("data_dir", &self.data_dir)
+            .field("admin_keys", &self.admin_keys.len())
+            .field("ingest_keys", &self.ingest_keys.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Hashed bearer keys, compared in constant time.
+#[derive(Clone, Default)]
+pub struct BearerKeys(Vec<[u8; 32]>);
+
+impl BearerKeys {
+    /// Hashes each key; the plain keys are dropped.
+    pub fn from_plain<S: AsRef<str>>(keys: &[S]) -> BearerKeys {
+        BearerKeys(
+            keys.iter().map(|k| k.as_ref().trim()).filter(|k| !k.is_empty()).map(|k| Sha256::digest(k).into()).collect(),
+        )
+    }
+
+    /// Number of keys configured.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when no key is configured (the endpoints are open).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `presented` is one of the keys. Compares every stored hash in constant time.
+    pub fn accepts(&self, presented: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(presented).into();
+        self.0.iter().fold(subtle::Choice::from(0), |found, key| found | key.ct_eq(&digest)).into()
+    }
+}
+
+/// The TOML file's shape. Every field is optional; missing ones keep their defaults.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    time_zone: Option<String>,
+    max_future_seconds: Option<i64>,
+    max_lateness_hours: Option<i64>,
+    event_retention_hours: Option<i64>,
+    metric_retention_days: Option<i64>,
+    max_batch: Option<usize>,
+    max_body_bytes: Option<usize>,
+    freshness_millis: Option<u64>,
+    max_cached_members: Option<usize>,
+    #[serde(default)]
+    admin_keys: Vec<String>,
+    #[serde(default)]
+    ingest_keys: Vec<String>,
+    #[serde(default)]
+    waiting_room: WaitingRoomConfig,
+    #[serde(default)]
+    gate: Vec<GateConfig>,
+}
+
+/// Values given on the command line or in `RANKGATE_*` variables.
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct Overrides {
+    /// Address to listen on [default: 127.0.0.1:8080]
+    #[arg(long, env = "RANKGATE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Data directory of the embedded stores [default: ./rankgate-data]
+    #[arg(long, env = "RANKGATE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// TOML configuration file
+    #[arg(long, env = "RANKGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// IANA time zone of calendar periods, whole-hour offsets only [default: UTC]
+    #[arg(long, env = "RANKGATE_TIME_ZONE")]
+    pub time_zone: Option<String>,
+    /// Comma-separated admin bearer keys (never logged)
+    #[arg(long, env = "RANKGATE_ADMIN_KEYS", hide_env_values = true, value_delimiter = ',')]
+    pub admin_keys: Option<Vec<String>>,
+    /// Comma-separated ingest bearer keys (never logged)
+    #[arg(long, env = "RANKGATE_INGEST_KEYS", hide_env_values = true, value_delimiter = ',')]
+    pub ingest_keys: Option<Vec<String>>,
+}
+
+const HOUR_MILLIS: i64 = 3_600_000;
+
+impl Config {
+    /// Merges defaults, the file named by `overrides.config` (if any), and the overrides.
+    pub fn load(overrides: &Overrides) -> anyhow::Result<Config> {
+        let file = match &overrides.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        Config::merge(file, overrides)
+    }
+
+    fn merge(file: FileConfig, overrides: &Overrides) -> anyhow::Result<Config> {
+        let zone_name = overrides.time_zone.clone().or(file.time_zone).unwrap_or_else(|| "UTC".into());
+        let zone = Zone::parse(&zone_name).map_err(|e| anyhow::anyhow!("time_zone: {e}"))?;
+        let max_lateness_millis = file.max_lateness_hours.unwrap_or(35 * 24) * HOUR_MILLIS;
+        let event_retention_millis = file.event_retention_hours.unwrap_or(35 * 24) * HOUR_MILLIS;
+        anyhow::ensure!(
+            event_retention_millis >= max_lateness_millis,
+            "event_retention_hours must be at least max_lateness_hours, or a late event could be counted twice"
+        );
+        let mut waiting_room = file.waiting_room;
+        waiting_room.gates.extend(file.gate);
+        Ok(Config {
+            listen: overrides.listen.or(file.listen).unwrap_or_else(|| "127.0.0.1:8080".parse().expect("valid")),
+            data_dir: overrides.data_dir.clone().or(file.data_dir).unwrap_or_else(|| "./rankgate-data".into()),
+            zone,
+            max_future_millis: file.max_future_seconds.unwrap_or(300) * 1000,
+            max_lateness_millis,
+            event_retention_millis,
+            metric_retention_millis: file.metric_retention_days.unwrap_or(400) * 24 * HOUR_MILLIS,
+            max_batch: file.max_batch.unwrap_or(10_000),
+            max_body_bytes: file.max_body_bytes.unwrap_or(16 * 1024 * 1024),
+            freshness_millis: file.freshness_millis.unwrap_or(1000),
+            max_cached_members: file.max_cached_members.unwrap_or(5_000_000),
+            admin_keys: BearerKeys::from_plain(overrides.admin_keys.as_deref().unwrap_or(&file.admin_keys)),
+            ingest_keys: BearerKeys::from_plain(overrides.ingest_keys.as_deref().unwrap_or(&file.ingest_keys)),
+            waiting_room,
+        })
+    }
+
+    /// Defaults for tests and tools: everything embedded under `data_dir`, listening on port 0.
+    pub fn for_data_dir(data_dir: &Path) -> Config {
+        let overrides = Overrides {
+            listen: Some("127.0.0.1:0".parse().expect("valid")),
+            data_dir: Some(data_dir.to_path_buf()),
+            ..Overrides::default()
+        };
+        Config::merge(FileConfig::default(), &overrides).expect("defaults are valid")
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_hashed_and_matched_exactly() {
+        let keys = BearerKeys::from_plain(&["s3cret", " other "]);
+        assert!(keys.accepts("s3cret"));
+        assert!(keys.accepts("other"));
+        assert!(!keys.accepts("s3cre"));
+        assert!(!keys.accepts(""));
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let file: FileConfig = toml::from_str("listen = \"127.0.0.1:9000\"\ntime_zone = \"Asia/Tokyo\"").unwrap();
+        let overrides = Overrides { listen: Some("127.0.0.1:9100".parse().unwrap()), ..Overrides::default() };
+        let config = Config::merge(file, &overrides).unwrap();
+        assert_eq!(config.listen.port(), 9100);
+    }
+
+    #[test]
+    fn retention_shorter_than_lateness_is_refused() {
+        let file: FileConfig = toml::from_str("event_retention_hours = 10\nmax_lateness_hours = 20").unwrap();
+        let error = Config::merge(file, &Overrides::default()).unwrap_err().to_string();
+        assert!(error.contains("event_retention_hours"), "{error}");
+    }
+
+    #[test]
+    fn debug_never_shows_keys() {
+        let overrides = Overrides { admin_keys: Some(vec!["topsecret".into()]), ..Overrides::default() };
+        let config = Config::merge(FileConfig::default(), &overrides).unwrap();
+        assert!(!format!("{config:?}").contains("topsecret"));
+    }
+}

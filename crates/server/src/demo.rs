@@ -1,0 +1,153 @@
+//! `rankgate demo`: the seed lesson's workload end to end on embedded defaults, then the flash-sale
+//! waiting room. Prints top lists, the verification result and timings.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use rankgate_bench::workload::{seed_lesson, SeedLessonConfig};
+use rankgate_core::event::{Event, ParseLimits};
+use rankgate_core::ids::{Category, CategoryOrAll};
+use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen};
+use rankgate_core::ranker::RankerName;
+use rankgate_store::ranking::engine::RankingQuery;
+
+use crate::config::Config;
+use crate::rankings::{IngestCounts, RankingService};
+use crate::verify::verify_data_dir;
+
+/// Events per ingest call: the HTTP batch size the targets are stated for.
+const BATCH: usize = 2_000;
+
+/// Runs the demo; returns whether verification passed.
+pub fn run_demo(
+    data_dir: Option<PathBuf>,
+    scale: f64,
+    flash_sale_members: usize,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<bool> {
+    let temporary = tempfile::tempdir()?;
+    let data_dir = data_dir.unwrap_or_else(|| temporary.path().to_path_buf());
+    let config = Config::for_data_dir(&data_dir);
+    let now = jiff::Timestamp::now().as_millisecond();
+
+    writeln!(out, "rankgate demo — the seed lesson's workload on embedded defaults (data dir {})", data_dir.display())?;
+    let started = Instant::now();
+    let workload = seed_lesson(&SeedLessonConfig::new(42, now - 60_000).with_scale(scale));
+    let limits = ParseLimits { now_millis: now, max_future_millis: config.max_future_millis };
+    let events: Vec<Event> = workload
+        .iter()
+        .map(|e| Event::from_json(&e.to_json(), &limits))
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("the generated workload is invalid: {e}"))?;
+    let sales = events.iter().filter(|e| e.payment.is_some()).count();
+    writeln!(
+        out,
+        "generated {} events ({} payments) over 14 days, 50 categories, 20,000 products in {:.2}s",
+        events.len(),
+        sales,
+        started.elapsed().as_secs_f64()
+    )?;
+
+    let (service, writer_thread) = RankingService::open_embedded(&config)?;
+    let started = Instant::now();
+    let mut counts = IngestCounts::default();
+    for batch in events.chunks(BATCH) {
+        for outcome in service.writer().ingest_blocking(batch.to_vec(), now)? {
+            counts.count(&outcome);
+        }
+    }
+    let ingest_seconds = started.elapsed().as_secs_f64();
+    writeln!(
+        out,
+        "ingested in batches of {BATCH}: {:.2}s, {:.0} events/s durable (accepted {}, duplicates {}, tooOld {}, rejected {})",
+        ingest_seconds,
+        events.len() as f64 / ingest_seconds,
+        counts.accepted,
+        counts.duplicates,
+        counts.too_old,
+        counts.rejected
+    )?;
+
+    let zone = config.zone.clone();
+    let now_hour = Hour::from_millis(now);
+    let today = PeriodKey::containing(PeriodKind::Daily, now_hour, &zone);
+    let yesterday = today.prev(&zone);
+    let hot = CategoryOrAll::Category(Category::parse("cat0")?);
+    let cat7 = CategoryOrAll::Category(Category::parse("cat7")?);
+    let lists = [
+        ("cat0 (hot), units, last 7 days", RankerName::Units, hot.clone(), Span::Window { len: WindowLen::D7, end: now_hour }, 5),
+        ("cat7, units, last 7 days", RankerName::Units, cat7, Span::Window { len: WindowLen::D7, end: now_hour }, 3),
+        ("cat0, popular, yesterday", RankerName::Popular, hot.clone(), Span::Period(yesterday), 5),
+        ("cat0, popular, today (with carry)", RankerName::Popular, hot, Span::Period(today), 5),
+        ("all, revenue, last 30 days", RankerName::Revenue, CategoryOrAll::All, Span::Window { len: WindowLen::D30, end: now_hour }, 5),
+    ];
+    for (title, ranker, category, span, limit) in lists {
+        let query = RankingQuery { ranker, category, span };
+        let started = Instant::now();
+        let page = service.top(&query, 0, limit);
+        let first_read = started.elapsed();
+        let started = Instant::now();
+        let cached = service.top(&query, 0, limit);
+        let cached_read = started.elapsed();
+        debug_assert_eq!(cached, page);
+        let items: Vec<String> = page
+            .items
+            .iter()
+            .map(|i| format!("{} {}", i.product, trim_score(i.score)))
+            .collect();
+        writeln!(
+            out,
+            "{title} ({} listed; first read {:.1} ms, cached {:.1} µs): {}",
+            page.total,
+            first_read.as_secs_f64() * 1e3,
+            cached_read.as_secs_f64() * 1e6,
+            items.join(", ")
+        )?;
+    }
+
+    // Restart: a new process rebuilds serving state from the source of truth.
+    drop(service);
+    let _ = writer_thread.join();
+    let started = Instant::now();
+    let (restarted, restarted_writer) = RankingService::open_embedded(&config)?;
+    writeln!(
+        out,
+        "restart: serving state for {} products rebuilt from SQLite in {:.2}s",
+        restarted.engine().read().product_count(),
+        started.elapsed().as_secs_f64()
+    )?;
+    drop(restarted);
+    let _ = restarted_writer.join();
+
+    let started = Instant::now();
+    let report = verify_data_dir(&config, &|_| {})?;
+    writeln!(
+        out,
+        "verify: {} rankings ({} ranked items) recomputed from {} raw events in {:.2}s: {}",
+        report.rankings,
+        report.items,
+        report.events,
+        started.elapsed().as_secs_f64(),
+        if report.ok() { "incremental equals batch recompute".to_string() } else { format!("{} MISMATCHES", report.mismatches.len()) }
+    )?;
+    for mismatch in report.mismatches.iter().take(10) {
+        writeln!(out, "  {mismatch}")?;
+    }
+
+    if flash_sale_members > 0 {
+        writeln!(out)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        let flash_dir = data_dir.join("flash-sale");
+        runtime.block_on(crate::waiting_room::run_flash_sale_demo(&flash_dir, flash_sale_members, out))?;
+    }
+    Ok(report.ok())
+}
+
+fn trim_score(score: f64) -> String {
+    if score.fract() == 0.0 {
+        format!("{score:.0}")
+    } else {
+        format!("{score:.2}")
+    }
+}

@@ -1,0 +1,128 @@
+//! The single writer thread of the rankings source of truth, with group commit.
+//!
+//! Every ingest (HTTP, `rankgate ingest`, the demo) and every admin write goes through one OS thread that
+//! owns the [`Ingestor`]. Concurrent ingest requests that arrive while a commit is running are merged
+//! into the next transaction, so under load a transaction carries many requests and the per-commit cost
+//! (fsync of the WAL, statement setup) is shared. Blocking SQLite work never runs on the async runtime.
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use anyhow::anyhow;
+use tokio::sync::oneshot;
+
+use rankgate_core::event::Event;
+use rankgate_store::ranking::ingest::{EventOutcome, Ingestor};
+
+/// Largest number of events merged into one transaction.
+const GROUP_COMMIT_EVENTS: usize = 20_000;
+
+type AdminTask = Box<dyn FnOnce(&mut Ingestor) + Send>;
+
+enum Command {
+    Ingest { events: Vec<Event>, now_millis: i64, reply: oneshot::Sender<anyhow::Result<Vec<EventOutcome>>> },
+    Run(AdminTask),
+}
+
+/// A cheap, cloneable handle to the writer thread.
+#[derive(Clone)]
+pub struct WriterHandle {
+    sender: mpsc::Sender<Command>,
+}
+
+impl WriterHandle {
+    /// Starts the writer thread, which owns `ingestor` until every handle is dropped.
+    pub fn spawn(ingestor: Ingestor) -> (WriterHandle, JoinHandle<()>) {
+        let (sender, receiver) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("rankings-writer".into())
+            .spawn(move || run_writer(ingestor, receiver))
+            .expect("spawning the writer thread");
+        (WriterHandle { sender }, thread)
+    }
+
+    /// Ingests events; resolves once every accepted event is durable.
+    pub async fn ingest(&self, events: Vec<Event>, now_millis: i64) -> anyhow::Result<Vec<EventOutcome>> {
+        let (reply, answer) = oneshot::channel();
+        self.sender
+            .send(Command::Ingest { events, now_millis, reply })
+            .map_err(|_| anyhow!("the rankings writer has stopped"))?;
+        answer.await.map_err(|_| anyhow!("the rankings writer stopped before answering"))?
+    }
+
+    /// Blocking variant of [`WriterHandle::ingest`] for command-line tools.
+    pub fn ingest_blocking(&self, events: Vec<Event>, now_millis: i64) -> anyhow::Result<Vec<EventOutcome>> {
+        let (reply, answer) = oneshot::channel();
+        self.sender
+            .send(Command::Ingest { events, now_millis, reply })
+            .map_err(|_| anyhow!("the rankings writer has stopped"))?;
+        answer.blocking_recv().map_err(|_| anyhow!("the rankings writer stopped before answering"))?
+    }
+
+    /// Runs `task` on the writer thread, in order with ingests, and returns its result.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        task: impl FnOnce(&mut Ingestor) -> T + Send + 'static,
+    ) -> anyhow::Result<T> {
+        let (reply, answer) = oneshot::channel();
+        let task: AdminTask = Box::new(move |ingestor| {
+            let _ = reply.send(task(ingestor));
+        });
+        self.sender.send(Command::Run(task)).map_err(|_| anyhow!("the rankings writer has stopped"))?;
+        answer.await.map_err(|_| anyhow!("the rankings writer stopped before answering"))
+    }
+}
+
+struct PendingIngest {
+    len: usize,
+    reply: oneshot::Sender<anyhow::Result<Vec<EventOutcome>>>,
+}
+
+fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>) {
+    let mut next = receiver.recv().ok();
+    while let Some(command) = next.take() {
+        match command {
+            Command::Run(task) => task(&mut ingestor),
+            Command::Ingest { events, now_millis, reply } => {
+                let mut all = events;
+                let mut pending = vec![PendingIngest { len: all.len(), reply }];
+                let mut latest_now = now_millis;
+                // Group commit: take whatever ingests queued up behind this one.
+                while all.len() < GROUP_COMMIT_EVENTS {
+                    match receiver.try_recv() {
+                        Ok(Command::Ingest { events, now_millis, reply }) => {
+                            pending.push(PendingIngest { len: events.len(), reply });
+                            all.extend(events);
+                            latest_now = latest_now.max(now_millis);
+                        }
+                        Ok(other) => {
+                            next = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let started = std::time::Instant::now();
+                let result = ingestor.ingest(&all, latest_now);
+                metrics::histogram!("rankgate_ingest_commit_seconds").record(started.elapsed().as_secs_f64());
+                match result {
+                    Ok(outcomes) => {
+                        let mut outcomes = outcomes.into_iter();
+                        for request in pending {
+                            let _ = request.reply.send(Ok(outcomes.by_ref().take(request.len).collect()));
+                        }
+                    }
+                    Err(error) => {
+                        tracing::error!(error = %error, "ingest commit failed; nothing in the batch was acknowledged");
+                        for request in pending {
+                            let _ = request.reply.send(Err(anyhow!("the source of truth refused the batch: {error}")));
+                        }
+                    }
+                }
+            }
+        }
+        if next.is_none() {
+            next = receiver.recv().ok();
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! Operations endpoints: `/healthz`, `/readyz`, `/metrics`, `/openapi.json` and the live dashboard.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse};
+use axum::Json;
+use serde_json::json;
+
+use crate::app::AppState;
+
+/// Liveness: the process answers.
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Readiness: serving state is loaded and the writer accepts work.
+pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    match state.rankings.barrier().await {
+        Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
+        Err(error) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "unavailable", "error": error.to_string() }))),
+    }
+}
+
+/// Prometheus text exposition.
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let engine_products = state.rankings.engine().read().product_count();
+    metrics::gauge!("rankgate_products").set(engine_products as f64);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.prometheus.render())
+}
+
+/// The OpenAPI 3.1 document of the HTTP API.
+pub async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], include_str!("../../openapi.json"))
+}
+
+/// A live dashboard: bars of the current top lists and the waiting rooms, refreshed every second.
+pub async fn dashboard() -> Html<&'static str> {
+    Html(include_str!("../../dashboard.html"))
+}

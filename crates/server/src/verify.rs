@@ -1,0 +1,186 @@
+//! `rankgate verify`: recompute every ranking from the raw event log as a plain batch, and compare it with
+//! what the service serves — the same products, the same order, the same metrics and scores.
+//!
+//! Two comparisons are made. The stored hourly metric rows must equal the raw log's sums (this checks
+//! the ingest path and its transactions), and every ranking the engine builds from those rows must
+//! equal the batch recompute (this checks the engine, carry chains included). Optionally the rankings of
+//! a running server are fetched over HTTP and compared too.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use rankgate_core::event::{Event, ParseLimits};
+use rankgate_core::ids::CategoryOrAll;
+use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen};
+use rankgate_core::ranker::{Policy, RankerName};
+use rankgate_store::ranking::engine::{EngineConfig, RankedItem, RankingEngine, RankingQuery};
+use rankgate_store::ranking::ingest::{IngestConfig, Ingestor};
+use rankgate_store::ranking::recompute::BatchModel;
+use rankgate_store::ranking::source::SourceOfTruth;
+use rankgate_store::ranking::sqlite::SqliteSource;
+
+use crate::config::Config;
+
+/// What a verification found.
+#[derive(Debug, Default)]
+pub struct VerifyReport {
+    /// Raw events read from the log.
+    pub events: usize,
+    /// Hourly metric rows compared.
+    pub hourly_rows: usize,
+    /// Rankings compared.
+    pub rankings: usize,
+    /// Listed products compared across all rankings.
+    pub items: usize,
+    /// Human-readable differences; empty means everything matched.
+    pub mismatches: Vec<String>,
+}
+
+impl VerifyReport {
+    /// True when nothing differed.
+    pub fn ok(&self) -> bool {
+        self.mismatches.is_empty()
+    }
+}
+
+/// Compares two full rankings, recording at most a few differences per ranking.
+pub fn compare_rankings(label: &str, served: &[RankedItem], expected: &[RankedItem], mismatches: &mut Vec<String>) {
+    if served.len() != expected.len() {
+        mismatches.push(format!("{label}: {} products served, {} expected", served.len(), expected.len()));
+    }
+    let mut reported = 0;
+    for (s, e) in served.iter().zip(expected) {
+        let same = s.product == e.product
+            && s.rank == e.rank
+            && s.metrics == e.metrics
+            && s.score.to_bits() == e.score.to_bits()
+            && s.carry.to_bits() == e.carry.to_bits();
+        if !same {
+            mismatches.push(format!("{label}: rank {} served {s:?}, expected {e:?}", e.rank));
+            reported += 1;
+            if reported >= 3 {
+                break;
+            }
+        }
+    }
+}
+
+/// The spans verified: every day, ISO week and month touched by the log, hourly periods of the last
+/// day, and each sliding window ending at the newest hour.
+pub fn spans_to_verify(range: std::ops::Range<Hour>, zone: &rankgate_core::period::Zone) -> Vec<Span> {
+    let mut spans = BTreeSet::new();
+    let mut hour = range.start;
+    while hour < range.end {
+        for kind in [PeriodKind::Daily, PeriodKind::Weekly, PeriodKind::Monthly] {
+            spans.insert(SpanOrd(Span::Period(PeriodKey::containing(kind, hour, zone))));
+        }
+        hour = hour.plus(1);
+    }
+    let last = Hour(range.end.0 - 1);
+    for back in 0..24 {
+        spans.insert(SpanOrd(Span::Period(PeriodKey::containing(PeriodKind::Hourly, last.plus(-back), zone))));
+    }
+    for len in [WindowLen::H1, WindowLen::D1, WindowLen::D7, WindowLen::D30] {
+        spans.insert(SpanOrd(Span::Window { len, end: last }));
+    }
+    spans.into_iter().map(|s| s.0).collect()
+}
+
+/// Orders spans by their debug text so the set dedupes them with a stable order.
+#[derive(PartialEq, Eq)]
+struct SpanOrd(Span);
+impl PartialOrd for SpanOrd {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for SpanOrd {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        format!("{:?}", self.0).cmp(&format!("{:?}", other.0))
+    }
+}
+
+/// Reads every raw event of the log.
+pub fn read_event_log(source: &mut dyn SourceOfTruth) -> anyhow::Result<Vec<Event>> {
+    // Stored events were validated on arrival; don't re-apply the future check against today's clock.
+    let limits = ParseLimits { now_millis: i64::MAX / 4, max_future_millis: 0 };
+    let mut events = Vec::new();
+    let mut failure = None;
+    source.scan_event_log(&mut |_, body| match serde_json::from_slice(body) {
+        Ok(value) => match Event::from_json(&value, &limits) {
+            Ok(event) => events.push(event),
+            Err(error) => failure = Some(format!("stored event no longer parses: {error}")),
+        },
+        Err(error) => failure = Some(format!("stored event is not JSON: {error}")),
+    })?;
+    if let Some(failure) = failure {
+        anyhow::bail!(failure);
+    }
+    Ok(events)
+}
+
+/// Verifies the data dir of `config` (a running server may keep serving meanwhile: SQLite WAL readers
+/// do not block the writer).
+pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Result<VerifyReport> {
+    let mut source = SqliteSource::open(&config.data_dir)?;
+    let policy = source.load_policies(RankerName::Popular)?.map(|p| p.active).unwrap_or_default();
+    progress("reading the raw event log");
+    let events = read_event_log(&mut source)?;
+    let mut report = VerifyReport { events: events.len(), ..VerifyReport::default() };
+    let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
+
+    progress("loading serving state from the stored metrics");
+    let engine = Arc::new(RwLock::new(RankingEngine::new(
+        EngineConfig { zone: config.zone.clone(), max_cached_members: usize::MAX },
+        policy,
+    )));
+    let _ingestor = Ingestor::open(Box::new(source), engine.clone(), IngestConfig::default())?;
+    let mut engine = engine.write();
+
+    progress("comparing hourly metric rows with the raw log");
+    let expected_rows = model.hourly_rows();
+    let log_start = expected_rows.first().map(|r| r.0);
+    let mut stored_rows: Vec<_> = engine
+        .hourly_rows()
+        .filter(|(hour, _, m)| log_start.is_some_and(|start| *hour >= start) && !m.is_zero())
+        .map(|(hour, product, m)| (hour, product.clone(), *m))
+        .collect();
+    stored_rows.sort_by(|a, b| (a.0, a.1.as_str()).cmp(&(b.0, b.1.as_str())));
+    report.hourly_rows = expected_rows.len();
+    if stored_rows != expected_rows {
+        let first_difference = stored_rows.iter().zip(&expected_rows).find(|(a, b)| a != b);
+        report.mismatches.push(format!(
+            "hourly metrics: {} stored rows vs {} from the raw log; first difference: {first_difference:?}",
+            stored_rows.len(),
+            expected_rows.len()
+        ));
+    }
+
+    let Some(range) = model.hour_range() else { return Ok(report) };
+    let spans = spans_to_verify(range, &config.zone);
+    let categories: Vec<CategoryOrAll> =
+        std::iter::once(CategoryOrAll::All).chain(model.categories().into_iter().map(CategoryOrAll::Category)).collect();
+    progress(&format!("comparing {} rankings with the batch recompute", spans.len() * categories.len() * 3));
+    for span in &spans {
+        for category in &categories {
+            for ranker in RankerName::ALL {
+                let query = RankingQuery { ranker, category: category.clone(), span: *span };
+                let served = engine.full_ranking(&query);
+                let expected = model.ranking(ranker, category, span);
+                report.rankings += 1;
+                report.items += expected.len();
+                compare_rankings(&format!("{ranker} {category} {span:?}"), &served, &expected, &mut report.mismatches);
+            }
+        }
+        // Spans are compared one at a time; drop them so memory stays flat on big logs.
+        engine.evict_cached_spans();
+    }
+    Ok(report)
+}
+
+/// Policy used when nothing is stored yet.
+pub fn default_policy() -> Policy {
+    Policy::default()
+}
