@@ -1,1 +1,49 @@
-//! placeholder
+//! Waiting-room storage (SPEC Part 2) and the two toolkit pieces it runs on (SPEC Part 3): the traits, the
+//! embedded backend, and the conformance suite every backend must pass.
+//!
+//! # Design rules every backend follows
+//! - **One operation, one atomic step.** Each trait method is a single atomic unit on the store: on Redis one
+//!   Lua script touching one hash-tagged slot (`{q:<queue>}`), in the embedded store one critical section
+//!   plus one SQLite transaction. Nothing is a read-then-write across two calls, which is what broke the
+//!   seed's entry (ZSCORE then ZADD) and admission (ZPOPMIN then SET).
+//! - **The store's clock.** Time comes from the store (Redis `TIME`; the embedded store's [`Clock`]) through
+//!   a monotonic guard, never from the calling instance, so several instances agree on expiry and order.
+//! - **Outcome enums, not booleans.** Callers map outcomes to HTTP statuses without guessing.
+//! - **Pure rules from `rankgate-core`.** State transitions, the admission budget, the estimator, backoff and
+//!   limiter maths are the same functions on every backend.
+//!
+//! # Layout
+//! - [`waiting`]: [`QueueStore`]: entries, the server-side sequence, tokens, claims, the admission budget.
+//! - [`jobs`]: [`JobStore`]: delayed/retry jobs with claims, a reaper, backoff and a dead set.
+//! - [`limiter`]: [`RateLimiter`]: sliding log and sliding-window counter.
+//! - [`token`]: how entry tokens and claim ids are made and hashed.
+//! - [`embedded`]: the in-process backend (sorted sets from `rankgate-zset`, SQLite group commit).
+//! - [`conformance`]: the shared test suite, run against every backend.
+//!
+//! [`Clock`]: crate::clock::Clock
+
+pub mod conformance;
+pub mod embedded;
+pub mod jobs;
+pub mod limiter;
+pub mod token;
+pub mod waiting;
+
+pub use jobs::{ClaimedJob, DeadJob, JobCounts, JobStore, NackOutcome, NewJob};
+pub use limiter::{RateLimiter, RateLimiterKind};
+pub use waiting::{
+    AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome, MemberView,
+    QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
+};
+
+/// Why a store operation failed. Business outcomes (wrong token, already claimed…) are not errors; they are
+/// the `Ok` outcome enums. These are the failures the gate turns into 503 (fail-closed).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached or cannot persist right now.
+    #[error("queue store unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data is not what this version expects.
+    #[error("queue store data is corrupt: {0}")]
+    Corrupt(String),
+}

@@ -1,0 +1,2 @@
+//! Queue benchmarks (filled in below).
+fn main() {}

@@ -1,0 +1,99 @@
+//! The embedded [`RateLimiter`]: limiter state in sharded maps, never persisted (it covers seconds).
+//!
+//! Keys are spread over shards so concurrent polls of different members rarely share a lock; each shard is
+//! swept of idle keys every few thousand calls, so a crowd of a million members that stopped polling does
+//! not stay in memory.
+
+use async_trait::async_trait;
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use rankgate_core::limiter::{MonotonicGuard, RateDecision, RateLimit, SlidingLog, SlidingWindowCounter};
+
+use super::EmbeddedStore;
+use crate::queue::limiter::{RateLimiter, RateLimiterKind};
+use crate::queue::StoreError;
+
+const SHARDS: usize = 32;
+const SWEEP_EVERY_CALLS: u64 = 4_096;
+
+enum Entry {
+    Log(SlidingLog, i64),
+    Window(SlidingWindowCounter, i64),
+}
+
+#[derive(Default)]
+struct Shard {
+    entries: HashMap<String, Entry>,
+    guard: MonotonicGuard,
+    calls: u64,
+}
+
+pub(crate) struct EmbeddedLimiter {
+    shards: Vec<Mutex<Shard>>,
+    // One hasher for the limiter's life: a fresh `RandomState` per call would scatter a key over shards.
+    hasher: hashbrown::DefaultHashBuilder,
+}
+
+impl Default for EmbeddedLimiter {
+    fn default() -> Self {
+        EmbeddedLimiter {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+        }
+    }
+}
+
+impl EmbeddedLimiter {
+    fn shard_of(&self, key: &str) -> &Mutex<Shard> {
+        use std::hash::BuildHasher;
+        &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
+    }
+
+    fn try_acquire(&self, key: &str, now_ms: i64, limit: RateLimit, kind: RateLimiterKind) -> RateDecision {
+        let mut shard = self.shard_of(key).lock();
+        let now_ms = shard.guard.observe(now_ms);
+        shard.calls += 1;
+        if shard.calls % SWEEP_EVERY_CALLS == 0 {
+            shard.entries.retain(|_, entry| match entry {
+                Entry::Log(log, window) => !log.is_idle(now_ms, *window),
+                Entry::Window(counter, window) => !counter.is_idle(now_ms, *window),
+            });
+        }
+        let entry = shard.entries.entry_ref(key).or_insert_with(|| match kind {
+            RateLimiterKind::SlidingLog => Entry::Log(SlidingLog::default(), limit.window_ms),
+            RateLimiterKind::SlidingWindow { .. } => Entry::Window(SlidingWindowCounter::default(), limit.window_ms),
+        });
+        match (entry, kind) {
+            (Entry::Log(log, window), RateLimiterKind::SlidingLog) => {
+                *window = limit.window_ms;
+                log.try_acquire(now_ms, limit)
+            }
+            (Entry::Window(counter, window), RateLimiterKind::SlidingWindow { buckets }) => {
+                *window = limit.window_ms;
+                counter.try_acquire(now_ms, limit, buckets)
+            }
+            (entry, kind) => {
+                // The same key used with another algorithm: start that algorithm afresh.
+                *entry = match kind {
+                    RateLimiterKind::SlidingLog => Entry::Log(SlidingLog::default(), limit.window_ms),
+                    RateLimiterKind::SlidingWindow { .. } => Entry::Window(SlidingWindowCounter::default(), limit.window_ms),
+                };
+                match (entry, kind) {
+                    (Entry::Log(log, _), _) => log.try_acquire(now_ms, limit),
+                    (Entry::Window(counter, _), RateLimiterKind::SlidingWindow { buckets }) => {
+                        counter.try_acquire(now_ms, limit, buckets)
+                    }
+                    (Entry::Window(counter, _), _) => counter.try_acquire(now_ms, limit, 1),
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl RateLimiter for EmbeddedStore {
+    async fn try_acquire(&self, key: &str, limit: RateLimit, kind: RateLimiterKind) -> Result<RateDecision, StoreError> {
+        self.check()?;
+        Ok(self.limiter.try_acquire(key, self.clock.now_millis(), limit, kind))
+    }
+}

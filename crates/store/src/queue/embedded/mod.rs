@@ -1,0 +1,576 @@
+//! The embedded backend: waiting room, jobs and rate limiter in process, durable in SQLite.
+//!
+//! State is served from memory (sorted sets from `rankgate-zset`), one `parking_lot` mutex per queue, so
+//! an operation is a few O(log n) steps under one lock: that critical section is the embedded equivalent of
+//! a Lua script, and it is what makes each trait method atomic. Mutations are persisted through the
+//! group-commit writer in [`persist`] and a mutating call returns only after its batch committed, so a
+//! restart (see [`EmbeddedStore::open`]) restores entries, sequences, token hashes, claims, settings and jobs.
+//! Rate-limiter state is deliberately not persisted: it describes the last few seconds only.
+//!
+//! Locks are `parking_lot` (not tokio) mutexes because no critical section awaits; each is held for
+//! microseconds, well inside the "never block the runtime for more than ~500 µs" rule, and the one
+//! operation that can touch many members (expiry) is capped per step.
+
+mod jobs;
+mod limiter;
+pub(crate) mod persist;
+mod waiting;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use hashbrown::HashMap;
+use parking_lot::{Mutex, RwLock};
+use rankgate_core::ids::MemberId;
+use rankgate_core::queue::{
+    Claim, Digest, IssuedToken, MemberState, QueueName, QueueSettings, SettingsError, SettingsPatch,
+};
+use rusqlite::Connection;
+
+use self::persist::{committed, MemberRow, Writer};
+use self::waiting::QueueState;
+use crate::clock::Clock;
+use crate::queue::waiting::{
+    AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LeaveOutcome, MemberView, QueueStats,
+    QueueStore, ReleaseOutcome, TokenCandidate,
+};
+use crate::queue::StoreError;
+
+/// File name of the queue database inside the data directory.
+pub const DATABASE_FILE: &str = "queue.sqlite3";
+
+/// Options of the embedded store.
+#[derive(Debug, Clone)]
+pub struct EmbeddedOptions {
+    /// Settings a queue gets when it is created by its first entry.
+    pub default_settings: QueueSettings,
+    /// How long a consumed member is reported with `lastOutcome: CONSUMED` (ms).
+    pub consumed_memory_ms: i64,
+    /// `true`: fsync every commit (survives power loss). `false` (default): WAL with `synchronous=NORMAL`,
+    /// which survives a process crash or restart and fsyncs at checkpoints.
+    pub fsync_every_commit: bool,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        EmbeddedOptions { default_settings: QueueSettings::default(), consumed_memory_ms: 3_600_000, fsync_every_commit: false }
+    }
+}
+
+/// The embedded store: implements [`QueueStore`], [`JobStore`](crate::queue::JobStore) and
+/// [`RateLimiter`](crate::queue::RateLimiter).
+pub struct EmbeddedStore {
+    clock: Arc<dyn Clock>,
+    options: EmbeddedOptions,
+    // RwLock over the map: lookups (every request) share it; only creating a queue takes it exclusively.
+    queues: RwLock<HashMap<QueueName, Arc<Mutex<QueueState>>>>,
+    jobs: jobs::EmbeddedJobs,
+    limiter: limiter::EmbeddedLimiter,
+    writer: Writer,
+    /// Test and drill hook: when set, every operation fails as if the store were unreachable.
+    unreachable: AtomicBool,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore").field("queues", &self.queues.read().len()).finish_non_exhaustive()
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens `<data_dir>/queue.sqlite3` (creating it), restores every queue and job, and starts the writer.
+    pub fn open(data_dir: &Path, clock: Arc<dyn Clock>, options: EmbeddedOptions) -> Result<Arc<EmbeddedStore>, StoreError> {
+        std::fs::create_dir_all(data_dir)
+            .map_err(|e| StoreError::Unavailable(format!("create {}: {e}", data_dir.display())))?;
+        let connection = persist::open_database(&data_dir.join(DATABASE_FILE), options.fsync_every_commit)?;
+        let now_ms = clock.now_millis();
+        let queues = load_queues(&connection, now_ms, &options).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let jobs = jobs::EmbeddedJobs::load(&connection).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let writer = Writer::start(connection);
+        Ok(Arc::new(EmbeddedStore {
+            clock,
+            options,
+            queues: RwLock::new(queues),
+            jobs,
+            limiter: limiter::EmbeddedLimiter::default(),
+            writer,
+            unreachable: AtomicBool::new(false),
+        }))
+    }
+
+    /// Simulates losing the store (a network partition from Redis, a dead disk): while `true`, every
+    /// operation answers [`StoreError::Unavailable`]. Used by fail-closed tests and drills.
+    pub fn set_unreachable(&self, unreachable: bool) {
+        self.unreachable.store(unreachable, Ordering::SeqCst);
+    }
+
+    /// Simulates the process dying in the middle of its next commit: that batch never reaches the disk and
+    /// the store refuses everything afterwards. Reopen the directory to "restart".
+    pub fn crash_during_next_commit(&self) {
+        self.writer.fail_next_commit();
+    }
+
+    /// Commits what is pending and stops the writer (also done on drop).
+    pub fn close(&self) {
+        self.writer.shutdown();
+    }
+
+    /// Heap bytes of the waiting set of `queue` (for the memory benchmark).
+    pub fn waiting_heap_bytes(&self, queue: &QueueName) -> usize {
+        self.queues.read().get(queue).map_or(0, |q| {
+            let q = q.lock();
+            q.waiting.heap_bytes() + q.arrivals.len() * 16
+        })
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        if self.unreachable.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("queue store unreachable".into()));
+        }
+        self.writer.check()
+    }
+
+    fn existing(&self, queue: &QueueName) -> Option<Arc<Mutex<QueueState>>> {
+        self.queues.read().get(queue).cloned()
+    }
+
+    fn existing_or_create(&self, queue: &QueueName) -> Arc<Mutex<QueueState>> {
+        if let Some(existing) = self.existing(queue) {
+            return existing;
+        }
+        let mut queues = self.queues.write();
+        let now_ms = self.clock.now_millis();
+        Arc::clone(queues.entry(queue.clone()).or_insert_with(|| {
+            Arc::new(Mutex::new(QueueState::new(
+                queue.clone(),
+                self.options.default_settings.clone(),
+                now_ms,
+                self.options.consumed_memory_ms,
+            )))
+        }))
+    }
+}
+
+fn load_queues(
+    connection: &Connection,
+    now_ms: i64,
+    options: &EmbeddedOptions,
+) -> rusqlite::Result<HashMap<QueueName, Arc<Mutex<QueueState>>>> {
+    let mut queues = HashMap::new();
+    let mut statement = connection.prepare("SELECT name, settings, next_seq, budget, estimator FROM queues")?;
+    let rows = statement.query_map([], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, i64>(2)?, row.get::<_, String>(3)?, row.get::<_, String>(4)?))
+    })?;
+    let mut states: HashMap<String, QueueState> = HashMap::new();
+    for row in rows {
+        let (name, settings, next_seq, budget, estimator) = row?;
+        let Ok(queue_name) = QueueName::parse(&name) else { continue };
+        let settings: QueueSettings = serde_json::from_str(&settings).unwrap_or_else(|_| options.default_settings.clone());
+        let mut state = QueueState::new(queue_name, settings, now_ms, options.consumed_memory_ms);
+        state.next_seq = next_seq.max(0) as u64;
+        if let Ok(budget) = serde_json::from_str(&budget) {
+            state.budget = budget;
+        }
+        if let Ok(estimator) = serde_json::from_str(&estimator) {
+            state.estimator = estimator;
+        }
+        state.last_now_ms = state.last_now_ms.max(state.budget.refilled_at_ms);
+        states.insert(name, state);
+    }
+    let mut statement = connection.prepare(
+        "SELECT queue, member, kind, seq, at_ms, digest, nonce, expires_ms, claim_digest, claim_expires_ms
+         FROM members ORDER BY queue, kind, seq",
+    )?;
+    let rows = statement.query_map([], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, String>(1)?,
+            MemberRow {
+                kind: row.get(2)?,
+                seq: row.get(3)?,
+                at_ms: row.get(4)?,
+                digest: row.get(5)?,
+                nonce: row.get(6)?,
+                expires_ms: row.get(7)?,
+                claim_digest: row.get(8)?,
+                claim_expires_ms: row.get(9)?,
+            },
+        ))
+    })?;
+    for row in rows {
+        let (queue, member, row) = row?;
+        let Some(state) = states.get_mut(&queue) else { continue };
+        if row.kind == 0 && state.arrivals.back().is_none_or(|(_, ms)| *ms != row.at_ms) {
+            // Rows come in sequence order, so checkpoints are rebuilt exactly as they were made.
+            state.arrivals.push_back((row.seq as u64, row.at_ms));
+        }
+        if let Err(error) = state.restore_member(&member, &row) {
+            tracing::warn!(queue, error, "skipping an unreadable member row");
+        }
+    }
+    for (_, state) in states {
+        queues.insert(state.name.clone(), Arc::new(Mutex::new(state)));
+    }
+    Ok(queues)
+}
+
+#[async_trait]
+impl QueueStore for EmbeddedStore {
+    async fn enter(&self, queue: &QueueName, member: &MemberId) -> Result<EnterOutcome, StoreError> {
+        self.check()?;
+        let state = self.existing_or_create(queue);
+        let (outcome, pending) = {
+            let mut q = state.lock();
+            let now_ms = q.observe_now(self.clock.now_millis());
+            let current = q.state_of(member.as_str());
+            let (next, used_seq) = current.enter(q.next_seq);
+            let mut writes = Vec::new();
+            if used_seq {
+                q.next_seq += 1;
+                q.set_state(member.as_str(), &current, next, now_ms, &mut writes);
+                writes.push(q.queue_write());
+            }
+            let view = q.view(member.as_str(), now_ms);
+            let outcome = if used_seq { EnterOutcome::Entered(view) } else { EnterOutcome::AlreadyPresent(view) };
+            // Even a no-op entry waits for the batch in flight: a concurrent first entry that created this
+            // position may not have committed yet, and "entered" must mean durable for both callers.
+            (outcome, self.writer.submit(writes))
+        };
+        committed(pending).await?;
+        Ok(outcome)
+    }
+
+    async fn position(&self, queue: &QueueName, member: &MemberId) -> Result<MemberView, StoreError> {
+        self.check()?;
+        let now = self.clock.now_millis();
+        let Some(state) = self.existing(queue) else {
+            return Ok(MemberView {
+                status: rankgate_core::queue::MemberStatus::NotEntered,
+                rank: None,
+                waiting_count: 0,
+                token: None,
+                last_outcome: None,
+                estimated_wait_seconds: None,
+                now_ms: now,
+            });
+        };
+        let mut q = state.lock();
+        let now_ms = q.observe_now(now);
+        Ok(q.view(member.as_str(), now_ms))
+    }
+
+    async fn leave(&self, queue: &QueueName, member: &MemberId) -> Result<LeaveOutcome, StoreError> {
+        self.check()?;
+        let Some(state) = self.existing(queue) else { return Ok(LeaveOutcome::NotPresent) };
+        let (outcome, pending) = {
+            let mut q = state.lock();
+            let now_ms = q.observe_now(self.clock.now_millis());
+            let current = q.state_of(member.as_str());
+            match current {
+                MemberState::NotEntered | MemberState::Consumed { .. } => return Ok(LeaveOutcome::NotPresent),
+                _ => {}
+            }
+            match current.leave() {
+                Err(rejection) => return Ok(LeaveOutcome::Rejected(rejection)),
+                Ok(next) => {
+                    let mut writes = Vec::new();
+                    let status = current.status();
+                    q.set_state(member.as_str(), &current, next, now_ms, &mut writes);
+                    (LeaveOutcome::Left(status), self.writer.submit(writes))
+                }
+            }
+        };
+        committed(pending).await?;
+        Ok(outcome)
+    }
+
+    async fn admit(&self, queue: &QueueName, tokens: Vec<TokenCandidate>) -> Result<AdmitOutcome, StoreError> {
+        self.check()?;
+        let Some(state) = self.existing(queue) else { return Ok(AdmitOutcome::default()) };
+        let (outcome, pending) = {
+            let mut q = state.lock();
+            let now_ms = q.observe_now(self.clock.now_millis());
+            let mut writes = Vec::new();
+            let expired = q.expire_due(now_ms, &mut writes);
+            let waiting_before = q.waiting.len() as u64;
+            let outstanding = q.ready + q.claimed;
+            let settings = q.settings.clone();
+            let plan = q.budget.plan(&settings, now_ms, waiting_before, outstanding);
+            let count = (plan.admit as usize).min(tokens.len());
+            let popped = q.waiting.pop_min(count);
+            let mut admitted = Vec::with_capacity(popped.len());
+            for ((member_bytes, seq), prepared) in popped.into_iter().zip(tokens) {
+                let member = String::from_utf8(member_bytes).unwrap_or_default();
+                let token = IssuedToken {
+                    digest: prepared.digest,
+                    nonce: prepared.nonce,
+                    issued_at_ms: now_ms,
+                    expires_at_ms: now_ms + settings.token_ttl_millis(),
+                };
+                // Already removed from the waiting set by the pop; the state we leave is WAITING.
+                let was = MemberState::Waiting { seq: seq as u64 };
+                let next = was.admit(token).unwrap_or(MemberState::NotEntered);
+                q.set_state_after_pop(&member, next, now_ms, &mut writes);
+                if let Some(id) = waiting::member_id_of(&member) {
+                    admitted.push(id);
+                }
+            }
+            q.budget.spend(admitted.len() as u64);
+            q.estimator.record_admission_step(now_ms, admitted.len() as u64, waiting_before > 0);
+            writes.push(q.queue_write());
+            let outcome = AdmitOutcome {
+                admitted,
+                tokens_expired: expired.tokens_expired,
+                claims_expired: expired.claims_expired,
+                waiting: q.waiting.len() as u64,
+                outstanding: q.ready + q.claimed,
+            };
+            (outcome, self.writer.submit(writes))
+        };
+        committed(pending).await?;
+        Ok(outcome)
+    }
+
+    async fn expire_due(&self, queue: &QueueName) -> Result<ExpiryOutcome, StoreError> {
+        self.check()?;
+        let Some(state) = self.existing(queue) else { return Ok(ExpiryOutcome::default()) };
+        let (outcome, pending) = {
+            let mut q = state.lock();
+            let now_ms = q.observe_now(self.clock.now_millis());
+            let mut writes = Vec::new();
+            let outcome = q.expire_due(now_ms, &mut writes);
+            if writes.is_empty() {
+                return Ok(outcome);
+            }
+            (outcome, self.writer.submit(writes))
+        };
+        committed(pending).await?;
+        Ok(outcome)
+    }
+
+    async fn claim(&self, queue: &QueueName, member: &MemberId, token: &Digest, claim: &Digest) -> Result<ClaimOutcome, StoreError> {
+        self.check()?;
+        let Some(state) = self.existing(queue) else {
+            return Ok(ClaimOutcome::Rejected(rankgate_core::queue::ClaimRejection::NoToken));
+        };
+        let (outcome, pending) = {
+            let mut q = state.lock();
+            let now_ms = q.observe_now(self.clock.now_millis());
+            let current = q.state_of(member.as_str());
+            let expires_at_ms = now_ms + q.settings.claim_ttl_millis();
+            match current.claim(token, Claim { digest: *claim, expires_at_ms }, now_ms) {
+                Err(rejection) => return Ok(ClaimOutcome::Rejected(rejection)),
+                Ok(next) => {
+                    let mut writes = Vec::new();
+                    q.set_state(member.as_str(), &current, next, now_ms, &mut writes);
+                    (ClaimOutcome::Claimed { expires_at_ms }, self.writer.submit(writes))
+                }
+            }
+        };
+        committed(pending).await?;
+        Ok(outcome)
+    }
+
+    async fn consume(&self, queue: &QueueName, member: &MemberId, claim: &Digest) -> Result<ConsumeOutcome, StoreError> {
+        self.check()?;
+        let Some(state) = self.existing(queue) else {
+            return Ok(ConsumeOutcome::Rejected(rankgate_core::queue::ConsumeRejection::UnknownClaim));
+        };
+        let (outcome, pending) = {
+            let mut q = state.lock();
+            let now_ms = q.observe_now(self.clock.now_millis());
+            let current = q.state_of(member.as_str());
+            match current.consume(claim, now_ms) {
+                Err(rejection) => return Ok(ConsumeOutcome::Rejected(rejection)),
+                Ok((_, false)) => (ConsumeOutcome::AlreadyConsumed, self.writer.submit(Vec::new())),
+                Ok((next, true)) => {
+                    let mut writes = Vec::new();
+                    q.set_state(member.as_str(), &current, next, now_ms, &mut writes);
+                    q.estimator.record_consumed(1);
+                    (ConsumeOutcome::Consumed, self.writer.submit(writes))
+                }
+            }
+        };
+        committed(pending).await?;
+        Ok(outcome)
+    }
+
+    async fn release(&self, queue: &QueueName, member: &MemberId, claim: &Digest) -> Result<ReleaseOutcome, StoreError> {
+        self.check()?;
+        let Some(state) = self.existing(queue) else {
+            return Ok(ReleaseOutcome::Rejected(rankgate_core::queue::ReleaseRejection::UnknownClaim));
+        };
+        let (outcome, pending) = {
+            let mut q = state.lock();
+            let now_ms = q.observe_now(self.clock.now_millis());
+            let current = q.state_of(member.as_str());
+            match current.release(claim, now_ms) {
+                Err(rejection) => return Ok(ReleaseOutcome::Rejected(rejection)),
+                Ok((next, to)) => {
+                    let mut writes = Vec::new();
+                    if next != current {
+                        q.set_state(member.as_str(), &current, next, now_ms, &mut writes);
+                    }
+                    (ReleaseOutcome::Released(to), self.writer.submit(writes))
+                }
+            }
+        };
+        committed(pending).await?;
+        Ok(outcome)
+    }
+
+    async fn settings(&self, queue: &QueueName) -> Result<Option<QueueSettings>, StoreError> {
+        self.check()?;
+        Ok(self.existing(queue).map(|q| q.lock().settings.clone()))
+    }
+
+    async fn update_settings(
+        &self,
+        queue: &QueueName,
+        patch: &SettingsPatch,
+    ) -> Result<Result<QueueSettings, SettingsError>, StoreError> {
+        self.check()?;
+        // Validate before creating, so a bad PUT does not create a queue.
+        let mut probe = self.existing(queue).map_or_else(|| self.options.default_settings.clone(), |q| q.lock().settings.clone());
+        if let Err(error) = probe.apply(patch) {
+            return Ok(Err(error));
+        }
+        let state = self.existing_or_create(queue);
+        let (settings, pending) = {
+            let mut q = state.lock();
+            let now_ms = q.observe_now(self.clock.now_millis());
+            let mut settings = q.settings.clone();
+            if let Err(error) = settings.apply(patch) {
+                return Ok(Err(error));
+            }
+            // Settle the budget at the old rate up to now, then cap it to the new tick's capacity.
+            let old = q.settings.clone();
+            q.budget.refill(&old, now_ms);
+            q.budget.credit_micro = q.budget.credit_micro.min(rankgate_core::queue::AdmissionBudget::capacity_micro(&settings));
+            q.settings = settings.clone();
+            let writes = vec![q.queue_write()];
+            (settings, self.writer.submit(writes))
+        };
+        committed(pending).await?;
+        Ok(Ok(settings))
+    }
+
+    async fn stats(&self, queue: &QueueName) -> Result<Option<QueueStats>, StoreError> {
+        self.check()?;
+        let Some(state) = self.existing(queue) else { return Ok(None) };
+        let mut q = state.lock();
+        let now_ms = q.observe_now(self.clock.now_millis());
+        let oldest_wait_ms = q.oldest_wait_ms(now_ms);
+        Ok(Some(QueueStats {
+            settings: q.settings.clone(),
+            waiting: q.waiting.len() as u64,
+            ready: q.ready,
+            claimed: q.claimed,
+            admitted_last_minute: q.estimator.admitted_last_minute(now_ms),
+            oldest_wait_seconds: (oldest_wait_ms / 1000) as u64,
+            measured_rate: q.estimator.effective_rate(&q.settings),
+        }))
+    }
+
+    async fn queues(&self) -> Result<Vec<QueueName>, StoreError> {
+        self.check()?;
+        let mut names: Vec<QueueName> = self.queues.read().keys().cloned().collect();
+        names.sort();
+        Ok(names)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.check()
+    }
+}
+
+impl QueueState {
+    /// Like `set_state` for a member the caller already popped from the waiting set.
+    fn set_state_after_pop(&mut self, member: &str, next: MemberState, now_ms: i64, writes: &mut Vec<persist::Write>) {
+        self.set_state(member, &MemberState::NotEntered, next, now_ms, writes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::queue::token::{digest_of, new_claim_id, TokenSecret};
+    use rankgate_core::queue::MemberStatus;
+
+    fn open(dir: &Path, clock: &ManualClock) -> Arc<EmbeddedStore> {
+        EmbeddedStore::open(dir, Arc::new(clock.clone()), EmbeddedOptions::default()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn state_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_000_000);
+        let secret = TokenSecret::generate().unwrap();
+        let q = QueueName::parse("restart").unwrap();
+        let m = |i: usize| MemberId::parse(&format!("m-{i}")).unwrap();
+        let (token, claim) = {
+            let store = open(dir.path(), &clock);
+            for i in 0..10 {
+                store.enter(&q, &m(i)).await.unwrap();
+            }
+            store
+                .update_settings(&q, &SettingsPatch { admit_per_second: Some(3.0), ..SettingsPatch::default() })
+                .await
+                .unwrap()
+                .unwrap();
+            store.admit(&q, (0..3).map(|_| secret.prepare().unwrap()).collect()).await.unwrap();
+            let (nonce, _) = store.position(&q, &m(0)).await.unwrap().token.unwrap();
+            let token = secret.token_for(&nonce);
+            let (_, claim) = new_claim_id().unwrap();
+            store.claim(&q, &m(0), &digest_of(&token), &claim).await.unwrap();
+            store.close();
+            (token, claim)
+        };
+        let store = open(dir.path(), &clock);
+        assert_eq!(store.settings(&q).await.unwrap().unwrap().admit_per_second, 3.0);
+        assert_eq!(store.position(&q, &m(0)).await.unwrap().status, MemberStatus::Claimed);
+        assert_eq!(store.position(&q, &m(1)).await.unwrap().status, MemberStatus::Ready);
+        assert_eq!(store.position(&q, &m(3)).await.unwrap().rank, Some(0));
+        assert_eq!(store.position(&q, &m(9)).await.unwrap().rank, Some(6));
+        assert_eq!(store.consume(&q, &m(0), &claim).await.unwrap(), ConsumeOutcome::Consumed);
+        let _ = token;
+        // The sequence continues after the restored members: a new arrival goes to the back.
+        store.enter(&q, &MemberId::parse("new").unwrap()).await.unwrap();
+        assert_eq!(store.position(&q, &MemberId::parse("new").unwrap()).await.unwrap().rank, Some(7));
+    }
+
+    /// Limitation 2 at the store level: the process dies while the admission step is being committed.
+    /// The seed popped (one write) and then stored tokens (another), so a death between them lost members.
+    /// Here pop and issue are one unit of one transaction: after the "restart" every member is WAITING or
+    /// READY and none is lost.
+    #[tokio::test]
+    async fn a_crash_during_admission_loses_nobody() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_000_000);
+        let secret = TokenSecret::generate().unwrap();
+        let q = QueueName::parse("crash").unwrap();
+        let members: Vec<MemberId> = (0..100).map(|i| MemberId::parse(&format!("m-{i}")).unwrap()).collect();
+        {
+            let store = open(dir.path(), &clock);
+            for m in &members {
+                store.enter(&q, m).await.unwrap();
+            }
+            store.admit(&q, (0..50).map(|_| secret.prepare().unwrap()).collect()).await.unwrap();
+            clock.advance(1_000);
+            store.crash_during_next_commit();
+            assert!(store.admit(&q, (0..50).map(|_| secret.prepare().unwrap()).collect()).await.is_err());
+            assert!(store.position(&q, &members[0]).await.is_err(), "a poisoned store refuses service");
+        }
+        let store = open(dir.path(), &clock);
+        let mut counts = std::collections::HashMap::new();
+        for m in &members {
+            *counts.entry(store.position(&q, m).await.unwrap().status).or_insert(0) += 1;
+        }
+        assert_eq!(counts.get(&MemberStatus::NotEntered), None, "nobody lost: {counts:?}");
+        assert_eq!(counts[&MemberStatus::Ready] + counts[&MemberStatus::Waiting], 100);
+        assert_eq!(counts[&MemberStatus::Ready], 50, "the committed tick survived, the crashed one vanished whole");
+    }
+}

@@ -1,0 +1,266 @@
+//! Durability for the embedded queue store: a group-commit writer on SQLite (`queue.sqlite3`, WAL).
+//!
+//! # Why group commit
+//! Queue operations are answered from memory in microseconds, but "entered" must mean "survives a restart".
+//! One SQLite transaction per request would cap entries at the disk's commit rate (a few thousand a
+//! second). Instead every mutating operation hands its row changes, as one *unit*, to a single writer
+//! thread, and waits for the unit's batch to commit. The writer takes everything queued since its last
+//! commit (up to [`MAX_UNITS_PER_BATCH`]) into one transaction, so under load one commit carries thousands
+//! of requests and throughput is bounded by memory and CPU, not by commits; when idle, a lone request
+//! commits at once, with no batching delay.
+//!
+//! Units are sent while the operation still holds its queue's lock, so the log order equals the in-memory
+//! order, and a unit is never split across transactions: an admission (pop + token issue) is either wholly
+//! on disk or not at all, which is what makes a crash between "pop" and "issue" impossible (limitation 2).
+//!
+//! If a commit fails the store is *poisoned*: memory may be ahead of disk, so every later operation answers
+//! [`StoreError::Unavailable`] until the process restarts and reloads from disk (the gate fails closed).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use rusqlite::{params, Connection};
+
+use crate::queue::StoreError;
+
+/// The most units one transaction carries; bounds commit latency under a flood.
+pub const MAX_UNITS_PER_BATCH: usize = 16_384;
+
+/// One row change.
+#[derive(Debug, Clone)]
+pub(crate) enum Write {
+    /// Upsert a queue's row.
+    Queue { name: String, settings: String, next_seq: i64, budget: String, estimator: String },
+    /// Upsert a member's row.
+    Member { queue: String, member: String, row: MemberRow },
+    /// Delete a member's row (NOT_ENTERED).
+    DeleteMember { queue: String, member: String },
+    /// Upsert a job.
+    Job { queue: String, id: String, record: String, payload: Vec<u8> },
+    /// Delete a job (acked).
+    DeleteJob { queue: String, id: String },
+}
+
+/// A member's persisted state, in columns (see `rankgate_core::queue::MemberState`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct MemberRow {
+    /// 0 waiting, 1 ready, 2 claimed, 3 consumed.
+    pub kind: i64,
+    /// Waiting: sequence. Others: 0.
+    pub seq: i64,
+    /// Waiting: entry time. Consumed: consume time. Ready/claimed: token issue time.
+    pub at_ms: i64,
+    /// Ready/claimed: token digest. Consumed: consuming claim digest.
+    pub digest: Option<Vec<u8>>,
+    /// Ready/claimed: token nonce.
+    pub nonce: Option<Vec<u8>>,
+    /// Ready/claimed: token expiry.
+    pub expires_ms: i64,
+    /// Claimed: claim digest. Ready: the auto-released claim's digest, if any.
+    pub claim_digest: Option<Vec<u8>>,
+    /// Claimed: claim expiry.
+    pub claim_expires_ms: i64,
+}
+
+struct Unit {
+    writes: Vec<Write>,
+    done: Option<tokio::sync::oneshot::Sender<Result<(), StoreError>>>,
+}
+
+/// Handle to the writer thread.
+pub(crate) struct Writer {
+    sender: parking_lot::Mutex<Option<mpsc::Sender<Unit>>>,
+    /// Set when a commit failed (or a crash is simulated): memory is ahead of disk.
+    poisoned: Arc<AtomicBool>,
+    /// Test hook: the next batch is rolled back as if the process died mid-commit.
+    fail_next_commit: Arc<AtomicBool>,
+    thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS queues (
+    name TEXT PRIMARY KEY, settings TEXT NOT NULL, next_seq INTEGER NOT NULL,
+    budget TEXT NOT NULL, estimator TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS members (
+    queue TEXT NOT NULL, member TEXT NOT NULL, kind INTEGER NOT NULL, seq INTEGER NOT NULL,
+    at_ms INTEGER NOT NULL, digest BLOB, nonce BLOB, expires_ms INTEGER NOT NULL,
+    claim_digest BLOB, claim_expires_ms INTEGER NOT NULL,
+    PRIMARY KEY (queue, member)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS jobs (
+    queue TEXT NOT NULL, id TEXT NOT NULL, record TEXT NOT NULL, payload BLOB NOT NULL,
+    PRIMARY KEY (queue, id)
+) WITHOUT ROWID;
+";
+
+/// Opens (creating) the database with the schema and pragmas.
+pub(crate) fn open_database(path: &Path, synchronous_full: bool) -> Result<Connection, StoreError> {
+    let connection = Connection::open(path).map_err(|e| StoreError::Unavailable(format!("open {}: {e}", path.display())))?;
+    let sync = if synchronous_full { "FULL" } else { "NORMAL" };
+    connection
+        .execute_batch(&format!("PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA busy_timeout=5000; {SCHEMA}"))
+        .map_err(|e| StoreError::Unavailable(format!("prepare {}: {e}", path.display())))?;
+    Ok(connection)
+}
+
+fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<()> {
+    let transaction = connection.transaction()?;
+    {
+        let mut upsert_queue = transaction.prepare_cached(
+            "INSERT INTO queues (name, settings, next_seq, budget, estimator) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(name) DO UPDATE SET settings = excluded.settings, next_seq = excluded.next_seq,
+             budget = excluded.budget, estimator = excluded.estimator",
+        )?;
+        let mut upsert_member = transaction.prepare_cached(
+            "INSERT OR REPLACE INTO members (queue, member, kind, seq, at_ms, digest, nonce, expires_ms, claim_digest, claim_expires_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )?;
+        let mut delete_member = transaction.prepare_cached("DELETE FROM members WHERE queue = ?1 AND member = ?2")?;
+        let mut upsert_job =
+            transaction.prepare_cached("INSERT OR REPLACE INTO jobs (queue, id, record, payload) VALUES (?1, ?2, ?3, ?4)")?;
+        let mut delete_job = transaction.prepare_cached("DELETE FROM jobs WHERE queue = ?1 AND id = ?2")?;
+        // A queue row is rewritten by every entry (its sequence); within one batch only the last matters.
+        let mut last_queue_write = std::collections::HashMap::new();
+        for (unit_index, unit) in units.iter().enumerate() {
+            for (write_index, write) in unit.writes.iter().enumerate() {
+                if let Write::Queue { name, .. } = write {
+                    last_queue_write.insert(name.as_str(), (unit_index, write_index));
+                }
+            }
+        }
+        for (unit_index, unit) in units.iter().enumerate() {
+            for (write_index, write) in unit.writes.iter().enumerate() {
+                match write {
+                    Write::Queue { name, settings, next_seq, budget, estimator } => {
+                        if last_queue_write.get(name.as_str()) == Some(&(unit_index, write_index)) {
+                            upsert_queue.execute(params![name, settings, next_seq, budget, estimator])?;
+                        }
+                    }
+                    Write::Member { queue, member, row } => {
+                        upsert_member.execute(params![
+                            queue,
+                            member,
+                            row.kind,
+                            row.seq,
+                            row.at_ms,
+                            row.digest,
+                            row.nonce,
+                            row.expires_ms,
+                            row.claim_digest,
+                            row.claim_expires_ms
+                        ])?;
+                    }
+                    Write::DeleteMember { queue, member } => {
+                        delete_member.execute(params![queue, member])?;
+                    }
+                    Write::Job { queue, id, record, payload } => {
+                        upsert_job.execute(params![queue, id, record, payload])?;
+                    }
+                    Write::DeleteJob { queue, id } => {
+                        delete_job.execute(params![queue, id])?;
+                    }
+                }
+            }
+        }
+    }
+    transaction.commit()
+}
+
+impl Writer {
+    /// Starts the writer thread on `connection`.
+    pub(crate) fn start(mut connection: Connection) -> Writer {
+        let (sender, receiver) = mpsc::channel::<Unit>();
+        let poisoned = Arc::new(AtomicBool::new(false));
+        let fail_next_commit = Arc::new(AtomicBool::new(false));
+        let thread_poisoned = Arc::clone(&poisoned);
+        let thread_fail = Arc::clone(&fail_next_commit);
+        let thread = std::thread::Builder::new()
+            .name("queue-group-commit".into())
+            .spawn(move || {
+                while let Ok(first) = receiver.recv() {
+                    let mut batch = vec![first];
+                    while batch.len() < MAX_UNITS_PER_BATCH {
+                        match receiver.try_recv() {
+                            Ok(unit) => batch.push(unit),
+                            Err(_) => break,
+                        }
+                    }
+                    let result = if thread_poisoned.load(Ordering::SeqCst) {
+                        Err(StoreError::Unavailable("queue store stopped after a failed commit".into()))
+                    } else if thread_fail.swap(false, Ordering::SeqCst) {
+                        // Simulated crash: nothing of this batch reaches the disk.
+                        thread_poisoned.store(true, Ordering::SeqCst);
+                        Err(StoreError::Unavailable("simulated crash during commit".into()))
+                    } else {
+                        apply_batch(&mut connection, &batch).map_err(|e| {
+                            thread_poisoned.store(true, Ordering::SeqCst);
+                            tracing::error!(error = %e, "queue store commit failed; refusing further operations");
+                            StoreError::Unavailable(format!("commit failed: {e}"))
+                        })
+                    };
+                    for unit in batch {
+                        if let Some(done) = unit.done {
+                            let _ = done.send(result.clone());
+                        }
+                    }
+                }
+            })
+            .expect("spawning the queue writer thread");
+        Writer {
+            sender: parking_lot::Mutex::new(Some(sender)),
+            poisoned,
+            fail_next_commit,
+            thread: parking_lot::Mutex::new(Some(thread)),
+        }
+    }
+
+    /// Fails when the store is poisoned.
+    pub(crate) fn check(&self) -> Result<(), StoreError> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("queue store stopped after a failed commit; restart to recover".into()));
+        }
+        Ok(())
+    }
+
+    /// Queues a unit; the returned receiver resolves when its batch committed. Call with the queue's lock
+    /// held so the log order is the memory order.
+    pub(crate) fn submit(&self, writes: Vec<Write>) -> tokio::sync::oneshot::Receiver<Result<(), StoreError>> {
+        let (done, receiver) = tokio::sync::oneshot::channel();
+        let unit = Unit { writes, done: Some(done) };
+        if let Some(sender) = self.sender.lock().as_ref() {
+            if let Err(mpsc::SendError(unit)) = sender.send(unit) {
+                if let Some(done) = unit.done {
+                    let _ = done.send(Err(StoreError::Unavailable("queue writer stopped".into())));
+                }
+            }
+        }
+        receiver
+    }
+
+    /// Test hook: the next batch is lost as if the process died mid-commit, and the store is poisoned.
+    pub(crate) fn fail_next_commit(&self) {
+        self.fail_next_commit.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops accepting units, lets the thread drain and commit, and joins it.
+    pub(crate) fn shutdown(&self) {
+        self.sender.lock().take();
+        if let Some(thread) = self.thread.lock().take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Waits for a unit's commit.
+pub(crate) async fn committed(receiver: tokio::sync::oneshot::Receiver<Result<(), StoreError>>) -> Result<(), StoreError> {
+    receiver.await.map_err(|_| StoreError::Unavailable("queue writer stopped".into()))?
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

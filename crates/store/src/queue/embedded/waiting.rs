@@ -1,0 +1,307 @@
+//! One queue's in-memory state in the embedded store, and the transitions applied to it.
+//!
+//! Memory layout, chosen for the ≤ 100 bytes per waiting member target:
+//! - waiting members live **only** in a `rankgate_zset::SortedSet` (member → sequence), about 50 bytes each;
+//! - their arrival times are not stored per member: arrivals are monotone in sequence, so a short list of
+//!   `(first sequence, millisecond)` checkpoints, one per distinct millisecond, answers "how long has the
+//!   head waited" exactly;
+//! - READY, CLAIMED and remembered CONSUMED members (a few per admitted member, bounded by the admission
+//!   rate times the TTLs) sit in a hash map, with their next deadline in a second sorted set so expiry pops
+//!   due members in O(log n) each.
+
+use std::collections::VecDeque;
+
+use hashbrown::HashMap;
+use rankgate_core::ids::MemberId;
+use rankgate_core::queue::{
+    AdmissionBudget, Claim, Digest, IssuedToken, MemberState, MemberStatus, QueueName, QueueSettings,
+    ThroughputEstimator,
+};
+use rankgate_zset::{ScoreBound, SortedSet};
+
+use super::persist::{MemberRow, Write};
+use crate::queue::waiting::{ExpiryOutcome, LastOutcome, MemberView};
+
+/// Most deadlines handled per step, so one step never holds the queue's lock for long.
+const MAX_EXPIRIES_PER_STEP: usize = 10_000;
+
+/// One queue.
+pub(crate) struct QueueState {
+    pub name: QueueName,
+    pub settings: QueueSettings,
+    /// Next arrival sequence; strictly increasing, never reused while a smaller one waits.
+    pub next_seq: u64,
+    /// Waiting members scored by sequence.
+    pub waiting: SortedSet,
+    /// `(first sequence, arrival ms)` per distinct arrival millisecond, oldest first.
+    pub arrivals: VecDeque<(u64, i64)>,
+    /// READY, CLAIMED and remembered CONSUMED members.
+    pub holders: HashMap<Box<str>, MemberState>,
+    /// Member → its next deadline (token expiry, claim expiry, or forgetting a consumed member).
+    pub deadlines: SortedSet,
+    pub ready: u64,
+    pub claimed: u64,
+    pub budget: AdmissionBudget,
+    pub estimator: ThroughputEstimator,
+    /// Monotonic guard over the store clock.
+    pub last_now_ms: i64,
+    /// How long a consumed member is remembered.
+    pub consumed_memory_ms: i64,
+}
+
+impl QueueState {
+    pub(crate) fn new(name: QueueName, settings: QueueSettings, now_ms: i64, consumed_memory_ms: i64) -> Self {
+        let budget = AdmissionBudget::new(&settings, now_ms);
+        QueueState {
+            name,
+            settings,
+            next_seq: 0,
+            waiting: SortedSet::new(),
+            arrivals: VecDeque::new(),
+            holders: HashMap::new(),
+            deadlines: SortedSet::new(),
+            ready: 0,
+            claimed: 0,
+            budget,
+            estimator: ThroughputEstimator::default(),
+            last_now_ms: now_ms,
+            consumed_memory_ms,
+        }
+    }
+
+    /// The store clock through the monotonic guard.
+    pub(crate) fn observe_now(&mut self, clock_ms: i64) -> i64 {
+        self.last_now_ms = self.last_now_ms.max(clock_ms);
+        self.last_now_ms
+    }
+
+    pub(crate) fn state_of(&self, member: &str) -> MemberState {
+        if let Some(seq) = self.waiting.zscore(member.as_bytes()) {
+            return MemberState::Waiting { seq: seq as u64 };
+        }
+        self.holders.get(member).cloned().unwrap_or(MemberState::NotEntered)
+    }
+
+    /// The queue row, written whenever settings, sequence, budget or estimator change.
+    pub(crate) fn queue_write(&self) -> Write {
+        Write::Queue {
+            name: self.name.as_str().to_string(),
+            settings: serde_json::to_string(&self.settings).unwrap_or_default(),
+            next_seq: self.next_seq as i64,
+            budget: serde_json::to_string(&self.budget).unwrap_or_default(),
+            estimator: serde_json::to_string(&self.estimator).unwrap_or_default(),
+        }
+    }
+
+    /// Replaces `member`'s state, keeping every index and counter in step, and records the row change.
+    pub(crate) fn set_state(&mut self, member: &str, old: &MemberState, new: MemberState, now_ms: i64, writes: &mut Vec<Write>) {
+        match old {
+            MemberState::Waiting { .. } => {
+                self.waiting.zrem(member.as_bytes());
+            }
+            MemberState::NotEntered => {}
+            _ => {
+                self.holders.remove(member);
+                self.deadlines.zrem(member.as_bytes());
+            }
+        }
+        match old.status() {
+            MemberStatus::Ready => self.ready -= 1,
+            MemberStatus::Claimed => self.claimed -= 1,
+            _ => {}
+        }
+        match new.status() {
+            MemberStatus::Ready => self.ready += 1,
+            MemberStatus::Claimed => self.claimed += 1,
+            _ => {}
+        }
+        let queue = self.name.as_str().to_string();
+        let row = match &new {
+            MemberState::NotEntered => {
+                writes.push(Write::DeleteMember { queue, member: member.to_string() });
+                return;
+            }
+            MemberState::Waiting { seq } => {
+                // Entering at `now`: the NX insert cannot fail for a member known not to be waiting.
+                let _ = self.waiting.insert(member.as_bytes(), *seq as f64);
+                if self.arrivals.back().is_none_or(|(_, ms)| *ms != now_ms) {
+                    self.arrivals.push_back((*seq, now_ms));
+                }
+                MemberRow { kind: 0, seq: *seq as i64, at_ms: now_ms, ..MemberRow::default() }
+            }
+            MemberState::Ready { token, expired_claim } => MemberRow {
+                kind: 1,
+                at_ms: token.issued_at_ms,
+                digest: Some(token.digest.0.to_vec()),
+                nonce: Some(token.nonce.to_vec()),
+                expires_ms: token.expires_at_ms,
+                claim_digest: expired_claim.map(|d| d.0.to_vec()),
+                ..MemberRow::default()
+            },
+            MemberState::Claimed { token, claim } => MemberRow {
+                kind: 2,
+                at_ms: token.issued_at_ms,
+                digest: Some(token.digest.0.to_vec()),
+                nonce: Some(token.nonce.to_vec()),
+                expires_ms: token.expires_at_ms,
+                claim_digest: Some(claim.digest.0.to_vec()),
+                claim_expires_ms: claim.expires_at_ms,
+                ..MemberRow::default()
+            },
+            MemberState::Consumed { claim, at_ms } => {
+                MemberRow { kind: 3, at_ms: *at_ms, digest: Some(claim.0.to_vec()), ..MemberRow::default() }
+            }
+        };
+        self.track_holder(member, new);
+        writes.push(Write::Member { queue, member: member.to_string(), row });
+    }
+
+    /// Puts a non-waiting state in the holder map and its deadline in the deadline set.
+    pub(crate) fn track_holder(&mut self, member: &str, state: MemberState) {
+        let deadline = match &state {
+            MemberState::Consumed { at_ms, .. } => Some(at_ms + self.consumed_memory_ms),
+            other => other.next_deadline_ms(),
+        };
+        if let Some(deadline) = deadline {
+            let _ = self.deadlines.insert(member.as_bytes(), deadline as f64);
+        }
+        if !matches!(state, MemberState::Waiting { .. } | MemberState::NotEntered) {
+            self.holders.insert(member.into(), state);
+        }
+    }
+
+    /// Processes due deadlines: expired tokens free their slots, expired claims are released, consumed
+    /// members are forgotten.
+    pub(crate) fn expire_due(&mut self, now_ms: i64, writes: &mut Vec<Write>) -> ExpiryOutcome {
+        let mut outcome = ExpiryOutcome::default();
+        let due: Vec<Vec<u8>> = self
+            .deadlines
+            .range_by_score(
+                ScoreBound::Inclusive(f64::NEG_INFINITY),
+                ScoreBound::Inclusive(now_ms as f64),
+                false,
+                Some((0, MAX_EXPIRIES_PER_STEP as i64)),
+            )
+            .into_iter()
+            .map(|(member, _)| member.to_vec())
+            .collect();
+        for member_bytes in due {
+            let Ok(member) = std::str::from_utf8(&member_bytes) else {
+                self.deadlines.zrem(&member_bytes);
+                continue;
+            };
+            let member = member.to_string();
+            let state = self.state_of(&member);
+            let next = match &state {
+                MemberState::Ready { .. } => state.expire_token(now_ms).inspect(|_| outcome.tokens_expired += 1),
+                MemberState::Claimed { .. } => {
+                    state.expire_claim(now_ms).map(|(next, _)| next).inspect(|_| outcome.claims_expired += 1)
+                }
+                MemberState::Consumed { .. } => Some(MemberState::NotEntered),
+                _ => None,
+            };
+            match next {
+                Some(next) => self.set_state(&member, &state, next, now_ms, writes),
+                // Not due after all (a stale deadline): drop it; set_state re-adds live ones.
+                None => {
+                    self.deadlines.zrem(&member_bytes);
+                    if let Some(deadline) = state.next_deadline_ms() {
+                        let _ = self.deadlines.insert(&member_bytes, deadline as f64);
+                    }
+                }
+            }
+        }
+        outcome
+    }
+
+    /// How long the head of the line has waited (ms).
+    pub(crate) fn oldest_wait_ms(&mut self, now_ms: i64) -> i64 {
+        let Some(head_seq) = self.waiting.range_by_rank(0, 0, false).first().map(|(_, s)| *s as u64) else {
+            self.arrivals.clear();
+            return 0;
+        };
+        // Drop checkpoints wholly before the head, keeping the one that covers it.
+        while self.arrivals.len() >= 2 && self.arrivals[1].0 <= head_seq {
+            self.arrivals.pop_front();
+        }
+        let arrived = self.arrivals.front().map_or(now_ms, |(_, ms)| *ms);
+        (now_ms - arrived).max(0)
+    }
+
+    /// The member's position view.
+    pub(crate) fn view(&self, member: &str, now_ms: i64) -> MemberView {
+        let state = self.state_of(member);
+        let waiting_count = self.waiting.len() as u64;
+        let mut view = MemberView {
+            status: state.status(),
+            rank: None,
+            waiting_count,
+            token: None,
+            last_outcome: None,
+            estimated_wait_seconds: None,
+            now_ms,
+        };
+        match &state {
+            MemberState::Waiting { .. } => {
+                let rank = self.waiting.zrank(member.as_bytes()).unwrap_or(0) as u64;
+                view.rank = Some(rank);
+                view.estimated_wait_seconds = self.estimator.estimate_wait_seconds(rank, &self.settings);
+            }
+            MemberState::Ready { token, .. } => {
+                if token.is_valid_at(now_ms) {
+                    view.token = Some((token.nonce, token.expires_at_ms));
+                } else {
+                    // Expired but not yet swept: already reported as gone.
+                    view.status = MemberStatus::NotEntered;
+                }
+            }
+            MemberState::Claimed { token, .. } => view.token = Some((token.nonce, token.expires_at_ms)),
+            MemberState::Consumed { .. } => view.last_outcome = Some(LastOutcome::Consumed),
+            MemberState::NotEntered => {}
+        }
+        view
+    }
+
+    /// Rebuilds a member from its row at startup.
+    pub(crate) fn restore_member(&mut self, member: &str, row: &MemberRow) -> Result<(), String> {
+        let digest = |bytes: &Option<Vec<u8>>| -> Result<Digest, String> {
+            let bytes = bytes.as_deref().ok_or("missing digest")?;
+            Ok(Digest(bytes.try_into().map_err(|_| "digest is not 32 bytes")?))
+        };
+        let token = || -> Result<IssuedToken, String> {
+            let nonce: [u8; 16] =
+                row.nonce.as_deref().ok_or("missing nonce")?.try_into().map_err(|_| "nonce is not 16 bytes")?;
+            Ok(IssuedToken { digest: digest(&row.digest)?, nonce, issued_at_ms: row.at_ms, expires_at_ms: row.expires_ms })
+        };
+        let state = match row.kind {
+            0 => {
+                let seq = row.seq as u64;
+                let _ = self.waiting.insert(member.as_bytes(), seq as f64);
+                self.next_seq = self.next_seq.max(seq + 1);
+                return Ok(());
+            }
+            1 => MemberState::Ready {
+                token: token()?,
+                expired_claim: row.claim_digest.as_ref().map(|_| digest(&row.claim_digest)).transpose()?,
+            },
+            2 => MemberState::Claimed {
+                token: token()?,
+                claim: Claim { digest: digest(&row.claim_digest)?, expires_at_ms: row.claim_expires_ms },
+            },
+            3 => MemberState::Consumed { claim: digest(&row.digest)?, at_ms: row.at_ms },
+            other => return Err(format!("unknown member kind {other}")),
+        };
+        match state.status() {
+            MemberStatus::Ready => self.ready += 1,
+            MemberStatus::Claimed => self.claimed += 1,
+            _ => {}
+        }
+        self.track_holder(member, state);
+        Ok(())
+    }
+}
+
+/// Parses a stored member id (it was valid when written).
+pub(crate) fn member_id_of(raw: &str) -> Option<MemberId> {
+    MemberId::parse(raw).ok()
+}

@@ -1,0 +1,206 @@
+//! [`QueueStore`]: the waiting room's state, one atomic operation per method.
+//!
+//! A member's state is one of `rankgate_core::queue::MemberState`; the store keeps waiting members in a
+//! sorted set scored by a store-side sequence (strict FIFO, limitation 6), and READY/CLAIMED/CONSUMED
+//! members in per-member records with their deadlines in a second sorted set, so expiry is a range pop.
+
+use async_trait::async_trait;
+use rankgate_core::ids::MemberId;
+use rankgate_core::queue::{
+    ClaimRejection, ConsumeRejection, Digest, LeaveRejection, MemberStatus, QueueName, QueueSettings, ReleaseRejection,
+    ReleasedTo, SettingsError, SettingsPatch,
+};
+
+use super::token::PreparedToken;
+use super::StoreError;
+
+/// A token the caller prepared for one admission (see [`super::token`]).
+pub type TokenCandidate = PreparedToken;
+
+/// What a member sees when it polls: the store's half of SPEC 2.2's position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberView {
+    /// The reported status.
+    pub status: MemberStatus,
+    /// 0-based rank while WAITING.
+    pub rank: Option<u64>,
+    /// Members waiting in the queue.
+    pub waiting_count: u64,
+    /// The token's nonce and expiry while READY or CLAIMED (the caller derives the token).
+    pub token: Option<([u8; 16], i64)>,
+    /// Set while a consumed member is remembered.
+    pub last_outcome: Option<LastOutcome>,
+    /// Seconds until admission from measured throughput, while WAITING (`None` if paused).
+    pub estimated_wait_seconds: Option<u64>,
+    /// The store's time when this was read (ms).
+    pub now_ms: i64,
+}
+
+/// A remembered final outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastOutcome {
+    /// The member's token bought an order.
+    Consumed,
+}
+
+/// Result of [`QueueStore::enter`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum EnterOutcome {
+    /// Newly queued at the back.
+    Entered(MemberView),
+    /// Already WAITING, READY or CLAIMED; nothing changed.
+    AlreadyPresent(MemberView),
+}
+
+impl EnterOutcome {
+    /// The position either way.
+    #[must_use]
+    pub fn view(&self) -> &MemberView {
+        match self {
+            EnterOutcome::Entered(view) | EnterOutcome::AlreadyPresent(view) => view,
+        }
+    }
+}
+
+/// Result of [`QueueStore::leave`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaveOutcome {
+    /// Removed; it was in this status.
+    Left(MemberStatus),
+    /// Was not in the queue.
+    NotPresent,
+    /// Refused.
+    Rejected(LeaveRejection),
+}
+
+/// Result of [`QueueStore::admit`], one admission step.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AdmitOutcome {
+    /// Members popped and given tokens.
+    pub admitted: Vec<MemberId>,
+    /// Unused tokens that expired in this step (slots freed).
+    pub tokens_expired: u64,
+    /// Claims released automatically in this step.
+    pub claims_expired: u64,
+    /// Members still waiting after the step.
+    pub waiting: u64,
+    /// READY + CLAIMED after the step.
+    pub outstanding: u64,
+}
+
+/// Result of [`QueueStore::expire_due`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExpiryOutcome {
+    /// Unused tokens expired (slots freed).
+    pub tokens_expired: u64,
+    /// Claims released automatically (back to READY, or freed if the token expired too).
+    pub claims_expired: u64,
+}
+
+/// Result of [`QueueStore::claim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// Claimed until `expires_at_ms`.
+    Claimed {
+        /// When the claim is released automatically (store clock, ms).
+        expires_at_ms: i64,
+    },
+    /// Refused (maps to 401 or 409).
+    Rejected(ClaimRejection),
+}
+
+/// Result of [`QueueStore::consume`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumeOutcome {
+    /// The token is now consumed.
+    Consumed,
+    /// It already was, by this claim (idempotent repeat).
+    AlreadyConsumed,
+    /// Refused.
+    Rejected(ConsumeRejection),
+}
+
+/// Result of [`QueueStore::release`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// Released.
+    Released(ReleasedTo),
+    /// Refused.
+    Rejected(ReleaseRejection),
+}
+
+/// A queue's live counters (SPEC 2.1 `GET /v1/admin/queues/{queue}`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueStats {
+    /// Current settings.
+    pub settings: QueueSettings,
+    /// Members waiting.
+    pub waiting: u64,
+    /// Members holding an unclaimed token.
+    pub ready: u64,
+    /// Members with an order in flight.
+    pub claimed: u64,
+    /// Members admitted in the last 60 s.
+    pub admitted_last_minute: u64,
+    /// How long the head of the line has waited, in whole seconds (0 when nobody waits).
+    pub oldest_wait_seconds: u64,
+    /// The measured throughput behind estimates (members/s), if any.
+    pub measured_rate: Option<f64>,
+}
+
+/// The waiting room's storage. Every method is one atomic step on the store and uses the store's clock.
+#[async_trait]
+pub trait QueueStore: Send + Sync + 'static {
+    /// Enters `member` (creating the queue with default settings if needed) and returns its position.
+    /// Atomic and idempotent: concurrent first entries produce one position; READY/CLAIMED stay so.
+    async fn enter(&self, queue: &QueueName, member: &MemberId) -> Result<EnterOutcome, StoreError>;
+
+    /// The member's current position. Unknown queues answer NOT_ENTERED.
+    async fn position(&self, queue: &QueueName, member: &MemberId) -> Result<MemberView, StoreError>;
+
+    /// Leaves the queue, or gives back an unclaimed token.
+    async fn leave(&self, queue: &QueueName, member: &MemberId) -> Result<LeaveOutcome, StoreError>;
+
+    /// One admission step: expire what is due, refill the global budget, pop up to what it allows (and
+    /// `max_active` leaves room for, and `tokens.len()`), and give each popped member one of `tokens`, all
+    /// atomically. Unused tokens are discarded.
+    async fn admit(&self, queue: &QueueName, tokens: Vec<TokenCandidate>) -> Result<AdmitOutcome, StoreError>;
+
+    /// Expires due tokens and claims without admitting.
+    async fn expire_due(&self, queue: &QueueName) -> Result<ExpiryOutcome, StoreError>;
+
+    /// Claims the member's token (presented as its digest) under a new claim id (as its digest).
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        token: &Digest,
+        claim: &Digest,
+    ) -> Result<ClaimOutcome, StoreError>;
+
+    /// The order committed: consume the claimed token. Idempotent.
+    async fn consume(&self, queue: &QueueName, member: &MemberId, claim: &Digest) -> Result<ConsumeOutcome, StoreError>;
+
+    /// The order failed: release the claim, back to READY if the token is still valid. Idempotent.
+    async fn release(&self, queue: &QueueName, member: &MemberId, claim: &Digest) -> Result<ReleaseOutcome, StoreError>;
+
+    /// The queue's settings; `None` for a queue that does not exist yet.
+    async fn settings(&self, queue: &QueueName) -> Result<Option<QueueSettings>, StoreError>;
+
+    /// Applies a partial update (creating the queue if needed); the inner `Err` is a validation failure and
+    /// changes nothing.
+    async fn update_settings(
+        &self,
+        queue: &QueueName,
+        patch: &SettingsPatch,
+    ) -> Result<Result<QueueSettings, SettingsError>, StoreError>;
+
+    /// Live counters; `None` for a queue that does not exist.
+    async fn stats(&self, queue: &QueueName) -> Result<Option<QueueStats>, StoreError>;
+
+    /// Every queue that exists.
+    async fn queues(&self) -> Result<Vec<QueueName>, StoreError>;
+
+    /// Checks the store can be reached.
+    async fn ping(&self) -> Result<(), StoreError>;
+}
