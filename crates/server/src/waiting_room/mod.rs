@@ -1,1 +1,46 @@
-//! placeholder
+//! The waiting room (SPEC Part 2): member API, admin API, token service, reverse-proxy gate, admission
+//! scheduler and the flash-sale demo.
+//!
+//! Flow: **entry** (`POST …/entries`, one atomic store step with a store-side sequence) → **admission**
+//! (each instance's scheduler ticks; the store pops and issues tokens in one step against a global budget)
+//! → **token** (shown on the member's next poll; only its hash is stored) → **claim** (one atomic step,
+//! exactly one concurrent winner) → **consume** on a committed order, or **release** back to READY.
+//!
+//! # Layout
+//! - [`config`]: [`WaitingRoomConfig`], [`GateConfig`], [`GateRoute`].
+//! - `service`: [`WaitingRoom`], the one type handlers, the gate and workers call; it maps store outcomes to
+//!   [`ApiError`](crate::error::ApiError)s and records metrics.
+//! - `member_api`, `admin_api`, `gate`: thin axum handlers, one module per route group.
+//! - `scheduler`: admission, expiry and metrics workers, driven by the store's clock.
+//! - `telemetry`: metric names and helpers.
+//! - `demo`: the flash-sale scene of `rankgate demo`.
+
+mod admin_api;
+pub mod config;
+mod demo;
+mod gate;
+mod member_api;
+mod scheduler;
+mod service;
+mod telemetry;
+
+use std::sync::Arc;
+
+pub use self::config::{GateConfig, GateRoute, WaitingRoomConfig};
+pub use self::demo::{run_flash_sale_demo, FlashSaleReport};
+pub use self::service::{ClaimGranted, Position, WaitingRoom};
+
+/// `/v1/queues/...`: member endpoints (SPEC 2.2) and the token service (SPEC 2.4).
+pub fn member_routes(room: Arc<WaitingRoom>) -> axum::Router {
+    member_api::routes(room)
+}
+
+/// `/v1/admin/queues/...`: queue settings and counters (SPEC 2.1). The caller adds authentication.
+pub fn admin_routes(room: Arc<WaitingRoom>) -> axum::Router {
+    admin_api::routes(room)
+}
+
+/// The reverse-proxy routes of every `[[gate]]`; `None` when none is configured.
+pub fn gate_routes(room: Arc<WaitingRoom>) -> Option<axum::Router> {
+    gate::routes(room)
+}

@@ -1,0 +1,82 @@
+//! Admin endpoints (SPEC 2.1): read and change a queue's settings at runtime. Authentication is added by
+//! the caller of [`super::admin_routes`].
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use rankgate_core::queue::{FailMode, SettingsPatch};
+use serde_json::{json, Value};
+
+use super::member_api::json_object;
+use super::service::WaitingRoom;
+use crate::error::{ApiError, ApiResult};
+
+pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
+    Router::new()
+        .route("/v1/admin/queues", get(list))
+        .route("/v1/admin/queues/{queue}", get(show).put(update))
+        .with_state(room)
+}
+
+/// Builds a patch field by field, so a wrong type gets a 400 that names the field. Unknown fields (for
+/// example the live counters of a GET echoed back) are ignored.
+fn parse_patch(map: &serde_json::Map<String, Value>) -> ApiResult<SettingsPatch> {
+    fn whole(field: &str, value: &Value) -> ApiResult<u64> {
+        value.as_u64().ok_or_else(|| ApiError::bad_field(field, "must be a positive whole number"))
+    }
+    let mut patch = SettingsPatch::default();
+    for (field, value) in map {
+        match field.as_str() {
+            "admitPerSecond" => {
+                patch.admit_per_second =
+                    Some(value.as_f64().ok_or_else(|| ApiError::bad_field(field, "must be a positive number"))?)
+            }
+            "tickMillis" => patch.tick_millis = Some(whole(field, value)?),
+            "tokenTtlSeconds" => patch.token_ttl_seconds = Some(whole(field, value)?),
+            "claimTtlSeconds" => patch.claim_ttl_seconds = Some(whole(field, value)?),
+            "maxActive" => {
+                patch.max_active = Some(if value.is_null() { None } else { Some(whole(field, value)?) });
+            }
+            "paused" => patch.paused = Some(value.as_bool().ok_or_else(|| ApiError::bad_field(field, "must be true or false"))?),
+            "failMode" => {
+                patch.fail_mode = Some(match value.as_str() {
+                    Some("closed") => FailMode::Closed,
+                    Some("open") => FailMode::Open,
+                    _ => return Err(ApiError::bad_field(field, "must be \"closed\" or \"open\"")),
+                })
+            }
+            _ => {}
+        }
+    }
+    Ok(patch)
+}
+
+async fn update(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>, body: Bytes) -> ApiResult<Json<Value>> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let patch = parse_patch(&json_object(&body)?)?;
+    let settings = room.update_settings(&queue, &patch).await?;
+    Ok(Json(serde_json::to_value(settings).map_err(|e| ApiError::Internal(e.into()))?))
+}
+
+async fn show(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -> ApiResult<Json<Value>> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let stats = room.stats(&queue).await?;
+    let mut body = serde_json::to_value(&stats.settings).map_err(|e| ApiError::Internal(e.into()))?;
+    if let Value::Object(map) = &mut body {
+        map.insert("waiting".into(), json!(stats.waiting));
+        map.insert("ready".into(), json!(stats.ready));
+        map.insert("claimed".into(), json!(stats.claimed));
+        map.insert("admittedLastMinute".into(), json!(stats.admitted_last_minute));
+        map.insert("oldestWaitSeconds".into(), json!(stats.oldest_wait_seconds));
+        map.insert("measuredAdmitPerSecond".into(), json!(stats.measured_rate));
+    }
+    Ok(Json(body))
+}
+
+async fn list(State(room): State<Arc<WaitingRoom>>) -> ApiResult<Json<Value>> {
+    let names: Vec<String> = room.queue_names().await?.iter().map(ToString::to_string).collect();
+    Ok(Json(json!({ "queues": names })))
+}

@@ -1,0 +1,135 @@
+//! Waiting-room configuration: `[waiting_room]` defaults and `[[gate]]` proxy routes.
+//!
+//! ```toml
+//! [waiting_room]
+//! admit_per_second = 50        # defaults for queues created by their first entry (SPEC 2.1)
+//! tick_millis = 1000
+//! token_ttl_seconds = 300
+//! claim_ttl_seconds = 30
+//! # max_active = 200
+//! fail_mode = "closed"         # or "open": the gate forwards unclaimed requests while the store is down
+//! poll_burst = 3               # polls allowed per `poll_burst × polling interval` window before 429
+//! consumed_memory_seconds = 3600
+//! # token_secret = "<43 chars of URL-safe base64>"  # share between instances; else generated in the data dir
+//! fsync_every_commit = false   # true: survive power loss, not just a process restart
+//!
+//! [[gate]]
+//! queue = "summer-sale"
+//! upstream = "http://127.0.0.1:9000"
+//! timeout_millis = 10000
+//! routes = [ { method = "POST", path = "/orders" },                 # exact path
+//!            { method = "POST", path = "/orders/", prefix = true } ] # every path under /orders/
+//! ```
+
+use rankgate_core::queue::{FailMode, QueueSettings};
+use serde::Deserialize;
+
+/// Settings from the config file: `[waiting_room]` defaults and `[[gate]]` routes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WaitingRoomConfig {
+    /// Default `admit_per_second` of new queues.
+    pub admit_per_second: f64,
+    /// Default `tick` of new queues (ms).
+    pub tick_millis: u64,
+    /// Default token lifetime (s).
+    pub token_ttl_seconds: u64,
+    /// Default claim lifetime (s).
+    pub claim_ttl_seconds: u64,
+    /// Default cap on READY + CLAIMED.
+    pub max_active: Option<u64>,
+    /// Default gate behaviour when the store is down; also used for queues the gate cannot look up.
+    pub fail_mode: FailMode,
+    /// Polls allowed within `poll_burst × polling interval` before 429: the average stays at one poll
+    /// per interval while tolerating a retried request or a page reload.
+    pub poll_burst: u32,
+    /// How long a consumed member is reported with `lastOutcome: CONSUMED` (s).
+    pub consumed_memory_seconds: u64,
+    /// Token secret (URL-safe base64 of 32 bytes). Instances sharing a store must share it; when absent
+    /// the embedded backend generates one in `<data_dir>/queue.secret`.
+    pub token_secret: Option<String>,
+    /// Fsync every commit of the embedded queue database.
+    pub fsync_every_commit: bool,
+    /// How often the scheduler checks whether a queue's tick is due (ms).
+    pub scheduler_poll_millis: u64,
+    /// Reverse-proxy gates (the top-level `[[gate]]` tables).
+    pub gates: Vec<GateConfig>,
+}
+
+impl Default for WaitingRoomConfig {
+    fn default() -> Self {
+        let settings = QueueSettings::default();
+        WaitingRoomConfig {
+            admit_per_second: settings.admit_per_second,
+            tick_millis: settings.tick_millis,
+            token_ttl_seconds: settings.token_ttl_seconds,
+            claim_ttl_seconds: settings.claim_ttl_seconds,
+            max_active: settings.max_active,
+            fail_mode: settings.fail_mode,
+            poll_burst: 3,
+            consumed_memory_seconds: 3600,
+            token_secret: None,
+            fsync_every_commit: false,
+            scheduler_poll_millis: 50,
+            gates: Vec::new(),
+        }
+    }
+}
+
+impl WaitingRoomConfig {
+    /// The settings a queue gets when its first entry creates it; validated.
+    pub fn default_settings(&self) -> anyhow::Result<QueueSettings> {
+        let settings = QueueSettings {
+            admit_per_second: self.admit_per_second,
+            tick_millis: self.tick_millis,
+            token_ttl_seconds: self.token_ttl_seconds,
+            claim_ttl_seconds: self.claim_ttl_seconds,
+            max_active: self.max_active,
+            paused: false,
+            fail_mode: self.fail_mode,
+        };
+        settings.validate().map_err(|e| anyhow::anyhow!("[waiting_room] {e}"))?;
+        Ok(settings)
+    }
+}
+
+/// One `[[gate]]`: requests matching `routes` must carry a valid entry token for `queue`, and are
+/// forwarded to `upstream`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateConfig {
+    /// The queue whose tokens this gate accepts.
+    pub queue: String,
+    /// Base URL of the protected service, e.g. `http://127.0.0.1:9000` (the request path is appended).
+    pub upstream: String,
+    /// The protected routes.
+    pub routes: Vec<GateRoute>,
+    /// Upstream timeout (ms); a timeout releases the token and answers 504.
+    #[serde(default = "default_gate_timeout_millis")]
+    pub timeout_millis: u64,
+    /// Largest request body forwarded (bytes).
+    #[serde(default = "default_gate_max_body_bytes")]
+    pub max_body_bytes: usize,
+}
+
+fn default_gate_timeout_millis() -> u64 {
+    10_000
+}
+
+fn default_gate_max_body_bytes() -> usize {
+    1024 * 1024
+}
+
+/// A protected method and path.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateRoute {
+    /// HTTP method, e.g. `POST` (case-insensitive).
+    pub method: String,
+    /// Path. Exact by default: `/orders` matches only `/orders`.
+    pub path: String,
+    /// With `prefix = true` the route also matches every path below `path`: `/orders` then matches
+    /// `/orders`, `/orders/` and `/orders/123/items`.
+    #[serde(default)]
+    pub prefix: bool,
+}

@@ -1,0 +1,252 @@
+//! The reverse-proxy gate (SPEC 2.4, `[[gate]]`): one token, one order, without the shop changing code.
+//!
+//! For a protected route the gate requires `X-Entry-Token` and `X-Member-Id`, claims the token (exactly one
+//! concurrent request wins), forwards the request to the upstream, then consumes the token on a 2xx answer
+//! and releases it on anything else — another status, a timeout, a refused or dropped connection — so a
+//! failed order never burns the member's admission. The upstream's answer (status, headers, body) is
+//! passed back unchanged; the entry token is stripped before forwarding so the upstream never sees it.
+//!
+//! When the store cannot be reached the gate fails closed (503) unless the queue's `fail_mode` is `open`,
+//! in which case it forwards without a claim.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderName, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::{Json, Router};
+use rankgate_core::ids::MemberId;
+use rankgate_core::queue::{FailMode, QueueName};
+
+use super::config::GateConfig;
+use super::service::WaitingRoom;
+use super::telemetry::gate_outcome;
+use crate::error::ApiError;
+
+/// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus the ones we set ourselves.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+];
+
+/// A configured gate with its queue parsed.
+#[derive(Debug, Clone)]
+struct Gate {
+    queue: QueueName,
+    upstream: String,
+    timeout: Duration,
+    max_body_bytes: usize,
+}
+
+/// The gates answering one path, by method.
+type MethodTable = Vec<(Method, Arc<Gate>)>;
+
+pub(crate) fn routes(room: Arc<WaitingRoom>) -> Option<Router> {
+    let gates = &room.config.gates;
+    if gates.is_empty() {
+        return None;
+    }
+    // path → (exact table, prefix table); axum allows one handler per path, so methods are merged here.
+    let mut by_path: BTreeMap<String, (MethodTable, bool)> = BTreeMap::new();
+    for config in gates {
+        let gate = Arc::new(gate_from(config)?);
+        for route in &config.routes {
+            let method = Method::from_bytes(route.method.trim().to_ascii_uppercase().as_bytes()).ok()?;
+            let mut path = route.path.trim().to_string();
+            let prefix = route.prefix || path.ends_with("/*");
+            if let Some(stripped) = path.strip_suffix("/*") {
+                path = stripped.to_string();
+            }
+            if prefix {
+                path = path.trim_end_matches('/').to_string();
+            }
+            if !path.starts_with('/') {
+                path.insert(0, '/');
+            }
+            let entry = by_path.entry(path).or_insert_with(|| (Vec::new(), false));
+            entry.0.push((method, Arc::clone(&gate)));
+            entry.1 |= prefix;
+        }
+    }
+    let mut router = Router::new();
+    for (path, (table, prefix)) in by_path {
+        let table = Arc::new(table);
+        let handler = {
+            let room = Arc::clone(&room);
+            let table = Arc::clone(&table);
+            move |request: Request| {
+                let room = Arc::clone(&room);
+                let table = Arc::clone(&table);
+                async move { handle(room, table, request).await }
+            }
+        };
+        let exact_path = if path.is_empty() { "/".to_string() } else { path.clone() };
+        router = router.route(&exact_path, any(handler.clone()));
+        if prefix {
+            router = router.route(&format!("{}/{{*rest}}", path), any(handler));
+        }
+    }
+    Some(router)
+}
+
+fn gate_from(config: &GateConfig) -> Option<Gate> {
+    Some(Gate {
+        queue: QueueName::parse(&config.queue).ok()?,
+        upstream: config.upstream.trim_end_matches('/').to_string(),
+        timeout: Duration::from_millis(config.timeout_millis.max(1)),
+        max_body_bytes: config.max_body_bytes,
+    })
+}
+
+fn error_response(status: StatusCode, message: &str) -> Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
+}
+
+async fn handle(room: Arc<WaitingRoom>, table: Arc<MethodTable>, request: Request) -> Response {
+    let Some(gate) = table.iter().find(|(method, _)| method == request.method()).map(|(_, gate)| Arc::clone(gate)) else {
+        return error_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this gated route");
+    };
+    let queue = gate.queue.clone();
+    let (parts, body) = request.into_parts();
+    let Some(token) = header_str(&parts.headers, "x-entry-token").map(str::to_string) else {
+        gate_outcome(&queue, "rejected_unauthorized");
+        return ApiError::Unauthorized("X-Entry-Token: missing entry token".into()).into_response();
+    };
+    let Some(raw_member) = header_str(&parts.headers, "x-member-id") else {
+        gate_outcome(&queue, "rejected_unauthorized");
+        return ApiError::Unauthorized("X-Member-Id: missing member id".into()).into_response();
+    };
+    let member = match MemberId::parse(raw_member) {
+        Ok(member) => member,
+        Err(e) => return ApiError::bad_field("X-Member-Id", e).into_response(),
+    };
+    let body = match axum::body::to_bytes(body, gate.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(_) => return error_response(StatusCode::PAYLOAD_TOO_LARGE, "body: larger than the gate forwards"),
+    };
+
+    let claim_id = match room.claim(&queue, &member, &token).await {
+        Ok(granted) => Some(granted.claim_id),
+        Err(ApiError::Unavailable(message)) => match room.fail_mode_when_unreachable(&queue) {
+            FailMode::Open => {
+                tracing::warn!(queue = %queue, "queue store unreachable; fail_mode=open forwards without a claim");
+                gate_outcome(&queue, "fail_open");
+                None
+            }
+            FailMode::Closed => {
+                gate_outcome(&queue, "unavailable");
+                return ApiError::Unavailable(message).into_response();
+            }
+        },
+        Err(error) => {
+            gate_outcome(&queue, if matches!(error, ApiError::Conflict(_)) { "rejected_conflict" } else { "rejected_unauthorized" });
+            return error.into_response();
+        }
+    };
+
+    let forwarded = forward(&room, &gate, &parts, body).await;
+    let Some(claim_id) = claim_id else {
+        return forwarded.unwrap_or_else(|(status, message)| error_response(status, &message));
+    };
+    match forwarded {
+        Ok(response) if response.status().is_success() => {
+            finish(&room, &queue, &member, &claim_id, Finish::Consume).await;
+            gate_outcome(&queue, "consumed");
+            response
+        }
+        Ok(response) => {
+            finish(&room, &queue, &member, &claim_id, Finish::Release).await;
+            gate_outcome(&queue, "released_upstream_status");
+            response
+        }
+        Err((status, message)) => {
+            finish(&room, &queue, &member, &claim_id, Finish::Release).await;
+            gate_outcome(&queue, if status == StatusCode::GATEWAY_TIMEOUT { "released_timeout" } else { "released_upstream_error" });
+            error_response(status, &message)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Finish {
+    Consume,
+    Release,
+}
+
+/// Consumes or releases, retrying briefly: after a committed order a lost consume would let the claim
+/// expire back to READY and the token buy a second order, so it is worth a few attempts.
+async fn finish(room: &WaitingRoom, queue: &QueueName, member: &MemberId, claim_id: &str, what: Finish) {
+    for attempt in 0..5u32 {
+        let result = match what {
+            Finish::Consume => room.consume(queue, member, claim_id).await,
+            Finish::Release => room.release(queue, member, claim_id).await,
+        };
+        match result {
+            Ok(()) => return,
+            Err(ApiError::Unavailable(_)) => tokio::time::sleep(Duration::from_millis(50 << attempt)).await,
+            Err(error) => {
+                tracing::warn!(queue = %queue, ?what, error = %error, "gate could not finish its claim");
+                return;
+            }
+        }
+    }
+    tracing::error!(queue = %queue, ?what, "gate gave up finishing its claim; the claim will expire after claim_ttl");
+}
+
+/// Forwards the request; `Err` carries the status the gate answers with (504 timeout, 502 otherwise).
+async fn forward(
+    room: &WaitingRoom,
+    gate: &Gate,
+    parts: &axum::http::request::Parts,
+    body: Bytes,
+) -> Result<Response, (StatusCode, String)> {
+    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let url = format!("{}{}", gate.upstream, path_and_query);
+    let mut request = room.http.request(parts.method.clone(), &url).timeout(gate.timeout).body(body);
+    for (name, value) in &parts.headers {
+        let lower = name.as_str();
+        if HOP_BY_HOP.contains(&lower) || lower == "x-entry-token" {
+            continue;
+        }
+        request = request.header(name, value);
+    }
+    let fail = |error: reqwest::Error| {
+        if error.is_timeout() {
+            (StatusCode::GATEWAY_TIMEOUT, "the order service did not answer in time; your entry token was released".to_string())
+        } else {
+            (StatusCode::BAD_GATEWAY, "the order service could not be reached; your entry token was released".to_string())
+        }
+    };
+    let upstream = request.send().await.map_err(fail)?;
+    let status = upstream.status();
+    let headers = upstream.headers().clone();
+    // Read the whole body before deciding: a connection dropped mid-body is a failed order.
+    let bytes = upstream.bytes().await.map_err(fail)?;
+    let mut response = Response::new(Body::from(bytes));
+    *response.status_mut() = status;
+    for (name, value) in &headers {
+        if HOP_BY_HOP.contains(&name.as_str()) {
+            continue;
+        }
+        if let Ok(name) = HeaderName::from_bytes(name.as_str().as_bytes()) {
+            response.headers_mut().append(name, value.clone());
+        }
+    }
+    Ok(response)
+}

@@ -1,0 +1,114 @@
+//! Member endpoints (SPEC 2.2) and the token service (SPEC 2.4): thin handlers over [`WaitingRoom`].
+//!
+//! Bodies are read as bytes and parsed here, not with axum's `Json` extractor, because that answers 422
+//! for a wrong field type and the spec wants 400 naming the field.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::Value;
+
+use super::service::WaitingRoom;
+use crate::error::{ApiError, ApiResult};
+
+pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
+    Router::new()
+        .route("/v1/queues/{queue}/entries", post(enter))
+        .route("/v1/queues/{queue}/entries/{member}", get(poll).delete(leave))
+        .route("/v1/queues/{queue}/tokens/claim", post(claim))
+        .route("/v1/queues/{queue}/tokens/consume", post(consume))
+        .route("/v1/queues/{queue}/tokens/release", post(release))
+        .with_state(room)
+}
+
+/// Parses a JSON object body.
+pub(crate) fn json_object(body: &Bytes) -> ApiResult<serde_json::Map<String, Value>> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::BadRequest("body: must be a JSON object".into())),
+        Err(e) => Err(ApiError::BadRequest(format!("body: invalid JSON ({e})"))),
+    }
+}
+
+/// A required string field; `missing` builds the error when it is absent (400 or 401 by endpoint).
+fn string_field<'a>(
+    map: &'a serde_json::Map<String, Value>,
+    field: &str,
+    missing: impl FnOnce() -> ApiError,
+) -> ApiResult<&'a str> {
+    match map.get(field) {
+        None | Some(Value::Null) => Err(missing()),
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(ApiError::bad_field(field, "must be a string")),
+    }
+}
+
+fn member_field(map: &serde_json::Map<String, Value>) -> ApiResult<rankgate_core::ids::MemberId> {
+    let raw = string_field(map, "memberId", || ApiError::bad_field("memberId", "is required"))?;
+    WaitingRoom::parse_member("memberId", raw)
+}
+
+async fn enter(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>, body: Bytes) -> ApiResult<Response> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let member = member_field(&json_object(&body)?)?;
+    let position = room.enter(&queue, &member).await?;
+    Ok(Json(position).into_response())
+}
+
+async fn poll(State(room): State<Arc<WaitingRoom>>, Path((queue, member)): Path<(String, String)>) -> ApiResult<Response> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let member = WaitingRoom::parse_member("memberId", &member)?;
+    let (position, limit) = room.poll(&queue, &member).await?;
+    let mut response = Json(position).into_response();
+    let headers = response.headers_mut();
+    if let (Ok(policy), Ok(limit)) = (HeaderValue::from_str(&limit.policy), HeaderValue::from_str(&limit.limit)) {
+        headers.insert("ratelimit-policy", policy);
+        headers.insert("ratelimit", limit);
+    }
+    Ok(response)
+}
+
+async fn leave(State(room): State<Arc<WaitingRoom>>, Path((queue, member)): Path<(String, String)>) -> ApiResult<StatusCode> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let member = WaitingRoom::parse_member("memberId", &member)?;
+    room.leave(&queue, &member).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn claim(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>, body: Bytes) -> ApiResult<Response> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let map = json_object(&body)?;
+    let member = member_field(&map)?;
+    let token = string_field(&map, "token", || ApiError::Unauthorized("token: missing entry token".into()))?;
+    let granted = room.claim(&queue, &member, token).await?;
+    Ok(Json(granted).into_response())
+}
+
+fn claim_id_field(map: &serde_json::Map<String, Value>) -> ApiResult<&str> {
+    let claim_id = string_field(map, "claimId", || ApiError::bad_field("claimId", "is required"))?;
+    if claim_id.is_empty() || claim_id.len() > 128 {
+        return Err(ApiError::bad_field("claimId", "must be 1 to 128 bytes"));
+    }
+    Ok(claim_id)
+}
+
+async fn consume(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>, body: Bytes) -> ApiResult<StatusCode> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let map = json_object(&body)?;
+    let member = member_field(&map)?;
+    room.consume(&queue, &member, claim_id_field(&map)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn release(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>, body: Bytes) -> ApiResult<StatusCode> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let map = json_object(&body)?;
+    let member = member_field(&map)?;
+    room.release(&queue, &member, claim_id_field(&map)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

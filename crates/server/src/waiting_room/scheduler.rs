@@ -1,0 +1,78 @@
+//! Background workers: the admission scheduler, token/claim expiry and queue gauges.
+//!
+//! Every instance runs all of them. That is safe because each step is one atomic store operation and the
+//! admission budget lives in the store (limitation 3): four schedulers ticking together admit what one
+//! would. Deciding *when* a tick is due uses the room's [`Clock`](rankgate_store::clock::Clock); tests use
+//! a manual clock and call [`WaitingRoom::admit_due_queues`] directly instead of spawning these loops.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::service::WaitingRoom;
+
+/// How often expired tokens and claims are swept between admission ticks.
+const EXPIRY_SWEEP_EVERY: Duration = Duration::from_millis(250);
+/// How often queue gauges are refreshed.
+const GAUGES_EVERY: Duration = Duration::from_secs(1);
+
+impl WaitingRoom {
+    /// Spawns the admission scheduler, the expiry sweeper and the gauge publisher; they stop when
+    /// `shutdown` is cancelled.
+    pub fn spawn_workers(self: &Arc<Self>, shutdown: CancellationToken) -> Vec<JoinHandle<()>> {
+        let poll = Duration::from_millis(self.config.scheduler_poll_millis.max(1));
+        vec![
+            spawn_loop("admission", Arc::clone(self), shutdown.clone(), poll, |room| async move {
+                room.admit_due_queues().await.map(|_| ())
+            }),
+            spawn_loop("expiry", Arc::clone(self), shutdown.clone(), EXPIRY_SWEEP_EVERY, |room| async move {
+                room.expire_due_everywhere().await
+            }),
+            spawn_loop("gauges", Arc::clone(self), shutdown, GAUGES_EVERY, |room| async move {
+                room.publish_queue_gauges().await
+            }),
+        ]
+    }
+}
+
+fn spawn_loop<F, Fut>(
+    name: &'static str,
+    room: Arc<WaitingRoom>,
+    shutdown: CancellationToken,
+    every: Duration,
+    step: F,
+) -> JoinHandle<()>
+where
+    F: Fn(Arc<WaitingRoom>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(every);
+        // After a stall, run once and carry on; a burst of catch-up ticks would only spend the same budget.
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = interval.tick() => {}
+            }
+            match step(Arc::clone(&room)).await {
+                Ok(()) => {
+                    if failing {
+                        tracing::info!(worker = name, "waiting-room worker recovered");
+                    }
+                    failing = false;
+                }
+                Err(error) => {
+                    // Log the first failure of a streak only: a store outage would otherwise flood the log.
+                    if !failing {
+                        tracing::warn!(worker = name, error = format!("{error:#}"), "waiting-room worker step failed");
+                    }
+                    failing = true;
+                }
+            }
+        }
+    })
+}

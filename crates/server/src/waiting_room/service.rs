@@ -1,0 +1,449 @@
+//! [`WaitingRoom`]: the waiting room's service layer, shared by the HTTP handlers, the gate, the workers
+//! and the demo.
+//!
+//! It holds the stores behind their traits (`Arc<dyn QueueStore>` etc.), so the same code runs on the
+//! embedded backend or Redis; turns raw credentials into digests (raw tokens never go further, and are never
+//! logged); maps store outcomes to [`ApiError`]s; and records metrics.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use parking_lot::Mutex;
+use rand::Rng as _;
+use rankgate_core::ids::MemberId;
+use rankgate_core::limiter::{RateDecision, RateLimit};
+use rankgate_core::queue::{
+    polling_interval_seconds, polling_tier_seconds, AdmissionBudget, ClaimRejection, ConsumeRejection, FailMode,
+    MemberStatus, QueueName, QueueSettings, ReleaseRejection, SettingsPatch,
+};
+use rankgate_store::clock::Clock;
+use rankgate_store::queue::embedded::{EmbeddedOptions, EmbeddedStore};
+use rankgate_store::queue::token::{digest_of, new_claim_id, TokenSecret};
+use rankgate_store::queue::{
+    AdmitOutcome, ClaimOutcome, ConsumeOutcome, JobStore, LastOutcome, LeaveOutcome, MemberView, QueueStats, QueueStore,
+    RateLimiter, RateLimiterKind, ReleaseOutcome, StoreError,
+};
+use serde::Serialize;
+
+use super::config::WaitingRoomConfig;
+use super::telemetry;
+use crate::error::{ApiError, ApiResult};
+
+/// The position body of SPEC 2.2.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Position {
+    /// `NOT_ENTERED`, `WAITING`, `READY` or `CLAIMED`.
+    pub status: MemberStatus,
+    /// 0-based rank while WAITING, else `null`.
+    pub rank: Option<u64>,
+    /// Members waiting in the queue.
+    pub current_total_waiting_count: u64,
+    /// Seconds until admission at the measured rate, while WAITING (`null` if paused).
+    pub estimated_wait_seconds: Option<u64>,
+    /// When to poll next: 1/3/5 s by rank plus up to 20% jitter.
+    pub polling_interval_seconds: f64,
+    /// The entry token, only while READY.
+    pub entry_token: Option<String>,
+    /// When the token expires (RFC 3339), only while READY.
+    pub token_expires_at: Option<String>,
+    /// `CONSUMED` while a consumed member is remembered; omitted otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_outcome: Option<&'static str>,
+}
+
+/// A granted claim (SPEC 2.4).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimGranted {
+    /// Present it to consume or release. Shown once; only its hash is stored.
+    pub claim_id: String,
+    /// When the claim is released automatically (RFC 3339).
+    pub expires_at: String,
+}
+
+/// Headers describing the poll limit (IETF `RateLimit-Policy` / `RateLimit`, draft-ietf-httpapi-ratelimit-headers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PollLimitHeaders {
+    /// `RateLimit-Policy` value.
+    pub policy: String,
+    /// `RateLimit` value.
+    pub limit: String,
+}
+
+/// The waiting room.
+pub struct WaitingRoom {
+    pub(crate) queues: Arc<dyn QueueStore>,
+    pub(crate) limiter: Arc<dyn RateLimiter>,
+    jobs: Arc<dyn JobStore>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) config: WaitingRoomConfig,
+    secret: TokenSecret,
+    /// Set when running on the embedded backend, for its drill hooks.
+    embedded: Option<Arc<EmbeddedStore>>,
+    /// Last fail mode seen per queue: when the store is down it cannot be asked, yet the gate must decide.
+    fail_modes: Mutex<HashMap<QueueName, FailMode>>,
+    /// When this instance next runs each queue's tick (store-clock ms). Per instance on purpose: the budget
+    /// that makes the rate global lives in the store, so extra ticks cost nothing and a dead instance
+    /// leaves no lease behind.
+    pub(crate) next_tick_ms: Mutex<HashMap<QueueName, i64>>,
+    /// The gate's HTTP client (connection pool shared by every gate).
+    pub(crate) http: reqwest::Client,
+}
+
+impl std::fmt::Debug for WaitingRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitingRoom").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+fn store_error(error: StoreError) -> ApiError {
+    match error {
+        StoreError::Unavailable(message) => {
+            tracing::warn!(error = %message, "queue store unavailable; failing closed");
+            ApiError::Unavailable("the waiting room is unavailable; try again shortly".into())
+        }
+        StoreError::Corrupt(message) => ApiError::Internal(anyhow::anyhow!(message)),
+    }
+}
+
+/// RFC 3339 for a store-clock millisecond.
+pub(crate) fn rfc3339(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).map(|t| t.to_string()).unwrap_or_default()
+}
+
+fn load_or_create_secret(config: &WaitingRoomConfig, data_dir: &Path) -> anyhow::Result<TokenSecret> {
+    if let Some(encoded) = &config.token_secret {
+        let bytes = URL_SAFE_NO_PAD.decode(encoded.trim()).context("waiting_room.token_secret: not URL-safe base64")?;
+        let bytes: [u8; 32] =
+            bytes.try_into().map_err(|_| anyhow::anyhow!("waiting_room.token_secret: must be 32 bytes"))?;
+        return Ok(TokenSecret::from_bytes(bytes));
+    }
+    let path = data_dir.join("queue.secret");
+    if let Ok(existing) = std::fs::read(&path) {
+        let bytes: [u8; 32] = existing.try_into().map_err(|_| anyhow::anyhow!("{} is not 32 bytes", path.display()))?;
+        return Ok(TokenSecret::from_bytes(bytes));
+    }
+    let secret = TokenSecret::generate().context("reading the OS random number generator")?;
+    std::fs::create_dir_all(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+    write_private_file(&path, &secret.to_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    Ok(secret)
+}
+
+#[cfg(unix)]
+fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+#[cfg(not(unix))]
+fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    std::fs::write(path, bytes)
+}
+
+impl WaitingRoom {
+    /// Opens the embedded backend under `data_dir` (restoring state: entries, tokens, claims, settings).
+    pub async fn open_embedded(
+        data_dir: &Path,
+        config: WaitingRoomConfig,
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Arc<WaitingRoom>> {
+        let options = EmbeddedOptions {
+            default_settings: config.default_settings()?,
+            consumed_memory_ms: config.consumed_memory_seconds as i64 * 1000,
+            fsync_every_commit: config.fsync_every_commit,
+        };
+        let secret = load_or_create_secret(&config, data_dir)?;
+        let dir = data_dir.to_path_buf();
+        let store_clock = Arc::clone(&clock);
+        // Loading a big queue reads SQLite for a while: keep it off the async workers.
+        let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, store_clock, options))
+            .await
+            .context("opening the queue store")?
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("opening the queue store in {}", data_dir.display()))?;
+        let mut room = WaitingRoom::from_stores(store.clone(), store.clone(), store.clone(), clock, config, secret)?;
+        room.embedded = Some(store);
+        Ok(Arc::new(room))
+    }
+
+    /// A room over any backend. Instances that share a store must share `secret` too.
+    pub fn from_stores(
+        queues: Arc<dyn QueueStore>,
+        limiter: Arc<dyn RateLimiter>,
+        jobs: Arc<dyn JobStore>,
+        clock: Arc<dyn Clock>,
+        config: WaitingRoomConfig,
+        secret: TokenSecret,
+    ) -> anyhow::Result<WaitingRoom> {
+        config.default_settings()?;
+        for gate in &config.gates {
+            QueueName::parse(&gate.queue).map_err(|e| anyhow::anyhow!("[[gate]] queue {:?}: {e}", gate.queue))?;
+            reqwest::Url::parse(&gate.upstream).with_context(|| format!("[[gate]] upstream {:?}", gate.upstream))?;
+        }
+        // No pooled keep-alive past the upstream's own idle timeout: a reused, half-closed connection would
+        // turn into a spurious "connection error" and a needless release.
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(std::time::Duration::from_secs(15))
+            .build()
+            .context("building the gate HTTP client")?;
+        Ok(WaitingRoom {
+            queues,
+            limiter,
+            jobs,
+            clock,
+            config,
+            secret,
+            embedded: None,
+            fail_modes: Mutex::new(HashMap::new()),
+            next_tick_ms: Mutex::new(HashMap::new()),
+            http,
+        })
+    }
+
+    /// The embedded store, when running on it (drills: [`EmbeddedStore::set_unreachable`]).
+    #[must_use]
+    pub fn embedded_store(&self) -> Option<&Arc<EmbeddedStore>> {
+        self.embedded.as_ref()
+    }
+
+    /// The job store, for other workers (carry-over, rollovers) that need delayed/retry jobs.
+    #[must_use]
+    pub fn jobs(&self) -> &Arc<dyn JobStore> {
+        &self.jobs
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &WaitingRoomConfig {
+        &self.config
+    }
+
+    pub(crate) fn parse_queue(raw: &str) -> ApiResult<QueueName> {
+        QueueName::parse(raw).map_err(|e| ApiError::bad_field("queue", e))
+    }
+
+    pub(crate) fn parse_member(field: &str, raw: &str) -> ApiResult<MemberId> {
+        MemberId::parse(raw).map_err(|e| ApiError::bad_field(field, e))
+    }
+
+    fn position_from(&self, view: &MemberView) -> Position {
+        let jitter: f64 = rand::rng().random();
+        let ready = view.status == MemberStatus::Ready;
+        Position {
+            status: view.status,
+            rank: view.rank,
+            current_total_waiting_count: view.waiting_count,
+            estimated_wait_seconds: if view.status == MemberStatus::Waiting { view.estimated_wait_seconds } else { None },
+            polling_interval_seconds: polling_interval_seconds(view.rank, jitter),
+            entry_token: if ready { view.token.map(|(nonce, _)| self.secret.token_for(&nonce)) } else { None },
+            token_expires_at: if ready { view.token.map(|(_, expires)| rfc3339(expires)) } else { None },
+            last_outcome: view.last_outcome.map(|LastOutcome::Consumed| "CONSUMED"),
+        }
+    }
+
+    /// `POST /v1/queues/{queue}/entries`.
+    pub async fn enter(&self, queue: &QueueName, member: &MemberId) -> ApiResult<Position> {
+        let outcome = self.queues.enter(queue, member).await.map_err(store_error)?;
+        if matches!(outcome, rankgate_store::queue::EnterOutcome::Entered(_)) {
+            telemetry::entered(queue);
+        }
+        Ok(self.position_from(outcome.view()))
+    }
+
+    /// `GET /v1/queues/{queue}/entries/{member}`, rate-limited per member to the polling interval.
+    pub async fn poll(&self, queue: &QueueName, member: &MemberId) -> ApiResult<(Position, PollLimitHeaders)> {
+        let view = self.queues.position(queue, member).await.map_err(store_error)?;
+        let tier = polling_tier_seconds(view.rank);
+        let burst = self.config.poll_burst.max(1);
+        // `burst` polls per `burst × interval`: on average one poll per interval, as the client was told.
+        let window_seconds = tier * burst as u64;
+        let limit = RateLimit { limit: burst, window_ms: window_seconds as i64 * 1000 };
+        let key = format!("poll:{queue}:{member}");
+        let decision =
+            self.limiter.try_acquire(&key, limit, RateLimiterKind::SlidingLog).await.map_err(store_error)?;
+        let policy = format!("\"poll\";q={burst};w={window_seconds}");
+        match decision {
+            RateDecision::Allowed { remaining, reset_ms } => {
+                let reset = (reset_ms as u64).div_ceil(1000);
+                let headers = PollLimitHeaders { policy, limit: format!("\"poll\";r={remaining};t={reset}") };
+                Ok((self.position_from(&view), headers))
+            }
+            RateDecision::Limited { retry_after_ms } => {
+                telemetry::poll_limited(queue);
+                let retry_after_secs = (retry_after_ms as u64).div_ceil(1000).max(1);
+                Err(ApiError::TooManyRequests {
+                    message: format!("polling too fast; poll again in {retry_after_secs} s"),
+                    retry_after_secs,
+                    headers: vec![
+                        ("ratelimit-policy", policy),
+                        ("ratelimit", format!("\"poll\";r=0;t={retry_after_secs}")),
+                    ],
+                })
+            }
+        }
+    }
+
+    /// `DELETE /v1/queues/{queue}/entries/{member}`.
+    pub async fn leave(&self, queue: &QueueName, member: &MemberId) -> ApiResult<()> {
+        match self.queues.leave(queue, member).await.map_err(store_error)? {
+            LeaveOutcome::Left(_) | LeaveOutcome::NotPresent => Ok(()),
+            LeaveOutcome::Rejected(rejection) => Err(ApiError::Conflict(rejection.to_string())),
+        }
+    }
+
+    /// `POST …/tokens/claim`: `token` is the raw entry token; it is hashed here and goes no further.
+    pub async fn claim(&self, queue: &QueueName, member: &MemberId, token: &str) -> ApiResult<ClaimGranted> {
+        if token.is_empty() {
+            return Err(ApiError::Unauthorized("token: missing entry token".into()));
+        }
+        let (claim_id, claim_digest) =
+            new_claim_id().map_err(|e| ApiError::Internal(anyhow::anyhow!("OS random number generator: {e}")))?;
+        let outcome = self.queues.claim(queue, member, &digest_of(token), &claim_digest).await.map_err(store_error)?;
+        match outcome {
+            ClaimOutcome::Claimed { expires_at_ms } => {
+                telemetry::token_event(queue, "claimed", 1);
+                Ok(ClaimGranted { claim_id, expires_at: rfc3339(expires_at_ms) })
+            }
+            ClaimOutcome::Rejected(ClaimRejection::AlreadyClaimed) => {
+                Err(ApiError::Conflict("the entry token is already claimed by an order in flight".into()))
+            }
+            ClaimOutcome::Rejected(rejection) => Err(ApiError::Unauthorized(format!("token: {rejection}"))),
+        }
+    }
+
+    /// `POST …/tokens/consume`: the order committed. Idempotent.
+    pub async fn consume(&self, queue: &QueueName, member: &MemberId, claim_id: &str) -> ApiResult<()> {
+        match self.queues.consume(queue, member, &digest_of(claim_id)).await.map_err(store_error)? {
+            ConsumeOutcome::Consumed => {
+                telemetry::token_event(queue, "consumed", 1);
+                Ok(())
+            }
+            ConsumeOutcome::AlreadyConsumed => Ok(()),
+            ConsumeOutcome::Rejected(ConsumeRejection::UnknownClaim) => {
+                Err(ApiError::NotFound("claimId: no such claim for this member".into()))
+            }
+            ConsumeOutcome::Rejected(rejection) => Err(ApiError::Conflict(rejection.to_string())),
+        }
+    }
+
+    /// `POST …/tokens/release`: the order failed; back to READY. Idempotent.
+    pub async fn release(&self, queue: &QueueName, member: &MemberId, claim_id: &str) -> ApiResult<()> {
+        match self.queues.release(queue, member, &digest_of(claim_id)).await.map_err(store_error)? {
+            ReleaseOutcome::Released(rankgate_core::queue::ReleasedTo::AlreadyReleased) => Ok(()),
+            ReleaseOutcome::Released(_) => {
+                telemetry::token_event(queue, "released", 1);
+                Ok(())
+            }
+            ReleaseOutcome::Rejected(ReleaseRejection::UnknownClaim) => {
+                Err(ApiError::NotFound("claimId: no such claim for this member".into()))
+            }
+            ReleaseOutcome::Rejected(rejection) => Err(ApiError::Conflict(rejection.to_string())),
+        }
+    }
+
+    /// `PUT /v1/admin/queues/{queue}`.
+    pub async fn update_settings(&self, queue: &QueueName, patch: &SettingsPatch) -> ApiResult<QueueSettings> {
+        match self.queues.update_settings(queue, patch).await.map_err(store_error)? {
+            Ok(settings) => {
+                self.fail_modes.lock().insert(queue.clone(), settings.fail_mode);
+                Ok(settings)
+            }
+            Err(error) => Err(ApiError::BadRequest(error.to_string())),
+        }
+    }
+
+    /// `GET /v1/admin/queues/{queue}`.
+    pub async fn stats(&self, queue: &QueueName) -> ApiResult<QueueStats> {
+        let stats = self.queues.stats(queue).await.map_err(store_error)?;
+        let stats = stats.ok_or_else(|| ApiError::NotFound(format!("queue: {queue} does not exist")))?;
+        self.fail_modes.lock().insert(queue.clone(), stats.settings.fail_mode);
+        Ok(stats)
+    }
+
+    /// Every queue.
+    pub async fn queue_names(&self) -> ApiResult<Vec<QueueName>> {
+        self.queues.queues().await.map_err(store_error)
+    }
+
+    /// The fail mode to apply for `queue` when the store cannot be asked.
+    pub(crate) fn fail_mode_when_unreachable(&self, queue: &QueueName) -> FailMode {
+        self.fail_modes.lock().get(queue).copied().unwrap_or(self.config.fail_mode)
+    }
+
+    /// Remembers a queue's fail mode from fresh settings.
+    pub(crate) fn remember_fail_mode(&self, queue: &QueueName, mode: FailMode) {
+        self.fail_modes.lock().insert(queue.clone(), mode);
+    }
+
+    /// One admission step for `queue` now, whether or not its tick is due. Prepares a full tick's worth of
+    /// tokens; the store uses as many as the global budget allows.
+    pub async fn admit_queue_now(&self, queue: &QueueName) -> anyhow::Result<AdmitOutcome> {
+        let settings = match self.queues.settings(queue).await? {
+            Some(settings) => settings,
+            None => return Ok(AdmitOutcome::default()),
+        };
+        self.remember_fail_mode(queue, settings.fail_mode);
+        if settings.paused {
+            // Still expire: a paused queue's tokens and claims keep their lifetimes.
+            let expired = self.queues.expire_due(queue).await?;
+            telemetry::token_event(queue, "expired", expired.tokens_expired);
+            telemetry::token_event(queue, "claim_expired", expired.claims_expired);
+            return Ok(AdmitOutcome { tokens_expired: expired.tokens_expired, claims_expired: expired.claims_expired, ..AdmitOutcome::default() });
+        }
+        let per_tick = (AdmissionBudget::capacity_micro(&settings) as u64).div_ceil(1_000_000) as usize;
+        let mut tokens = Vec::with_capacity(per_tick);
+        for _ in 0..per_tick {
+            tokens.push(self.secret.prepare().context("reading the OS random number generator")?);
+        }
+        let started = std::time::Instant::now();
+        let outcome = self.queues.admit(queue, tokens).await?;
+        telemetry::admission_step(queue, &outcome, started.elapsed());
+        Ok(outcome)
+    }
+
+    /// Runs the tick of every queue whose tick is due on this instance (store clock); returns what each did.
+    pub async fn admit_due_queues(&self) -> anyhow::Result<Vec<(QueueName, AdmitOutcome)>> {
+        let now = self.clock.now_millis();
+        let mut done = Vec::new();
+        for queue in self.queues.queues().await? {
+            let due = self.next_tick_ms.lock().get(&queue).is_none_or(|next| *next <= now);
+            if !due {
+                continue;
+            }
+            let outcome = self.admit_queue_now(&queue).await?;
+            let tick = self.queues.settings(&queue).await?.map_or(1000, |s| s.tick_millis as i64);
+            self.next_tick_ms.lock().insert(queue.clone(), now + tick);
+            done.push((queue, outcome));
+        }
+        Ok(done)
+    }
+
+    /// Expires due tokens and claims in every queue.
+    pub async fn expire_due_everywhere(&self) -> anyhow::Result<()> {
+        for queue in self.queues.queues().await? {
+            let expired = self.queues.expire_due(&queue).await?;
+            telemetry::token_event(&queue, "expired", expired.tokens_expired);
+            telemetry::token_event(&queue, "claim_expired", expired.claims_expired);
+        }
+        Ok(())
+    }
+
+    /// Publishes queue gauges (length, oldest wait, measured rate, ready, claimed).
+    pub async fn publish_queue_gauges(&self) -> anyhow::Result<()> {
+        for queue in self.queues.queues().await? {
+            if let Some(stats) = self.queues.stats(&queue).await? {
+                self.remember_fail_mode(&queue, stats.settings.fail_mode);
+                telemetry::queue_gauges(&queue, &stats);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,55 @@
+//! Waiting-room metrics, through the `metrics` facade (exported by the Prometheus recorder at `/metrics`).
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `rankgate_queue_waiting` | gauge | queue |
+//! | `rankgate_queue_oldest_wait_seconds` | gauge | queue |
+//! | `rankgate_queue_ready`, `rankgate_queue_claimed` | gauge | queue |
+//! | `rankgate_queue_admitted_per_second` | gauge (measured moving average) | queue |
+//! | `rankgate_queue_entered_total` | counter | queue |
+//! | `rankgate_queue_admitted_total` | counter | queue |
+//! | `rankgate_queue_tokens_total` | counter | queue, outcome = issued, expired, claimed, consumed, released, claim_expired |
+//! | `rankgate_gate_requests_total` | counter | queue, outcome |
+//! | `rankgate_queue_poll_limited_total` | counter (429s) | queue |
+//! | `rankgate_queue_admission_step_seconds` | histogram | queue |
+
+use rankgate_core::queue::QueueName;
+use rankgate_store::queue::{AdmitOutcome, QueueStats};
+
+pub(crate) fn entered(queue: &QueueName) {
+    metrics::counter!("rankgate_queue_entered_total", "queue" => queue.to_string()).increment(1);
+}
+
+pub(crate) fn token_event(queue: &QueueName, outcome: &'static str, count: u64) {
+    if count > 0 {
+        metrics::counter!("rankgate_queue_tokens_total", "queue" => queue.to_string(), "outcome" => outcome)
+            .increment(count);
+    }
+}
+
+pub(crate) fn poll_limited(queue: &QueueName) {
+    metrics::counter!("rankgate_queue_poll_limited_total", "queue" => queue.to_string()).increment(1);
+}
+
+pub(crate) fn gate_outcome(queue: &QueueName, outcome: &'static str) {
+    metrics::counter!("rankgate_gate_requests_total", "queue" => queue.to_string(), "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn admission_step(queue: &QueueName, outcome: &AdmitOutcome, took: std::time::Duration) {
+    let admitted = outcome.admitted.len() as u64;
+    metrics::counter!("rankgate_queue_admitted_total", "queue" => queue.to_string()).increment(admitted);
+    token_event(queue, "issued", admitted);
+    token_event(queue, "expired", outcome.tokens_expired);
+    token_event(queue, "claim_expired", outcome.claims_expired);
+    metrics::gauge!("rankgate_queue_waiting", "queue" => queue.to_string()).set(outcome.waiting as f64);
+    metrics::histogram!("rankgate_queue_admission_step_seconds", "queue" => queue.to_string()).record(took.as_secs_f64());
+}
+
+pub(crate) fn queue_gauges(queue: &QueueName, stats: &QueueStats) {
+    let name = queue.to_string();
+    metrics::gauge!("rankgate_queue_waiting", "queue" => name.clone()).set(stats.waiting as f64);
+    metrics::gauge!("rankgate_queue_oldest_wait_seconds", "queue" => name.clone()).set(stats.oldest_wait_seconds as f64);
+    metrics::gauge!("rankgate_queue_ready", "queue" => name.clone()).set(stats.ready as f64);
+    metrics::gauge!("rankgate_queue_claimed", "queue" => name.clone()).set(stats.claimed as f64);
+    metrics::gauge!("rankgate_queue_admitted_per_second", "queue" => name).set(stats.measured_rate.unwrap_or(0.0));
+}
