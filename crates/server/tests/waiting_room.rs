@@ -617,3 +617,18 @@ async fn gate_fails_closed_when_the_store_is_unreachable_and_open_when_configure
     assert_eq!(hits.load(Ordering::SeqCst), 1);
     store.set_unreachable(false);
 }
+
+/// The flash-sale demo at a small scale: everyone is admitted at the configured rate (± one tick), failed
+/// orders are released and retried, and every member ends with exactly one committed order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn flash_sale_demo_admits_at_the_configured_rate_and_retries_failed_orders() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut out = Vec::new();
+    let report = waiting_room::run_flash_sale_demo(dir.path(), 600, &mut out).await.expect("demo");
+    let text = String::from_utf8(out).expect("utf-8");
+    assert_eq!(report.admitted, 600, "{text}");
+    assert_eq!(report.orders_committed, 600, "one order per member: {text}");
+    assert!(report.orders_failed > 0, "some orders failed and were retried: {text}");
+    assert!(report.max_admitted_in_one_second as f64 <= report.admit_per_second, "{report:?}");
+    assert!(text.contains("admitted/s"), "{text}");
+}

@@ -1,17 +1,257 @@
-//! The flash-sale scene of `rankgate demo` (issue 4). Filled in below.
+//! The flash-sale scene of `rankgate demo` (issue 4).
+//!
+//! A burst of simulated members enters one queue over HTTP; the admission scheduler admits them at the
+//! configured rate; every member polls at the interval it is told (in process, against the same service the
+//! HTTP handlers call); admitted members order through the gate proxy in front of a simulated order
+//! service that fails every tenth order, so those tokens are released and the order retried.
+//!
+//! Time is simulated with a [`ManualClock`]: a sale that takes minutes of queue time runs in seconds, and
+//! the numbers printed (admissions per second, waits) are in simulated seconds, exact and repeatable.
 
-/// What the flash-sale demo measured.
+use std::collections::BinaryHeap;
+use std::cmp::Reverse;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use rankgate_core::ids::MemberId;
+use rankgate_core::queue::{MemberStatus, QueueName};
+use rankgate_store::clock::{Clock, ManualClock};
+
+use super::config::{GateConfig, GateRoute, WaitingRoomConfig};
+use super::service::WaitingRoom;
+
+/// What the flash-sale demo measured (simulated time).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FlashSaleReport {
-    /// Members queued.
+    /// Members queued in the burst.
     pub members: usize,
+    /// The configured admission rate.
+    pub admit_per_second: f64,
+    /// Members admitted.
+    pub admitted: u64,
+    /// Orders that committed (tokens consumed).
+    pub orders_committed: u64,
+    /// Orders the order service failed (tokens released, orders retried).
+    pub orders_failed: u64,
+    /// Simulated seconds from the burst to the last admission.
+    pub simulated_seconds: u64,
+    /// The most admitted in any one simulated second.
+    pub max_admitted_in_one_second: u64,
+    /// Mean wait estimated at entry, in seconds.
+    pub mean_estimated_wait_seconds: f64,
+    /// Mean actual wait from entry to admission, in seconds.
+    pub mean_actual_wait_seconds: f64,
+    /// Polls answered (position lookups).
+    pub polls: u64,
 }
 
-/// Runs the flash-sale scene.
+struct Shopper {
+    member: MemberId,
+    estimated_wait_seconds: u64,
+    admitted_at_ms: Option<i64>,
+    ordered: bool,
+}
+
+async fn spawn_order_service(attempts: Arc<AtomicU64>) -> anyhow::Result<std::net::SocketAddr> {
+    use axum::routing::post;
+    let router = axum::Router::new().route(
+        "/orders",
+        post(move || {
+            let attempts = Arc::clone(&attempts);
+            async move {
+                // Every tenth order attempt fails, as an out-of-stock row lock or a database timeout would.
+                if attempts.fetch_add(1, Ordering::SeqCst) % 10 == 9 {
+                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, "order database busy")
+                } else {
+                    (axum::http::StatusCode::CREATED, "order placed")
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("binding the order service")?;
+    let address = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok(address)
+}
+
+/// Runs the flash-sale scene with `members` simulated members, in-process on port 0, writing progress to `out`.
 pub async fn run_flash_sale_demo(
-    _data_dir: &std::path::Path,
+    data_dir: &Path,
     members: usize,
-    _out: &mut (dyn std::io::Write + Send),
+    out: &mut (dyn Write + Send),
 ) -> anyhow::Result<FlashSaleReport> {
-    Ok(FlashSaleReport { members })
+    let queue_name = "flash-sale";
+    let queue = QueueName::parse(queue_name).expect("valid queue name");
+    // Admit the crowd over about a minute of simulated time, and never slower than the spec's default.
+    let admit_per_second = ((members as f64 / 60.0).ceil()).max(50.0);
+    let attempts = Arc::new(AtomicU64::new(0));
+    let orders = spawn_order_service(Arc::clone(&attempts)).await?;
+    let config = WaitingRoomConfig {
+        admit_per_second,
+        gates: vec![GateConfig {
+            queue: queue_name.into(),
+            upstream: format!("http://{orders}"),
+            routes: vec![GateRoute { method: "POST".into(), path: "/orders".into(), prefix: false }],
+            timeout_millis: 10_000,
+            max_body_bytes: 65_536,
+        }],
+        ..WaitingRoomConfig::default()
+    };
+    let clock = ManualClock::new(rankgate_store::clock::SystemClock.now_millis());
+    let room = WaitingRoom::open_embedded(data_dir, config, Arc::new(clock.clone())).await?;
+    let mut router = super::member_routes(Arc::clone(&room));
+    if let Some(gate) = super::gate_routes(Arc::clone(&room)) {
+        router = router.merge(gate);
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("binding the demo server")?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    let client = reqwest::Client::new();
+
+    writeln!(out, "flash sale: {members} members arrive at once; admitting {admit_per_second}/s through the gate")?;
+    let burst_started = std::time::Instant::now();
+    let mut shoppers: Vec<Shopper> = Vec::with_capacity(members);
+    let mut burst = tokio::task::JoinSet::new();
+    const CONCURRENT_ENTRIES: usize = 64;
+    let mut next = 0usize;
+    let mut entered: Vec<Option<(MemberId, u64)>> = vec![None; members];
+    while next < members || !burst.is_empty() {
+        while next < members && burst.len() < CONCURRENT_ENTRIES {
+            let client = client.clone();
+            let url = format!("{base}/v1/queues/{queue_name}/entries");
+            let index = next;
+            burst.spawn(async move {
+                let member = format!("shopper-{index:06}");
+                let body: serde_json::Value =
+                    client.post(url).json(&serde_json::json!({ "memberId": member })).send().await?.json().await?;
+                let estimate = body["estimatedWaitSeconds"].as_u64().unwrap_or(0);
+                anyhow::Ok((index, MemberId::parse(&member).expect("valid member id"), estimate))
+            });
+            next += 1;
+        }
+        if let Some(joined) = burst.join_next().await {
+            let (index, member, estimate) = joined.context("entry task")??;
+            entered[index] = Some((member, estimate));
+        }
+    }
+    for (member, estimated_wait_seconds) in entered.into_iter().flatten() {
+        shoppers.push(Shopper { member, estimated_wait_seconds, admitted_at_ms: None, ordered: false });
+    }
+    writeln!(out, "  burst: {} entries over HTTP in {:.2} s", shoppers.len(), burst_started.elapsed().as_secs_f64())?;
+
+    let started_ms = clock.now_millis();
+    // Each shopper polls at the interval it is told: a heap of (next poll time, shopper).
+    let mut polls_due: BinaryHeap<Reverse<(i64, usize)>> = (0..shoppers.len()).map(|i| Reverse((started_ms + 1000, i))).collect();
+    let mut report = FlashSaleReport { members, admit_per_second, ..FlashSaleReport::default() };
+    let mut second = 0u64;
+    let mut committed = 0usize;
+    while committed < shoppers.len() && second < 100_000 {
+        second += 1;
+        clock.advance(1000);
+        let now = clock.now_millis();
+        let admitted_now: u64 = room.admit_due_queues().await?.iter().map(|(_, o)| o.admitted.len() as u64).sum();
+        report.admitted += admitted_now;
+        report.max_admitted_in_one_second = report.max_admitted_in_one_second.max(admitted_now);
+
+        let mut orders = tokio::task::JoinSet::new();
+        while let Some(Reverse((due, index))) = polls_due.peek().copied() {
+            if due > now {
+                break;
+            }
+            polls_due.pop();
+            let shopper = &mut shoppers[index];
+            let (position, _) = match room.poll(&queue, &shopper.member).await {
+                Ok(answer) => answer,
+                Err(crate::error::ApiError::TooManyRequests { retry_after_secs, .. }) => {
+                    polls_due.push(Reverse((now + retry_after_secs as i64 * 1000, index)));
+                    continue;
+                }
+                Err(error) => return Err(anyhow::anyhow!("poll failed: {error}")),
+            };
+            report.polls += 1;
+            match position.status {
+                MemberStatus::Ready => {
+                    shopper.admitted_at_ms.get_or_insert(now);
+                    let token = position.entry_token.unwrap_or_default();
+                    let (client, url, member) = (client.clone(), format!("{base}/orders"), shopper.member.to_string());
+                    orders.spawn(async move {
+                        let response = client
+                            .post(url)
+                            .header("x-entry-token", token)
+                            .header("x-member-id", member)
+                            .body("{\"sku\":\"limited-edition\"}")
+                            .send()
+                            .await?;
+                        anyhow::Ok((index, response.status().is_success()))
+                    });
+                }
+                MemberStatus::Waiting | MemberStatus::Claimed => {
+                    let interval_ms = (position.polling_interval_seconds * 1000.0) as i64;
+                    polls_due.push(Reverse((now + interval_ms.max(1000), index)));
+                }
+                MemberStatus::NotEntered => {}
+            }
+        }
+        while let Some(joined) = orders.join_next().await {
+            let (index, success) = joined.context("order task")??;
+            if success {
+                shoppers[index].ordered = true;
+                committed += 1;
+                report.orders_committed += 1;
+            } else {
+                // Released by the gate: the shopper tries again on its next poll.
+                report.orders_failed += 1;
+                polls_due.push(Reverse((now + 1000, index)));
+            }
+        }
+        if second % 10 == 0 || committed == shoppers.len() {
+            let stats = room.stats(&queue).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            writeln!(
+                out,
+                "  t={second:>4}s  waiting {:>7}  ready {:>5}  admitted/s (measured) {:>8.1}  orders {:>7}  failed+retried {:>5}",
+                stats.waiting,
+                stats.ready,
+                stats.measured_rate.unwrap_or(0.0),
+                report.orders_committed,
+                report.orders_failed,
+            )?;
+        }
+    }
+    report.simulated_seconds = second;
+    let admitted: Vec<&Shopper> = shoppers.iter().filter(|s| s.admitted_at_ms.is_some()).collect();
+    if !admitted.is_empty() {
+        let count = admitted.len() as f64;
+        report.mean_estimated_wait_seconds = admitted.iter().map(|s| s.estimated_wait_seconds as f64).sum::<f64>() / count;
+        report.mean_actual_wait_seconds =
+            admitted.iter().map(|s| (s.admitted_at_ms.unwrap_or(started_ms) - started_ms) as f64 / 1000.0).sum::<f64>() / count;
+    }
+    writeln!(
+        out,
+        "  done: {} admitted in {} simulated s ({:.1}/s, at most {} in one second; configured {admit_per_second}/s)",
+        report.admitted,
+        report.simulated_seconds,
+        report.admitted as f64 / report.simulated_seconds.max(1) as f64,
+        report.max_admitted_in_one_second,
+    )?;
+    writeln!(
+        out,
+        "  wait: estimated {:.1} s on average at entry, actual {:.1} s (admission seen at the member's next poll)",
+        report.mean_estimated_wait_seconds, report.mean_actual_wait_seconds
+    )?;
+    writeln!(
+        out,
+        "  orders: {} committed, {} failed and retried through the gate; {} polls answered",
+        report.orders_committed, report.orders_failed, report.polls
+    )?;
+    if let Some(store) = room.embedded_store() {
+        store.close();
+    }
+    Ok(report)
 }
