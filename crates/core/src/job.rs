@@ -23,7 +23,11 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy { base_delay_ms: 1_000, max_delay_ms: 300_000, max_attempts: 8 }
+        RetryPolicy {
+            base_delay_ms: 1_000,
+            max_delay_ms: 300_000,
+            max_attempts: 8,
+        }
     }
 }
 
@@ -36,7 +40,11 @@ pub fn backoff_delay_ms(policy: &RetryPolicy, failures: u32, jitter_unit: f64) -
     let exponent = failures.saturating_sub(1).min(62);
     let uncapped = policy.base_delay_ms.saturating_mul(1u64 << exponent);
     let capped = uncapped.min(policy.max_delay_ms);
-    let unit = if jitter_unit.is_finite() { jitter_unit.clamp(0.0, 0.999_999) } else { 0.0 };
+    let unit = if jitter_unit.is_finite() {
+        jitter_unit.clamp(0.0, 0.999_999)
+    } else {
+        0.0
+    };
     let half = capped / 2;
     half + ((capped - half) as f64 * unit) as u64
 }
@@ -113,14 +121,26 @@ impl JobRecord {
     /// A new job due at `due_at_ms`.
     #[must_use]
     pub fn new(due_at_ms: i64, policy: RetryPolicy) -> Self {
-        JobRecord { state: JobState::Ready { due_at_ms }, attempts: 0, policy }
+        JobRecord {
+            state: JobState::Ready { due_at_ms },
+            attempts: 0,
+            policy,
+        }
     }
 
     /// Claims a due READY job for `lease_ms`.
-    pub fn claim(&self, claim_token: u128, now_ms: i64, lease_ms: i64) -> Result<JobRecord, JobTransitionError> {
+    pub fn claim(
+        &self,
+        claim_token: u128,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> Result<JobRecord, JobTransitionError> {
         match self.state {
             JobState::Ready { due_at_ms } if due_at_ms <= now_ms => Ok(JobRecord {
-                state: JobState::Processing { claim_token, expires_at_ms: now_ms + lease_ms },
+                state: JobState::Processing {
+                    claim_token,
+                    expires_at_ms: now_ms + lease_ms,
+                },
                 attempts: self.attempts + 1,
                 policy: self.policy,
             }),
@@ -130,7 +150,9 @@ impl JobRecord {
 
     fn check_claim(&self, claim_token: u128) -> Result<(), JobTransitionError> {
         match self.state {
-            JobState::Processing { claim_token: current, .. } if current == claim_token => Ok(()),
+            JobState::Processing {
+                claim_token: current, ..
+            } if current == claim_token => Ok(()),
             _ => Err(JobTransitionError::StaleClaim),
         }
     }
@@ -141,11 +163,23 @@ impl JobRecord {
     }
 
     /// The worker failed: retry with backoff, or dead after the last attempt.
-    pub fn nack(&self, claim_token: u128, now_ms: i64, jitter_unit: f64, reason: &str) -> Result<(JobRecord, bool), JobTransitionError> {
+    pub fn nack(
+        &self,
+        claim_token: u128,
+        now_ms: i64,
+        jitter_unit: f64,
+        reason: &str,
+    ) -> Result<(JobRecord, bool), JobTransitionError> {
         self.check_claim(claim_token)?;
         let after = self.after_failure(now_ms, jitter_unit, reason);
         let dead = matches!(after, AfterFailure::Dead(_));
-        Ok((JobRecord { state: after.into_state(), ..self.clone() }, dead))
+        Ok((
+            JobRecord {
+                state: after.into_state(),
+                ..self.clone()
+            },
+            dead,
+        ))
     }
 
     /// The reaper found the claim expired: counts as a failed attempt.
@@ -155,7 +189,13 @@ impl JobRecord {
             JobState::Processing { expires_at_ms, .. } if expires_at_ms <= now_ms => {
                 let after = self.after_failure(now_ms, jitter_unit, "claim expired");
                 let dead = matches!(after, AfterFailure::Dead(_));
-                Some((JobRecord { state: after.into_state(), ..self.clone() }, dead))
+                Some((
+                    JobRecord {
+                        state: after.into_state(),
+                        ..self.clone()
+                    },
+                    dead,
+                ))
             }
             _ => None,
         }
@@ -163,16 +203,25 @@ impl JobRecord {
 
     fn after_failure(&self, now_ms: i64, jitter_unit: f64, reason: &str) -> AfterFailure {
         if self.attempts >= self.policy.max_attempts {
-            return AfterFailure::Dead(JobState::Dead { died_at_ms: now_ms, reason: reason.to_string() });
+            return AfterFailure::Dead(JobState::Dead {
+                died_at_ms: now_ms,
+                reason: reason.to_string(),
+            });
         }
         let delay = backoff_delay_ms(&self.policy, self.attempts, jitter_unit) as i64;
-        AfterFailure::Retry(JobState::Ready { due_at_ms: now_ms + delay })
+        AfterFailure::Retry(JobState::Ready {
+            due_at_ms: now_ms + delay,
+        })
     }
 
     /// An operator replays a dead job: due now, with a fresh set of attempts.
     pub fn replay(&self, now_ms: i64) -> Result<JobRecord, JobTransitionError> {
         match self.state {
-            JobState::Dead { .. } => Ok(JobRecord { state: JobState::Ready { due_at_ms: now_ms }, attempts: 0, policy: self.policy }),
+            JobState::Dead { .. } => Ok(JobRecord {
+                state: JobState::Ready { due_at_ms: now_ms },
+                attempts: 0,
+                policy: self.policy,
+            }),
             _ => Err(JobTransitionError::NotDead),
         }
     }
@@ -185,7 +234,11 @@ mod tests {
 
     #[test]
     fn backoff_doubles_then_caps() {
-        let policy = RetryPolicy { base_delay_ms: 100, max_delay_ms: 1_000, max_attempts: 5 };
+        let policy = RetryPolicy {
+            base_delay_ms: 100,
+            max_delay_ms: 1_000,
+            max_attempts: 5,
+        };
         assert_eq!(backoff_delay_ms(&policy, 1, 0.0), 50);
         assert_eq!(backoff_delay_ms(&policy, 2, 0.0), 100);
         assert_eq!(backoff_delay_ms(&policy, 3, 0.999_999), 399);
@@ -195,7 +248,11 @@ mod tests {
 
     #[test]
     fn a_stale_worker_cannot_ack_and_attempts_end_in_the_dead_set() {
-        let policy = RetryPolicy { base_delay_ms: 10, max_delay_ms: 100, max_attempts: 2 };
+        let policy = RetryPolicy {
+            base_delay_ms: 10,
+            max_delay_ms: 100,
+            max_attempts: 2,
+        };
         let job = JobRecord::new(0, policy);
         let first = job.claim(1, 0, 50).unwrap();
         let (reaped, dead) = first.reap(50, 0.0).unwrap();

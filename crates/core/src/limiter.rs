@@ -76,7 +76,9 @@ impl SlidingLog {
         if self.entries.len() as u32 >= limit.limit {
             // The oldest entry leaves the window at oldest + window; then there is room.
             let oldest = self.entries.front().copied().unwrap_or(now_ms);
-            return RateDecision::Limited { retry_after_ms: (oldest + limit.window_ms - now_ms).max(1) };
+            return RateDecision::Limited {
+                retry_after_ms: (oldest + limit.window_ms - now_ms).max(1),
+            };
         }
         self.entries.push_back(now_ms);
         while self.entries.len() as u32 > limit.limit {
@@ -128,13 +130,20 @@ impl SlidingWindowCounter {
         let bucket_ms = (limit.window_ms / bucket_count.max(1) as i64).max(1);
         let current_start = now_ms.div_euclid(bucket_ms) * bucket_ms;
         let window_start = now_ms - limit.window_ms;
-        while self.buckets.front().is_some_and(|(start, _)| start + bucket_ms <= window_start) {
+        while self
+            .buckets
+            .front()
+            .is_some_and(|(start, _)| start + bucket_ms <= window_start)
+        {
             self.buckets.pop_front();
         }
         let estimate = self.estimate(window_start, bucket_ms);
         if estimate + 1.0 > limit.limit as f64 + 1e-9 {
             // Room appears when the oldest bucket slides out.
-            let oldest_end = self.buckets.front().map_or(now_ms + bucket_ms, |(start, _)| start + bucket_ms);
+            let oldest_end = self
+                .buckets
+                .front()
+                .map_or(now_ms + bucket_ms, |(start, _)| start + bucket_ms);
             let retry_after_ms = (oldest_end + limit.window_ms - now_ms).max(1);
             return RateDecision::Limited { retry_after_ms };
         }
@@ -143,7 +152,10 @@ impl SlidingWindowCounter {
             _ => self.buckets.push_back((current_start, 1)),
         }
         let used = (estimate + 1.0).ceil() as u32;
-        RateDecision::Allowed { remaining: limit.limit.saturating_sub(used), reset_ms: limit.window_ms }
+        RateDecision::Allowed {
+            remaining: limit.limit.saturating_sub(used),
+            reset_ms: limit.window_ms,
+        }
     }
 
     fn estimate(&self, window_start: i64, bucket_ms: i64) -> f64 {
@@ -164,7 +176,9 @@ impl SlidingWindowCounter {
     /// True when nothing is inside a window ending at `now_ms`.
     #[must_use]
     pub fn is_idle(&self, now_ms: i64, window_ms: i64) -> bool {
-        self.buckets.back().is_none_or(|(start, _)| *start + window_ms <= now_ms - window_ms)
+        self.buckets
+            .back()
+            .is_none_or(|(start, _)| *start + window_ms <= now_ms - window_ms)
     }
 }
 
@@ -175,12 +189,24 @@ mod tests {
 
     #[test]
     fn sliding_log_counts_same_millisecond_requests_and_caps_itself() {
-        let limit = RateLimit { limit: 3, window_ms: 1000 };
+        let limit = RateLimit {
+            limit: 3,
+            window_ms: 1000,
+        };
         let mut log = SlidingLog::default();
-        assert_eq!(log.try_acquire(0, limit), RateDecision::Allowed { remaining: 2, reset_ms: 1000 });
+        assert_eq!(
+            log.try_acquire(0, limit),
+            RateDecision::Allowed {
+                remaining: 2,
+                reset_ms: 1000
+            }
+        );
         assert!(log.try_acquire(0, limit).is_allowed());
         assert!(log.try_acquire(0, limit).is_allowed());
-        assert_eq!(log.try_acquire(0, limit), RateDecision::Limited { retry_after_ms: 1000 });
+        assert_eq!(
+            log.try_acquire(0, limit),
+            RateDecision::Limited { retry_after_ms: 1000 }
+        );
         for _ in 0..100 {
             log.try_acquire(10, limit);
         }
@@ -198,14 +224,19 @@ mod tests {
 
     #[test]
     fn sliding_window_counter_weights_the_old_bucket() {
-        let limit = RateLimit { limit: 10, window_ms: 1000 };
+        let limit = RateLimit {
+            limit: 10,
+            window_ms: 1000,
+        };
         let mut counter = SlidingWindowCounter::default();
         for _ in 0..10 {
             assert!(counter.try_acquire(900, limit, 10).is_allowed());
         }
         assert!(!counter.try_acquire(950, limit, 10).is_allowed());
         // At 1950 the 900-bucket is half outside the window: 5 count, so 5 more fit.
-        let allowed = (0..10).filter(|_| counter.try_acquire(1950, limit, 10).is_allowed()).count();
+        let allowed = (0..10)
+            .filter(|_| counter.try_acquire(1950, limit, 10).is_allowed())
+            .count();
         assert_eq!(allowed, 5);
     }
 

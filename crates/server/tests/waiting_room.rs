@@ -27,7 +27,10 @@ struct TestApp {
 
 /// A config for tests: no poll limit unless a test wants one.
 fn test_config() -> WaitingRoomConfig {
-    WaitingRoomConfig { poll_burst: 10_000, ..WaitingRoomConfig::default() }
+    WaitingRoomConfig {
+        poll_burst: 10_000,
+        ..WaitingRoomConfig::default()
+    }
 }
 
 async fn serve(router: axum::Router) -> SocketAddr {
@@ -38,7 +41,8 @@ async fn serve(router: axum::Router) -> SocketAddr {
 }
 
 fn router_for(room: &Arc<WaitingRoom>) -> axum::Router {
-    let mut router = waiting_room::member_routes(room.clone()).merge(waiting_room::admin_routes(room.clone()));
+    let mut router =
+        waiting_room::member_routes(room.clone()).merge(waiting_room::admin_routes(room.clone()));
     if let Some(gate) = waiting_room::gate_routes(room.clone()) {
         router = router.merge(gate);
     }
@@ -46,13 +50,26 @@ fn router_for(room: &Arc<WaitingRoom>) -> axum::Router {
 }
 
 async fn spawn_app_in(dir: Arc<tempfile::TempDir>, clock: ManualClock, config: WaitingRoomConfig) -> TestApp {
-    let room = WaitingRoom::open_embedded(dir.path(), config, Arc::new(clock.clone())).await.expect("open room");
+    let room = WaitingRoom::open_embedded(dir.path(), config, Arc::new(clock.clone()))
+        .await
+        .expect("open room");
     let address = serve(router_for(&room)).await;
-    TestApp { base: format!("http://{address}"), room, clock, client: reqwest::Client::new(), dir }
+    TestApp {
+        base: format!("http://{address}"),
+        room,
+        clock,
+        client: reqwest::Client::new(),
+        dir,
+    }
 }
 
 async fn spawn_app(config: WaitingRoomConfig) -> TestApp {
-    spawn_app_in(Arc::new(tempfile::tempdir().expect("temp dir")), ManualClock::new(START_MS), config).await
+    spawn_app_in(
+        Arc::new(tempfile::tempdir().expect("temp dir")),
+        ManualClock::new(START_MS),
+        config,
+    )
+    .await
 }
 
 impl TestApp {
@@ -69,7 +86,11 @@ impl TestApp {
     }
 
     async fn poll(&self, queue: &str, member: &str) -> reqwest::Response {
-        self.client.get(format!("{}/v1/queues/{queue}/entries/{member}", self.base)).send().await.expect("poll")
+        self.client
+            .get(format!("{}/v1/queues/{queue}/entries/{member}", self.base))
+            .send()
+            .await
+            .expect("poll")
     }
 
     async fn position(&self, queue: &str, member: &str) -> Value {
@@ -79,17 +100,32 @@ impl TestApp {
     }
 
     async fn put_settings(&self, queue: &str, body: Value) -> reqwest::Response {
-        self.client.put(format!("{}/v1/admin/queues/{queue}", self.base)).json(&body).send().await.expect("put")
+        self.client
+            .put(format!("{}/v1/admin/queues/{queue}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .expect("put")
     }
 
     async fn queue_stats(&self, queue: &str) -> Value {
-        let response = self.client.get(format!("{}/v1/admin/queues/{queue}", self.base)).send().await.expect("get");
+        let response = self
+            .client
+            .get(format!("{}/v1/admin/queues/{queue}", self.base))
+            .send()
+            .await
+            .expect("get");
         assert_eq!(response.status(), 200);
         response.json().await.expect("stats json")
     }
 
     async fn post(&self, path: &str, body: Value) -> reqwest::Response {
-        self.client.post(format!("{}{path}", self.base)).json(&body).send().await.expect("post")
+        self.client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .expect("post")
     }
 
     /// Runs this instance's admission step as if `millis` had passed.
@@ -101,11 +137,18 @@ impl TestApp {
     async fn token_of(&self, queue: &str, member: &str) -> String {
         let position = self.position(queue, member).await;
         assert_eq!(position["status"], "READY", "{member}: {position}");
-        position["entryToken"].as_str().expect("token while READY").to_string()
+        position["entryToken"]
+            .as_str()
+            .expect("token while READY")
+            .to_string()
     }
 
     async fn claim(&self, queue: &str, member: &str, token: &str) -> reqwest::Response {
-        self.post(&format!("/v1/queues/{queue}/tokens/claim"), json!({ "memberId": member, "token": token })).await
+        self.post(
+            &format!("/v1/queues/{queue}/tokens/claim"),
+            json!({ "memberId": member, "token": token }),
+        )
+        .await
     }
 }
 
@@ -120,7 +163,9 @@ async fn limitation_1_concurrent_first_entries_get_one_position() {
         let first = Arc::clone(&app);
         tasks.push(tokio::spawn(async move { first.enter("sale", "dup").await }));
         let second = Arc::clone(&app);
-        tasks.push(tokio::spawn(async move { second.enter("sale", &format!("other-{i}")).await }));
+        tasks.push(tokio::spawn(async move {
+            second.enter("sale", &format!("other-{i}")).await
+        }));
     }
     let mut dup_ranks = Vec::new();
     for (i, task) in tasks.into_iter().enumerate() {
@@ -130,7 +175,10 @@ async fn limitation_1_concurrent_first_entries_get_one_position() {
         }
     }
     let first = dup_ranks[0];
-    assert!(dup_ranks.iter().all(|r| *r == first), "one position for all 50 entries: {dup_ranks:?}");
+    assert!(
+        dup_ranks.iter().all(|r| *r == first),
+        "one position for all 50 entries: {dup_ranks:?}"
+    );
     let now = app.position("sale", "dup").await;
     assert_eq!(now["rank"].as_u64(), Some(first), "the position never moved back");
     assert_eq!(app.queue_stats("sale").await["waiting"], 51);
@@ -146,10 +194,20 @@ async fn limitation_2_a_crash_during_admission_loses_nobody() {
         app.enter("sale", &format!("m-{i}")).await;
     }
     app.tick(0).await;
-    app.room.embedded_store().expect("embedded").crash_during_next_commit();
+    app.room
+        .embedded_store()
+        .expect("embedded")
+        .crash_during_next_commit();
     app.clock.advance(1_000);
-    assert!(app.room.admit_due_queues().await.is_err(), "the crashed commit fails");
-    assert_eq!(app.poll("sale", "m-0").await.status(), 503, "a crashed store fails closed");
+    assert!(
+        app.room.admit_due_queues().await.is_err(),
+        "the crashed commit fails"
+    );
+    assert_eq!(
+        app.poll("sale", "m-0").await.status(),
+        503,
+        "a crashed store fails closed"
+    );
 
     let restarted = spawn_app_in(Arc::clone(&app.dir), app.clock.clone(), test_config()).await;
     drop(app);
@@ -163,7 +221,10 @@ async fn limitation_2_a_crash_during_admission_loses_nobody() {
         }
     }
     assert_eq!(ready + waiting, 120);
-    assert_eq!(ready, 50, "the committed tick survived whole; the crashed one vanished whole");
+    assert_eq!(
+        ready, 50,
+        "the committed tick survived whole; the crashed one vanished whole"
+    );
 }
 
 /// Limitation 3: three instances, each running its scheduler, admit no more than `admit_per_second`
@@ -172,7 +233,8 @@ async fn limitation_2_a_crash_during_admission_loses_nobody() {
 async fn limitation_3_three_instances_share_one_global_rate() {
     let dir = tempfile::tempdir().expect("temp dir");
     let clock = ManualClock::new(START_MS);
-    let store = EmbeddedStore::open(dir.path(), Arc::new(clock.clone()), EmbeddedOptions::default()).expect("store");
+    let store =
+        EmbeddedStore::open(dir.path(), Arc::new(clock.clone()), EmbeddedOptions::default()).expect("store");
     let secret = TokenSecret::generate().expect("secret");
     let mut rooms = Vec::new();
     for _ in 0..3 {
@@ -198,8 +260,12 @@ async fn limitation_3_three_instances_share_one_global_rate() {
         .expect("put");
     assert_eq!(response.status(), 200);
     for i in 0..1_000 {
-        let response =
-            client.post(format!("{base}/v1/queues/sale/entries")).json(&json!({ "memberId": format!("m-{i}") })).send().await.expect("enter");
+        let response = client
+            .post(format!("{base}/v1/queues/sale/entries"))
+            .json(&json!({ "memberId": format!("m-{i}") }))
+            .send()
+            .await
+            .expect("enter");
         assert_eq!(response.status(), 200);
     }
     // Ten seconds; each instance checks every 100 ms and ticks when its own tick is due, out of phase.
@@ -208,10 +274,23 @@ async fn limitation_3_three_instances_share_one_global_rate() {
         let room = &rooms[step % 3];
         room.admit_due_queues().await.expect("tick");
     }
-    let stats: Value = client.get(format!("{base}/v1/admin/queues/sale")).send().await.expect("get").json().await.expect("json");
+    let stats: Value = client
+        .get(format!("{base}/v1/admin/queues/sale"))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
     let admitted = stats["admittedLastMinute"].as_u64().expect("admittedLastMinute");
-    assert!(admitted <= 20 * 10 + 20, "admitted {admitted} in 10 s at 20/s across 3 instances");
-    assert!(admitted >= 20 * 9, "admitted {admitted}: the shared budget must still be spent");
+    assert!(
+        admitted <= 20 * 10 + 20,
+        "admitted {admitted} in 10 s at 20/s across 3 instances"
+    );
+    assert!(
+        admitted >= 20 * 9,
+        "admitted {admitted}: the shared budget must still be spent"
+    );
     assert_eq!(stats["ready"].as_u64(), Some(admitted));
 }
 
@@ -249,9 +328,18 @@ async fn limitation_4_fifty_concurrent_claims_exactly_one_wins() {
     assert_eq!(conflicts, 49);
     assert_eq!(app.position("sale", "buyer").await["status"], "CLAIMED");
 
-    let released = app.post("/v1/queues/sale/tokens/release", json!({ "memberId": "buyer", "claimId": claim_ids[0] })).await;
+    let released = app
+        .post(
+            "/v1/queues/sale/tokens/release",
+            json!({ "memberId": "buyer", "claimId": claim_ids[0] }),
+        )
+        .await;
     assert_eq!(released.status(), 204);
-    assert_eq!(app.position("sale", "buyer").await["status"], "READY", "a released claim returns to READY");
+    assert_eq!(
+        app.position("sale", "buyer").await["status"],
+        "READY",
+        "a released claim returns to READY"
+    );
 
     // An abandoned claim comes back after claim_ttl (30 s by default).
     let abandoned = app.claim("sale", "buyer", &token).await;
@@ -260,13 +348,32 @@ async fn limitation_4_fifty_concurrent_claims_exactly_one_wins() {
     app.room.expire_due_everywhere().await.expect("expiry");
     assert_eq!(app.position("sale", "buyer").await["status"], "READY");
 
-    let claim: Value = app.claim("sale", "buyer", &token).await.json().await.expect("json");
+    let claim: Value = app
+        .claim("sale", "buyer", &token)
+        .await
+        .json()
+        .await
+        .expect("json");
     let claim_id = claim["claimId"].as_str().expect("claimId");
-    let consumed = app.post("/v1/queues/sale/tokens/consume", json!({ "memberId": "buyer", "claimId": claim_id })).await;
+    let consumed = app
+        .post(
+            "/v1/queues/sale/tokens/consume",
+            json!({ "memberId": "buyer", "claimId": claim_id }),
+        )
+        .await;
     assert_eq!(consumed.status(), 204);
-    let again = app.post("/v1/queues/sale/tokens/consume", json!({ "memberId": "buyer", "claimId": claim_id })).await;
+    let again = app
+        .post(
+            "/v1/queues/sale/tokens/consume",
+            json!({ "memberId": "buyer", "claimId": claim_id }),
+        )
+        .await;
     assert_eq!(again.status(), 204, "consume is idempotent");
-    assert_eq!(app.claim("sale", "buyer", &token).await.status(), 401, "a consumed token buys nothing more");
+    assert_eq!(
+        app.claim("sale", "buyer", &token).await.status(),
+        401,
+        "a consumed token buys nothing more"
+    );
     let after = app.position("sale", "buyer").await;
     assert_eq!(after["status"], "NOT_ENTERED");
     assert_eq!(after["lastOutcome"], "CONSUMED");
@@ -286,16 +393,28 @@ async fn limitation_5_wait_estimate_follows_a_change_of_rate() {
     let fast = app.position("sale", "m-02999").await;
     let rank = fast["rank"].as_u64().expect("rank");
     let estimate = fast["estimatedWaitSeconds"].as_u64().expect("estimate");
-    assert!(estimate.abs_diff(rank / 50) <= 2, "at 50/s: rank {rank}, estimate {estimate}");
+    assert!(
+        estimate.abs_diff(rank / 50) <= 2,
+        "at 50/s: rank {rank}, estimate {estimate}"
+    );
 
-    assert_eq!(app.put_settings("sale", json!({ "admitPerSecond": 10 })).await.status(), 200);
+    assert_eq!(
+        app.put_settings("sale", json!({ "admitPerSecond": 10 }))
+            .await
+            .status(),
+        200
+    );
     for _ in 0..40 {
         app.tick(1_000).await;
     }
     let slow = app.position("sale", "m-02999").await;
     let rank = slow["rank"].as_u64().expect("rank");
     let estimate = slow["estimatedWaitSeconds"].as_u64().expect("estimate");
-    assert!(estimate >= rank / 11 && estimate <= rank / 9 + 2, "at 10/s: rank {rank}, estimate {estimate} (rank/50 = {})", rank / 50);
+    assert!(
+        estimate >= rank / 11 && estimate <= rank / 9 + 2,
+        "at 10/s: rank {rank}, estimate {estimate} (rank/50 = {})",
+        rank / 50
+    );
 }
 
 /// Limitation 6: arrivals in the same millisecond keep their arrival order, whatever their ids. The seed
@@ -311,7 +430,11 @@ async fn limitation_6_same_millisecond_arrivals_keep_arrival_order() {
         assert_eq!(position["rank"].as_u64(), Some(arrival as u64));
     }
     for (arrival, member) in members.iter().enumerate() {
-        assert_eq!(app.position("sale", member).await["rank"].as_u64(), Some(arrival as u64), "{member}");
+        assert_eq!(
+            app.position("sale", member).await["rank"].as_u64(),
+            Some(arrival as u64),
+            "{member}"
+        );
     }
     assert_eq!(app.clock.now_millis(), START_MS);
 }
@@ -332,12 +455,19 @@ async fn position_body_follows_the_spec() {
     }
     let far = app.position("sale", "m-149").await;
     let interval = far["pollingIntervalSeconds"].as_f64().expect("interval");
-    assert!((3.0..3.6).contains(&interval), "rank 149 polls every 3 s + jitter: {interval}");
+    assert!(
+        (3.0..3.6).contains(&interval),
+        "rank 149 polls every 3 s + jitter: {interval}"
+    );
     assert_eq!(app.position("sale", "nobody").await["status"], "NOT_ENTERED");
-    let bad = app.post("/v1/queues/sale/entries", json!({ "memberId": "" })).await;
+    let bad = app
+        .post("/v1/queues/sale/entries", json!({ "memberId": "" }))
+        .await;
     assert_eq!(bad.status(), 400);
     assert!(bad.text().await.expect("body").contains("memberId"));
-    let control = app.post("/v1/queues/sale/entries", json!({ "memberId": "a\u{7}b" })).await;
+    let control = app
+        .post("/v1/queues/sale/entries", json!({ "memberId": "a\u{7}b" }))
+        .await;
     assert_eq!(control.status(), 400);
 
     app.tick(0).await;
@@ -346,8 +476,16 @@ async fn position_body_follows_the_spec() {
     assert!(ready["entryToken"].is_string() && ready["tokenExpiresAt"].is_string());
     assert!(ready["rank"].is_null());
     let again = app.enter("sale", "m-0").await;
-    assert_eq!(again["status"], "READY", "a READY member who enters again stays READY");
-    let leave = app.client.delete(format!("{}/v1/queues/sale/entries/m-60", app.base)).send().await.expect("delete");
+    assert_eq!(
+        again["status"], "READY",
+        "a READY member who enters again stays READY"
+    );
+    let leave = app
+        .client
+        .delete(format!("{}/v1/queues/sale/entries/m-60", app.base))
+        .send()
+        .await
+        .expect("delete");
     assert_eq!(leave.status(), 204);
     assert_eq!(app.position("sale", "m-60").await["status"], "NOT_ENTERED");
 }
@@ -355,7 +493,11 @@ async fn position_body_follows_the_spec() {
 /// SPEC 2.2: polling faster than the interval gets 429 with `Retry-After`, `RateLimit-Policy`, `RateLimit`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_too_fast_is_rate_limited_with_ietf_headers() {
-    let app = spawn_app(WaitingRoomConfig { poll_burst: 3, ..WaitingRoomConfig::default() }).await;
+    let app = spawn_app(WaitingRoomConfig {
+        poll_burst: 3,
+        ..WaitingRoomConfig::default()
+    })
+    .await;
     app.enter("sale", "eager").await;
     let mut statuses = Vec::new();
     let mut limited = None;
@@ -369,22 +511,43 @@ async fn polling_too_fast_is_rate_limited_with_ietf_headers() {
     assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
     let limited = limited.expect("a 429");
     let headers = limited.headers();
-    let retry_after: u64 = headers["retry-after"].to_str().expect("ascii").parse().expect("seconds");
+    let retry_after: u64 = headers["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
     assert!((1..=3).contains(&retry_after));
     assert_eq!(headers["ratelimit-policy"], "\"poll\";q=3;w=3");
-    assert!(headers["ratelimit"].to_str().expect("ascii").starts_with("\"poll\";r=0;t="));
+    assert!(headers["ratelimit"]
+        .to_str()
+        .expect("ascii")
+        .starts_with("\"poll\";r=0;t="));
     // The window slides on the store's clock: after the interval, polling is allowed again.
     app.clock.advance(3_000);
     assert_eq!(app.poll("sale", "eager").await.status(), 200);
-    assert_eq!(app.poll("sale", "someone-else").await.status(), 200, "limits are per member");
+    assert_eq!(
+        app.poll("sale", "someone-else").await.status(),
+        200,
+        "limits are per member"
+    );
 }
 
 /// SPEC 2.1: partial PUTs, 400 naming the field, and the live counters on GET.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_settings_are_partial_validated_and_counted() {
     let app = spawn_app(test_config()).await;
-    assert_eq!(app.client.get(format!("{}/v1/admin/queues/none", app.base)).send().await.expect("get").status(), 404);
-    let response = app.put_settings("sale", json!({ "maxActive": 5, "claimTtlSeconds": 10 })).await;
+    assert_eq!(
+        app.client
+            .get(format!("{}/v1/admin/queues/none", app.base))
+            .send()
+            .await
+            .expect("get")
+            .status(),
+        404
+    );
+    let response = app
+        .put_settings("sale", json!({ "maxActive": 5, "claimTtlSeconds": 10 }))
+        .await;
     assert_eq!(response.status(), 200);
     let settings: Value = response.json().await.expect("json");
     assert_eq!(settings["maxActive"], 5);
@@ -420,28 +583,49 @@ async fn admin_settings_are_partial_validated_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_state_survives_a_restart() {
     let app = spawn_app(test_config()).await;
-    assert_eq!(app.put_settings("sale", json!({ "admitPerSecond": 2 })).await.status(), 200);
+    assert_eq!(
+        app.put_settings("sale", json!({ "admitPerSecond": 2 }))
+            .await
+            .status(),
+        200
+    );
     for i in 0..6 {
         app.enter("sale", &format!("m-{i}")).await;
     }
     app.tick(0).await;
     let token = app.token_of("sale", "m-0").await;
-    let claim: Value = app.claim("sale", "m-0", &token).await.json().await.expect("claim");
+    let claim: Value = app
+        .claim("sale", "m-0", &token)
+        .await
+        .json()
+        .await
+        .expect("claim");
     let token_1 = app.token_of("sale", "m-1").await;
 
     let restarted = spawn_app_in(Arc::clone(&app.dir), app.clock.clone(), test_config()).await;
     drop(app);
     assert_eq!(restarted.position("sale", "m-0").await["status"], "CLAIMED");
-    assert_eq!(restarted.token_of("sale", "m-1").await, token_1, "the same token after the restart");
+    assert_eq!(
+        restarted.token_of("sale", "m-1").await,
+        token_1,
+        "the same token after the restart"
+    );
     assert_eq!(restarted.position("sale", "m-2").await["rank"], 0);
     assert_eq!(restarted.position("sale", "m-5").await["rank"], 3);
     assert_eq!(restarted.queue_stats("sale").await["admitPerSecond"], 2);
     let consumed = restarted
-        .post("/v1/queues/sale/tokens/consume", json!({ "memberId": "m-0", "claimId": claim["claimId"] }))
+        .post(
+            "/v1/queues/sale/tokens/consume",
+            json!({ "memberId": "m-0", "claimId": claim["claimId"] }),
+        )
         .await;
     assert_eq!(consumed.status(), 204, "the claim survived too");
     restarted.enter("sale", "late").await;
-    assert_eq!(restarted.position("sale", "late").await["rank"], 4, "the sequence continues");
+    assert_eq!(
+        restarted.position("sale", "late").await["rank"],
+        4,
+        "the sequence continues"
+    );
 }
 
 /// An upstream order service for the gate: `/orders/ok` 201, `/orders/fail` 500, `/orders/slow` answers
@@ -466,9 +650,20 @@ async fn spawn_order_service(hits: Arc<AtomicUsize>) -> SocketAddr {
                 let ok = ok.clone();
                 async move {
                     ok().await;
-                    assert!(headers.get("x-entry-token").is_none(), "the token is not forwarded");
-                    let member = headers.get("x-member-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-                    (axum::http::StatusCode::CREATED, [("x-order-id", "o-1")], format!("order for {member}"))
+                    assert!(
+                        headers.get("x-entry-token").is_none(),
+                        "the token is not forwarded"
+                    );
+                    let member = headers
+                        .get("x-member-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_string();
+                    (
+                        axum::http::StatusCode::CREATED,
+                        [("x-order-id", "o-1")],
+                        format!("order for {member}"),
+                    )
                 }
             }),
         )
@@ -503,7 +698,9 @@ async fn spawn_dropping_upstream(hits: Arc<AtomicUsize>) -> SocketAddr {
     let address = listener.local_addr().expect("address");
     tokio::spawn(async move {
         loop {
-            let Ok((mut socket, _)) = listener.accept().await else { return };
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
             hits.fetch_add(1, Ordering::SeqCst);
             let mut buffer = [0u8; 4096];
             let _ = socket.read(&mut buffer).await;
@@ -521,14 +718,22 @@ async fn spawn_gated_app(hits: Arc<AtomicUsize>) -> TestApp {
             GateConfig {
                 queue: "sale".into(),
                 upstream: format!("http://{orders}"),
-                routes: vec![GateRoute { method: "POST".into(), path: "/orders".into(), prefix: true }],
+                routes: vec![GateRoute {
+                    method: "POST".into(),
+                    path: "/orders".into(),
+                    prefix: true,
+                }],
                 timeout_millis: 1_500,
                 max_body_bytes: 65_536,
             },
             GateConfig {
                 queue: "sale".into(),
                 upstream: format!("http://{dropper}"),
-                routes: vec![GateRoute { method: "POST".into(), path: "/checkout".into(), prefix: false }],
+                routes: vec![GateRoute {
+                    method: "POST".into(),
+                    path: "/checkout".into(),
+                    prefix: false,
+                }],
                 timeout_millis: 1_500,
                 max_body_bytes: 65_536,
             },
@@ -540,7 +745,11 @@ async fn spawn_gated_app(hits: Arc<AtomicUsize>) -> TestApp {
 
 impl TestApp {
     async fn through_gate(&self, path: &str, member: &str, token: Option<&str>) -> reqwest::Response {
-        let mut request = self.client.post(format!("{}{path}", self.base)).header("x-member-id", member).body("{\"sku\":\"A\"}");
+        let mut request = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("x-member-id", member)
+            .body("{\"sku\":\"A\"}");
         if let Some(token) = token {
             request = request.header("x-entry-token", token);
         }
@@ -559,9 +768,23 @@ async fn gate_proxy_consumes_on_2xx_and_releases_on_anything_else() {
     }
     app.tick(0).await;
 
-    assert_eq!(app.through_gate("/orders/ok", "ok", None).await.status(), 401, "no token");
-    assert_eq!(app.through_gate("/orders/ok", "ok", Some("forged")).await.status(), 401, "wrong token");
-    assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing reaches the upstream without a claim");
+    assert_eq!(
+        app.through_gate("/orders/ok", "ok", None).await.status(),
+        401,
+        "no token"
+    );
+    assert_eq!(
+        app.through_gate("/orders/ok", "ok", Some("forged"))
+            .await
+            .status(),
+        401,
+        "wrong token"
+    );
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "nothing reaches the upstream without a claim"
+    );
 
     let token = app.token_of("sale", "ok").await;
     let response = app.through_gate("/orders/ok", "ok", Some(&token)).await;
@@ -569,28 +792,56 @@ async fn gate_proxy_consumes_on_2xx_and_releases_on_anything_else() {
     assert_eq!(response.headers()["x-order-id"], "o-1");
     assert_eq!(response.text().await.expect("body"), "order for ok");
     let after = app.position("sale", "ok").await;
-    assert_eq!((after["status"].as_str(), after["lastOutcome"].as_str()), (Some("NOT_ENTERED"), Some("CONSUMED")));
-    assert_eq!(app.through_gate("/orders/ok", "ok", Some(&token)).await.status(), 401, "one token, one order");
+    assert_eq!(
+        (after["status"].as_str(), after["lastOutcome"].as_str()),
+        (Some("NOT_ENTERED"), Some("CONSUMED"))
+    );
+    assert_eq!(
+        app.through_gate("/orders/ok", "ok", Some(&token)).await.status(),
+        401,
+        "one token, one order"
+    );
 
     let token = app.token_of("sale", "fails").await;
     let response = app.through_gate("/orders/fail", "fails", Some(&token)).await;
     assert_eq!(response.status(), 500);
-    assert_eq!(response.text().await.expect("body"), "out of stock", "the upstream answer passes through");
-    assert_eq!(app.position("sale", "fails").await["status"], "READY", "released after a 5xx");
+    assert_eq!(
+        response.text().await.expect("body"),
+        "out of stock",
+        "the upstream answer passes through"
+    );
+    assert_eq!(
+        app.position("sale", "fails").await["status"],
+        "READY",
+        "released after a 5xx"
+    );
 
     let token = app.token_of("sale", "slow").await;
     let response = app.through_gate("/orders/slow", "slow", Some(&token)).await;
     assert_eq!(response.status(), 504);
-    assert_eq!(app.position("sale", "slow").await["status"], "READY", "released after a timeout");
+    assert_eq!(
+        app.position("sale", "slow").await["status"],
+        "READY",
+        "released after a timeout"
+    );
 
     let token = app.token_of("sale", "dropped").await;
     let response = app.through_gate("/checkout", "dropped", Some(&token)).await;
     assert_eq!(response.status(), 502);
-    assert_eq!(app.position("sale", "dropped").await["status"], "READY", "released after a dropped connection");
+    assert_eq!(
+        app.position("sale", "dropped").await["status"],
+        "READY",
+        "released after a dropped connection"
+    );
 
     // Released tokens are good for a retry.
     let token = app.token_of("sale", "fails").await;
-    assert_eq!(app.through_gate("/orders/ok", "fails", Some(&token)).await.status(), 201);
+    assert_eq!(
+        app.through_gate("/orders/ok", "fails", Some(&token))
+            .await
+            .status(),
+        201
+    );
 }
 
 /// Fail-closed by default: with the store unreachable the gate answers 503 and forwards nothing;
@@ -605,15 +856,32 @@ async fn gate_fails_closed_when_the_store_is_unreachable_and_open_when_configure
     let store = app.room.embedded_store().expect("embedded");
 
     store.set_unreachable(true);
-    assert_eq!(app.through_gate("/orders/ok", "m-1", Some(&token)).await.status(), 503);
+    assert_eq!(
+        app.through_gate("/orders/ok", "m-1", Some(&token)).await.status(),
+        503
+    );
     assert_eq!(hits.load(Ordering::SeqCst), 0, "fail-closed admits nobody");
     assert_eq!(app.poll("sale", "m-1").await.status(), 503);
-    assert_eq!(app.post("/v1/queues/sale/entries", json!({ "memberId": "m-2" })).await.status(), 503);
+    assert_eq!(
+        app.post("/v1/queues/sale/entries", json!({ "memberId": "m-2" }))
+            .await
+            .status(),
+        503
+    );
 
     store.set_unreachable(false);
-    assert_eq!(app.put_settings("sale", json!({ "failMode": "open" })).await.status(), 200);
+    assert_eq!(
+        app.put_settings("sale", json!({ "failMode": "open" }))
+            .await
+            .status(),
+        200
+    );
     store.set_unreachable(true);
-    assert_eq!(app.through_gate("/orders/ok", "m-1", Some(&token)).await.status(), 201, "fail-open forwards");
+    assert_eq!(
+        app.through_gate("/orders/ok", "m-1", Some(&token)).await.status(),
+        201,
+        "fail-open forwards"
+    );
     assert_eq!(hits.load(Ordering::SeqCst), 1);
     store.set_unreachable(false);
 }
@@ -624,11 +892,19 @@ async fn gate_fails_closed_when_the_store_is_unreachable_and_open_when_configure
 async fn flash_sale_demo_admits_at_the_configured_rate_and_retries_failed_orders() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut out = Vec::new();
-    let report = waiting_room::run_flash_sale_demo(dir.path(), 600, &mut out).await.expect("demo");
+    let report = waiting_room::run_flash_sale_demo(dir.path(), 600, &mut out)
+        .await
+        .expect("demo");
     let text = String::from_utf8(out).expect("utf-8");
     assert_eq!(report.admitted, 600, "{text}");
     assert_eq!(report.orders_committed, 600, "one order per member: {text}");
-    assert!(report.orders_failed > 0, "some orders failed and were retried: {text}");
-    assert!(report.max_admitted_in_one_second as f64 <= report.admit_per_second, "{report:?}");
+    assert!(
+        report.orders_failed > 0,
+        "some orders failed and were retried: {text}"
+    );
+    assert!(
+        report.max_admitted_in_one_second as f64 <= report.admit_per_second,
+        "{report:?}"
+    );
     assert!(text.contains("admitted/s"), "{text}");
 }

@@ -3,6 +3,7 @@
 //!
 //! Setup fills the embedded store directly (not over HTTP) so the numbers isolate the store. The memory
 //! figure is printed once: the waiting set's heap bytes divided by the members waiting.
+#![allow(missing_docs)] // criterion_group! generates an undocumented public function.
 
 use std::sync::Arc;
 
@@ -24,7 +25,8 @@ struct Filled {
 fn fill(runtime: &tokio::runtime::Runtime, waiting: usize) -> Filled {
     let dir = tempfile::tempdir().expect("temp dir");
     let clock = ManualClock::new(1_780_000_000_000);
-    let store = EmbeddedStore::open(dir.path(), Arc::new(clock.clone()), EmbeddedOptions::default()).expect("open");
+    let store =
+        EmbeddedStore::open(dir.path(), Arc::new(clock.clone()), EmbeddedOptions::default()).expect("open");
     let queue = QueueName::parse("bench").expect("queue");
     runtime.block_on(async {
         // Enter in concurrent waves so the group commit batches them, as it does under HTTP load.
@@ -38,14 +40,30 @@ fn fill(runtime: &tokio::runtime::Runtime, waiting: usize) -> Filled {
             while tasks.join_next().await.is_some() {}
         }
         // A huge tick budget so every admission bench iteration may pop its 50.
-        let patch = SettingsPatch { admit_per_second: Some(1_000_000.0), ..SettingsPatch::default() };
-        store.update_settings(&queue, &patch).await.expect("store").expect("valid");
+        let patch = SettingsPatch {
+            admit_per_second: Some(1_000_000.0),
+            ..SettingsPatch::default()
+        };
+        store
+            .update_settings(&queue, &patch)
+            .await
+            .expect("store")
+            .expect("valid");
     });
-    Filled { store, clock, queue, _dir: dir }
+    Filled {
+        store,
+        clock,
+        queue,
+        _dir: dir,
+    }
 }
 
 fn admission_tick(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     let filled = fill(&runtime, 1_000_000);
     let secret = TokenSecret::generate().expect("secret");
     println!(
@@ -58,10 +76,14 @@ fn admission_tick(c: &mut Criterion) {
         b.iter_batched(
             || {
                 filled.clock.advance(1_000);
-                (0..50).map(|_| secret.prepare().expect("token")).collect::<Vec<_>>()
+                (0..50)
+                    .map(|_| secret.prepare().expect("token"))
+                    .collect::<Vec<_>>()
             },
             |tokens| {
-                let outcome = runtime.block_on(filled.store.admit(&filled.queue, tokens)).expect("admit");
+                let outcome = runtime
+                    .block_on(filled.store.admit(&filled.queue, tokens))
+                    .expect("admit");
                 assert_eq!(outcome.admitted.len(), 50);
             },
             BatchSize::SmallInput,
@@ -71,14 +93,20 @@ fn admission_tick(c: &mut Criterion) {
 }
 
 fn position_lookup(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     let mut group = c.benchmark_group("position");
     for waiting in [10_000usize, 100_000, 1_000_000] {
         let filled = fill(&runtime, waiting);
         let probe = MemberId::parse(&format!("member-{:08}", waiting / 2)).expect("member");
         group.bench_function(format!("rank_at_{waiting}_waiting"), |b| {
             b.iter(|| {
-                let view = runtime.block_on(filled.store.position(&filled.queue, &probe)).expect("position");
+                let view = runtime
+                    .block_on(filled.store.position(&filled.queue, &probe))
+                    .expect("position");
                 assert!(view.rank.is_some());
             })
         });
@@ -86,5 +114,9 @@ fn position_lookup(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, admission_tick, position_lookup);
+criterion_group! {
+    name = benches;
+    config = Criterion::default();
+    targets = admission_tick, position_lookup
+}
 criterion_main!(benches);

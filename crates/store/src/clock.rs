@@ -38,7 +38,9 @@ impl ManualClock {
     /// A clock reading `start_millis`.
     #[must_use]
     pub fn new(start_millis: i64) -> Self {
-        ManualClock { now_millis: Arc::new(AtomicI64::new(start_millis)) }
+        ManualClock {
+            now_millis: Arc::new(AtomicI64::new(start_millis)),
+        }
     }
 
     /// Sets the time (it may go backwards, to test monotonic guards).

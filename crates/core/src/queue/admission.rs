@@ -35,7 +35,10 @@ impl AdmissionBudget {
     /// A new queue's budget: a full tick's worth, so the first tick admits at once.
     #[must_use]
     pub fn new(settings: &QueueSettings, now_ms: i64) -> Self {
-        AdmissionBudget { credit_micro: Self::capacity_micro(settings), refilled_at_ms: now_ms }
+        AdmissionBudget {
+            credit_micro: Self::capacity_micro(settings),
+            refilled_at_ms: now_ms,
+        }
     }
 
     /// The most the bucket holds: one tick's admissions, and at least one member.
@@ -52,13 +55,22 @@ impl AdmissionBudget {
         }
         let elapsed = now_ms - self.refilled_at_ms;
         let earned = elapsed.saturating_mul(settings.admit_rate_milli() as i64);
-        self.credit_micro = self.credit_micro.saturating_add(earned).min(Self::capacity_micro(settings));
+        self.credit_micro = self
+            .credit_micro
+            .saturating_add(earned)
+            .min(Self::capacity_micro(settings));
         self.refilled_at_ms = now_ms;
     }
 
     /// Refills, then decides how many to admit given `waiting` members and `outstanding` tokens.
     /// The caller must [`spend`](Self::spend) what it actually admitted, in the same atomic step.
-    pub fn plan(&mut self, settings: &QueueSettings, now_ms: i64, waiting: u64, outstanding: u64) -> AdmissionPlan {
+    pub fn plan(
+        &mut self,
+        settings: &QueueSettings,
+        now_ms: i64,
+        waiting: u64,
+        outstanding: u64,
+    ) -> AdmissionPlan {
         self.refill(settings, now_ms);
         if settings.paused {
             return AdmissionPlan { admit: 0 };
@@ -68,7 +80,9 @@ impl AdmissionBudget {
             Some(cap) => cap.saturating_sub(outstanding),
             None => u64::MAX,
         };
-        AdmissionPlan { admit: affordable.min(room).min(waiting) }
+        AdmissionPlan {
+            admit: affordable.min(room).min(waiting),
+        }
     }
 
     /// Spends `admitted` members' worth of credit.
@@ -84,7 +98,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn settings(rate: f64, tick: u64) -> QueueSettings {
-        QueueSettings { admit_per_second: rate, tick_millis: tick, ..QueueSettings::default() }
+        QueueSettings {
+            admit_per_second: rate,
+            tick_millis: tick,
+            ..QueueSettings::default()
+        }
     }
 
     #[test]
@@ -94,7 +112,11 @@ mod tests {
         let plan = budget.plan(&s, 0, 1000, 0);
         assert_eq!(plan.admit, 50);
         budget.spend(50);
-        assert_eq!(budget.plan(&s, 0, 1000, 0).admit, 0, "a second scheduler at the same instant gets nothing");
+        assert_eq!(
+            budget.plan(&s, 0, 1000, 0).admit,
+            0,
+            "a second scheduler at the same instant gets nothing"
+        );
         assert_eq!(budget.plan(&s, 500, 1000, 0).admit, 25);
     }
 

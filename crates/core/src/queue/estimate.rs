@@ -59,7 +59,8 @@ impl ThroughputEstimator {
             if now_ms > last {
                 let elapsed = (now_ms - last) as f64;
                 if backlog {
-                    self.admit_rate = Some(fold(self.admit_rate, admitted as f64 * 1000.0 / elapsed, elapsed));
+                    self.admit_rate =
+                        Some(fold(self.admit_rate, admitted as f64 * 1000.0 / elapsed, elapsed));
                 }
                 let consumed = self.consumed_since_step as f64 * 1000.0 / elapsed;
                 self.consume_rate = Some(fold(self.consume_rate, consumed, elapsed));
@@ -80,7 +81,11 @@ impl ThroughputEstimator {
     #[must_use]
     pub fn admitted_last_minute(&self, now_ms: i64) -> u64 {
         let second = now_ms.div_euclid(1000);
-        self.per_second.iter().filter(|(s, _)| *s > second - 60 && *s <= second).map(|(_, n)| n).sum()
+        self.per_second
+            .iter()
+            .filter(|(s, _)| *s > second - 60 && *s <= second)
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// The throughput the estimate uses, in members per second; `None` while paused.
@@ -115,7 +120,11 @@ mod tests {
     fn the_estimate_follows_a_change_of_rate() {
         let settings = QueueSettings::default();
         let mut estimator = ThroughputEstimator::default();
-        assert_eq!(estimator.estimate_wait_seconds(999, &settings), Some(20), "the setting is the prior");
+        assert_eq!(
+            estimator.estimate_wait_seconds(999, &settings),
+            Some(20),
+            "the setting is the prior"
+        );
         let mut now = 0;
         for _ in 0..60 {
             estimator.record_admission_step(now, 10, true);
@@ -146,7 +155,10 @@ mod tests {
 
     #[test]
     fn with_max_active_consumption_bounds_the_rate() {
-        let settings = QueueSettings { max_active: Some(10), ..QueueSettings::default() };
+        let settings = QueueSettings {
+            max_active: Some(10),
+            ..QueueSettings::default()
+        };
         let mut estimator = ThroughputEstimator::default();
         for step in 0..40 {
             estimator.record_consumed(2);

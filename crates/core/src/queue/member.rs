@@ -224,13 +224,21 @@ impl MemberState {
     /// `Err(self)` so the store can skip the member without losing it.
     pub fn admit(&self, token: IssuedToken) -> Result<MemberState, MemberState> {
         match self {
-            MemberState::Waiting { .. } => Ok(MemberState::Ready { token, expired_claim: None }),
+            MemberState::Waiting { .. } => Ok(MemberState::Ready {
+                token,
+                expired_claim: None,
+            }),
             other => Err(other.clone()),
         }
     }
 
     /// Claim the token: READY with the right, unexpired token becomes CLAIMED.
-    pub fn claim(&self, presented: &Digest, claim: Claim, now_ms: i64) -> Result<MemberState, ClaimRejection> {
+    pub fn claim(
+        &self,
+        presented: &Digest,
+        claim: Claim,
+        now_ms: i64,
+    ) -> Result<MemberState, ClaimRejection> {
         match self {
             MemberState::NotEntered | MemberState::Waiting { .. } => Err(ClaimRejection::NoToken),
             MemberState::Consumed { .. } => Err(ClaimRejection::AlreadyConsumed),
@@ -256,14 +264,29 @@ impl MemberState {
     /// The order committed: CLAIMED becomes CONSUMED. Idempotent for the consuming claim. A consume for a
     /// claim that was auto-released while the order was still committing is honoured too, so the token
     /// cannot buy a second order.
-    pub fn consume(&self, claim_digest: &Digest, now_ms: i64) -> Result<(MemberState, bool), ConsumeRejection> {
+    pub fn consume(
+        &self,
+        claim_digest: &Digest,
+        now_ms: i64,
+    ) -> Result<(MemberState, bool), ConsumeRejection> {
         match self {
-            MemberState::Claimed { claim, .. } if claim.digest.matches(claim_digest) => {
-                Ok((MemberState::Consumed { claim: *claim_digest, at_ms: now_ms }, true))
-            }
-            MemberState::Ready { expired_claim: Some(expired), .. } if expired.matches(claim_digest) => {
-                Ok((MemberState::Consumed { claim: *claim_digest, at_ms: now_ms }, true))
-            }
+            MemberState::Claimed { claim, .. } if claim.digest.matches(claim_digest) => Ok((
+                MemberState::Consumed {
+                    claim: *claim_digest,
+                    at_ms: now_ms,
+                },
+                true,
+            )),
+            MemberState::Ready {
+                expired_claim: Some(expired),
+                ..
+            } if expired.matches(claim_digest) => Ok((
+                MemberState::Consumed {
+                    claim: *claim_digest,
+                    at_ms: now_ms,
+                },
+                true,
+            )),
             MemberState::Consumed { claim, .. } => {
                 if claim.matches(claim_digest) {
                     Ok((self.clone(), false))
@@ -277,7 +300,11 @@ impl MemberState {
 
     /// The order failed: CLAIMED goes back to READY if the token is still valid, else to NOT_ENTERED.
     /// Releasing a claim that is no longer held is a no-op, so retries are safe.
-    pub fn release(&self, claim_digest: &Digest, now_ms: i64) -> Result<(MemberState, ReleasedTo), ReleaseRejection> {
+    pub fn release(
+        &self,
+        claim_digest: &Digest,
+        now_ms: i64,
+    ) -> Result<(MemberState, ReleasedTo), ReleaseRejection> {
         match self {
             MemberState::Claimed { token, claim } if claim.digest.matches(claim_digest) => {
                 Ok(Self::after_release(token, None, now_ms))
@@ -289,9 +316,19 @@ impl MemberState {
         }
     }
 
-    fn after_release(token: &IssuedToken, expired_claim: Option<Digest>, now_ms: i64) -> (MemberState, ReleasedTo) {
+    fn after_release(
+        token: &IssuedToken,
+        expired_claim: Option<Digest>,
+        now_ms: i64,
+    ) -> (MemberState, ReleasedTo) {
         if token.is_valid_at(now_ms) {
-            (MemberState::Ready { token: *token, expired_claim }, ReleasedTo::Ready)
+            (
+                MemberState::Ready {
+                    token: *token,
+                    expired_claim,
+                },
+                ReleasedTo::Ready,
+            )
         } else {
             (MemberState::NotEntered, ReleasedTo::NotEntered)
         }
@@ -347,7 +384,12 @@ mod tests {
     }
 
     fn token(byte: u8, expires_at_ms: i64) -> IssuedToken {
-        IssuedToken { digest: digest(byte), nonce: [byte; 16], issued_at_ms: 0, expires_at_ms }
+        IssuedToken {
+            digest: digest(byte),
+            nonce: [byte; 16],
+            issued_at_ms: 0,
+            expires_at_ms,
+        }
     }
 
     #[test]
@@ -363,35 +405,77 @@ mod tests {
     #[test]
     fn claim_rules_follow_spec_2_4() {
         let ready = MemberState::Waiting { seq: 0 }.admit(token(1, 1000)).unwrap();
-        let claim = Claim { digest: digest(9), expires_at_ms: 500 };
-        assert_eq!(ready.claim(&digest(2), claim, 10), Err(ClaimRejection::WrongToken));
+        let claim = Claim {
+            digest: digest(9),
+            expires_at_ms: 500,
+        };
+        assert_eq!(
+            ready.claim(&digest(2), claim, 10),
+            Err(ClaimRejection::WrongToken)
+        );
         assert_eq!(ready.claim(&digest(1), claim, 1000), Err(ClaimRejection::Expired));
         let claimed = ready.claim(&digest(1), claim, 10).unwrap();
         assert_eq!(claimed.status(), MemberStatus::Claimed);
-        assert_eq!(claimed.claim(&digest(1), claim, 11), Err(ClaimRejection::AlreadyClaimed));
+        assert_eq!(
+            claimed.claim(&digest(1), claim, 11),
+            Err(ClaimRejection::AlreadyClaimed)
+        );
         let (consumed, changed) = claimed.consume(&digest(9), 20).unwrap();
         assert!(changed);
         assert_eq!(consumed.status(), MemberStatus::NotEntered);
-        assert_eq!(consumed.consume(&digest(9), 21).unwrap().1, false, "consume is idempotent");
-        assert_eq!(consumed.consume(&digest(8), 21), Err(ConsumeRejection::ConsumedByAnotherClaim));
-        assert_eq!(consumed.claim(&digest(1), claim, 22), Err(ClaimRejection::AlreadyConsumed));
-        assert_eq!(consumed.release(&digest(9), 22), Err(ReleaseRejection::AlreadyConsumed));
+        assert!(
+            !consumed.consume(&digest(9), 21).unwrap().1,
+            "consume is idempotent"
+        );
+        assert_eq!(
+            consumed.consume(&digest(8), 21),
+            Err(ConsumeRejection::ConsumedByAnotherClaim)
+        );
+        assert_eq!(
+            consumed.claim(&digest(1), claim, 22),
+            Err(ClaimRejection::AlreadyConsumed)
+        );
+        assert_eq!(
+            consumed.release(&digest(9), 22),
+            Err(ReleaseRejection::AlreadyConsumed)
+        );
     }
 
     #[test]
     fn release_returns_to_ready_or_frees_an_expired_token() {
-        let claimed = MemberState::Claimed { token: token(1, 100), claim: Claim { digest: digest(9), expires_at_ms: 50 } };
-        assert_eq!(claimed.release(&digest(8), 10), Err(ReleaseRejection::UnknownClaim));
+        let claimed = MemberState::Claimed {
+            token: token(1, 100),
+            claim: Claim {
+                digest: digest(9),
+                expires_at_ms: 50,
+            },
+        };
+        assert_eq!(
+            claimed.release(&digest(8), 10),
+            Err(ReleaseRejection::UnknownClaim)
+        );
         let (ready, to) = claimed.release(&digest(9), 10).unwrap();
         assert_eq!(to, ReleasedTo::Ready);
         assert_eq!(ready.status(), MemberStatus::Ready);
-        assert_eq!(ready.release(&digest(9), 11).unwrap().1, ReleasedTo::AlreadyReleased);
-        assert_eq!(claimed.release(&digest(9), 100).unwrap(), (MemberState::NotEntered, ReleasedTo::NotEntered));
+        assert_eq!(
+            ready.release(&digest(9), 11).unwrap().1,
+            ReleasedTo::AlreadyReleased
+        );
+        assert_eq!(
+            claimed.release(&digest(9), 100).unwrap(),
+            (MemberState::NotEntered, ReleasedTo::NotEntered)
+        );
     }
 
     #[test]
     fn an_abandoned_claim_expires_but_a_late_consume_is_still_honoured() {
-        let claimed = MemberState::Claimed { token: token(1, 1000), claim: Claim { digest: digest(9), expires_at_ms: 50 } };
+        let claimed = MemberState::Claimed {
+            token: token(1, 1000),
+            claim: Claim {
+                digest: digest(9),
+                expires_at_ms: 50,
+            },
+        };
         assert_eq!(claimed.expire_claim(49), None);
         let (ready, to) = claimed.expire_claim(50).unwrap();
         assert_eq!(to, ReleasedTo::Ready);
@@ -401,11 +485,20 @@ mod tests {
 
     #[test]
     fn tokens_expire_and_leave_is_refused_only_in_flight() {
-        let ready = MemberState::Ready { token: token(1, 100), expired_claim: None };
+        let ready = MemberState::Ready {
+            token: token(1, 100),
+            expired_claim: None,
+        };
         assert_eq!(ready.expire_token(99), None);
         assert_eq!(ready.expire_token(100), Some(MemberState::NotEntered));
         assert_eq!(ready.leave(), Ok(MemberState::NotEntered));
-        let claimed = MemberState::Claimed { token: token(1, 100), claim: Claim { digest: digest(9), expires_at_ms: 50 } };
+        let claimed = MemberState::Claimed {
+            token: token(1, 100),
+            claim: Claim {
+                digest: digest(9),
+                expires_at_ms: 50,
+            },
+        };
         assert_eq!(claimed.leave(), Err(LeaveRejection::ClaimInFlight));
     }
 
@@ -452,7 +545,7 @@ mod tests {
                         states[m] = next;
                     }
                     Op::Admit => {
-                        for m in 0..6 { if let Some(next) = states[m].expire_token(now) { states[m] = next; } }
+                        for state in states.iter_mut() { if let Some(next) = state.expire_token(now) { *state = next; } }
                         let outstanding = states.iter().filter(|s| s.is_outstanding()).count();
                         let mut line: Vec<(u64, usize)> = states.iter().enumerate()
                             .filter_map(|(m, s)| match s { MemberState::Waiting { seq } => Some((*seq, m)), _ => None })
@@ -483,8 +576,8 @@ mod tests {
                     Op::Leave(m) => { if let Ok(next) = states[m].leave() { states[m] = next; } }
                     Op::Advance(ms) => {
                         now += ms;
-                        for m in 0..6 {
-                            if let Some((next, _)) = states[m].expire_claim(now) { states[m] = next; }
+                        for state in states.iter_mut() {
+                            if let Some((next, _)) = state.expire_claim(now) { *state = next; }
                         }
                     }
                 }

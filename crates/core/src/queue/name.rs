@@ -61,7 +61,10 @@ mod tests {
 
     #[test]
     fn queue_names_are_short_and_key_safe() {
-        assert_eq!(QueueName::parse("sale-2026.summer:1").unwrap().as_str(), "sale-2026.summer:1");
+        assert_eq!(
+            QueueName::parse("sale-2026.summer:1").unwrap().as_str(),
+            "sale-2026.summer:1"
+        );
         assert_eq!(QueueName::parse(""), Err(QueueNameError::Length));
         assert_eq!(QueueName::parse(&"q".repeat(65)), Err(QueueNameError::Length));
         assert_eq!(QueueName::parse("a{b}"), Err(QueueNameError::Character));

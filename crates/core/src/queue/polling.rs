@@ -17,7 +17,11 @@ pub fn polling_tier_seconds(rank: Option<u64>) -> u64 {
 /// `jitter_unit` outside `[0, 1)` is clamped, so a bad source can never shorten the interval.
 #[must_use]
 pub fn polling_interval_seconds(rank: Option<u64>, jitter_unit: f64) -> f64 {
-    let unit = if jitter_unit.is_finite() { jitter_unit.clamp(0.0, 0.999_999) } else { 0.0 };
+    let unit = if jitter_unit.is_finite() {
+        jitter_unit.clamp(0.0, 0.999_999)
+    } else {
+        0.0
+    };
     let base = polling_tier_seconds(rank) as f64;
     let with_jitter = base * (1.0 + 0.2 * unit);
     (with_jitter * 1000.0).floor() / 1000.0

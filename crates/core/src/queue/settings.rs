@@ -89,7 +89,8 @@ impl SettingsError {
 impl QueueSettings {
     /// Checks every rule of SPEC 2.1.
     pub fn validate(&self) -> Result<(), SettingsError> {
-        if !(self.admit_per_second.is_finite() && self.admit_per_second > 0.0 && self.admit_per_second <= 1e6) {
+        if !(self.admit_per_second.is_finite() && self.admit_per_second > 0.0 && self.admit_per_second <= 1e6)
+        {
             return Err(SettingsError::AdmitPerSecond);
         }
         // A rate below one member per thousand seconds rounds to zero in the budget's milli-member units.

@@ -25,22 +25,37 @@ pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
 /// example the live counters of a GET echoed back) are ignored.
 fn parse_patch(map: &serde_json::Map<String, Value>) -> ApiResult<SettingsPatch> {
     fn whole(field: &str, value: &Value) -> ApiResult<u64> {
-        value.as_u64().ok_or_else(|| ApiError::bad_field(field, "must be a positive whole number"))
+        value
+            .as_u64()
+            .ok_or_else(|| ApiError::bad_field(field, "must be a positive whole number"))
     }
     let mut patch = SettingsPatch::default();
     for (field, value) in map {
         match field.as_str() {
             "admitPerSecond" => {
-                patch.admit_per_second =
-                    Some(value.as_f64().ok_or_else(|| ApiError::bad_field(field, "must be a positive number"))?)
+                patch.admit_per_second = Some(
+                    value
+                        .as_f64()
+                        .ok_or_else(|| ApiError::bad_field(field, "must be a positive number"))?,
+                )
             }
             "tickMillis" => patch.tick_millis = Some(whole(field, value)?),
             "tokenTtlSeconds" => patch.token_ttl_seconds = Some(whole(field, value)?),
             "claimTtlSeconds" => patch.claim_ttl_seconds = Some(whole(field, value)?),
             "maxActive" => {
-                patch.max_active = Some(if value.is_null() { None } else { Some(whole(field, value)?) });
+                patch.max_active = Some(if value.is_null() {
+                    None
+                } else {
+                    Some(whole(field, value)?)
+                });
             }
-            "paused" => patch.paused = Some(value.as_bool().ok_or_else(|| ApiError::bad_field(field, "must be true or false"))?),
+            "paused" => {
+                patch.paused = Some(
+                    value
+                        .as_bool()
+                        .ok_or_else(|| ApiError::bad_field(field, "must be true or false"))?,
+                )
+            }
             "failMode" => {
                 patch.fail_mode = Some(match value.as_str() {
                     Some("closed") => FailMode::Closed,
@@ -54,11 +69,17 @@ fn parse_patch(map: &serde_json::Map<String, Value>) -> ApiResult<SettingsPatch>
     Ok(patch)
 }
 
-async fn update(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>, body: Bytes) -> ApiResult<Json<Value>> {
+async fn update(
+    State(room): State<Arc<WaitingRoom>>,
+    Path(queue): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let patch = parse_patch(&json_object(&body)?)?;
     let settings = room.update_settings(&queue, &patch).await?;
-    Ok(Json(serde_json::to_value(settings).map_err(|e| ApiError::Internal(e.into()))?))
+    Ok(Json(
+        serde_json::to_value(settings).map_err(|e| ApiError::Internal(e.into()))?,
+    ))
 }
 
 async fn show(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -> ApiResult<Json<Value>> {
@@ -77,6 +98,11 @@ async fn show(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -
 }
 
 async fn list(State(room): State<Arc<WaitingRoom>>) -> ApiResult<Json<Value>> {
-    let names: Vec<String> = room.queue_names().await?.iter().map(ToString::to_string).collect();
+    let names: Vec<String> = room
+        .queue_names()
+        .await?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     Ok(Json(json!({ "queues": names })))
 }

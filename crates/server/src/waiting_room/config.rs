@@ -88,7 +88,9 @@ impl WaitingRoomConfig {
             paused: false,
             fail_mode: self.fail_mode,
         };
-        settings.validate().map_err(|e| anyhow::anyhow!("[waiting_room] {e}"))?;
+        settings
+            .validate()
+            .map_err(|e| anyhow::anyhow!("[waiting_room] {e}"))?;
         Ok(settings)
     }
 }

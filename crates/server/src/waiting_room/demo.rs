@@ -8,8 +8,8 @@
 //! Time is simulated with a [`ManualClock`]: a sale that takes minutes of queue time runs in seconds, and
 //! the numbers printed (admissions per second, waits) are in simulated seconds, exact and repeatable.
 
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,7 +71,9 @@ async fn spawn_order_service(attempts: Arc<AtomicU64>) -> anyhow::Result<std::ne
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("binding the order service")?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the order service")?;
     let address = listener.local_addr()?;
     tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
@@ -96,7 +98,11 @@ pub async fn run_flash_sale_demo(
         gates: vec![GateConfig {
             queue: queue_name.into(),
             upstream: format!("http://{orders}"),
-            routes: vec![GateRoute { method: "POST".into(), path: "/orders".into(), prefix: false }],
+            routes: vec![GateRoute {
+                method: "POST".into(),
+                path: "/orders".into(),
+                prefix: false,
+            }],
             timeout_millis: 10_000,
             max_body_bytes: 65_536,
         }],
@@ -108,14 +114,19 @@ pub async fn run_flash_sale_demo(
     if let Some(gate) = super::gate_routes(Arc::clone(&room)) {
         router = router.merge(gate);
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("binding the demo server")?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the demo server")?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
     });
     let client = reqwest::Client::new();
 
-    writeln!(out, "flash sale: {members} members arrive at once; admitting {admit_per_second}/s through the gate")?;
+    writeln!(
+        out,
+        "flash sale: {members} members arrive at once; admitting {admit_per_second}/s through the gate"
+    )?;
     let burst_started = std::time::Instant::now();
     let mut shoppers: Vec<Shopper> = Vec::with_capacity(members);
     let mut burst = tokio::task::JoinSet::new();
@@ -129,10 +140,19 @@ pub async fn run_flash_sale_demo(
             let index = next;
             burst.spawn(async move {
                 let member = format!("shopper-{index:06}");
-                let body: serde_json::Value =
-                    client.post(url).json(&serde_json::json!({ "memberId": member })).send().await?.json().await?;
+                let body: serde_json::Value = client
+                    .post(url)
+                    .json(&serde_json::json!({ "memberId": member }))
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
                 let estimate = body["estimatedWaitSeconds"].as_u64().unwrap_or(0);
-                anyhow::Ok((index, MemberId::parse(&member).expect("valid member id"), estimate))
+                anyhow::Ok((
+                    index,
+                    MemberId::parse(&member).expect("valid member id"),
+                    estimate,
+                ))
             });
             next += 1;
         }
@@ -142,21 +162,42 @@ pub async fn run_flash_sale_demo(
         }
     }
     for (member, estimated_wait_seconds) in entered.into_iter().flatten() {
-        shoppers.push(Shopper { member, estimated_wait_seconds, admitted_at_ms: None, ordered: false });
+        shoppers.push(Shopper {
+            member,
+            estimated_wait_seconds,
+            admitted_at_ms: None,
+            ordered: false,
+        });
     }
-    writeln!(out, "  burst: {} entries over HTTP in {:.2} s", shoppers.len(), burst_started.elapsed().as_secs_f64())?;
+    writeln!(
+        out,
+        "  burst: {} entries over HTTP in {:.2} s",
+        shoppers.len(),
+        burst_started.elapsed().as_secs_f64()
+    )?;
 
     let started_ms = clock.now_millis();
     // Each shopper polls at the interval it is told: a heap of (next poll time, shopper).
-    let mut polls_due: BinaryHeap<Reverse<(i64, usize)>> = (0..shoppers.len()).map(|i| Reverse((started_ms + 1000, i))).collect();
-    let mut report = FlashSaleReport { members, admit_per_second, ..FlashSaleReport::default() };
+    let mut polls_due: BinaryHeap<Reverse<(i64, usize)>> = (0..shoppers.len())
+        .map(|i| Reverse((started_ms + 1000, i)))
+        .collect();
+    let mut report = FlashSaleReport {
+        members,
+        admit_per_second,
+        ..FlashSaleReport::default()
+    };
     let mut second = 0u64;
     let mut committed = 0usize;
     while committed < shoppers.len() && second < 100_000 {
         second += 1;
         clock.advance(1000);
         let now = clock.now_millis();
-        let admitted_now: u64 = room.admit_due_queues().await?.iter().map(|(_, o)| o.admitted.len() as u64).sum();
+        let admitted_now: u64 = room
+            .admit_due_queues()
+            .await?
+            .iter()
+            .map(|(_, o)| o.admitted.len() as u64)
+            .sum();
         report.admitted += admitted_now;
         report.max_admitted_in_one_second = report.max_admitted_in_one_second.max(admitted_now);
 
@@ -180,7 +221,11 @@ pub async fn run_flash_sale_demo(
                 MemberStatus::Ready => {
                     shopper.admitted_at_ms.get_or_insert(now);
                     let token = position.entry_token.unwrap_or_default();
-                    let (client, url, member) = (client.clone(), format!("{base}/orders"), shopper.member.to_string());
+                    let (client, url, member) = (
+                        client.clone(),
+                        format!("{base}/orders"),
+                        shopper.member.to_string(),
+                    );
                     orders.spawn(async move {
                         let response = client
                             .post(url)
@@ -211,7 +256,7 @@ pub async fn run_flash_sale_demo(
                 polls_due.push(Reverse((now + 1000, index)));
             }
         }
-        if second % 10 == 0 || committed == shoppers.len() {
+        if second.is_multiple_of(10) || committed == shoppers.len() {
             let stats = room.stats(&queue).await.map_err(|e| anyhow::anyhow!("{e}"))?;
             writeln!(
                 out,
@@ -228,9 +273,16 @@ pub async fn run_flash_sale_demo(
     let admitted: Vec<&Shopper> = shoppers.iter().filter(|s| s.admitted_at_ms.is_some()).collect();
     if !admitted.is_empty() {
         let count = admitted.len() as f64;
-        report.mean_estimated_wait_seconds = admitted.iter().map(|s| s.estimated_wait_seconds as f64).sum::<f64>() / count;
-        report.mean_actual_wait_seconds =
-            admitted.iter().map(|s| (s.admitted_at_ms.unwrap_or(started_ms) - started_ms) as f64 / 1000.0).sum::<f64>() / count;
+        report.mean_estimated_wait_seconds = admitted
+            .iter()
+            .map(|s| s.estimated_wait_seconds as f64)
+            .sum::<f64>()
+            / count;
+        report.mean_actual_wait_seconds = admitted
+            .iter()
+            .map(|s| (s.admitted_at_ms.unwrap_or(started_ms) - started_ms) as f64 / 1000.0)
+            .sum::<f64>()
+            / count;
     }
     writeln!(
         out,

@@ -92,7 +92,11 @@ pub(crate) fn routes(room: Arc<WaitingRoom>) -> Option<Router> {
                 async move { handle(room, table, request).await }
             }
         };
-        let exact_path = if path.is_empty() { "/".to_string() } else { path.clone() };
+        let exact_path = if path.is_empty() {
+            "/".to_string()
+        } else {
+            path.clone()
+        };
         router = router.route(&exact_path, any(handler.clone()));
         if prefix {
             router = router.route(&format!("{}/{{*rest}}", path), any(handler));
@@ -115,12 +119,23 @@ fn error_response(status: StatusCode, message: &str) -> Response {
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
 }
 
 async fn handle(room: Arc<WaitingRoom>, table: Arc<MethodTable>, request: Request) -> Response {
-    let Some(gate) = table.iter().find(|(method, _)| method == request.method()).map(|(_, gate)| Arc::clone(gate)) else {
-        return error_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this gated route");
+    let Some(gate) = table
+        .iter()
+        .find(|(method, _)| method == request.method())
+        .map(|(_, gate)| Arc::clone(gate))
+    else {
+        return error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed on this gated route",
+        );
     };
     let queue = gate.queue.clone();
     let (parts, body) = request.into_parts();
@@ -138,7 +153,12 @@ async fn handle(room: Arc<WaitingRoom>, table: Arc<MethodTable>, request: Reques
     };
     let body = match axum::body::to_bytes(body, gate.max_body_bytes).await {
         Ok(bytes) => bytes,
-        Err(_) => return error_response(StatusCode::PAYLOAD_TOO_LARGE, "body: larger than the gate forwards"),
+        Err(_) => {
+            return error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body: larger than the gate forwards",
+            )
+        }
     };
 
     let claim_id = match room.claim(&queue, &member, &token).await {
@@ -155,7 +175,14 @@ async fn handle(room: Arc<WaitingRoom>, table: Arc<MethodTable>, request: Reques
             }
         },
         Err(error) => {
-            gate_outcome(&queue, if matches!(error, ApiError::Conflict(_)) { "rejected_conflict" } else { "rejected_unauthorized" });
+            gate_outcome(
+                &queue,
+                if matches!(error, ApiError::Conflict(_)) {
+                    "rejected_conflict"
+                } else {
+                    "rejected_unauthorized"
+                },
+            );
             return error.into_response();
         }
     };
@@ -177,7 +204,14 @@ async fn handle(room: Arc<WaitingRoom>, table: Arc<MethodTable>, request: Reques
         }
         Err((status, message)) => {
             finish(&room, &queue, &member, &claim_id, Finish::Release).await;
-            gate_outcome(&queue, if status == StatusCode::GATEWAY_TIMEOUT { "released_timeout" } else { "released_upstream_error" });
+            gate_outcome(
+                &queue,
+                if status == StatusCode::GATEWAY_TIMEOUT {
+                    "released_timeout"
+                } else {
+                    "released_upstream_error"
+                },
+            );
             error_response(status, &message)
         }
     }
@@ -218,7 +252,11 @@ async fn forward(
 ) -> Result<Response, (StatusCode, String)> {
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let url = format!("{}{}", gate.upstream, path_and_query);
-    let mut request = room.http.request(parts.method.clone(), &url).timeout(gate.timeout).body(body);
+    let mut request = room
+        .http
+        .request(parts.method.clone(), &url)
+        .timeout(gate.timeout)
+        .body(body);
     for (name, value) in &parts.headers {
         let lower = name.as_str();
         if HOP_BY_HOP.contains(&lower) || lower == "x-entry-token" {
@@ -228,9 +266,15 @@ async fn forward(
     }
     let fail = |error: reqwest::Error| {
         if error.is_timeout() {
-            (StatusCode::GATEWAY_TIMEOUT, "the order service did not answer in time; your entry token was released".to_string())
+            (
+                StatusCode::GATEWAY_TIMEOUT,
+                "the order service did not answer in time; your entry token was released".to_string(),
+            )
         } else {
-            (StatusCode::BAD_GATEWAY, "the order service could not be reached; your entry token was released".to_string())
+            (
+                StatusCode::BAD_GATEWAY,
+                "the order service could not be reached; your entry token was released".to_string(),
+            )
         }
     };
     let upstream = request.send().await.map_err(fail)?;

@@ -53,38 +53,57 @@ fn member_field(map: &serde_json::Map<String, Value>) -> ApiResult<rankgate_core
     WaitingRoom::parse_member("memberId", raw)
 }
 
-async fn enter(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>, body: Bytes) -> ApiResult<Response> {
+async fn enter(
+    State(room): State<Arc<WaitingRoom>>,
+    Path(queue): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let member = member_field(&json_object(&body)?)?;
     let position = room.enter(&queue, &member).await?;
     Ok(Json(position).into_response())
 }
 
-async fn poll(State(room): State<Arc<WaitingRoom>>, Path((queue, member)): Path<(String, String)>) -> ApiResult<Response> {
+async fn poll(
+    State(room): State<Arc<WaitingRoom>>,
+    Path((queue, member)): Path<(String, String)>,
+) -> ApiResult<Response> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let member = WaitingRoom::parse_member("memberId", &member)?;
     let (position, limit) = room.poll(&queue, &member).await?;
     let mut response = Json(position).into_response();
     let headers = response.headers_mut();
-    if let (Ok(policy), Ok(limit)) = (HeaderValue::from_str(&limit.policy), HeaderValue::from_str(&limit.limit)) {
+    if let (Ok(policy), Ok(limit)) = (
+        HeaderValue::from_str(&limit.policy),
+        HeaderValue::from_str(&limit.limit),
+    ) {
         headers.insert("ratelimit-policy", policy);
         headers.insert("ratelimit", limit);
     }
     Ok(response)
 }
 
-async fn leave(State(room): State<Arc<WaitingRoom>>, Path((queue, member)): Path<(String, String)>) -> ApiResult<StatusCode> {
+async fn leave(
+    State(room): State<Arc<WaitingRoom>>,
+    Path((queue, member)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let member = WaitingRoom::parse_member("memberId", &member)?;
     room.leave(&queue, &member).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn claim(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>, body: Bytes) -> ApiResult<Response> {
+async fn claim(
+    State(room): State<Arc<WaitingRoom>>,
+    Path(queue): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let map = json_object(&body)?;
     let member = member_field(&map)?;
-    let token = string_field(&map, "token", || ApiError::Unauthorized("token: missing entry token".into()))?;
+    let token = string_field(&map, "token", || {
+        ApiError::Unauthorized("token: missing entry token".into())
+    })?;
     let granted = room.claim(&queue, &member, token).await?;
     Ok(Json(granted).into_response())
 }
@@ -97,7 +116,11 @@ fn claim_id_field(map: &serde_json::Map<String, Value>) -> ApiResult<&str> {
     Ok(claim_id)
 }
 
-async fn consume(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>, body: Bytes) -> ApiResult<StatusCode> {
+async fn consume(
+    State(room): State<Arc<WaitingRoom>>,
+    Path(queue): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let map = json_object(&body)?;
     let member = member_field(&map)?;
@@ -105,7 +128,11 @@ async fn consume(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn release(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>, body: Bytes) -> ApiResult<StatusCode> {
+async fn release(
+    State(room): State<Arc<WaitingRoom>>,
+    Path(queue): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let map = json_object(&body)?;
     let member = member_field(&map)?;

@@ -24,15 +24,27 @@ impl WaitingRoom {
     pub fn spawn_workers(self: &Arc<Self>, shutdown: CancellationToken) -> Vec<JoinHandle<()>> {
         let poll = Duration::from_millis(self.config.scheduler_poll_millis.max(1));
         vec![
-            spawn_loop("admission", Arc::clone(self), shutdown.clone(), poll, |room| async move {
-                room.admit_due_queues().await.map(|_| ())
-            }),
-            spawn_loop("expiry", Arc::clone(self), shutdown.clone(), EXPIRY_SWEEP_EVERY, |room| async move {
-                room.expire_due_everywhere().await
-            }),
-            spawn_loop("gauges", Arc::clone(self), shutdown, GAUGES_EVERY, |room| async move {
-                room.publish_queue_gauges().await
-            }),
+            spawn_loop(
+                "admission",
+                Arc::clone(self),
+                shutdown.clone(),
+                poll,
+                |room| async move { room.admit_due_queues().await.map(|_| ()) },
+            ),
+            spawn_loop(
+                "expiry",
+                Arc::clone(self),
+                shutdown.clone(),
+                EXPIRY_SWEEP_EVERY,
+                |room| async move { room.expire_due_everywhere().await },
+            ),
+            spawn_loop(
+                "gauges",
+                Arc::clone(self),
+                shutdown,
+                GAUGES_EVERY,
+                |room| async move { room.publish_queue_gauges().await },
+            ),
         ]
     }
 }
@@ -68,7 +80,11 @@ where
                 Err(error) => {
                     // Log the first failure of a streak only: a store outage would otherwise flood the log.
                     if !failing {
-                        tracing::warn!(worker = name, error = format!("{error:#}"), "waiting-room worker step failed");
+                        tracing::warn!(
+                            worker = name,
+                            error = format!("{error:#}"),
+                            "waiting-room worker step failed"
+                        );
                     }
                     failing = true;
                 }

@@ -17,15 +17,15 @@ use rand::Rng as _;
 use rankgate_core::ids::MemberId;
 use rankgate_core::limiter::{RateDecision, RateLimit};
 use rankgate_core::queue::{
-    polling_interval_seconds, polling_tier_seconds, AdmissionBudget, ClaimRejection, ConsumeRejection, FailMode,
-    MemberStatus, QueueName, QueueSettings, ReleaseRejection, SettingsPatch,
+    polling_interval_seconds, polling_tier_seconds, AdmissionBudget, ClaimRejection, ConsumeRejection,
+    FailMode, MemberStatus, QueueName, QueueSettings, ReleaseRejection, SettingsPatch,
 };
 use rankgate_store::clock::Clock;
 use rankgate_store::queue::embedded::{EmbeddedOptions, EmbeddedStore};
 use rankgate_store::queue::token::{digest_of, new_claim_id, TokenSecret};
 use rankgate_store::queue::{
-    AdmitOutcome, ClaimOutcome, ConsumeOutcome, JobStore, LastOutcome, LeaveOutcome, MemberView, QueueStats, QueueStore,
-    RateLimiter, RateLimiterKind, ReleaseOutcome, StoreError,
+    AdmitOutcome, ClaimOutcome, ConsumeOutcome, JobStore, LastOutcome, LeaveOutcome, MemberView, QueueStats,
+    QueueStore, RateLimiter, RateLimiterKind, ReleaseOutcome, StoreError,
 };
 use serde::Serialize;
 
@@ -97,7 +97,9 @@ pub struct WaitingRoom {
 
 impl std::fmt::Debug for WaitingRoom {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WaitingRoom").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("WaitingRoom")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -113,19 +115,26 @@ fn store_error(error: StoreError) -> ApiError {
 
 /// RFC 3339 for a store-clock millisecond.
 pub(crate) fn rfc3339(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms).map(|t| t.to_string()).unwrap_or_default()
+    jiff::Timestamp::from_millisecond(ms)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
 }
 
 fn load_or_create_secret(config: &WaitingRoomConfig, data_dir: &Path) -> anyhow::Result<TokenSecret> {
     if let Some(encoded) = &config.token_secret {
-        let bytes = URL_SAFE_NO_PAD.decode(encoded.trim()).context("waiting_room.token_secret: not URL-safe base64")?;
-        let bytes: [u8; 32] =
-            bytes.try_into().map_err(|_| anyhow::anyhow!("waiting_room.token_secret: must be 32 bytes"))?;
+        let bytes = URL_SAFE_NO_PAD
+            .decode(encoded.trim())
+            .context("waiting_room.token_secret: not URL-safe base64")?;
+        let bytes: [u8; 32] = bytes
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("waiting_room.token_secret: must be 32 bytes"))?;
         return Ok(TokenSecret::from_bytes(bytes));
     }
     let path = data_dir.join("queue.secret");
     if let Ok(existing) = std::fs::read(&path) {
-        let bytes: [u8; 32] = existing.try_into().map_err(|_| anyhow::anyhow!("{} is not 32 bytes", path.display()))?;
+        let bytes: [u8; 32] = existing
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("{} is not 32 bytes", path.display()))?;
         return Ok(TokenSecret::from_bytes(bytes));
     }
     let secret = TokenSecret::generate().context("reading the OS random number generator")?;
@@ -138,7 +147,11 @@ fn load_or_create_secret(config: &WaitingRoomConfig, data_dir: &Path) -> anyhow:
 fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
     file.write_all(bytes)?;
     file.sync_all()
 }
@@ -169,7 +182,8 @@ impl WaitingRoom {
             .context("opening the queue store")?
             .map_err(|e| anyhow::anyhow!("{e}"))
             .with_context(|| format!("opening the queue store in {}", data_dir.display()))?;
-        let mut room = WaitingRoom::from_stores(store.clone(), store.clone(), store.clone(), clock, config, secret)?;
+        let mut room =
+            WaitingRoom::from_stores(store.clone(), store.clone(), store.clone(), clock, config, secret)?;
         room.embedded = Some(store);
         Ok(Arc::new(room))
     }
@@ -185,8 +199,10 @@ impl WaitingRoom {
     ) -> anyhow::Result<WaitingRoom> {
         config.default_settings()?;
         for gate in &config.gates {
-            QueueName::parse(&gate.queue).map_err(|e| anyhow::anyhow!("[[gate]] queue {:?}: {e}", gate.queue))?;
-            reqwest::Url::parse(&gate.upstream).with_context(|| format!("[[gate]] upstream {:?}", gate.upstream))?;
+            QueueName::parse(&gate.queue)
+                .map_err(|e| anyhow::anyhow!("[[gate]] queue {:?}: {e}", gate.queue))?;
+            reqwest::Url::parse(&gate.upstream)
+                .with_context(|| format!("[[gate]] upstream {:?}", gate.upstream))?;
         }
         // No pooled keep-alive past the upstream's own idle timeout: a reused, half-closed connection would
         // turn into a spurious "connection error" and a needless release.
@@ -241,10 +257,22 @@ impl WaitingRoom {
             status: view.status,
             rank: view.rank,
             current_total_waiting_count: view.waiting_count,
-            estimated_wait_seconds: if view.status == MemberStatus::Waiting { view.estimated_wait_seconds } else { None },
+            estimated_wait_seconds: if view.status == MemberStatus::Waiting {
+                view.estimated_wait_seconds
+            } else {
+                None
+            },
             polling_interval_seconds: polling_interval_seconds(view.rank, jitter),
-            entry_token: if ready { view.token.map(|(nonce, _)| self.secret.token_for(&nonce)) } else { None },
-            token_expires_at: if ready { view.token.map(|(_, expires)| rfc3339(expires)) } else { None },
+            entry_token: if ready {
+                view.token.map(|(nonce, _)| self.secret.token_for(&nonce))
+            } else {
+                None
+            },
+            token_expires_at: if ready {
+                view.token.map(|(_, expires)| rfc3339(expires))
+            } else {
+                None
+            },
             last_outcome: view.last_outcome.map(|LastOutcome::Consumed| "CONSUMED"),
         }
     }
@@ -259,21 +287,34 @@ impl WaitingRoom {
     }
 
     /// `GET /v1/queues/{queue}/entries/{member}`, rate-limited per member to the polling interval.
-    pub async fn poll(&self, queue: &QueueName, member: &MemberId) -> ApiResult<(Position, PollLimitHeaders)> {
+    pub async fn poll(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+    ) -> ApiResult<(Position, PollLimitHeaders)> {
         let view = self.queues.position(queue, member).await.map_err(store_error)?;
         let tier = polling_tier_seconds(view.rank);
         let burst = self.config.poll_burst.max(1);
         // `burst` polls per `burst × interval`: on average one poll per interval, as the client was told.
         let window_seconds = tier * burst as u64;
-        let limit = RateLimit { limit: burst, window_ms: window_seconds as i64 * 1000 };
+        let limit = RateLimit {
+            limit: burst,
+            window_ms: window_seconds as i64 * 1000,
+        };
         let key = format!("poll:{queue}:{member}");
-        let decision =
-            self.limiter.try_acquire(&key, limit, RateLimiterKind::SlidingLog).await.map_err(store_error)?;
+        let decision = self
+            .limiter
+            .try_acquire(&key, limit, RateLimiterKind::SlidingLog)
+            .await
+            .map_err(store_error)?;
         let policy = format!("\"poll\";q={burst};w={window_seconds}");
         match decision {
             RateDecision::Allowed { remaining, reset_ms } => {
                 let reset = (reset_ms as u64).div_ceil(1000);
-                let headers = PollLimitHeaders { policy, limit: format!("\"poll\";r={remaining};t={reset}") };
+                let headers = PollLimitHeaders {
+                    policy,
+                    limit: format!("\"poll\";r={remaining};t={reset}"),
+                };
                 Ok((self.position_from(&view), headers))
             }
             RateDecision::Limited { retry_after_ms } => {
@@ -304,54 +345,80 @@ impl WaitingRoom {
         if token.is_empty() {
             return Err(ApiError::Unauthorized("token: missing entry token".into()));
         }
-        let (claim_id, claim_digest) =
-            new_claim_id().map_err(|e| ApiError::Internal(anyhow::anyhow!("OS random number generator: {e}")))?;
-        let outcome = self.queues.claim(queue, member, &digest_of(token), &claim_digest).await.map_err(store_error)?;
+        let (claim_id, claim_digest) = new_claim_id()
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("OS random number generator: {e}")))?;
+        let outcome = self
+            .queues
+            .claim(queue, member, &digest_of(token), &claim_digest)
+            .await
+            .map_err(store_error)?;
         match outcome {
             ClaimOutcome::Claimed { expires_at_ms } => {
                 telemetry::token_event(queue, "claimed", 1);
-                Ok(ClaimGranted { claim_id, expires_at: rfc3339(expires_at_ms) })
+                Ok(ClaimGranted {
+                    claim_id,
+                    expires_at: rfc3339(expires_at_ms),
+                })
             }
-            ClaimOutcome::Rejected(ClaimRejection::AlreadyClaimed) => {
-                Err(ApiError::Conflict("the entry token is already claimed by an order in flight".into()))
-            }
+            ClaimOutcome::Rejected(ClaimRejection::AlreadyClaimed) => Err(ApiError::Conflict(
+                "the entry token is already claimed by an order in flight".into(),
+            )),
             ClaimOutcome::Rejected(rejection) => Err(ApiError::Unauthorized(format!("token: {rejection}"))),
         }
     }
 
     /// `POST …/tokens/consume`: the order committed. Idempotent.
     pub async fn consume(&self, queue: &QueueName, member: &MemberId, claim_id: &str) -> ApiResult<()> {
-        match self.queues.consume(queue, member, &digest_of(claim_id)).await.map_err(store_error)? {
+        match self
+            .queues
+            .consume(queue, member, &digest_of(claim_id))
+            .await
+            .map_err(store_error)?
+        {
             ConsumeOutcome::Consumed => {
                 telemetry::token_event(queue, "consumed", 1);
                 Ok(())
             }
             ConsumeOutcome::AlreadyConsumed => Ok(()),
-            ConsumeOutcome::Rejected(ConsumeRejection::UnknownClaim) => {
-                Err(ApiError::NotFound("claimId: no such claim for this member".into()))
-            }
+            ConsumeOutcome::Rejected(ConsumeRejection::UnknownClaim) => Err(ApiError::NotFound(
+                "claimId: no such claim for this member".into(),
+            )),
             ConsumeOutcome::Rejected(rejection) => Err(ApiError::Conflict(rejection.to_string())),
         }
     }
 
     /// `POST …/tokens/release`: the order failed; back to READY. Idempotent.
     pub async fn release(&self, queue: &QueueName, member: &MemberId, claim_id: &str) -> ApiResult<()> {
-        match self.queues.release(queue, member, &digest_of(claim_id)).await.map_err(store_error)? {
+        match self
+            .queues
+            .release(queue, member, &digest_of(claim_id))
+            .await
+            .map_err(store_error)?
+        {
             ReleaseOutcome::Released(rankgate_core::queue::ReleasedTo::AlreadyReleased) => Ok(()),
             ReleaseOutcome::Released(_) => {
                 telemetry::token_event(queue, "released", 1);
                 Ok(())
             }
-            ReleaseOutcome::Rejected(ReleaseRejection::UnknownClaim) => {
-                Err(ApiError::NotFound("claimId: no such claim for this member".into()))
-            }
+            ReleaseOutcome::Rejected(ReleaseRejection::UnknownClaim) => Err(ApiError::NotFound(
+                "claimId: no such claim for this member".into(),
+            )),
             ReleaseOutcome::Rejected(rejection) => Err(ApiError::Conflict(rejection.to_string())),
         }
     }
 
     /// `PUT /v1/admin/queues/{queue}`.
-    pub async fn update_settings(&self, queue: &QueueName, patch: &SettingsPatch) -> ApiResult<QueueSettings> {
-        match self.queues.update_settings(queue, patch).await.map_err(store_error)? {
+    pub async fn update_settings(
+        &self,
+        queue: &QueueName,
+        patch: &SettingsPatch,
+    ) -> ApiResult<QueueSettings> {
+        match self
+            .queues
+            .update_settings(queue, patch)
+            .await
+            .map_err(store_error)?
+        {
             Ok(settings) => {
                 self.fail_modes.lock().insert(queue.clone(), settings.fail_mode);
                 Ok(settings)
@@ -364,7 +431,9 @@ impl WaitingRoom {
     pub async fn stats(&self, queue: &QueueName) -> ApiResult<QueueStats> {
         let stats = self.queues.stats(queue).await.map_err(store_error)?;
         let stats = stats.ok_or_else(|| ApiError::NotFound(format!("queue: {queue} does not exist")))?;
-        self.fail_modes.lock().insert(queue.clone(), stats.settings.fail_mode);
+        self.fail_modes
+            .lock()
+            .insert(queue.clone(), stats.settings.fail_mode);
         Ok(stats)
     }
 
@@ -375,7 +444,11 @@ impl WaitingRoom {
 
     /// The fail mode to apply for `queue` when the store cannot be asked.
     pub(crate) fn fail_mode_when_unreachable(&self, queue: &QueueName) -> FailMode {
-        self.fail_modes.lock().get(queue).copied().unwrap_or(self.config.fail_mode)
+        self.fail_modes
+            .lock()
+            .get(queue)
+            .copied()
+            .unwrap_or(self.config.fail_mode)
     }
 
     /// Remembers a queue's fail mode from fresh settings.
@@ -396,12 +469,20 @@ impl WaitingRoom {
             let expired = self.queues.expire_due(queue).await?;
             telemetry::token_event(queue, "expired", expired.tokens_expired);
             telemetry::token_event(queue, "claim_expired", expired.claims_expired);
-            return Ok(AdmitOutcome { tokens_expired: expired.tokens_expired, claims_expired: expired.claims_expired, ..AdmitOutcome::default() });
+            return Ok(AdmitOutcome {
+                tokens_expired: expired.tokens_expired,
+                claims_expired: expired.claims_expired,
+                ..AdmitOutcome::default()
+            });
         }
         let per_tick = (AdmissionBudget::capacity_micro(&settings) as u64).div_ceil(1_000_000) as usize;
         let mut tokens = Vec::with_capacity(per_tick);
         for _ in 0..per_tick {
-            tokens.push(self.secret.prepare().context("reading the OS random number generator")?);
+            tokens.push(
+                self.secret
+                    .prepare()
+                    .context("reading the OS random number generator")?,
+            );
         }
         let started = std::time::Instant::now();
         let outcome = self.queues.admit(queue, tokens).await?;
@@ -414,12 +495,20 @@ impl WaitingRoom {
         let now = self.clock.now_millis();
         let mut done = Vec::new();
         for queue in self.queues.queues().await? {
-            let due = self.next_tick_ms.lock().get(&queue).is_none_or(|next| *next <= now);
+            let due = self
+                .next_tick_ms
+                .lock()
+                .get(&queue)
+                .is_none_or(|next| *next <= now);
             if !due {
                 continue;
             }
             let outcome = self.admit_queue_now(&queue).await?;
-            let tick = self.queues.settings(&queue).await?.map_or(1000, |s| s.tick_millis as i64);
+            let tick = self
+                .queues
+                .settings(&queue)
+                .await?
+                .map_or(1000, |s| s.tick_millis as i64);
             self.next_tick_ms.lock().insert(queue.clone(), now + tick);
             done.push((queue, outcome));
         }

@@ -32,7 +32,8 @@ pub(crate) fn poll_limited(queue: &QueueName) {
 }
 
 pub(crate) fn gate_outcome(queue: &QueueName, outcome: &'static str) {
-    metrics::counter!("rankgate_gate_requests_total", "queue" => queue.to_string(), "outcome" => outcome).increment(1);
+    metrics::counter!("rankgate_gate_requests_total", "queue" => queue.to_string(), "outcome" => outcome)
+        .increment(1);
 }
 
 pub(crate) fn admission_step(queue: &QueueName, outcome: &AdmitOutcome, took: std::time::Duration) {
@@ -42,14 +43,17 @@ pub(crate) fn admission_step(queue: &QueueName, outcome: &AdmitOutcome, took: st
     token_event(queue, "expired", outcome.tokens_expired);
     token_event(queue, "claim_expired", outcome.claims_expired);
     metrics::gauge!("rankgate_queue_waiting", "queue" => queue.to_string()).set(outcome.waiting as f64);
-    metrics::histogram!("rankgate_queue_admission_step_seconds", "queue" => queue.to_string()).record(took.as_secs_f64());
+    metrics::histogram!("rankgate_queue_admission_step_seconds", "queue" => queue.to_string())
+        .record(took.as_secs_f64());
 }
 
 pub(crate) fn queue_gauges(queue: &QueueName, stats: &QueueStats) {
     let name = queue.to_string();
     metrics::gauge!("rankgate_queue_waiting", "queue" => name.clone()).set(stats.waiting as f64);
-    metrics::gauge!("rankgate_queue_oldest_wait_seconds", "queue" => name.clone()).set(stats.oldest_wait_seconds as f64);
+    metrics::gauge!("rankgate_queue_oldest_wait_seconds", "queue" => name.clone())
+        .set(stats.oldest_wait_seconds as f64);
     metrics::gauge!("rankgate_queue_ready", "queue" => name.clone()).set(stats.ready as f64);
     metrics::gauge!("rankgate_queue_claimed", "queue" => name.clone()).set(stats.claimed as f64);
-    metrics::gauge!("rankgate_queue_admitted_per_second", "queue" => name).set(stats.measured_rate.unwrap_or(0.0));
+    metrics::gauge!("rankgate_queue_admitted_per_second", "queue" => name)
+        .set(stats.measured_rate.unwrap_or(0.0));
 }

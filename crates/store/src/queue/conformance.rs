@@ -12,15 +12,18 @@ use std::sync::Arc;
 
 use rankgate_core::ids::MemberId;
 use rankgate_core::job::RetryPolicy;
-use rankgate_core::limiter::{RateLimit, RateDecision};
+use rankgate_core::limiter::{RateDecision, RateLimit};
 use rankgate_core::queue::{
-    ClaimRejection, ConsumeRejection, MemberStatus, QueueName, QueueSettings, ReleaseRejection, ReleasedTo, SettingsPatch,
+    ClaimRejection, ConsumeRejection, MemberStatus, QueueName, QueueSettings, ReleaseRejection, ReleasedTo,
+    SettingsPatch,
 };
 
 use super::jobs::{JobAckOutcome, JobStore, NackOutcome, NewJob};
 use super::limiter::{RateLimiter, RateLimiterKind};
 use super::token::{digest_of, new_claim_id, TokenSecret};
-use super::waiting::{ClaimOutcome, ConsumeOutcome, EnterOutcome, LeaveOutcome, QueueStore, ReleaseOutcome, TokenCandidate};
+use super::waiting::{
+    ClaimOutcome, ConsumeOutcome, EnterOutcome, LeaveOutcome, QueueStore, ReleaseOutcome, TokenCandidate,
+};
 use crate::clock::{Clock, ManualClock};
 
 /// A backend under test: its three capabilities, the clock it reads, and whatever keeps it alive.
@@ -128,7 +131,10 @@ pub async fn order_is_strict_fifo_by_store_sequence(backend: Backend) {
     // A member who entered earlier stays ahead even when the clock steps back.
     backend.clock.set(backend.clock.now_millis() - 60_000);
     backend.queues.enter(&q, &member("late")).await.unwrap();
-    assert_eq!(backend.queues.position(&q, &member("late")).await.unwrap().rank, Some(20));
+    assert_eq!(
+        backend.queues.position(&q, &member("late")).await.unwrap().rank,
+        Some(20)
+    );
 }
 
 /// Limitation 3: three schedulers ticking on the same queue admit no more than the global rate.
@@ -136,9 +142,17 @@ pub async fn admission_budget_is_global_across_schedulers(backend: Backend) {
     let q = queue("global");
     let secret = TokenSecret::generate().unwrap();
     for i in 0..2_000 {
-        backend.queues.enter(&q, &member(&format!("m-{i}"))).await.unwrap();
+        backend
+            .queues
+            .enter(&q, &member(&format!("m-{i}")))
+            .await
+            .unwrap();
     }
-    let patch = SettingsPatch { admit_per_second: Some(20.0), tick_millis: Some(1000), ..SettingsPatch::default() };
+    let patch = SettingsPatch {
+        admit_per_second: Some(20.0),
+        tick_millis: Some(1000),
+        ..SettingsPatch::default()
+    };
     backend.queues.update_settings(&q, &patch).await.unwrap().unwrap();
     let mut admitted = 0;
     for second in 0..10 {
@@ -146,14 +160,25 @@ pub async fn admission_budget_is_global_across_schedulers(backend: Backend) {
         for offset in [0, 300, 600] {
             let now = backend.clock.now_millis();
             backend.clock.set(now - now % 1000 + offset);
-            admitted += backend.queues.admit(&q, tokens(&secret, 20)).await.unwrap().admitted.len();
+            admitted += backend
+                .queues
+                .admit(&q, tokens(&secret, 20))
+                .await
+                .unwrap()
+                .admitted
+                .len();
         }
-        backend.clock.set(backend.clock.now_millis() - backend.clock.now_millis() % 1000 + 1000);
+        backend
+            .clock
+            .set(backend.clock.now_millis() - backend.clock.now_millis() % 1000 + 1000);
         let _ = second;
     }
     // ~10 s at 20/s, plus at most one tick's burst.
     assert!(admitted <= 20 * 10 + 20, "admitted {admitted}");
-    assert!(admitted >= 20 * 9, "admitted {admitted}: the budget must not starve either");
+    assert!(
+        admitted >= 20 * 9,
+        "admitted {admitted}: the budget must not starve either"
+    );
 }
 
 /// Limitation 2: the pop and the token issue are one step; every popped member is READY right away,
@@ -221,20 +246,42 @@ pub async fn one_token_buys_one_order(backend: Backend) {
     }
     assert_eq!(winners.len(), 1, "exactly one concurrent claim wins");
     let claim = winners[0];
-    assert_eq!(backend.queues.position(&q, &m).await.unwrap().status, MemberStatus::Claimed);
+    assert_eq!(
+        backend.queues.position(&q, &m).await.unwrap().status,
+        MemberStatus::Claimed
+    );
 
     // The order failed: back to READY, claimable again.
-    assert_eq!(backend.queues.release(&q, &m, &claim).await.unwrap(), ReleaseOutcome::Released(ReleasedTo::Ready));
-    assert_eq!(backend.queues.position(&q, &m).await.unwrap().status, MemberStatus::Ready);
+    assert_eq!(
+        backend.queues.release(&q, &m, &claim).await.unwrap(),
+        ReleaseOutcome::Released(ReleasedTo::Ready)
+    );
+    assert_eq!(
+        backend.queues.position(&q, &m).await.unwrap().status,
+        MemberStatus::Ready
+    );
     let (_, second) = new_claim_id().unwrap();
-    assert!(matches!(backend.queues.claim(&q, &m, &token_digest, &second).await.unwrap(), ClaimOutcome::Claimed { .. }));
+    assert!(matches!(
+        backend
+            .queues
+            .claim(&q, &m, &token_digest, &second)
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
     assert_eq!(
         backend.queues.consume(&q, &m, &claim).await.unwrap(),
         ConsumeOutcome::Rejected(ConsumeRejection::UnknownClaim),
         "the released claim cannot consume"
     );
-    assert_eq!(backend.queues.consume(&q, &m, &second).await.unwrap(), ConsumeOutcome::Consumed);
-    assert_eq!(backend.queues.consume(&q, &m, &second).await.unwrap(), ConsumeOutcome::AlreadyConsumed);
+    assert_eq!(
+        backend.queues.consume(&q, &m, &second).await.unwrap(),
+        ConsumeOutcome::Consumed
+    );
+    assert_eq!(
+        backend.queues.consume(&q, &m, &second).await.unwrap(),
+        ConsumeOutcome::AlreadyConsumed
+    );
     assert_eq!(
         backend.queues.release(&q, &m, &second).await.unwrap(),
         ReleaseOutcome::Rejected(ReleaseRejection::AlreadyConsumed)
@@ -259,14 +306,27 @@ pub async fn abandoned_claims_are_released_after_claim_ttl(backend: Backend) {
     backend.queues.admit(&q, tokens(&secret, 50)).await.unwrap();
     let token = ready_token(&backend, &secret, &q, &m).await;
     let (_, claim) = new_claim_id().unwrap();
-    assert!(matches!(backend.queues.claim(&q, &m, &digest_of(&token), &claim).await.unwrap(), ClaimOutcome::Claimed { .. }));
+    assert!(matches!(
+        backend
+            .queues
+            .claim(&q, &m, &digest_of(&token), &claim)
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
     backend.clock.advance(29_999);
     assert_eq!(backend.queues.expire_due(&q).await.unwrap().claims_expired, 0);
     backend.clock.advance(1);
     assert_eq!(backend.queues.expire_due(&q).await.unwrap().claims_expired, 1);
-    assert_eq!(backend.queues.position(&q, &m).await.unwrap().status, MemberStatus::Ready);
+    assert_eq!(
+        backend.queues.position(&q, &m).await.unwrap().status,
+        MemberStatus::Ready
+    );
     // The order did commit late: its consume is honoured and the token is spent.
-    assert_eq!(backend.queues.consume(&q, &m, &claim).await.unwrap(), ConsumeOutcome::Consumed);
+    assert_eq!(
+        backend.queues.consume(&q, &m, &claim).await.unwrap(),
+        ConsumeOutcome::Consumed
+    );
 }
 
 /// SPEC 2.3: an expired, unused token frees its slot, and `max_active` bounds READY + CLAIMED.
@@ -274,14 +334,32 @@ pub async fn expired_tokens_free_their_slot_under_max_active(backend: Backend) {
     let q = queue("max-active");
     let secret = TokenSecret::generate().unwrap();
     for i in 0..10 {
-        backend.queues.enter(&q, &member(&format!("m-{i}"))).await.unwrap();
+        backend
+            .queues
+            .enter(&q, &member(&format!("m-{i}")))
+            .await
+            .unwrap();
     }
-    let patch = SettingsPatch { max_active: Some(Some(3)), token_ttl_seconds: Some(10), ..SettingsPatch::default() };
+    let patch = SettingsPatch {
+        max_active: Some(Some(3)),
+        token_ttl_seconds: Some(10),
+        ..SettingsPatch::default()
+    };
     backend.queues.update_settings(&q, &patch).await.unwrap().unwrap();
     let first = backend.queues.admit(&q, tokens(&secret, 50)).await.unwrap();
     assert_eq!(first.admitted.len(), 3);
     backend.clock.advance(5_000);
-    assert_eq!(backend.queues.admit(&q, tokens(&secret, 50)).await.unwrap().admitted.len(), 0, "slots are full");
+    assert_eq!(
+        backend
+            .queues
+            .admit(&q, tokens(&secret, 50))
+            .await
+            .unwrap()
+            .admitted
+            .len(),
+        0,
+        "slots are full"
+    );
     backend.clock.advance(5_000);
     let after_expiry = backend.queues.admit(&q, tokens(&secret, 50)).await.unwrap();
     assert_eq!(after_expiry.tokens_expired, 3);
@@ -299,12 +377,36 @@ pub async fn leave_removes_waiting_and_ready_members(backend: Backend) {
     for m in [&a, &b, &c] {
         backend.queues.enter(&q, m).await.unwrap();
     }
-    backend.queues.update_settings(&q, &SettingsPatch { max_active: Some(Some(1)), ..SettingsPatch::default() }).await.unwrap().unwrap();
+    backend
+        .queues
+        .update_settings(
+            &q,
+            &SettingsPatch {
+                max_active: Some(Some(1)),
+                ..SettingsPatch::default()
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
     backend.queues.admit(&q, tokens(&secret, 50)).await.unwrap();
-    assert_eq!(backend.queues.leave(&q, &b).await.unwrap(), LeaveOutcome::Left(MemberStatus::Waiting));
-    assert_eq!(backend.queues.position(&q, &c).await.unwrap().rank, Some(0), "c moved up");
-    assert_eq!(backend.queues.leave(&q, &b).await.unwrap(), LeaveOutcome::NotPresent);
-    assert_eq!(backend.queues.leave(&q, &a).await.unwrap(), LeaveOutcome::Left(MemberStatus::Ready));
+    assert_eq!(
+        backend.queues.leave(&q, &b).await.unwrap(),
+        LeaveOutcome::Left(MemberStatus::Waiting)
+    );
+    assert_eq!(
+        backend.queues.position(&q, &c).await.unwrap().rank,
+        Some(0),
+        "c moved up"
+    );
+    assert_eq!(
+        backend.queues.leave(&q, &b).await.unwrap(),
+        LeaveOutcome::NotPresent
+    );
+    assert_eq!(
+        backend.queues.leave(&q, &a).await.unwrap(),
+        LeaveOutcome::Left(MemberStatus::Ready)
+    );
     backend.clock.advance(1000);
     let outcome = backend.queues.admit(&q, tokens(&secret, 50)).await.unwrap();
     assert_eq!(outcome.admitted, vec![c], "giving back a token freed the slot");
@@ -314,16 +416,47 @@ pub async fn leave_removes_waiting_and_ready_members(backend: Backend) {
 pub async fn settings_update_partially_and_reject_invalid_values(backend: Backend) {
     let q = queue("settings");
     assert_eq!(backend.queues.settings(&q).await.unwrap(), None);
-    let invalid = SettingsPatch { admit_per_second: Some(0.0), ..SettingsPatch::default() };
-    assert!(backend.queues.update_settings(&q, &invalid).await.unwrap().is_err());
-    assert_eq!(backend.queues.settings(&q).await.unwrap(), None, "an invalid PUT creates nothing");
-    let patch = SettingsPatch { paused: Some(true), claim_ttl_seconds: Some(5), ..SettingsPatch::default() };
+    let invalid = SettingsPatch {
+        admit_per_second: Some(0.0),
+        ..SettingsPatch::default()
+    };
+    assert!(backend
+        .queues
+        .update_settings(&q, &invalid)
+        .await
+        .unwrap()
+        .is_err());
+    assert_eq!(
+        backend.queues.settings(&q).await.unwrap(),
+        None,
+        "an invalid PUT creates nothing"
+    );
+    let patch = SettingsPatch {
+        paused: Some(true),
+        claim_ttl_seconds: Some(5),
+        ..SettingsPatch::default()
+    };
     let settings = backend.queues.update_settings(&q, &patch).await.unwrap().unwrap();
     assert!(settings.paused);
     assert_eq!(settings.claim_ttl_seconds, 5);
-    assert_eq!(settings.token_ttl_seconds, QueueSettings::default().token_ttl_seconds);
-    let bad_ttl = SettingsPatch { token_ttl_seconds: Some(0), ..SettingsPatch::default() };
-    assert_eq!(backend.queues.update_settings(&q, &bad_ttl).await.unwrap().unwrap_err().field(), "tokenTtlSeconds");
+    assert_eq!(
+        settings.token_ttl_seconds,
+        QueueSettings::default().token_ttl_seconds
+    );
+    let bad_ttl = SettingsPatch {
+        token_ttl_seconds: Some(0),
+        ..SettingsPatch::default()
+    };
+    assert_eq!(
+        backend
+            .queues
+            .update_settings(&q, &bad_ttl)
+            .await
+            .unwrap()
+            .unwrap_err()
+            .field(),
+        "tokenTtlSeconds"
+    );
     assert_eq!(backend.queues.settings(&q).await.unwrap(), Some(settings));
     assert!(backend.queues.queues().await.unwrap().contains(&q));
 }
@@ -333,7 +466,11 @@ pub async fn stats_report_counts_oldest_wait_and_admissions(backend: Backend) {
     let q = queue("stats");
     let secret = TokenSecret::generate().unwrap();
     for i in 0..100 {
-        backend.queues.enter(&q, &member(&format!("m-{i}"))).await.unwrap();
+        backend
+            .queues
+            .enter(&q, &member(&format!("m-{i}")))
+            .await
+            .unwrap();
     }
     backend.clock.advance(61_000);
     backend.queues.admit(&q, tokens(&secret, 50)).await.unwrap();
@@ -349,10 +486,25 @@ pub async fn wait_estimate_follows_measured_rate(backend: Backend) {
     let q = queue("estimate");
     let secret = TokenSecret::generate().unwrap();
     for i in 0..3_000 {
-        backend.queues.enter(&q, &member(&format!("m-{i:05}"))).await.unwrap();
+        backend
+            .queues
+            .enter(&q, &member(&format!("m-{i:05}")))
+            .await
+            .unwrap();
     }
     let probe = member("m-02999");
-    backend.queues.update_settings(&q, &SettingsPatch { admit_per_second: Some(50.0), ..SettingsPatch::default() }).await.unwrap().unwrap();
+    backend
+        .queues
+        .update_settings(
+            &q,
+            &SettingsPatch {
+                admit_per_second: Some(50.0),
+                ..SettingsPatch::default()
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
     for _ in 0..20 {
         backend.queues.admit(&q, tokens(&secret, 50)).await.unwrap();
         backend.clock.advance(1000);
@@ -360,8 +512,22 @@ pub async fn wait_estimate_follows_measured_rate(backend: Backend) {
     let fast = backend.queues.position(&q, &probe).await.unwrap();
     let rank = fast.rank.unwrap();
     let fast_estimate = fast.estimated_wait_seconds.unwrap();
-    assert!((rank / 50..=rank / 50 + 2).contains(&fast_estimate), "rank {rank}, estimate {fast_estimate}");
-    backend.queues.update_settings(&q, &SettingsPatch { admit_per_second: Some(10.0), ..SettingsPatch::default() }).await.unwrap().unwrap();
+    assert!(
+        (rank / 50..=rank / 50 + 2).contains(&fast_estimate),
+        "rank {rank}, estimate {fast_estimate}"
+    );
+    backend
+        .queues
+        .update_settings(
+            &q,
+            &SettingsPatch {
+                admit_per_second: Some(10.0),
+                ..SettingsPatch::default()
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
     for _ in 0..40 {
         backend.queues.admit(&q, tokens(&secret, 50)).await.unwrap();
         backend.clock.advance(1000);
@@ -370,43 +536,83 @@ pub async fn wait_estimate_follows_measured_rate(backend: Backend) {
     let rank = slow.rank.unwrap();
     let slow_estimate = slow.estimated_wait_seconds.unwrap();
     // At 10/s the estimate must be close to rank / 10, not rank / 50.
-    assert!(slow_estimate >= rank / 11 && slow_estimate <= rank / 9 + 2, "rank {rank}, estimate {slow_estimate}");
+    assert!(
+        slow_estimate >= rank / 11 && slow_estimate <= rank / 9 + 2,
+        "rank {rank}, estimate {slow_estimate}"
+    );
 }
 
 /// SPEC Part 3: delayed jobs, atomic claims with claim tokens, reaper, backoff, dead set, replay.
 pub async fn jobs_claim_ack_retry_reap_and_dead_letter(backend: Backend) {
     let jobs = &backend.jobs;
-    let policy = RetryPolicy { base_delay_ms: 1_000, max_delay_ms: 4_000, max_attempts: 2 };
-    let job = |id: &str, delay_ms| NewJob { id: id.into(), payload: id.as_bytes().to_vec(), delay_ms, policy };
+    let policy = RetryPolicy {
+        base_delay_ms: 1_000,
+        max_delay_ms: 4_000,
+        max_attempts: 2,
+    };
+    let job = |id: &str, delay_ms| NewJob {
+        id: id.into(),
+        payload: id.as_bytes().to_vec(),
+        delay_ms,
+        policy,
+    };
     assert!(jobs.enqueue("work", job("a", 0)).await.unwrap());
-    assert!(!jobs.enqueue("work", job("a", 0)).await.unwrap(), "enqueue is idempotent by id");
+    assert!(
+        !jobs.enqueue("work", job("a", 0)).await.unwrap(),
+        "enqueue is idempotent by id"
+    );
     assert!(jobs.enqueue("work", job("later", 5_000)).await.unwrap());
     let claimed = jobs.claim_due("work", 10, 10_000).await.unwrap();
     assert_eq!(claimed.len(), 1, "the delayed job is not due yet");
     assert_eq!(claimed[0].id, "a");
     assert_eq!(claimed[0].attempt, 1);
-    assert!(jobs.claim_due("work", 10, 10_000).await.unwrap().is_empty(), "a claimed job is invisible");
+    assert!(
+        jobs.claim_due("work", 10, 10_000).await.unwrap().is_empty(),
+        "a claimed job is invisible"
+    );
 
     // The worker stalls: the reaper takes the job back, and the stale worker's ack is refused.
     backend.clock.advance(10_000);
     assert_eq!(jobs.reap_expired("work").await.unwrap(), 1);
-    assert_eq!(jobs.ack("work", "a", claimed[0].claim_token).await.unwrap(), JobAckOutcome::Stale);
+    assert_eq!(
+        jobs.ack("work", "a", claimed[0].claim_token).await.unwrap(),
+        JobAckOutcome::Stale
+    );
     backend.clock.advance(1_000);
     let mut second = jobs.claim_due("work", 10, 10_000).await.unwrap();
     second.sort_by(|x, y| x.id.cmp(&y.id));
-    let a = second.iter().find(|j| j.id == "a").expect("retried after backoff");
+    let a = second
+        .iter()
+        .find(|j| j.id == "a")
+        .expect("retried after backoff");
     assert_eq!(a.attempt, 2);
-    assert_eq!(jobs.nack("work", "a", a.claim_token, "boom").await.unwrap(), NackOutcome::Dead);
+    assert_eq!(
+        jobs.nack("work", "a", a.claim_token, "boom").await.unwrap(),
+        NackOutcome::Dead
+    );
     let dead = jobs.dead_jobs("work", 10).await.unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].reason, "boom");
     assert_eq!(jobs.replay_dead("work", "a").await.unwrap(), JobAckOutcome::Done);
     let replayed = jobs.claim_due("work", 10, 10_000).await.unwrap();
-    let a = replayed.iter().find(|j| j.id == "a").expect("replayed job is due now");
+    let a = replayed
+        .iter()
+        .find(|j| j.id == "a")
+        .expect("replayed job is due now");
     assert_eq!(a.attempt, 1);
-    assert_eq!(jobs.ack("work", "a", a.claim_token).await.unwrap(), JobAckOutcome::Done);
-    let later = second.iter().find(|j| j.id == "later").expect("due after its delay");
-    match jobs.nack("work", "later", later.claim_token, "retry me").await.unwrap() {
+    assert_eq!(
+        jobs.ack("work", "a", a.claim_token).await.unwrap(),
+        JobAckOutcome::Done
+    );
+    let later = second
+        .iter()
+        .find(|j| j.id == "later")
+        .expect("due after its delay");
+    match jobs
+        .nack("work", "later", later.claim_token, "retry me")
+        .await
+        .unwrap()
+    {
         NackOutcome::RetryAt(at) => {
             let delay = at - backend.clock.now_millis();
             assert!((500..=1_000).contains(&delay), "backoff with jitter: {delay}");
@@ -419,39 +625,85 @@ pub async fn jobs_claim_ack_retry_reap_and_dead_letter(backend: Backend) {
 
 /// SPEC Part 3: the sliding log allows `limit` per window, caps itself, and recovers after the window.
 pub async fn sliding_log_limits_and_caps(backend: Backend) {
-    let limit = RateLimit { limit: 3, window_ms: 1_000 };
+    let limit = RateLimit {
+        limit: 3,
+        window_ms: 1_000,
+    };
     let mut allowed = 0;
     for _ in 0..10 {
-        if backend.limiter.try_acquire("poll:m-1", limit, RateLimiterKind::SlidingLog).await.unwrap().is_allowed() {
+        if backend
+            .limiter
+            .try_acquire("poll:m-1", limit, RateLimiterKind::SlidingLog)
+            .await
+            .unwrap()
+            .is_allowed()
+        {
             allowed += 1;
         }
     }
     assert_eq!(allowed, 3, "same-millisecond requests each count");
-    match backend.limiter.try_acquire("poll:m-1", limit, RateLimiterKind::SlidingLog).await.unwrap() {
+    match backend
+        .limiter
+        .try_acquire("poll:m-1", limit, RateLimiterKind::SlidingLog)
+        .await
+        .unwrap()
+    {
         RateDecision::Limited { retry_after_ms } => assert_eq!(retry_after_ms, 1_000),
         other => panic!("expected limited, got {other:?}"),
     }
-    assert!(backend.limiter.try_acquire("poll:m-2", limit, RateLimiterKind::SlidingLog).await.unwrap().is_allowed(), "keys are independent");
+    assert!(
+        backend
+            .limiter
+            .try_acquire("poll:m-2", limit, RateLimiterKind::SlidingLog)
+            .await
+            .unwrap()
+            .is_allowed(),
+        "keys are independent"
+    );
     // A clock stepping back neither refunds nor breaks the window.
     backend.clock.advance(-5_000);
-    assert!(!backend.limiter.try_acquire("poll:m-1", limit, RateLimiterKind::SlidingLog).await.unwrap().is_allowed());
+    assert!(!backend
+        .limiter
+        .try_acquire("poll:m-1", limit, RateLimiterKind::SlidingLog)
+        .await
+        .unwrap()
+        .is_allowed());
     backend.clock.advance(6_000);
-    assert!(backend.limiter.try_acquire("poll:m-1", limit, RateLimiterKind::SlidingLog).await.unwrap().is_allowed());
+    assert!(backend
+        .limiter
+        .try_acquire("poll:m-1", limit, RateLimiterKind::SlidingLog)
+        .await
+        .unwrap()
+        .is_allowed());
 }
 
 /// SPEC Part 3: the bucketed sliding-window counter holds the limit.
 pub async fn sliding_window_counter_limits(backend: Backend) {
-    let limit = RateLimit { limit: 5, window_ms: 1_000 };
+    let limit = RateLimit {
+        limit: 5,
+        window_ms: 1_000,
+    };
     let kind = RateLimiterKind::SlidingWindow { buckets: 10 };
     let mut allowed = 0;
     for _ in 0..20 {
-        if backend.limiter.try_acquire("ip:1", limit, kind).await.unwrap().is_allowed() {
+        if backend
+            .limiter
+            .try_acquire("ip:1", limit, kind)
+            .await
+            .unwrap()
+            .is_allowed()
+        {
             allowed += 1;
         }
     }
     assert_eq!(allowed, 5);
     backend.clock.advance(2_000);
-    assert!(backend.limiter.try_acquire("ip:1", limit, kind).await.unwrap().is_allowed());
+    assert!(backend
+        .limiter
+        .try_acquire("ip:1", limit, kind)
+        .await
+        .unwrap()
+        .is_allowed());
 }
 
 /// The conformance suite against the embedded backend.
@@ -464,8 +716,19 @@ mod embedded {
     async fn make() -> Backend {
         let dir = tempfile::tempdir().expect("temp dir");
         let clock = ManualClock::new(1_700_000_000_000);
-        let store = EmbeddedStore::open(dir.path(), std::sync::Arc::new(clock.clone()), EmbeddedOptions::default()).expect("open");
-        Backend { queues: store.clone(), jobs: store.clone(), limiter: store, clock, guard: Box::new(dir) }
+        let store = EmbeddedStore::open(
+            dir.path(),
+            std::sync::Arc::new(clock.clone()),
+            EmbeddedOptions::default(),
+        )
+        .expect("open");
+        Backend {
+            queues: store.clone(),
+            jobs: store.clone(),
+            limiter: store,
+            clock,
+            guard: Box::new(dir),
+        }
     }
 
     crate::queue_conformance_suite!(make);

@@ -88,11 +88,22 @@ pub trait JobStore: Send + Sync + 'static {
     /// Adds a job; `false` if the id already exists.
     async fn enqueue(&self, queue: &str, job: NewJob) -> Result<bool, StoreError>;
     /// Claims up to `limit` due jobs for `lease_ms`, oldest due first.
-    async fn claim_due(&self, queue: &str, limit: usize, lease_ms: i64) -> Result<Vec<ClaimedJob>, StoreError>;
+    async fn claim_due(
+        &self,
+        queue: &str,
+        limit: usize,
+        lease_ms: i64,
+    ) -> Result<Vec<ClaimedJob>, StoreError>;
     /// The job succeeded.
     async fn ack(&self, queue: &str, id: &str, claim_token: u128) -> Result<JobAckOutcome, StoreError>;
     /// The job failed: retry with capped exponential backoff and jitter, or dead after the last attempt.
-    async fn nack(&self, queue: &str, id: &str, claim_token: u128, reason: &str) -> Result<NackOutcome, StoreError>;
+    async fn nack(
+        &self,
+        queue: &str,
+        id: &str,
+        claim_token: u128,
+        reason: &str,
+    ) -> Result<NackOutcome, StoreError>;
     /// Returns expired claims to the ready set (or the dead set); how many.
     async fn reap_expired(&self, queue: &str) -> Result<u64, StoreError>;
     /// Up to `limit` dead jobs, oldest first.

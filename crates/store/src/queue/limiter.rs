@@ -25,5 +25,10 @@ pub enum RateLimiterKind {
 #[async_trait]
 pub trait RateLimiter: Send + Sync + 'static {
     /// Decides one request against `key`'s limit and records it if allowed.
-    async fn try_acquire(&self, key: &str, limit: RateLimit, kind: RateLimiterKind) -> Result<RateDecision, StoreError>;
+    async fn try_acquire(
+        &self,
+        key: &str,
+        limit: RateLimit,
+        kind: RateLimiterKind,
+    ) -> Result<RateDecision, StoreError>;
 }

@@ -32,8 +32,8 @@ pub mod waiting;
 pub use jobs::{ClaimedJob, DeadJob, JobCounts, JobStore, NackOutcome, NewJob};
 pub use limiter::{RateLimiter, RateLimiterKind};
 pub use waiting::{
-    AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome, MemberView,
-    QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
+    AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome,
+    MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
 
 /// Why a store operation failed. Business outcomes (wrong token, already claimed…) are not errors; they are

@@ -67,7 +67,10 @@ impl TokenSecret {
         let mut nonce = [0u8; 16];
         rand::rngs::OsRng.try_fill_bytes(&mut nonce)?;
         let token = self.token_for(&nonce);
-        Ok(PreparedToken { nonce, digest: digest_of(&token) })
+        Ok(PreparedToken {
+            nonce,
+            digest: digest_of(&token),
+        })
     }
 }
 
@@ -94,8 +97,15 @@ fn hmac_sha256(key: &[u8; 32], message: &[u8]) -> [u8; 32] {
         inner_key[i] ^= byte;
         outer_key[i] ^= byte;
     }
-    let inner = Sha256::new().chain_update(inner_key).chain_update(message).finalize();
-    Sha256::new().chain_update(outer_key).chain_update(inner).finalize().into()
+    let inner = Sha256::new()
+        .chain_update(inner_key)
+        .chain_update(message)
+        .finalize();
+    Sha256::new()
+        .chain_update(outer_key)
+        .chain_update(inner)
+        .finalize()
+        .into()
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@
 use async_trait::async_trait;
 use rankgate_core::ids::MemberId;
 use rankgate_core::queue::{
-    ClaimRejection, ConsumeRejection, Digest, LeaveRejection, MemberStatus, QueueName, QueueSettings, ReleaseRejection,
-    ReleasedTo, SettingsError, SettingsPatch,
+    ClaimRejection, ConsumeRejection, Digest, LeaveRejection, MemberStatus, QueueName, QueueSettings,
+    ReleaseRejection, ReleasedTo, SettingsError, SettingsPatch,
 };
 
 use super::token::PreparedToken;
@@ -164,7 +164,8 @@ pub trait QueueStore: Send + Sync + 'static {
     /// One admission step: expire what is due, refill the global budget, pop up to what it allows (and
     /// `max_active` leaves room for, and `tokens.len()`), and give each popped member one of `tokens`, all
     /// atomically. Unused tokens are discarded.
-    async fn admit(&self, queue: &QueueName, tokens: Vec<TokenCandidate>) -> Result<AdmitOutcome, StoreError>;
+    async fn admit(&self, queue: &QueueName, tokens: Vec<TokenCandidate>)
+        -> Result<AdmitOutcome, StoreError>;
 
     /// Expires due tokens and claims without admitting.
     async fn expire_due(&self, queue: &QueueName) -> Result<ExpiryOutcome, StoreError>;
@@ -179,10 +180,20 @@ pub trait QueueStore: Send + Sync + 'static {
     ) -> Result<ClaimOutcome, StoreError>;
 
     /// The order committed: consume the claimed token. Idempotent.
-    async fn consume(&self, queue: &QueueName, member: &MemberId, claim: &Digest) -> Result<ConsumeOutcome, StoreError>;
+    async fn consume(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        claim: &Digest,
+    ) -> Result<ConsumeOutcome, StoreError>;
 
     /// The order failed: release the claim, back to READY if the token is still valid. Idempotent.
-    async fn release(&self, queue: &QueueName, member: &MemberId, claim: &Digest) -> Result<ReleaseOutcome, StoreError>;
+    async fn release(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        claim: &Digest,
+    ) -> Result<ReleaseOutcome, StoreError>;
 
     /// The queue's settings; `None` for a queue that does not exist yet.
     async fn settings(&self, queue: &QueueName) -> Result<Option<QueueSettings>, StoreError>;

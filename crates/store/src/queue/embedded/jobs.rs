@@ -33,7 +33,9 @@ impl JobQueue {
         self.dead.zrem(id.as_bytes());
         let _ = match &record.state {
             JobState::Ready { due_at_ms } => self.ready.insert(id.as_bytes(), *due_at_ms as f64),
-            JobState::Processing { expires_at_ms, .. } => self.processing.insert(id.as_bytes(), *expires_at_ms as f64),
+            JobState::Processing { expires_at_ms, .. } => {
+                self.processing.insert(id.as_bytes(), *expires_at_ms as f64)
+            }
             JobState::Dead { died_at_ms, .. } => self.dead.insert(id.as_bytes(), *died_at_ms as f64),
         };
         self.records.insert(id.to_string(), (record, payload));
@@ -60,7 +62,12 @@ impl EmbeddedJobs {
             let mut guard = jobs.queues.lock();
             let mut statement = connection.prepare("SELECT queue, id, record, payload FROM jobs")?;
             let rows = statement.query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?, row.get::<_, Vec<u8>>(3)?))
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, Vec<u8>>(3)?,
+                ))
             })?;
             for row in rows {
                 let (queue, id, record, payload) = row?;
@@ -110,25 +117,41 @@ impl JobStore for EmbeddedStore {
         Ok(true)
     }
 
-    async fn claim_due(&self, queue: &str, limit: usize, lease_ms: i64) -> Result<Vec<ClaimedJob>, StoreError> {
+    async fn claim_due(
+        &self,
+        queue: &str,
+        limit: usize,
+        lease_ms: i64,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
         self.check()?;
         let (claimed, pending) = {
             let mut guard = self.jobs.queues.lock();
             let (last, queues) = &mut *guard;
             let now = self.job_now(last);
-            let Some(jobs) = queues.get_mut(queue) else { return Ok(Vec::new()) };
+            let Some(jobs) = queues.get_mut(queue) else {
+                return Ok(Vec::new());
+            };
             let due: Vec<String> = jobs
                 .ready
-                .range_by_score(ScoreBound::Inclusive(f64::NEG_INFINITY), ScoreBound::Inclusive(now as f64), false, Some((0, limit as i64)))
+                .range_by_score(
+                    ScoreBound::Inclusive(f64::NEG_INFINITY),
+                    ScoreBound::Inclusive(now as f64),
+                    false,
+                    Some((0, limit as i64)),
+                )
                 .into_iter()
                 .map(|(id, _)| String::from_utf8_lossy(id).into_owned())
                 .collect();
             let mut claimed = Vec::with_capacity(due.len());
             let mut writes = Vec::with_capacity(due.len());
             for id in due {
-                let Some((record, payload)) = jobs.records.get(&id).cloned() else { continue };
+                let Some((record, payload)) = jobs.records.get(&id).cloned() else {
+                    continue;
+                };
                 let claim_token: u128 = rand::rng().random();
-                let Ok(next) = record.claim(claim_token, now, lease_ms) else { continue };
+                let Ok(next) = record.claim(claim_token, now, lease_ms) else {
+                    continue;
+                };
                 writes.push(job_write(queue, &id, &next, &payload));
                 claimed.push(ClaimedJob {
                     id: id.clone(),
@@ -152,26 +175,43 @@ impl JobStore for EmbeddedStore {
         self.check()?;
         let pending = {
             let mut guard = self.jobs.queues.lock();
-            let Some(jobs) = guard.1.get_mut(queue) else { return Ok(JobAckOutcome::Stale) };
-            let Some((record, _)) = jobs.records.get(id) else { return Ok(JobAckOutcome::Stale) };
+            let Some(jobs) = guard.1.get_mut(queue) else {
+                return Ok(JobAckOutcome::Stale);
+            };
+            let Some((record, _)) = jobs.records.get(id) else {
+                return Ok(JobAckOutcome::Stale);
+            };
             if record.ack(claim_token).is_err() {
                 return Ok(JobAckOutcome::Stale);
             }
             jobs.remove(id);
-            self.writer.submit(vec![Write::DeleteJob { queue: queue.to_string(), id: id.to_string() }])
+            self.writer.submit(vec![Write::DeleteJob {
+                queue: queue.to_string(),
+                id: id.to_string(),
+            }])
         };
         committed(pending).await?;
         Ok(JobAckOutcome::Done)
     }
 
-    async fn nack(&self, queue: &str, id: &str, claim_token: u128, reason: &str) -> Result<NackOutcome, StoreError> {
+    async fn nack(
+        &self,
+        queue: &str,
+        id: &str,
+        claim_token: u128,
+        reason: &str,
+    ) -> Result<NackOutcome, StoreError> {
         self.check()?;
         let (outcome, pending) = {
             let mut guard = self.jobs.queues.lock();
             let (last, queues) = &mut *guard;
             let now = self.job_now(last);
-            let Some(jobs) = queues.get_mut(queue) else { return Ok(NackOutcome::StaleClaim) };
-            let Some((record, payload)) = jobs.records.get(id).cloned() else { return Ok(NackOutcome::StaleClaim) };
+            let Some(jobs) = queues.get_mut(queue) else {
+                return Ok(NackOutcome::StaleClaim);
+            };
+            let Some((record, payload)) = jobs.records.get(id).cloned() else {
+                return Ok(NackOutcome::StaleClaim);
+            };
             let Ok((next, dead)) = record.nack(claim_token, now, rand::rng().random::<f64>(), reason) else {
                 return Ok(NackOutcome::StaleClaim);
             };
@@ -193,16 +233,25 @@ impl JobStore for EmbeddedStore {
             let mut guard = self.jobs.queues.lock();
             let (last, queues) = &mut *guard;
             let now = self.job_now(last);
-            let Some(jobs) = queues.get_mut(queue) else { return Ok(0) };
+            let Some(jobs) = queues.get_mut(queue) else {
+                return Ok(0);
+            };
             let expired: Vec<String> = jobs
                 .processing
-                .range_by_score(ScoreBound::Inclusive(f64::NEG_INFINITY), ScoreBound::Inclusive(now as f64), false, None)
+                .range_by_score(
+                    ScoreBound::Inclusive(f64::NEG_INFINITY),
+                    ScoreBound::Inclusive(now as f64),
+                    false,
+                    None,
+                )
                 .into_iter()
                 .map(|(id, _)| String::from_utf8_lossy(id).into_owned())
                 .collect();
             let mut writes = Vec::new();
             for id in &expired {
-                let Some((record, payload)) = jobs.records.get(id).cloned() else { continue };
+                let Some((record, payload)) = jobs.records.get(id).cloned() else {
+                    continue;
+                };
                 if let Some((next, _)) = record.reap(now, rand::rng().random::<f64>()) {
                     writes.push(job_write(queue, id, &next, &payload));
                     jobs.place(id, next, payload);
@@ -220,7 +269,9 @@ impl JobStore for EmbeddedStore {
     async fn dead_jobs(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>, StoreError> {
         self.check()?;
         let guard = self.jobs.queues.lock();
-        let Some(jobs) = guard.1.get(queue) else { return Ok(Vec::new()) };
+        let Some(jobs) = guard.1.get(queue) else {
+            return Ok(Vec::new());
+        };
         Ok(jobs
             .dead
             .range_by_rank(0, limit as i64 - 1, false)
@@ -229,9 +280,12 @@ impl JobStore for EmbeddedStore {
                 let id = String::from_utf8_lossy(id).into_owned();
                 let (record, payload) = jobs.records.get(&id)?;
                 match &record.state {
-                    JobState::Dead { died_at_ms, reason } => {
-                        Some(DeadJob { id, payload: payload.clone(), died_at_ms: *died_at_ms, reason: reason.clone() })
-                    }
+                    JobState::Dead { died_at_ms, reason } => Some(DeadJob {
+                        id,
+                        payload: payload.clone(),
+                        died_at_ms: *died_at_ms,
+                        reason: reason.clone(),
+                    }),
                     _ => None,
                 }
             })
@@ -244,9 +298,15 @@ impl JobStore for EmbeddedStore {
             let mut guard = self.jobs.queues.lock();
             let (last, queues) = &mut *guard;
             let now = self.job_now(last);
-            let Some(jobs) = queues.get_mut(queue) else { return Ok(JobAckOutcome::Stale) };
-            let Some((record, payload)) = jobs.records.get(id).cloned() else { return Ok(JobAckOutcome::Stale) };
-            let Ok(next) = record.replay(now) else { return Ok(JobAckOutcome::Stale) };
+            let Some(jobs) = queues.get_mut(queue) else {
+                return Ok(JobAckOutcome::Stale);
+            };
+            let Some((record, payload)) = jobs.records.get(id).cloned() else {
+                return Ok(JobAckOutcome::Stale);
+            };
+            let Ok(next) = record.replay(now) else {
+                return Ok(JobAckOutcome::Stale);
+            };
             let write = job_write(queue, id, &next, &payload);
             jobs.place(id, next, payload);
             self.writer.submit(vec![write])
@@ -258,10 +318,13 @@ impl JobStore for EmbeddedStore {
     async fn counts(&self, queue: &str) -> Result<JobCounts, StoreError> {
         self.check()?;
         let guard = self.jobs.queues.lock();
-        Ok(guard.1.get(queue).map_or_else(JobCounts::default, |jobs| JobCounts {
-            ready: jobs.ready.len() as u64,
-            processing: jobs.processing.len() as u64,
-            dead: jobs.dead.len() as u64,
-        }))
+        Ok(guard
+            .1
+            .get(queue)
+            .map_or_else(JobCounts::default, |jobs| JobCounts {
+                ready: jobs.ready.len() as u64,
+                processing: jobs.processing.len() as u64,
+                dead: jobs.dead.len() as u64,
+            }))
     }
 }

@@ -53,7 +53,7 @@ impl EmbeddedLimiter {
         let mut shard = self.shard_of(key).lock();
         let now_ms = shard.guard.observe(now_ms);
         shard.calls += 1;
-        if shard.calls % SWEEP_EVERY_CALLS == 0 {
+        if shard.calls.is_multiple_of(SWEEP_EVERY_CALLS) {
             shard.entries.retain(|_, entry| match entry {
                 Entry::Log(log, window) => !log.is_idle(now_ms, *window),
                 Entry::Window(counter, window) => !counter.is_idle(now_ms, *window),
@@ -61,7 +61,9 @@ impl EmbeddedLimiter {
         }
         let entry = shard.entries.entry_ref(key).or_insert_with(|| match kind {
             RateLimiterKind::SlidingLog => Entry::Log(SlidingLog::default(), limit.window_ms),
-            RateLimiterKind::SlidingWindow { .. } => Entry::Window(SlidingWindowCounter::default(), limit.window_ms),
+            RateLimiterKind::SlidingWindow { .. } => {
+                Entry::Window(SlidingWindowCounter::default(), limit.window_ms)
+            }
         });
         match (entry, kind) {
             (Entry::Log(log, window), RateLimiterKind::SlidingLog) => {
@@ -76,7 +78,9 @@ impl EmbeddedLimiter {
                 // The same key used with another algorithm: start that algorithm afresh.
                 *entry = match kind {
                     RateLimiterKind::SlidingLog => Entry::Log(SlidingLog::default(), limit.window_ms),
-                    RateLimiterKind::SlidingWindow { .. } => Entry::Window(SlidingWindowCounter::default(), limit.window_ms),
+                    RateLimiterKind::SlidingWindow { .. } => {
+                        Entry::Window(SlidingWindowCounter::default(), limit.window_ms)
+                    }
                 };
                 match (entry, kind) {
                     (Entry::Log(log, _), _) => log.try_acquire(now_ms, limit),
@@ -92,8 +96,15 @@ impl EmbeddedLimiter {
 
 #[async_trait]
 impl RateLimiter for EmbeddedStore {
-    async fn try_acquire(&self, key: &str, limit: RateLimit, kind: RateLimiterKind) -> Result<RateDecision, StoreError> {
+    async fn try_acquire(
+        &self,
+        key: &str,
+        limit: RateLimit,
+        kind: RateLimiterKind,
+    ) -> Result<RateDecision, StoreError> {
         self.check()?;
-        Ok(self.limiter.try_acquire(key, self.clock.now_millis(), limit, kind))
+        Ok(self
+            .limiter
+            .try_acquire(key, self.clock.now_millis(), limit, kind))
     }
 }

@@ -33,8 +33,8 @@ use self::persist::{committed, MemberRow, Writer};
 use self::waiting::QueueState;
 use crate::clock::Clock;
 use crate::queue::waiting::{
-    AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LeaveOutcome, MemberView, QueueStats,
-    QueueStore, ReleaseOutcome, TokenCandidate,
+    AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LeaveOutcome, MemberView,
+    QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
 use crate::queue::StoreError;
 
@@ -55,7 +55,11 @@ pub struct EmbeddedOptions {
 
 impl Default for EmbeddedOptions {
     fn default() -> Self {
-        EmbeddedOptions { default_settings: QueueSettings::default(), consumed_memory_ms: 3_600_000, fsync_every_commit: false }
+        EmbeddedOptions {
+            default_settings: QueueSettings::default(),
+            consumed_memory_ms: 3_600_000,
+            fsync_every_commit: false,
+        }
     }
 }
 
@@ -75,18 +79,25 @@ pub struct EmbeddedStore {
 
 impl std::fmt::Debug for EmbeddedStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddedStore").field("queues", &self.queues.read().len()).finish_non_exhaustive()
+        f.debug_struct("EmbeddedStore")
+            .field("queues", &self.queues.read().len())
+            .finish_non_exhaustive()
     }
 }
 
 impl EmbeddedStore {
     /// Opens `<data_dir>/queue.sqlite3` (creating it), restores every queue and job, and starts the writer.
-    pub fn open(data_dir: &Path, clock: Arc<dyn Clock>, options: EmbeddedOptions) -> Result<Arc<EmbeddedStore>, StoreError> {
+    pub fn open(
+        data_dir: &Path,
+        clock: Arc<dyn Clock>,
+        options: EmbeddedOptions,
+    ) -> Result<Arc<EmbeddedStore>, StoreError> {
         std::fs::create_dir_all(data_dir)
             .map_err(|e| StoreError::Unavailable(format!("create {}: {e}", data_dir.display())))?;
         let connection = persist::open_database(&data_dir.join(DATABASE_FILE), options.fsync_every_commit)?;
         let now_ms = clock.now_millis();
-        let queues = load_queues(&connection, now_ms, &options).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let queues =
+            load_queues(&connection, now_ms, &options).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let jobs = jobs::EmbeddedJobs::load(&connection).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let writer = Writer::start(connection);
         Ok(Arc::new(EmbeddedStore {
@@ -159,15 +170,25 @@ fn load_queues(
     options: &EmbeddedOptions,
 ) -> rusqlite::Result<HashMap<QueueName, Arc<Mutex<QueueState>>>> {
     let mut queues = HashMap::new();
-    let mut statement = connection.prepare("SELECT name, settings, next_seq, budget, estimator FROM queues")?;
+    let mut statement =
+        connection.prepare("SELECT name, settings, next_seq, budget, estimator FROM queues")?;
     let rows = statement.query_map([], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, i64>(2)?, row.get::<_, String>(3)?, row.get::<_, String>(4)?))
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, i64>(2)?,
+            row.get::<_, String>(3)?,
+            row.get::<_, String>(4)?,
+        ))
     })?;
     let mut states: HashMap<String, QueueState> = HashMap::new();
     for row in rows {
         let (name, settings, next_seq, budget, estimator) = row?;
-        let Ok(queue_name) = QueueName::parse(&name) else { continue };
-        let settings: QueueSettings = serde_json::from_str(&settings).unwrap_or_else(|_| options.default_settings.clone());
+        let Ok(queue_name) = QueueName::parse(&name) else {
+            continue;
+        };
+        let settings: QueueSettings =
+            serde_json::from_str(&settings).unwrap_or_else(|_| options.default_settings.clone());
         let mut state = QueueState::new(queue_name, settings, now_ms, options.consumed_memory_ms);
         state.next_seq = next_seq.max(0) as u64;
         if let Ok(budget) = serde_json::from_str(&budget) {
@@ -201,7 +222,9 @@ fn load_queues(
     })?;
     for row in rows {
         let (queue, member, row) = row?;
-        let Some(state) = states.get_mut(&queue) else { continue };
+        let Some(state) = states.get_mut(&queue) else {
+            continue;
+        };
         if row.kind == 0 && state.arrivals.back().is_none_or(|(_, ms)| *ms != row.at_ms) {
             // Rows come in sequence order, so checkpoints are rebuilt exactly as they were made.
             state.arrivals.push_back((row.seq as u64, row.at_ms));
@@ -233,7 +256,11 @@ impl QueueStore for EmbeddedStore {
                 writes.push(q.queue_write());
             }
             let view = q.view(member.as_str(), now_ms);
-            let outcome = if used_seq { EnterOutcome::Entered(view) } else { EnterOutcome::AlreadyPresent(view) };
+            let outcome = if used_seq {
+                EnterOutcome::Entered(view)
+            } else {
+                EnterOutcome::AlreadyPresent(view)
+            };
             // Even a no-op entry waits for the batch in flight: a concurrent first entry that created this
             // position may not have committed yet, and "entered" must mean durable for both callers.
             (outcome, self.writer.submit(writes))
@@ -263,13 +290,17 @@ impl QueueStore for EmbeddedStore {
 
     async fn leave(&self, queue: &QueueName, member: &MemberId) -> Result<LeaveOutcome, StoreError> {
         self.check()?;
-        let Some(state) = self.existing(queue) else { return Ok(LeaveOutcome::NotPresent) };
+        let Some(state) = self.existing(queue) else {
+            return Ok(LeaveOutcome::NotPresent);
+        };
         let (outcome, pending) = {
             let mut q = state.lock();
             let now_ms = q.observe_now(self.clock.now_millis());
             let current = q.state_of(member.as_str());
             match current {
-                MemberState::NotEntered | MemberState::Consumed { .. } => return Ok(LeaveOutcome::NotPresent),
+                MemberState::NotEntered | MemberState::Consumed { .. } => {
+                    return Ok(LeaveOutcome::NotPresent)
+                }
                 _ => {}
             }
             match current.leave() {
@@ -286,9 +317,15 @@ impl QueueStore for EmbeddedStore {
         Ok(outcome)
     }
 
-    async fn admit(&self, queue: &QueueName, tokens: Vec<TokenCandidate>) -> Result<AdmitOutcome, StoreError> {
+    async fn admit(
+        &self,
+        queue: &QueueName,
+        tokens: Vec<TokenCandidate>,
+    ) -> Result<AdmitOutcome, StoreError> {
         self.check()?;
-        let Some(state) = self.existing(queue) else { return Ok(AdmitOutcome::default()) };
+        let Some(state) = self.existing(queue) else {
+            return Ok(AdmitOutcome::default());
+        };
         let (outcome, pending) = {
             let mut q = state.lock();
             let now_ms = q.observe_now(self.clock.now_millis());
@@ -318,7 +355,8 @@ impl QueueStore for EmbeddedStore {
                 }
             }
             q.budget.spend(admitted.len() as u64);
-            q.estimator.record_admission_step(now_ms, admitted.len() as u64, waiting_before > 0);
+            q.estimator
+                .record_admission_step(now_ms, admitted.len() as u64, waiting_before > 0);
             writes.push(q.queue_write());
             let outcome = AdmitOutcome {
                 admitted,
@@ -335,7 +373,9 @@ impl QueueStore for EmbeddedStore {
 
     async fn expire_due(&self, queue: &QueueName) -> Result<ExpiryOutcome, StoreError> {
         self.check()?;
-        let Some(state) = self.existing(queue) else { return Ok(ExpiryOutcome::default()) };
+        let Some(state) = self.existing(queue) else {
+            return Ok(ExpiryOutcome::default());
+        };
         let (outcome, pending) = {
             let mut q = state.lock();
             let now_ms = q.observe_now(self.clock.now_millis());
@@ -350,22 +390,40 @@ impl QueueStore for EmbeddedStore {
         Ok(outcome)
     }
 
-    async fn claim(&self, queue: &QueueName, member: &MemberId, token: &Digest, claim: &Digest) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        token: &Digest,
+        claim: &Digest,
+    ) -> Result<ClaimOutcome, StoreError> {
         self.check()?;
         let Some(state) = self.existing(queue) else {
-            return Ok(ClaimOutcome::Rejected(rankgate_core::queue::ClaimRejection::NoToken));
+            return Ok(ClaimOutcome::Rejected(
+                rankgate_core::queue::ClaimRejection::NoToken,
+            ));
         };
         let (outcome, pending) = {
             let mut q = state.lock();
             let now_ms = q.observe_now(self.clock.now_millis());
             let current = q.state_of(member.as_str());
             let expires_at_ms = now_ms + q.settings.claim_ttl_millis();
-            match current.claim(token, Claim { digest: *claim, expires_at_ms }, now_ms) {
+            match current.claim(
+                token,
+                Claim {
+                    digest: *claim,
+                    expires_at_ms,
+                },
+                now_ms,
+            ) {
                 Err(rejection) => return Ok(ClaimOutcome::Rejected(rejection)),
                 Ok(next) => {
                     let mut writes = Vec::new();
                     q.set_state(member.as_str(), &current, next, now_ms, &mut writes);
-                    (ClaimOutcome::Claimed { expires_at_ms }, self.writer.submit(writes))
+                    (
+                        ClaimOutcome::Claimed { expires_at_ms },
+                        self.writer.submit(writes),
+                    )
                 }
             }
         };
@@ -373,10 +431,17 @@ impl QueueStore for EmbeddedStore {
         Ok(outcome)
     }
 
-    async fn consume(&self, queue: &QueueName, member: &MemberId, claim: &Digest) -> Result<ConsumeOutcome, StoreError> {
+    async fn consume(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        claim: &Digest,
+    ) -> Result<ConsumeOutcome, StoreError> {
         self.check()?;
         let Some(state) = self.existing(queue) else {
-            return Ok(ConsumeOutcome::Rejected(rankgate_core::queue::ConsumeRejection::UnknownClaim));
+            return Ok(ConsumeOutcome::Rejected(
+                rankgate_core::queue::ConsumeRejection::UnknownClaim,
+            ));
         };
         let (outcome, pending) = {
             let mut q = state.lock();
@@ -397,10 +462,17 @@ impl QueueStore for EmbeddedStore {
         Ok(outcome)
     }
 
-    async fn release(&self, queue: &QueueName, member: &MemberId, claim: &Digest) -> Result<ReleaseOutcome, StoreError> {
+    async fn release(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        claim: &Digest,
+    ) -> Result<ReleaseOutcome, StoreError> {
         self.check()?;
         let Some(state) = self.existing(queue) else {
-            return Ok(ReleaseOutcome::Rejected(rankgate_core::queue::ReleaseRejection::UnknownClaim));
+            return Ok(ReleaseOutcome::Rejected(
+                rankgate_core::queue::ReleaseRejection::UnknownClaim,
+            ));
         };
         let (outcome, pending) = {
             let mut q = state.lock();
@@ -433,7 +505,10 @@ impl QueueStore for EmbeddedStore {
     ) -> Result<Result<QueueSettings, SettingsError>, StoreError> {
         self.check()?;
         // Validate before creating, so a bad PUT does not create a queue.
-        let mut probe = self.existing(queue).map_or_else(|| self.options.default_settings.clone(), |q| q.lock().settings.clone());
+        let mut probe = self.existing(queue).map_or_else(
+            || self.options.default_settings.clone(),
+            |q| q.lock().settings.clone(),
+        );
         if let Err(error) = probe.apply(patch) {
             return Ok(Err(error));
         }
@@ -448,7 +523,10 @@ impl QueueStore for EmbeddedStore {
             // Settle the budget at the old rate up to now, then cap it to the new tick's capacity.
             let old = q.settings.clone();
             q.budget.refill(&old, now_ms);
-            q.budget.credit_micro = q.budget.credit_micro.min(rankgate_core::queue::AdmissionBudget::capacity_micro(&settings));
+            q.budget.credit_micro = q
+                .budget
+                .credit_micro
+                .min(rankgate_core::queue::AdmissionBudget::capacity_micro(&settings));
             q.settings = settings.clone();
             let writes = vec![q.queue_write()];
             (settings, self.writer.submit(writes))
@@ -459,7 +537,9 @@ impl QueueStore for EmbeddedStore {
 
     async fn stats(&self, queue: &QueueName) -> Result<Option<QueueStats>, StoreError> {
         self.check()?;
-        let Some(state) = self.existing(queue) else { return Ok(None) };
+        let Some(state) = self.existing(queue) else {
+            return Ok(None);
+        };
         let mut q = state.lock();
         let now_ms = q.observe_now(self.clock.now_millis());
         let oldest_wait_ms = q.oldest_wait_ms(now_ms);
@@ -488,7 +568,13 @@ impl QueueStore for EmbeddedStore {
 
 impl QueueState {
     /// Like `set_state` for a member the caller already popped from the waiting set.
-    fn set_state_after_pop(&mut self, member: &str, next: MemberState, now_ms: i64, writes: &mut Vec<persist::Write>) {
+    fn set_state_after_pop(
+        &mut self,
+        member: &str,
+        next: MemberState,
+        now_ms: i64,
+        writes: &mut Vec<persist::Write>,
+    ) {
         self.set_state(member, &MemberState::NotEntered, next, now_ms, writes);
     }
 }
@@ -517,11 +603,20 @@ mod tests {
                 store.enter(&q, &m(i)).await.unwrap();
             }
             store
-                .update_settings(&q, &SettingsPatch { admit_per_second: Some(3.0), ..SettingsPatch::default() })
+                .update_settings(
+                    &q,
+                    &SettingsPatch {
+                        admit_per_second: Some(3.0),
+                        ..SettingsPatch::default()
+                    },
+                )
                 .await
                 .unwrap()
                 .unwrap();
-            store.admit(&q, (0..3).map(|_| secret.prepare().unwrap()).collect()).await.unwrap();
+            store
+                .admit(&q, (0..3).map(|_| secret.prepare().unwrap()).collect())
+                .await
+                .unwrap();
             let (nonce, _) = store.position(&q, &m(0)).await.unwrap().token.unwrap();
             let token = secret.token_for(&nonce);
             let (_, claim) = new_claim_id().unwrap();
@@ -531,15 +626,31 @@ mod tests {
         };
         let store = open(dir.path(), &clock);
         assert_eq!(store.settings(&q).await.unwrap().unwrap().admit_per_second, 3.0);
-        assert_eq!(store.position(&q, &m(0)).await.unwrap().status, MemberStatus::Claimed);
-        assert_eq!(store.position(&q, &m(1)).await.unwrap().status, MemberStatus::Ready);
+        assert_eq!(
+            store.position(&q, &m(0)).await.unwrap().status,
+            MemberStatus::Claimed
+        );
+        assert_eq!(
+            store.position(&q, &m(1)).await.unwrap().status,
+            MemberStatus::Ready
+        );
         assert_eq!(store.position(&q, &m(3)).await.unwrap().rank, Some(0));
         assert_eq!(store.position(&q, &m(9)).await.unwrap().rank, Some(6));
-        assert_eq!(store.consume(&q, &m(0), &claim).await.unwrap(), ConsumeOutcome::Consumed);
+        assert_eq!(
+            store.consume(&q, &m(0), &claim).await.unwrap(),
+            ConsumeOutcome::Consumed
+        );
         let _ = token;
         // The sequence continues after the restored members: a new arrival goes to the back.
         store.enter(&q, &MemberId::parse("new").unwrap()).await.unwrap();
-        assert_eq!(store.position(&q, &MemberId::parse("new").unwrap()).await.unwrap().rank, Some(7));
+        assert_eq!(
+            store
+                .position(&q, &MemberId::parse("new").unwrap())
+                .await
+                .unwrap()
+                .rank,
+            Some(7)
+        );
     }
 
     /// Limitation 2 at the store level: the process dies while the admission step is being committed.
@@ -552,25 +663,46 @@ mod tests {
         let clock = ManualClock::new(1_000_000);
         let secret = TokenSecret::generate().unwrap();
         let q = QueueName::parse("crash").unwrap();
-        let members: Vec<MemberId> = (0..100).map(|i| MemberId::parse(&format!("m-{i}")).unwrap()).collect();
+        let members: Vec<MemberId> = (0..100)
+            .map(|i| MemberId::parse(&format!("m-{i}")).unwrap())
+            .collect();
         {
             let store = open(dir.path(), &clock);
             for m in &members {
                 store.enter(&q, m).await.unwrap();
             }
-            store.admit(&q, (0..50).map(|_| secret.prepare().unwrap()).collect()).await.unwrap();
+            store
+                .admit(&q, (0..50).map(|_| secret.prepare().unwrap()).collect())
+                .await
+                .unwrap();
             clock.advance(1_000);
             store.crash_during_next_commit();
-            assert!(store.admit(&q, (0..50).map(|_| secret.prepare().unwrap()).collect()).await.is_err());
-            assert!(store.position(&q, &members[0]).await.is_err(), "a poisoned store refuses service");
+            assert!(store
+                .admit(&q, (0..50).map(|_| secret.prepare().unwrap()).collect())
+                .await
+                .is_err());
+            assert!(
+                store.position(&q, &members[0]).await.is_err(),
+                "a poisoned store refuses service"
+            );
         }
         let store = open(dir.path(), &clock);
         let mut counts = std::collections::HashMap::new();
         for m in &members {
-            *counts.entry(store.position(&q, m).await.unwrap().status).or_insert(0) += 1;
+            *counts
+                .entry(store.position(&q, m).await.unwrap().status)
+                .or_insert(0) += 1;
         }
-        assert_eq!(counts.get(&MemberStatus::NotEntered), None, "nobody lost: {counts:?}");
+        assert_eq!(
+            counts.get(&MemberStatus::NotEntered),
+            None,
+            "nobody lost: {counts:?}"
+        );
         assert_eq!(counts[&MemberStatus::Ready] + counts[&MemberStatus::Waiting], 100);
-        assert_eq!(counts[&MemberStatus::Ready], 50, "the committed tick survived, the crashed one vanished whole");
+        assert_eq!(
+            counts[&MemberStatus::Ready],
+            50,
+            "the committed tick survived, the crashed one vanished whole"
+        );
     }
 }

@@ -32,13 +32,28 @@ pub const MAX_UNITS_PER_BATCH: usize = 16_384;
 #[derive(Debug, Clone)]
 pub(crate) enum Write {
     /// Upsert a queue's row.
-    Queue { name: String, settings: String, next_seq: i64, budget: String, estimator: String },
+    Queue {
+        name: String,
+        settings: String,
+        next_seq: i64,
+        budget: String,
+        estimator: String,
+    },
     /// Upsert a member's row.
-    Member { queue: String, member: String, row: MemberRow },
+    Member {
+        queue: String,
+        member: String,
+        row: MemberRow,
+    },
     /// Delete a member's row (NOT_ENTERED).
     DeleteMember { queue: String, member: String },
     /// Upsert a job.
-    Job { queue: String, id: String, record: String, payload: Vec<u8> },
+    Job {
+        queue: String,
+        id: String,
+        record: String,
+        payload: Vec<u8>,
+    },
     /// Delete a job (acked).
     DeleteJob { queue: String, id: String },
 }
@@ -98,10 +113,13 @@ CREATE TABLE IF NOT EXISTS jobs (
 
 /// Opens (creating) the database with the schema and pragmas.
 pub(crate) fn open_database(path: &Path, synchronous_full: bool) -> Result<Connection, StoreError> {
-    let connection = Connection::open(path).map_err(|e| StoreError::Unavailable(format!("open {}: {e}", path.display())))?;
+    let connection = Connection::open(path)
+        .map_err(|e| StoreError::Unavailable(format!("open {}: {e}", path.display())))?;
     let sync = if synchronous_full { "FULL" } else { "NORMAL" };
     connection
-        .execute_batch(&format!("PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA busy_timeout=5000; {SCHEMA}"))
+        .execute_batch(&format!(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA busy_timeout=5000; {SCHEMA}"
+        ))
         .map_err(|e| StoreError::Unavailable(format!("prepare {}: {e}", path.display())))?;
     Ok(connection)
 }
@@ -118,9 +136,11 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
             "INSERT OR REPLACE INTO members (queue, member, kind, seq, at_ms, digest, nonce, expires_ms, claim_digest, claim_expires_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )?;
-        let mut delete_member = transaction.prepare_cached("DELETE FROM members WHERE queue = ?1 AND member = ?2")?;
-        let mut upsert_job =
-            transaction.prepare_cached("INSERT OR REPLACE INTO jobs (queue, id, record, payload) VALUES (?1, ?2, ?3, ?4)")?;
+        let mut delete_member =
+            transaction.prepare_cached("DELETE FROM members WHERE queue = ?1 AND member = ?2")?;
+        let mut upsert_job = transaction.prepare_cached(
+            "INSERT OR REPLACE INTO jobs (queue, id, record, payload) VALUES (?1, ?2, ?3, ?4)",
+        )?;
         let mut delete_job = transaction.prepare_cached("DELETE FROM jobs WHERE queue = ?1 AND id = ?2")?;
         // A queue row is rewritten by every entry (its sequence); within one batch only the last matters.
         let mut last_queue_write = std::collections::HashMap::new();
@@ -134,7 +154,13 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
         for (unit_index, unit) in units.iter().enumerate() {
             for (write_index, write) in unit.writes.iter().enumerate() {
                 match write {
-                    Write::Queue { name, settings, next_seq, budget, estimator } => {
+                    Write::Queue {
+                        name,
+                        settings,
+                        next_seq,
+                        budget,
+                        estimator,
+                    } => {
                         if last_queue_write.get(name.as_str()) == Some(&(unit_index, write_index)) {
                             upsert_queue.execute(params![name, settings, next_seq, budget, estimator])?;
                         }
@@ -156,7 +182,12 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
                     Write::DeleteMember { queue, member } => {
                         delete_member.execute(params![queue, member])?;
                     }
-                    Write::Job { queue, id, record, payload } => {
+                    Write::Job {
+                        queue,
+                        id,
+                        record,
+                        payload,
+                    } => {
                         upsert_job.execute(params![queue, id, record, payload])?;
                     }
                     Write::DeleteJob { queue, id } => {
@@ -220,16 +251,24 @@ impl Writer {
     /// Fails when the store is poisoned.
     pub(crate) fn check(&self) -> Result<(), StoreError> {
         if self.poisoned.load(Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("queue store stopped after a failed commit; restart to recover".into()));
+            return Err(StoreError::Unavailable(
+                "queue store stopped after a failed commit; restart to recover".into(),
+            ));
         }
         Ok(())
     }
 
     /// Queues a unit; the returned receiver resolves when its batch committed. Call with the queue's lock
     /// held so the log order is the memory order.
-    pub(crate) fn submit(&self, writes: Vec<Write>) -> tokio::sync::oneshot::Receiver<Result<(), StoreError>> {
+    pub(crate) fn submit(
+        &self,
+        writes: Vec<Write>,
+    ) -> tokio::sync::oneshot::Receiver<Result<(), StoreError>> {
         let (done, receiver) = tokio::sync::oneshot::channel();
-        let unit = Unit { writes, done: Some(done) };
+        let unit = Unit {
+            writes,
+            done: Some(done),
+        };
         if let Some(sender) = self.sender.lock().as_ref() {
             if let Err(mpsc::SendError(unit)) = sender.send(unit) {
                 if let Some(done) = unit.done {
@@ -255,8 +294,12 @@ impl Writer {
 }
 
 /// Waits for a unit's commit.
-pub(crate) async fn committed(receiver: tokio::sync::oneshot::Receiver<Result<(), StoreError>>) -> Result<(), StoreError> {
-    receiver.await.map_err(|_| StoreError::Unavailable("queue writer stopped".into()))?
+pub(crate) async fn committed(
+    receiver: tokio::sync::oneshot::Receiver<Result<(), StoreError>>,
+) -> Result<(), StoreError> {
+    receiver
+        .await
+        .map_err(|_| StoreError::Unavailable("queue writer stopped".into()))?
 }
 
 impl Drop for Writer {

@@ -50,7 +50,12 @@ pub(crate) struct QueueState {
 }
 
 impl QueueState {
-    pub(crate) fn new(name: QueueName, settings: QueueSettings, now_ms: i64, consumed_memory_ms: i64) -> Self {
+    pub(crate) fn new(
+        name: QueueName,
+        settings: QueueSettings,
+        now_ms: i64,
+        consumed_memory_ms: i64,
+    ) -> Self {
         let budget = AdmissionBudget::new(&settings, now_ms);
         QueueState {
             name,
@@ -79,7 +84,10 @@ impl QueueState {
         if let Some(seq) = self.waiting.zscore(member.as_bytes()) {
             return MemberState::Waiting { seq: seq as u64 };
         }
-        self.holders.get(member).cloned().unwrap_or(MemberState::NotEntered)
+        self.holders
+            .get(member)
+            .cloned()
+            .unwrap_or(MemberState::NotEntered)
     }
 
     /// The queue row, written whenever settings, sequence, budget or estimator change.
@@ -94,7 +102,14 @@ impl QueueState {
     }
 
     /// Replaces `member`'s state, keeping every index and counter in step, and records the row change.
-    pub(crate) fn set_state(&mut self, member: &str, old: &MemberState, new: MemberState, now_ms: i64, writes: &mut Vec<Write>) {
+    pub(crate) fn set_state(
+        &mut self,
+        member: &str,
+        old: &MemberState,
+        new: MemberState,
+        now_ms: i64,
+        writes: &mut Vec<Write>,
+    ) {
         match old {
             MemberState::Waiting { .. } => {
                 self.waiting.zrem(member.as_bytes());
@@ -118,7 +133,10 @@ impl QueueState {
         let queue = self.name.as_str().to_string();
         let row = match &new {
             MemberState::NotEntered => {
-                writes.push(Write::DeleteMember { queue, member: member.to_string() });
+                writes.push(Write::DeleteMember {
+                    queue,
+                    member: member.to_string(),
+                });
                 return;
             }
             MemberState::Waiting { seq } => {
@@ -127,7 +145,12 @@ impl QueueState {
                 if self.arrivals.back().is_none_or(|(_, ms)| *ms != now_ms) {
                     self.arrivals.push_back((*seq, now_ms));
                 }
-                MemberRow { kind: 0, seq: *seq as i64, at_ms: now_ms, ..MemberRow::default() }
+                MemberRow {
+                    kind: 0,
+                    seq: *seq as i64,
+                    at_ms: now_ms,
+                    ..MemberRow::default()
+                }
             }
             MemberState::Ready { token, expired_claim } => MemberRow {
                 kind: 1,
@@ -148,12 +171,19 @@ impl QueueState {
                 claim_expires_ms: claim.expires_at_ms,
                 ..MemberRow::default()
             },
-            MemberState::Consumed { claim, at_ms } => {
-                MemberRow { kind: 3, at_ms: *at_ms, digest: Some(claim.0.to_vec()), ..MemberRow::default() }
-            }
+            MemberState::Consumed { claim, at_ms } => MemberRow {
+                kind: 3,
+                at_ms: *at_ms,
+                digest: Some(claim.0.to_vec()),
+                ..MemberRow::default()
+            },
         };
         self.track_holder(member, new);
-        writes.push(Write::Member { queue, member: member.to_string(), row });
+        writes.push(Write::Member {
+            queue,
+            member: member.to_string(),
+            row,
+        });
     }
 
     /// Puts a non-waiting state in the holder map and its deadline in the deadline set.
@@ -193,10 +223,13 @@ impl QueueState {
             let member = member.to_string();
             let state = self.state_of(&member);
             let next = match &state {
-                MemberState::Ready { .. } => state.expire_token(now_ms).inspect(|_| outcome.tokens_expired += 1),
-                MemberState::Claimed { .. } => {
-                    state.expire_claim(now_ms).map(|(next, _)| next).inspect(|_| outcome.claims_expired += 1)
-                }
+                MemberState::Ready { .. } => state
+                    .expire_token(now_ms)
+                    .inspect(|_| outcome.tokens_expired += 1),
+                MemberState::Claimed { .. } => state
+                    .expire_claim(now_ms)
+                    .map(|(next, _)| next)
+                    .inspect(|_| outcome.claims_expired += 1),
                 MemberState::Consumed { .. } => Some(MemberState::NotEntered),
                 _ => None,
             };
@@ -216,7 +249,12 @@ impl QueueState {
 
     /// How long the head of the line has waited (ms).
     pub(crate) fn oldest_wait_ms(&mut self, now_ms: i64) -> i64 {
-        let Some(head_seq) = self.waiting.range_by_rank(0, 0, false).first().map(|(_, s)| *s as u64) else {
+        let Some(head_seq) = self
+            .waiting
+            .range_by_rank(0, 0, false)
+            .first()
+            .map(|(_, s)| *s as u64)
+        else {
             self.arrivals.clear();
             return 0;
         };
@@ -269,9 +307,18 @@ impl QueueState {
             Ok(Digest(bytes.try_into().map_err(|_| "digest is not 32 bytes")?))
         };
         let token = || -> Result<IssuedToken, String> {
-            let nonce: [u8; 16] =
-                row.nonce.as_deref().ok_or("missing nonce")?.try_into().map_err(|_| "nonce is not 16 bytes")?;
-            Ok(IssuedToken { digest: digest(&row.digest)?, nonce, issued_at_ms: row.at_ms, expires_at_ms: row.expires_ms })
+            let nonce: [u8; 16] = row
+                .nonce
+                .as_deref()
+                .ok_or("missing nonce")?
+                .try_into()
+                .map_err(|_| "nonce is not 16 bytes")?;
+            Ok(IssuedToken {
+                digest: digest(&row.digest)?,
+                nonce,
+                issued_at_ms: row.at_ms,
+                expires_at_ms: row.expires_ms,
+            })
         };
         let state = match row.kind {
             0 => {
@@ -282,13 +329,23 @@ impl QueueState {
             }
             1 => MemberState::Ready {
                 token: token()?,
-                expired_claim: row.claim_digest.as_ref().map(|_| digest(&row.claim_digest)).transpose()?,
+                expired_claim: row
+                    .claim_digest
+                    .as_ref()
+                    .map(|_| digest(&row.claim_digest))
+                    .transpose()?,
             },
             2 => MemberState::Claimed {
                 token: token()?,
-                claim: Claim { digest: digest(&row.claim_digest)?, expires_at_ms: row.claim_expires_ms },
+                claim: Claim {
+                    digest: digest(&row.claim_digest)?,
+                    expires_at_ms: row.claim_expires_ms,
+                },
             },
-            3 => MemberState::Consumed { claim: digest(&row.digest)?, at_ms: row.at_ms },
+            3 => MemberState::Consumed {
+                claim: digest(&row.digest)?,
+                at_ms: row.at_ms,
+            },
             other => return Err(format!("unknown member kind {other}")),
         };
         match state.status() {
