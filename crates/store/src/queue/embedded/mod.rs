@@ -706,3 +706,155 @@ mod tests {
         );
     }
 }
+
+/// State-machine property test of the whole embedded store: random sequences of enter, poll, admit,
+/// claim, consume, release, expire and leave never reach an invalid state and never hold more than
+/// `max_active` outstanding tokens.
+#[cfg(test)]
+mod state_machine_properties {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::queue::token::{digest_of, new_claim_id, TokenSecret};
+    use proptest::prelude::*;
+    use rankgate_core::queue::MemberStatus;
+
+    const MEMBERS: usize = 8;
+    const MAX_ACTIVE: u64 = 3;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Enter(usize),
+        Poll(usize),
+        Admit,
+        Claim(usize, bool),
+        Consume(usize),
+        Release(usize),
+        Expire(i64),
+        Leave(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0..MEMBERS).prop_map(Op::Enter),
+            1 => (0..MEMBERS).prop_map(Op::Poll),
+            2 => Just(Op::Admit),
+            2 => (0..MEMBERS, any::<bool>()).prop_map(|(m, right)| Op::Claim(m, right)),
+            1 => (0..MEMBERS).prop_map(Op::Consume),
+            1 => (0..MEMBERS).prop_map(Op::Release),
+            1 => (1..20_000i64).prop_map(Op::Expire),
+            1 => (0..MEMBERS).prop_map(Op::Leave),
+        ]
+    }
+
+    async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_000_000);
+        let store =
+            EmbeddedStore::open(dir.path(), Arc::new(clock.clone()), EmbeddedOptions::default()).unwrap();
+        let secret = TokenSecret::generate().unwrap();
+        let q = QueueName::parse("prop").unwrap();
+        let members: Vec<MemberId> = (0..MEMBERS)
+            .map(|i| MemberId::parse(&format!("m-{i}")).unwrap())
+            .collect();
+        let patch = SettingsPatch {
+            max_active: Some(Some(MAX_ACTIVE)),
+            token_ttl_seconds: Some(20),
+            claim_ttl_seconds: Some(5),
+            ..SettingsPatch::default()
+        };
+        store.update_settings(&q, &patch).await.unwrap().unwrap();
+        let mut claims: Vec<Option<Digest>> = vec![None; MEMBERS];
+        for op in ops {
+            match op {
+                Op::Enter(m) => {
+                    store.enter(&q, &members[m]).await.unwrap();
+                }
+                Op::Poll(m) => {
+                    store.position(&q, &members[m]).await.unwrap();
+                }
+                Op::Admit => {
+                    clock.advance(1_000);
+                    store
+                        .admit(&q, (0..50).map(|_| secret.prepare().unwrap()).collect())
+                        .await
+                        .unwrap();
+                }
+                Op::Claim(m, right) => {
+                    let view = store.position(&q, &members[m]).await.unwrap();
+                    let token = match (right, view.token) {
+                        (true, Some((nonce, _))) => secret.token_for(&nonce),
+                        _ => "wrong".to_string(),
+                    };
+                    let (_, claim) = new_claim_id().unwrap();
+                    if let ClaimOutcome::Claimed { .. } = store
+                        .claim(&q, &members[m], &digest_of(&token), &claim)
+                        .await
+                        .unwrap()
+                    {
+                        prop_assert!(right, "a wrong token was accepted");
+                        claims[m] = Some(claim);
+                    }
+                }
+                Op::Consume(m) => {
+                    if let Some(claim) = claims[m] {
+                        store.consume(&q, &members[m], &claim).await.unwrap();
+                    }
+                }
+                Op::Release(m) => {
+                    if let Some(claim) = claims[m] {
+                        store.release(&q, &members[m], &claim).await.unwrap();
+                    }
+                }
+                Op::Expire(ms) => {
+                    clock.advance(ms);
+                    store.expire_due(&q).await.unwrap();
+                }
+                Op::Leave(m) => {
+                    store.leave(&q, &members[m]).await.unwrap();
+                }
+            }
+            store.expire_due(&q).await.unwrap();
+            let stats = store.stats(&q).await.unwrap().unwrap();
+            prop_assert!(
+                stats.ready + stats.claimed <= MAX_ACTIVE,
+                "outstanding {} > max_active",
+                stats.ready + stats.claimed
+            );
+            let mut ranks = Vec::new();
+            let (mut ready, mut claimed) = (0, 0);
+            for member in &members {
+                let view = store.position(&q, member).await.unwrap();
+                match view.status {
+                    MemberStatus::Waiting => ranks.push(view.rank.expect("a waiting member has a rank")),
+                    MemberStatus::Ready => {
+                        ready += 1;
+                        prop_assert!(view.token.is_some() && view.rank.is_none());
+                    }
+                    MemberStatus::Claimed => claimed += 1,
+                    MemberStatus::NotEntered => prop_assert!(view.token.is_none() && view.rank.is_none()),
+                }
+            }
+            ranks.sort_unstable();
+            prop_assert_eq!(
+                ranks,
+                (0..stats.waiting).collect::<Vec<_>>(),
+                "ranks are 0..waiting, each once"
+            );
+            prop_assert_eq!(
+                (ready, claimed),
+                (stats.ready, stats.claimed),
+                "counters match member states"
+            );
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn random_operations_keep_the_store_consistent(ops in proptest::collection::vec(op(), 1..80)) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(run(ops))?;
+        }
+    }
+}
