@@ -126,6 +126,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(async move {
                 let app = Application::build(config).await?;
                 tracing::info!(address = %app.local_addr(), "rankgate listening");
+                // On stdout too, so scripts that asked for port 0 learn the real one.
+                println!("rankgate listening on http://{}", app.local_addr());
+                use std::io::Write as _;
+                let _ = std::io::stdout().flush();
                 app.run_until_stopped().await
             })?;
             Ok(ExitCode::SUCCESS)

@@ -130,6 +130,8 @@ struct ProductTable {
     index: HashMap<Box<str>, ProductIdx>,
     /// Categories (never `ALL`) each product belongs to: the union of every category seen.
     categories: Vec<Vec<CatIdx>>,
+    /// The inverse: products of each category, so small categories are summed product by product.
+    members: HashMap<CatIdx, Vec<ProductIdx>>,
 }
 
 impl ProductTable {
@@ -244,10 +246,26 @@ struct Inputs<'a> {
 impl Inputs<'_> {
     fn aggregate(&self, category: CatIdx, hours: Range<Hour>) -> HashMap<ProductIdx, Metrics> {
         let mut totals: HashMap<ProductIdx, Metrics> = HashMap::new();
-        for cells in self.hours.range(hours).map(|(_, cells)| cells) {
-            for (&product, delta) in cells {
-                if self.products.in_category(product, category) {
-                    add_metrics(totals.entry(product).or_default(), delta);
+        let span_cells = self.hours.range(hours.clone());
+        let members = (category != ALL).then(|| self.products.members.get(&category).map_or(&[][..], Vec::as_slice));
+        match members {
+            // A small category: look its products up hour by hour instead of scanning every cell.
+            Some(members) if members.len() * span_cells.clone().count() < span_cells.clone().map(|(_, c)| c.len()).sum() => {
+                for cells in span_cells.map(|(_, cells)| cells) {
+                    for product in members {
+                        if let Some(delta) = cells.get(product) {
+                            add_metrics(totals.entry(*product).or_default(), delta);
+                        }
+                    }
+                }
+            }
+            _ => {
+                for cells in span_cells.map(|(_, cells)| cells) {
+                    for (&product, delta) in cells {
+                        if self.products.in_category(product, category) {
+                            add_metrics(totals.entry(product).or_default(), delta);
+                        }
+                    }
                 }
             }
         }
@@ -455,6 +473,7 @@ impl RankingEngine {
             let categories = &mut self.products.categories[p as usize];
             if !categories.contains(&c) {
                 categories.push(c);
+                self.products.members.entry(c).or_default().push(p);
                 new_memberships.push((p, c));
             }
         }

@@ -66,7 +66,7 @@ impl Ingestor {
         {
             let mut engine = engine.write();
             engine.apply(&[], &state.memberships, None);
-            engine.apply(&state.metrics, &[], None);
+            engine.apply(&state.metrics, &[], state.last_ingest_millis);
         }
         let processed = state.processed_ids.iter().map(|id| Box::<str>::from(id.as_str())).collect();
         Ok(Ingestor { source, engine, processed, watermark_millis: state.watermark_millis, config })
@@ -144,6 +144,7 @@ impl Ingestor {
         batch.metric_deltas.sort_unstable_by(|a, b| (a.0, a.1.as_str()).cmp(&(b.0, b.1.as_str())));
         batch.new_memberships = memberships.into_iter().collect();
         batch.watermark_millis = watermark;
+        batch.ingested_at_millis = Some(now_millis);
         self.source.commit(&batch)?;
         // Durable from here on: publish to the dedupe set and the engine.
         self.watermark_millis = watermark;

@@ -8,6 +8,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+
 use rankgate_core::event::Event;
 use rankgate_core::ids::{Category, CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
@@ -36,7 +37,14 @@ pub struct BatchModel {
     memberships: HashMap<ProductId, BTreeSet<Category>>,
     /// carry(category, day start) memo: the chain is walked once per category, not once per read.
     carry_memo: RefCell<HashMap<(String, Hour), HashMap<ProductId, f64>>>,
+    /// Totals of every category of recently asked spans, computed in one pass over the span's cells.
+    totals_memo: RefCell<HashMap<Span, std::rc::Rc<HashMap<String, HashMap<ProductId, Metrics>>>>>,
 }
+
+/// Key of `all` in the per-category totals (no category can be empty).
+const ALL_KEY: &str = "";
+/// Spans whose totals are remembered before the memo is emptied.
+const TOTALS_MEMO_SPANS: usize = 64;
 
 impl BatchModel {
     /// A model of events that were all accepted (e.g. the raw event log): no dedupe, no lateness.
@@ -48,6 +56,7 @@ impl BatchModel {
             hourly: BTreeMap::new(),
             memberships: HashMap::new(),
             carry_memo: RefCell::default(),
+            totals_memo: RefCell::default(),
         };
         for event in events {
             model.add(&event);
@@ -70,6 +79,7 @@ impl BatchModel {
             hourly: BTreeMap::new(),
             memberships: HashMap::new(),
             carry_memo: RefCell::default(),
+            totals_memo: RefCell::default(),
         };
         let mut seen = HashSet::new();
         let mut watermark: Option<i64> = None;
@@ -100,25 +110,39 @@ impl BatchModel {
         categories.extend(event.categories.iter().cloned());
     }
 
-    fn in_category(&self, product: &ProductId, category: &CategoryOrAll) -> bool {
-        match category {
-            CategoryOrAll::All => true,
-            CategoryOrAll::Category(c) => self.memberships.get(product).is_some_and(|set| set.contains(c)),
-        }
+    fn totals(&self, category: &CategoryOrAll, span: &Span) -> HashMap<ProductId, Metrics> {
+        let key = match category {
+            CategoryOrAll::All => ALL_KEY,
+            CategoryOrAll::Category(c) => c.as_str(),
+        };
+        self.totals_by_category(span).get(key).cloned().unwrap_or_default()
     }
 
-    fn totals(&self, category: &CategoryOrAll, span: &Span) -> HashMap<ProductId, Metrics> {
-        let hours = span.hours(&self.zone);
-        let mut totals: HashMap<ProductId, Metrics> = HashMap::new();
-        for cells in self.hourly.range(hours).map(|(_, cells)| cells) {
+    /// Sums the span's cells once, into `all` and every category of each product.
+    fn totals_by_category(&self, span: &Span) -> std::rc::Rc<HashMap<String, HashMap<ProductId, Metrics>>> {
+        if let Some(totals) = self.totals_memo.borrow().get(span) {
+            return totals.clone();
+        }
+        let mut totals: HashMap<String, HashMap<ProductId, Metrics>> = HashMap::new();
+        let no_categories = BTreeSet::new();
+        for cells in self.hourly.range(span.hours(&self.zone)).map(|(_, cells)| cells) {
             for (product, metrics) in cells {
-                if self.in_category(product, category) {
-                    let total = totals.entry(product.clone()).or_default();
+                let categories = self.memberships.get(product).unwrap_or(&no_categories);
+                for key in std::iter::once(ALL_KEY).chain(categories.iter().map(Category::as_str)) {
+                    let total = totals.entry(key.to_string()).or_default().entry(product.clone()).or_default();
                     *total = total.checked_add(metrics).expect("no overflow");
                 }
             }
         }
-        totals.retain(|_, m| !m.is_zero());
+        for per_category in totals.values_mut() {
+            per_category.retain(|_, m| !m.is_zero());
+        }
+        let totals = std::rc::Rc::new(totals);
+        let mut memo = self.totals_memo.borrow_mut();
+        if memo.len() >= TOTALS_MEMO_SPANS {
+            memo.clear();
+        }
+        memo.insert(*span, totals.clone());
         totals
     }
 
@@ -220,6 +244,7 @@ impl BatchModel {
             .hourly
             .iter()
             .flat_map(|(hour, cells)| cells.iter().map(move |(p, m)| (*hour, p.clone(), *m)))
+            .filter(|(_, _, m)| !m.is_zero())
             .collect();
         rows.sort_by(|a, b| (a.0, a.1.as_str()).cmp(&(b.0, b.1.as_str())));
         rows

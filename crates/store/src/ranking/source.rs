@@ -24,6 +24,8 @@ pub struct CommitBatch {
     pub new_memberships: Vec<(ProductId, Category)>,
     /// The watermark (newest accepted event time) after this batch.
     pub watermark_millis: Option<i64>,
+    /// When this batch was ingested: reads report it as `asOf`, also after a restart.
+    pub ingested_at_millis: Option<i64>,
 }
 
 /// The state a fresh process loads to rebuild its serving state.
@@ -37,6 +39,8 @@ pub struct LoadedState {
     pub processed_ids: Vec<EventId>,
     /// The newest accepted event time.
     pub watermark_millis: Option<i64>,
+    /// When the last batch was ingested.
+    pub last_ingest_millis: Option<i64>,
 }
 
 /// A ranker's stored policy versions.

@@ -88,6 +88,16 @@ impl SqliteSource {
     }
 }
 
+impl SqliteSource {
+    fn meta_millis(&self, key: &str) -> Result<Option<i64>, SourceError> {
+        let value: Option<String> = self
+            .connection
+            .query_row("SELECT value FROM meta WHERE key = ?1", params![key], |row| row.get(0))
+            .optional()?;
+        value.map(|v| v.parse::<i64>().map_err(|e| corrupt(&format!("meta.{key}"), e))).transpose()
+    }
+}
+
 fn read_metrics(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Metrics> {
     Ok(Metrics { views: row.get(first)?, likes: row.get(first + 1)?, units: row.get(first + 2)?, sales: row.get(first + 3)? })
 }
@@ -127,12 +137,14 @@ impl SourceOfTruth for SqliteSource {
             for (product, category) in &batch.new_memberships {
                 insert_membership.execute(params![product.as_str(), category.as_str()])?;
             }
+            let mut set_meta = transaction.prepare_cached(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            )?;
             if let Some(watermark) = batch.watermark_millis {
-                transaction.execute(
-                    "INSERT INTO meta (key, value) VALUES ('watermark_millis', ?1)
-                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    params![watermark.to_string()],
-                )?;
+                set_meta.execute(params!["watermark_millis", watermark.to_string()])?;
+            }
+            if let Some(ingested_at) = batch.ingested_at_millis {
+                set_meta.execute(params!["last_ingest_millis", ingested_at.to_string()])?;
             }
         }
         transaction.commit()?;
@@ -172,12 +184,8 @@ impl SourceOfTruth for SqliteSource {
         }
         drop(rows);
         drop(statement);
-        let watermark: Option<String> = self
-            .connection
-            .query_row("SELECT value FROM meta WHERE key = 'watermark_millis'", [], |row| row.get(0))
-            .optional()?;
-        state.watermark_millis =
-            watermark.map(|w| w.parse::<i64>().map_err(|e| corrupt("meta.watermark_millis", e))).transpose()?;
+        state.watermark_millis = self.meta_millis("watermark_millis")?;
+        state.last_ingest_millis = self.meta_millis("last_ingest_millis")?;
         Ok(state)
     }
 

@@ -1,0 +1,103 @@
+//! `spawn_app()`: the whole service on 127.0.0.1:0 with a fresh data dir, and helpers to drive it.
+
+use std::path::PathBuf;
+
+use rankgate::app::Application;
+use rankgate::config::{BearerKeys, Config};
+use serde_json::{json, Value};
+
+/// A running rankgate for one test.
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub data_dir: PathBuf,
+    shutdown: tokio_util::sync::CancellationToken,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// Epoch millis of "now" on the test machine.
+pub fn now_millis() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = spawn_app_in(dir.path().to_path_buf(), configure).await;
+    app._dir = Some(dir);
+    app
+}
+
+/// Starts (or restarts) a service on an existing data dir.
+pub async fn spawn_app_in(data_dir: PathBuf, configure: impl FnOnce(&mut Config)) -> TestApp {
+    let mut config = Config::for_data_dir(&data_dir);
+    configure(&mut config);
+    let app = Application::build(config).await.expect("the app builds");
+    let address = format!("http://{}", app.local_addr());
+    let shutdown = app.shutdown_token();
+    let handle = tokio::spawn(app.run_until_stopped());
+    TestApp { address, client: reqwest::Client::new(), data_dir, shutdown, handle: Some(handle), _dir: None }
+}
+
+impl TestApp {
+    /// Stops the server and waits for it, keeping the data dir.
+    pub async fn stop(mut self) -> Option<tempfile::TempDir> {
+        self.shutdown.cancel();
+        if let Some(handle) = self.handle.take() {
+            handle.await.unwrap().unwrap();
+        }
+        self._dir.take()
+    }
+
+    pub async fn post_events(&self, body: &Value) -> reqwest::Response {
+        self.client.post(format!("{}/v1/events", self.address)).json(body).send().await.unwrap()
+    }
+
+    pub async fn post_events_ok(&self, body: &Value) -> Value {
+        let response = self.post_events(body).await;
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    }
+
+    pub async fn get(&self, path_and_query: &str) -> reqwest::Response {
+        self.client.get(format!("{}{}", self.address, path_and_query)).send().await.unwrap()
+    }
+
+    pub async fn get_json(&self, path_and_query: &str) -> Value {
+        let response = self.get(path_and_query).await;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, 200, "GET {path_and_query}: {body}");
+        body
+    }
+}
+
+pub fn with_keys(config: &mut Config, admin: &[&str], ingest: &[&str]) {
+    config.admin_keys = BearerKeys::from_plain(admin);
+    config.ingest_keys = BearerKeys::from_plain(ingest);
+}
+
+pub fn view(id: &str, product: &str, ts: i64, categories: &[&str]) -> Value {
+    json!({ "id": id, "type": "product_viewed", "ts": ts, "product_id": product, "categories": categories })
+}
+
+pub fn sale(id: &str, product: &str, ts: i64, quantity: u32, price: u64, categories: &[&str]) -> Value {
+    json!({ "id": id, "type": "payment_succeeded", "ts": ts, "product_id": product, "categories": categories,
+            "quantity": quantity, "price": price })
+}
+
+/// The UTC day key (YYYYMMDD) of epoch millis.
+pub fn day_key(millis: i64) -> String {
+    let ts = jiff::Timestamp::from_millisecond(millis).unwrap();
+    ts.strftime("%Y%m%d").to_string()
+}
+
+/// The UTC hour key (YYYYMMDDHH) of epoch millis.
+pub fn hour_key(millis: i64) -> String {
+    let ts = jiff::Timestamp::from_millisecond(millis).unwrap();
+    ts.strftime("%Y%m%d%H").to_string()
+}

@@ -1,0 +1,9 @@
+//! HTTP API tests: the whole service on port 0 with its own data dir, driven over real HTTP.
+
+mod helpers;
+
+mod admin;
+mod crash;
+mod events;
+mod ops;
+mod rankings;

@@ -1,0 +1,178 @@
+//! Read API: top lists and ranks, every parameter, 400s that name the parameter, carry, catalogue and
+//! restart.
+
+use serde_json::json;
+
+use crate::helpers::*;
+
+const HOUR: i64 = 3_600_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_lists_are_ordered_by_score_then_product_id_with_1_based_ranks() {
+    let app = spawn_app().await;
+    let now = now_millis();
+    app.post_events_ok(&json!([
+        sale("s1", "p2", now, 3, 100, &["toys"]),
+        sale("s2", "p1", now, 3, 100, &["toys", "gifts"]),
+        sale("s3", "p3", now, 5, 100, &["gifts"]),
+        view("v1", "p4", now, &["toys"]),
+    ]))
+    .await;
+    let day = day_key(now);
+    let top = app.get_json(&format!("/v1/categories/toys/top?ranker=units&period=daily&at={day}")).await;
+    assert_eq!(top["ranker"], "units");
+    assert_eq!(top["category"], "toys");
+    assert_eq!(top["period"], "daily");
+    assert_eq!(top["at"], day);
+    assert_eq!(top["stale"], false);
+    assert_eq!(top["total"], 2, "p4 has no units, so it is not listed by `units`");
+    assert!(top["asOf"].as_str().unwrap().ends_with('Z'));
+    let ids: Vec<&str> = top["items"].as_array().unwrap().iter().map(|i| i["productId"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["p1", "p2"], "equal scores tie by product id ascending");
+    assert_eq!(top["items"][0]["rank"], 1);
+    assert_eq!(top["items"][0]["score"], 3.0);
+    assert_eq!(top["items"][0]["metrics"], json!({ "views": 0, "likes": 0, "units": 3, "sales": 300 }));
+
+    let all = app.get_json("/v1/categories/all/top?ranker=revenue&window=1d").await;
+    assert_eq!(all["window"], "1d");
+    assert_eq!(all["total"], 3);
+    assert_eq!(all["items"][0]["productId"], "p3");
+
+    let popular = app.get_json("/v1/categories/toys/top").await;
+    assert_eq!(popular["ranker"], "popular");
+    assert_eq!(popular["total"], 3);
+
+    let rank = app.get_json("/v1/products/p2/rank?category=toys&window=7d&ranker=units").await;
+    assert_eq!(rank["rank"], 2);
+    assert_eq!(rank["total"], 2);
+    assert_eq!(rank["window"], "7d");
+    assert_eq!(rank["score"], 3.0);
+    let unlisted = app.get_json("/v1/products/p3/rank?category=toys&window=7d&ranker=units").await;
+    assert_eq!(unlisted["rank"], serde_json::Value::Null, "not in toys: 200 with rank null");
+    let unknown = app.get_json("/v1/products/nobody/rank").await;
+    assert_eq!(unknown["rank"], serde_json::Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_parameters_get_400_naming_the_parameter() {
+    let app = spawn_app().await;
+    for (query, parameter) in [
+        ("/v1/categories/all/top?limit=0", "limit"),
+        ("/v1/categories/all/top?limit=1001", "limit"),
+        ("/v1/categories/all/top?limit=abc", "limit"),
+        ("/v1/categories/all/top?offset=-1", "offset"),
+        ("/v1/categories/all/top?offset=9990&limit=20", "offset"),
+        ("/v1/categories/all/top?ranker=best", "ranker"),
+        ("/v1/categories/all/top?period=yearly", "period"),
+        ("/v1/categories/all/top?window=2d", "window"),
+        ("/v1/categories/all/top?period=daily&at=2026W29", "at"),
+        ("/v1/categories/all/top?period=weekly&at=2021W53", "at"),
+        ("/v1/categories/all/top?window=7d&at=20260717", "at"),
+        ("/v1/categories/all/top?period=daily&window=7d", "window"),
+        ("/v1/products/p1/rank?ranker=nope", "ranker"),
+    ] {
+        let response = app.get(query).await;
+        assert_eq!(response.status(), 400, "{query}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert!(body["error"].as_str().unwrap().starts_with(parameter), "{query}: {body}");
+    }
+    let control = app.get("/v1/categories/a%01b/top").await;
+    assert_eq!(control.status(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_and_periods_follow_event_time_and_late_events_land_in_their_bucket() {
+    let app = spawn_app().await;
+    let now = now_millis();
+    app.post_events_ok(&json!([view("a", "p1", now, &[]), view("b", "p1", now - 30 * HOUR, &[])])).await;
+    let one_day = app.get_json("/v1/categories/all/top?window=1d").await;
+    assert_eq!(one_day["items"][0]["metrics"]["views"], 1);
+    let week = app.get_json("/v1/categories/all/top?window=7d").await;
+    assert_eq!(week["items"][0]["metrics"]["views"], 2);
+    // A late event 10 hours back is counted in its own hour, and the cached 7d window updates in place.
+    app.post_events_ok(&json!([view("c", "p1", now - 10 * HOUR, &[])])).await;
+    let week = app.get_json("/v1/categories/all/top?window=7d").await;
+    assert_eq!(week["items"][0]["metrics"]["views"], 3);
+    let hour = app.get_json(&format!("/v1/categories/all/top?period=hourly&at={}", hour_key(now - 10 * HOUR))).await;
+    assert_eq!(hour["items"][0]["metrics"]["views"], 1);
+    // The window ending 20 hours ago holds only the 30-hours-old view... and the 10-hours-old one is after it.
+    let earlier = app.get_json(&format!("/v1/categories/all/top?window=1d&at={}", hour_key(now - 20 * HOUR))).await;
+    assert_eq!(earlier["items"][0]["metrics"]["views"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yesterdays_top_products_carry_into_today_and_late_events_move_the_carry() {
+    let app = spawn_app().await;
+    let now = now_millis();
+    let yesterday = now - 24 * HOUR;
+    app.post_events_ok(&json!([view("y1", "p1", yesterday, &[]), view("y2", "p1", yesterday, &[]), view("t1", "p2", now, &[])]))
+        .await;
+    let today = app.get_json(&format!("/v1/categories/all/top?period=daily&at={}", day_key(now))).await;
+    let p1 = today["items"].as_array().unwrap().iter().find(|i| i["productId"] == "p1").unwrap().clone();
+    let expected_carry = 0.1 * (0.0 + 2.0 * 0.1);
+    assert_eq!(p1["carry"].as_f64().unwrap(), expected_carry);
+    assert_eq!(p1["score"].as_f64().unwrap(), expected_carry, "carry alone lists p1 today");
+    // A late view for yesterday changes today's carry.
+    app.post_events_ok(&json!([view("y3", "p1", yesterday, &[])])).await;
+    let today = app.get_json(&format!("/v1/products/p1/rank?period=daily&at={}", day_key(now))).await;
+    assert_eq!(today["carry"].as_f64().unwrap(), 0.1 * (0.0 + 3.0 * 0.1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalogue_entries_decorate_items_and_unknown_products_still_rank() {
+    let app = spawn_app().await;
+    let now = now_millis();
+    app.post_events_ok(&json!([sale("s1", "p1", now, 1, 10, &[]), sale("s2", "p2", now, 2, 10, &[])])).await;
+    let put = app
+        .client
+        .put(format!("{}/v1/products/p1", app.address))
+        .json(&json!({ "name": "Robot", "brand": "Acme", "price": 1999, "image": "https://img/1.png" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let bad = app.client.put(format!("{}/v1/products/p1", app.address)).json(&json!({ "price": -1 })).send().await.unwrap();
+    assert_eq!(bad.status(), 400);
+    let top = app.get_json("/v1/categories/all/top?ranker=units&period=daily").await;
+    assert_eq!(top["items"][0]["productId"], "p2");
+    assert!(top["items"][0].get("product").is_none());
+    assert_eq!(top["items"][1]["product"]["name"], "Robot");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_rebuilds_serving_state_and_answers_exactly_as_before() {
+    let app = spawn_app().await;
+    let now = now_millis();
+    let events: Vec<_> = (0..300)
+        .map(|i| {
+            let product = format!("p{}", i % 17);
+            let category = format!("c{}", i % 3);
+            if i % 4 == 0 {
+                sale(&format!("e{i}"), &product, now - (i % 50) * HOUR, 1 + (i % 3) as u32, 100 + i as u64, &[&category])
+            } else {
+                view(&format!("e{i}"), &product, now - (i % 50) * HOUR, &[&category])
+            }
+        })
+        .collect();
+    app.post_events_ok(&json!(events)).await;
+    let queries = [
+        "/v1/categories/all/top?limit=50".to_string(),
+        "/v1/categories/c1/top?window=7d&ranker=units".to_string(),
+        format!("/v1/categories/c2/top?period=daily&at={}", day_key(now - 24 * HOUR)),
+        "/v1/categories/all/top?period=monthly&ranker=revenue".to_string(),
+        "/v1/products/p3/rank?category=c0&window=30d".to_string(),
+    ];
+    let mut before = Vec::new();
+    for query in &queries {
+        before.push(app.get_json(query).await);
+    }
+    let data_dir = app.data_dir.clone();
+    let dir = app.stop().await;
+    let restarted = spawn_app_in(data_dir, |_| {}).await;
+    for (query, expected) in queries.iter().zip(before) {
+        let answer = restarted.get_json(query).await;
+        assert_eq!(answer, expected, "{query}");
+    }
+    restarted.stop().await;
+    drop(dir);
+}
