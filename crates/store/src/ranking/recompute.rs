@@ -6,6 +6,7 @@
 //! (`popular_score`, `is_listed`, `ranking_order`) with the engine, never its data structures.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 
@@ -38,8 +39,11 @@ pub struct BatchModel {
     /// carry(category, day start) memo: the chain is walked once per category, not once per read.
     carry_memo: RefCell<HashMap<(String, Hour), HashMap<ProductId, f64>>>,
     /// Totals of every category of recently asked spans, computed in one pass over the span's cells.
-    totals_memo: RefCell<HashMap<Span, std::rc::Rc<HashMap<String, HashMap<ProductId, Metrics>>>>>,
+    totals_memo: RefCell<HashMap<Span, Rc<TotalsByCategory>>>,
 }
+
+/// Per category name (`ALL_KEY` for `all`): product totals over one span.
+type TotalsByCategory = HashMap<String, HashMap<ProductId, Metrics>>;
 
 /// Key of `all` in the per-category totals (no category can be empty).
 const ALL_KEY: &str = "";
@@ -119,7 +123,7 @@ impl BatchModel {
     }
 
     /// Sums the span's cells once, into `all` and every category of each product.
-    fn totals_by_category(&self, span: &Span) -> std::rc::Rc<HashMap<String, HashMap<ProductId, Metrics>>> {
+    fn totals_by_category(&self, span: &Span) -> Rc<TotalsByCategory> {
         if let Some(totals) = self.totals_memo.borrow().get(span) {
             return totals.clone();
         }
@@ -137,7 +141,7 @@ impl BatchModel {
         for per_category in totals.values_mut() {
             per_category.retain(|_, m| !m.is_zero());
         }
-        let totals = std::rc::Rc::new(totals);
+        let totals = Rc::new(totals);
         let mut memo = self.totals_memo.borrow_mut();
         if memo.len() >= TOTALS_MEMO_SPANS {
             memo.clear();
