@@ -41,6 +41,20 @@ pub struct RankingService {
     catalog: RwLock<HashMap<ProductId, serde_json::Value>>,
     /// Serializes policy switches so two PUTs never interleave their builds.
     switch_lock: tokio::sync::Mutex<()>,
+    /// Serialized read responses, valid while the engine and catalogue generations are unchanged.
+    responses: ResponseCache,
+    /// Bumped on every catalogue change (responses embed catalogue data).
+    catalog_generation: std::sync::atomic::AtomicU64,
+}
+
+/// Responses are cached until this many distinct reads; then the cache starts over.
+const RESPONSE_CACHE_ENTRIES: usize = 20_000;
+
+/// Pre-serialized answers keyed by the fully resolved request (never the raw query string: the default
+/// `at` moves with the clock).
+#[derive(Default)]
+pub struct ResponseCache {
+    entries: RwLock<HashMap<String, (u64, u64, bytes::Bytes)>>,
 }
 
 /// Per-batch counts, as `POST /v1/events` reports them.
@@ -103,6 +117,8 @@ impl RankingService {
             popular: Mutex::new(RankerState { policies, building: None }),
             catalog: RwLock::new(catalog),
             switch_lock: tokio::sync::Mutex::new(()),
+            responses: ResponseCache::default(),
+            catalog_generation: std::sync::atomic::AtomicU64::new(0),
         };
         Ok((Arc::new(service), thread))
     }
@@ -145,6 +161,27 @@ impl RankingService {
         self.engine.write().rank(query, product)
     }
 
+    /// The generations a cached response must match: (engine, catalogue).
+    pub fn generations(&self) -> (u64, u64) {
+        (self.engine.read().generation(), self.catalog_generation.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// A cached response for `key`, if it was made at `generations`.
+    pub fn cached_response(&self, key: &str, generations: (u64, u64)) -> Option<bytes::Bytes> {
+        let entries = self.responses.entries.read();
+        let (engine, catalog, body) = entries.get(key)?;
+        ((*engine, *catalog) == generations).then(|| body.clone())
+    }
+
+    /// Remembers a response made at `generations`.
+    pub fn cache_response(&self, key: String, generations: (u64, u64), body: bytes::Bytes) {
+        let mut entries = self.responses.entries.write();
+        if entries.len() >= RESPONSE_CACHE_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(key, (generations.0, generations.1, body));
+    }
+
     /// Catalogue data of a product, if loaded.
     pub fn catalog_entry(&self, product: &ProductId) -> Option<serde_json::Value> {
         self.catalog.read().get(product).cloned()
@@ -160,6 +197,7 @@ impl RankingService {
         let stored = entries.clone();
         self.writer.run(move |ingestor| ingestor.source_mut().put_catalog(&stored)).await??;
         self.catalog.write().extend(entries);
+        self.catalog_generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(())
     }
 

@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 
 use axum::extract::{Path, Query, State};
-use axum::Json;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use rankgate_core::ids::{CategoryOrAll, ProductId};
@@ -101,12 +102,29 @@ pub fn format_millis(millis: Option<i64>) -> Value {
     }
 }
 
+fn json_response(body: bytes::Bytes) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Answers from the response cache, or computes, serializes and caches the answer. The generations are
+/// read before computing, so an answer that raced with an ingest is cached under the older generation and
+/// never served after it.
+fn cached(state: &AppState, key: String, compute: impl FnOnce() -> Value) -> Response {
+    let generations = state.rankings.generations();
+    if let Some(body) = state.rankings.cached_response(&key, generations) {
+        return json_response(body);
+    }
+    let body = bytes::Bytes::from(serde_json::to_vec(&compute()).expect("JSON values serialize"));
+    state.rankings.cache_response(key, generations, body.clone());
+    json_response(body)
+}
+
 /// `GET /v1/categories/{category}/top`
 pub async fn top(
     State(state): State<AppState>,
     Path(category): Path<String>,
     Query(params): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
     let category = parse_category(&category, "category")?;
     let ranker = parse_ranker(&params)?;
     let span = parse_span(&params, &state)?;
@@ -115,6 +133,18 @@ pub async fn top(
     if offset + limit > MAX_DEPTH {
         return Err(ApiError::bad_field("offset", format!("offset + limit may not exceed {MAX_DEPTH}")));
     }
+    let key = format!("top\u{0}{ranker}\u{0}{category}\u{0}{:?}\u{0}{offset}\u{0}{limit}", span.span);
+    Ok(cached(&state, key, || top_body(&state, ranker, category, span, offset, limit)))
+}
+
+fn top_body(
+    state: &AppState,
+    ranker: RankerName,
+    category: CategoryOrAll,
+    span: ParsedSpan,
+    offset: usize,
+    limit: usize,
+) -> Value {
     let query = RankingQuery { ranker, category: category.clone(), span: span.span };
     let page = state.rankings.top(&query, offset, limit);
     let with_catalog = state.rankings.has_catalog();
@@ -150,7 +180,7 @@ pub async fn top(
     });
     body["limit"] = json!(limit);
     body["offset"] = json!(offset);
-    Ok(Json(body))
+    body
 }
 
 /// `GET /v1/products/{productId}/rank`
@@ -158,7 +188,7 @@ pub async fn rank(
     State(state): State<AppState>,
     Path(product): Path<String>,
     Query(params): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
     let product = ProductId::parse(&product).map_err(|e| ApiError::bad_field("productId", e))?;
     let category = match params.get("category") {
         Some(raw) => parse_category(raw, "category")?,
@@ -166,6 +196,11 @@ pub async fn rank(
     };
     let ranker = parse_ranker(&params)?;
     let span = parse_span(&params, &state)?;
+    let key = format!("rank\u{0}{ranker}\u{0}{category}\u{0}{:?}\u{0}{product}", span.span);
+    Ok(cached(&state, key, || rank_body(&state, ranker, category, span, product)))
+}
+
+fn rank_body(state: &AppState, ranker: RankerName, category: CategoryOrAll, span: ParsedSpan, product: ProductId) -> Value {
     let query = RankingQuery { ranker, category: category.clone(), span: span.span };
     let answer = state.rankings.rank(&query, &product);
     let mut body = json!({
@@ -186,5 +221,5 @@ pub async fn rank(
     if let Some(entry) = state.rankings.catalog_entry(&product) {
         body["product"] = entry;
     }
-    Ok(Json(body))
+    body
 }

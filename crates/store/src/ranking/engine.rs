@@ -214,6 +214,8 @@ pub struct RankingEngine {
     earliest_day: Option<Hour>,
     as_of_millis: Option<i64>,
     lru_clock: AtomicU64,
+    /// Bumped by every change a reader could observe; response caches key on it.
+    generation: u64,
 }
 
 /// Spans rebuilt under a new policy, off to the side, ready for [`RankingEngine::install`].
@@ -389,6 +391,7 @@ impl RankingEngine {
             earliest_day: None,
             as_of_millis: None,
             lru_clock: AtomicU64::new(1),
+            generation: 0,
         }
     }
 
@@ -400,6 +403,12 @@ impl RankingEngine {
     /// The time zone of calendar periods.
     pub fn zone(&self) -> &Zone {
         &self.config.zone
+    }
+
+    /// A counter that changes whenever any answer could change (ingest, policy switch, eviction). Equal
+    /// generations mean equal answers, so responses can be cached against it.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Time of the latest ingest applied.
@@ -466,6 +475,7 @@ impl RankingEngine {
         memberships: &[(ProductId, Category)],
         as_of_millis: Option<i64>,
     ) {
+        self.generation += 1;
         let mut new_memberships = Vec::new();
         for (product, category) in memberships {
             let p = self.products.intern(product);
@@ -764,6 +774,7 @@ impl RankingEngine {
     /// Switches to spans built by [`RankingEngine::rebuild_with`]. Spans that changed since the build
     /// started (new batches) are rebuilt here, so nothing applied in between is lost.
     pub fn install(&mut self, rebuilt: RebuiltSpans) {
+        self.generation += 1;
         self.policy = rebuilt.policy;
         // The rebuilt carry may predate batches applied during the build; recompute it lazily instead.
         drop(rebuilt.carry_cache);
@@ -794,6 +805,7 @@ impl RankingEngine {
 
     /// Drops metrics older than `before` and every cached span or carry that depended on them.
     pub fn evict_before(&mut self, before: Hour) {
+        self.generation += 1;
         let kept = self.hours.split_off(&before);
         if std::mem::replace(&mut self.hours, kept).is_empty() {
             return;
