@@ -256,6 +256,35 @@ impl Event {
     /// The canonical JSON form, as kept in the raw event log: `ts` as integer milliseconds, `categories`
     /// always present, `quantity` and `price` only on payments. [`Event::from_json`] reads it back to an
     /// equal event.
+    /// Appends the canonical JSON of [`Event::to_json`] to `out` without building a `Value`: the raw
+    /// event log is written once per ingested event, so this is on the hot path.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        fn string(out: &mut Vec<u8>, value: &str) {
+            serde_json::to_writer(&mut *out, value).expect("writing to a Vec cannot fail");
+        }
+        out.extend_from_slice(b"{\"id\":");
+        string(out, self.id.as_str());
+        out.extend_from_slice(b",\"type\":\"");
+        out.extend_from_slice(self.kind.as_str().as_bytes());
+        out.extend_from_slice(b"\",\"ts\":");
+        out.extend_from_slice(self.ts_millis.to_string().as_bytes());
+        out.extend_from_slice(b",\"product_id\":");
+        string(out, self.product.as_str());
+        out.extend_from_slice(b",\"categories\":[");
+        for (i, category) in self.categories.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(out, category.as_str());
+        }
+        out.push(b']');
+        if let Some(payment) = self.payment {
+            out.extend_from_slice(format!(",\"quantity\":{},\"price\":{}", payment.quantity, payment.price).as_bytes());
+        }
+        out.push(b'}');
+    }
+
+    /// The canonical JSON form, which [`Event::from_json`] parses back to an equal event.
     #[must_use]
     pub fn to_json(&self) -> Value {
         let mut object = Map::new();
@@ -540,4 +569,25 @@ pub fn raw_id(item: &Value) -> Option<String> {
         end -= 1;
     }
     Some(id[..end].to_owned())
+}
+
+#[cfg(test)]
+mod write_json_tests {
+    use super::*;
+
+    #[test]
+    fn write_json_equals_to_json() {
+        let limits = ParseLimits::at(1_800_000_000_000);
+        for raw in [
+            serde_json::json!({"id": "a\"b\\c\u{1}", "type": "payment_refunded", "ts": 1_700_000_000_123i64,
+                "product_id": "p/ü", "categories": ["x", "y\n"], "quantity": 3, "price": 0}),
+            serde_json::json!({"id": "v", "type": "product_viewed", "ts": 5, "product_id": "p"}),
+        ] {
+            let event = Event::from_json(&raw, &limits).unwrap();
+            let mut bytes = Vec::new();
+            event.write_json(&mut bytes);
+            let written: Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(written, event.to_json());
+        }
+    }
 }

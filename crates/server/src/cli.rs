@@ -256,6 +256,8 @@ pub fn ingest_file(
     let mut chunk_lines = 0;
     let mut first_line_of_chunk = 1;
     let mut line = Vec::new();
+    // One batch commits on the writer thread while the next one is parsed here.
+    let mut in_flight: Option<crate::rankings::writer::PendingOutcomes> = None;
     loop {
         line.clear();
         let read = reader.read_until(b'\n', &mut line)?;
@@ -267,7 +269,10 @@ pub fn ingest_file(
             chunk_lines += 1;
         }
         if chunk_lines >= batch_size || (read == 0 && chunk_lines > 0) {
-            ingest_chunk(service, &chunk, first_line_of_chunk, config, &mut summary)?;
+            let pending = submit_chunk(service, &chunk, first_line_of_chunk, config, &mut summary)?;
+            if let Some(previous) = in_flight.replace(pending) {
+                previous.wait()?.iter().for_each(|outcome| summary.counts.count(outcome));
+            }
             summary.lines += chunk_lines;
             first_line_of_chunk += chunk_lines;
             progress.set_message(format!("{} accepted", summary.counts.accepted));
@@ -278,18 +283,21 @@ pub fn ingest_file(
             break;
         }
     }
+    if let Some(last) = in_flight {
+        last.wait()?.iter().for_each(|outcome| summary.counts.count(outcome));
+    }
     progress.finish_and_clear();
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
 }
 
-fn ingest_chunk(
+fn submit_chunk(
     service: &RankingService,
     chunk: &[u8],
     first_line: usize,
     config: &Config,
     summary: &mut IngestSummary,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<crate::rankings::writer::PendingOutcomes> {
     let now = jiff::Timestamp::now().as_millisecond();
     let limits = ParseLimits { now_millis: now, max_future_millis: config.max_future_millis };
     let items = split_body(chunk, BodyFormat::Ndjson).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -309,11 +317,7 @@ fn ingest_chunk(
             }
         }
     }
-    let outcomes = service.writer().ingest_blocking(events, now)?;
-    for outcome in &outcomes {
-        summary.counts.count(outcome);
-    }
-    Ok(())
+    service.writer().submit(events, now)
 }
 
 /// Recomputes every hourly metric row from the raw event log and replaces the stored rows.

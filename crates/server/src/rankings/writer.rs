@@ -52,11 +52,16 @@ impl WriterHandle {
 
     /// Blocking variant of [`WriterHandle::ingest`] for command-line tools.
     pub fn ingest_blocking(&self, events: Vec<Event>, now_millis: i64) -> anyhow::Result<Vec<EventOutcome>> {
+        self.submit(events, now_millis)?.wait()
+    }
+
+    /// Queues an ingest and returns at once, so a tool can parse the next batch while this one commits.
+    pub fn submit(&self, events: Vec<Event>, now_millis: i64) -> anyhow::Result<PendingOutcomes> {
         let (reply, answer) = oneshot::channel();
         self.sender
             .send(Command::Ingest { events, now_millis, reply })
             .map_err(|_| anyhow!("the rankings writer has stopped"))?;
-        answer.blocking_recv().map_err(|_| anyhow!("the rankings writer stopped before answering"))?
+        Ok(PendingOutcomes(answer))
     }
 
     /// Runs `task` on the writer thread, in order with ingests, and returns its result.
@@ -70,6 +75,16 @@ impl WriterHandle {
         });
         self.sender.send(Command::Run(task)).map_err(|_| anyhow!("the rankings writer has stopped"))?;
         answer.await.map_err(|_| anyhow!("the rankings writer stopped before answering"))
+    }
+}
+
+/// Outcomes of a submitted ingest, available once its batch is durable.
+pub struct PendingOutcomes(oneshot::Receiver<anyhow::Result<Vec<EventOutcome>>>);
+
+impl PendingOutcomes {
+    /// Blocks until the batch is durable (or failed).
+    pub fn wait(self) -> anyhow::Result<Vec<EventOutcome>> {
+        self.0.blocking_recv().map_err(|_| anyhow!("the rankings writer stopped before answering"))?
     }
 }
 

@@ -5,6 +5,10 @@
 //! before the source of truth has committed, and the caller acknowledges only after [`Ingestor::ingest`]
 //! returns. A crash before the commit loses an unacknowledged batch, which the client re-sends; a crash
 //! after it is repaired at start, when the engine and the dedupe set are rebuilt from the committed rows.
+//!
+//! The commit goes through [`SourceOfTruth::commit_deduped`]: a shared database (several instances) may
+//! find that another instance processed an id first, and those events become duplicates here too, so
+//! the engine only ever applies what the source of truth counted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,7 +45,9 @@ pub struct IngestConfig {
 
 impl Default for IngestConfig {
     fn default() -> Self {
-        IngestConfig { max_lateness_millis: 35 * 24 * 3_600_000 }
+        IngestConfig {
+            max_lateness_millis: 35 * 24 * 3_600_000,
+        }
     }
 }
 
@@ -68,8 +74,18 @@ impl Ingestor {
             engine.apply(&[], &state.memberships, None);
             engine.apply(&state.metrics, &[], state.last_ingest_millis);
         }
-        let processed = state.processed_ids.iter().map(|id| Box::<str>::from(id.as_str())).collect();
-        Ok(Ingestor { source, engine, processed, watermark_millis: state.watermark_millis, config })
+        let processed = state
+            .processed_ids
+            .iter()
+            .map(|id| Box::<str>::from(id.as_str()))
+            .collect();
+        Ok(Ingestor {
+            source,
+            engine,
+            processed,
+            watermark_millis: state.watermark_millis,
+            config,
+        })
     }
 
     /// The newest accepted event time.
@@ -96,6 +112,8 @@ impl Ingestor {
         let mut deltas: HashMap<(Hour, ProductId), Metrics> = HashMap::new();
         let mut memberships: hashbrown::HashSet<(ProductId, Category)> = hashbrown::HashSet::new();
         let mut watermark = self.watermark_millis;
+        // (index in `outcomes`, event time) of each event in `batch.events`.
+        let mut accepted_at: Vec<(usize, i64)> = Vec::with_capacity(events.len());
         {
             let engine = self.engine.read();
             for event in events {
@@ -133,25 +151,67 @@ impl Ingestor {
                 }
                 in_batch.insert(id);
                 watermark = Some(watermark.map_or(event.ts_millis, |mark| mark.max(event.ts_millis)));
-                batch.events.push((hour, event.id.clone(), event.to_json().to_string().into_bytes()));
+                let mut body = Vec::with_capacity(128);
+                event.write_json(&mut body);
+                batch.events.push((hour, event.id.clone(), body));
+                batch.event_deltas.push((event.product.clone(), delta));
+                accepted_at.push((outcomes.len(), event.ts_millis));
                 outcomes.push(EventOutcome::Accepted);
             }
         }
         if batch.events.is_empty() {
             return Ok(outcomes);
         }
-        batch.metric_deltas = deltas.into_iter().map(|((hour, product), m)| (hour, product, m)).collect();
-        batch.metric_deltas.sort_unstable_by(|a, b| (a.0, a.1.as_str()).cmp(&(b.0, b.1.as_str())));
+        batch.metric_deltas = deltas
+            .into_iter()
+            .map(|((hour, product), m)| (hour, product, m))
+            .collect();
+        batch
+            .metric_deltas
+            .sort_unstable_by(|a, b| (a.0, a.1.as_str()).cmp(&(b.0, b.1.as_str())));
         batch.new_memberships = memberships.into_iter().collect();
         batch.watermark_millis = watermark;
         batch.ingested_at_millis = Some(now_millis);
-        self.source.commit(&batch)?;
+        let counted = self.source.commit_deduped(&batch)?;
         // Durable from here on: publish to the dedupe set and the engine.
-        self.watermark_millis = watermark;
         for (_, id, _) in &batch.events {
             self.processed.insert(id.as_str().into());
         }
-        self.engine.write().apply(&batch.metric_deltas, &batch.new_memberships, Some(now_millis));
+        if counted.iter().all(|&new| new) {
+            self.watermark_millis = watermark;
+            self.engine
+                .write()
+                .apply(&batch.metric_deltas, &batch.new_memberships, Some(now_millis));
+            return Ok(outcomes);
+        }
+        // Another instance sharing the database counted some of these ids first: only the rest count.
+        let mut watermark = self.watermark_millis;
+        let mut deltas: HashMap<(Hour, ProductId), Metrics> = HashMap::new();
+        for (((new, &(index, ts)), (hour, _, _)), (product, delta)) in counted
+            .iter()
+            .zip(&accepted_at)
+            .zip(&batch.events)
+            .zip(&batch.event_deltas)
+        {
+            if !new {
+                outcomes[index] = EventOutcome::Duplicate;
+                continue;
+            }
+            watermark = Some(watermark.map_or(ts, |mark| mark.max(ts)));
+            let pending = deltas.entry((*hour, product.clone())).or_default();
+            *pending = pending
+                .checked_add(delta)
+                .expect("the source of truth summed the same subset in the same order");
+        }
+        self.watermark_millis = watermark;
+        let mut counted_deltas: Vec<_> = deltas
+            .into_iter()
+            .map(|((hour, product), m)| (hour, product, m))
+            .collect();
+        counted_deltas.sort_unstable_by(|a, b| (a.0, a.1.as_str()).cmp(&(b.0, b.1.as_str())));
+        self.engine
+            .write()
+            .apply(&counted_deltas, &batch.new_memberships, Some(now_millis));
         Ok(outcomes)
     }
 

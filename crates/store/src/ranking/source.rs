@@ -7,6 +7,13 @@
 //! The trait is synchronous on purpose. Commits run on one dedicated writer thread that group-commits
 //! concurrent requests, so a backend's round trips are paid once per batch, not per event, and a
 //! blocking client (SQLite, or the blocking `postgres` client) never stalls the async runtime.
+//!
+//! Who decides that an event id is new? With the embedded store one process holds the data-dir lock, so
+//! the [`Ingestor`](super::ingest::Ingestor)'s in-memory set is the arbiter and [`SourceOfTruth::commit`]
+//! trusts it. When several instances share one database, the database must arbitrate instead:
+//! [`SourceOfTruth::commit_deduped`] records the ids, reports which of them were new, and applies metric
+//! deltas and raw log rows only for those, in the same transaction. For that it needs each event's own
+//! delta, hence [`CommitBatch::event_deltas`] beside the coalesced [`CommitBatch::metric_deltas`].
 
 use rankgate_core::ids::{Category, EventId, ProductId};
 use rankgate_core::metrics::Metrics;
@@ -18,9 +25,14 @@ use rankgate_core::ranker::{Policy, RankerName};
 pub struct CommitBatch {
     /// Accepted events: (event hour, id, canonical JSON body). Their ids become processed ids.
     pub events: Vec<(Hour, EventId, Vec<u8>)>,
-    /// Coalesced metric deltas, one per (hour, product).
+    /// Each event's own metric delta, parallel to `events` (same length, same order). Used by
+    /// [`SourceOfTruth::commit_deduped`] to re-coalesce the deltas of only the events the database
+    /// found new. May be left empty for [`SourceOfTruth::commit`], which applies `metric_deltas` as is.
+    pub event_deltas: Vec<(ProductId, Metrics)>,
+    /// Coalesced metric deltas, one per (hour, product): the sum of `event_deltas` by (hour, product).
     pub metric_deltas: Vec<(Hour, ProductId, Metrics)>,
-    /// Category memberships seen for the first time.
+    /// Category memberships seen for the first time. Memberships are idempotent facts and are stored
+    /// whatever the dedupe outcome of the events that carried them.
     pub new_memberships: Vec<(ProductId, Category)>,
     /// The watermark (newest accepted event time) after this batch.
     pub watermark_millis: Option<i64>,
@@ -62,6 +74,13 @@ pub enum SourceError {
     /// The database rejected an operation.
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL rejected an operation, or could not be reached (also after one reconnect).
+    #[error("postgres: {0}")]
+    Postgres(#[from] ::postgres::Error),
+    /// The caller passed something the backend cannot use (a batch without the `event_deltas` it
+    /// needs, a schema name that is not a plain identifier, ...).
+    #[error("invalid argument: {0}")]
+    Invalid(String),
     /// Stored data could not be decoded.
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
@@ -73,15 +92,37 @@ pub enum SourceError {
 /// Durable storage of metrics, processed ids, the raw event log, policies and the catalogue.
 pub trait SourceOfTruth: Send {
     /// Commits one micro-batch atomically. When this returns `Ok`, every event in it is durable.
+    ///
+    /// The caller asserts that every event id in the batch is new (it deduped them itself).
     fn commit(&mut self, batch: &CommitBatch) -> Result<(), SourceError>;
+
+    /// Commits one micro-batch atomically with the **database** as the dedupe arbiter, and returns, per
+    /// event of `batch.events`, whether this call counted it (`true`) or its id had been processed
+    /// before (`false`; also for a repeat of an id earlier in the same batch). Metric deltas and raw log
+    /// rows are applied only for the counted events, in the same transaction as the ids. When an event
+    /// was a duplicate, the metric deltas are re-coalesced from `batch.event_deltas`, which must then be
+    /// parallel to `batch.events` ([`SourceError::Invalid`] otherwise).
+    ///
+    /// The default calls [`commit`](Self::commit) and reports every event as new: right for a backend
+    /// owned by one process (SQLite behind the data-dir lock), where the caller's in-memory set is
+    /// authoritative. Backends shared by several instances (PostgreSQL) override it.
+    fn commit_deduped(&mut self, batch: &CommitBatch) -> Result<Vec<bool>, SourceError> {
+        self.commit(batch)?;
+        Ok(vec![true; batch.events.len()])
+    }
     /// Loads everything needed to rebuild serving state.
     fn load(&mut self) -> Result<LoadedState, SourceError>;
-    /// Visits the raw event log in (hour, id) order: the input of `replay` and `verify`.
+    /// Visits the raw event log hour by hour, and within an hour in commit order: the input of `replay`
+    /// and `verify` (which only sum, so any order inside an hour is equally correct).
     fn scan_event_log(&mut self, visit: &mut dyn FnMut(Hour, &[u8])) -> Result<(), SourceError>;
     /// Replaces every metric row with `rows` (used by `replay`), in one transaction.
     fn replace_metrics(&mut self, rows: &[(Hour, ProductId, Metrics)]) -> Result<(), SourceError>;
     /// Drops raw events (and their processed ids) older than `events_before`, and metric rows older than
     /// `metrics_before`. Returns the ids forgotten, so in-memory dedupe can forget them too.
+    ///
+    /// Retention is a floor: a backend that drops whole time partitions (PostgreSQL, one per UTC day)
+    /// keeps the rows of a partition that straddles `events_before` until all of it is older, and returns
+    /// only the ids it really forgot. Every event at or after `events_before` is always kept.
     fn evict(&mut self, events_before: Hour, metrics_before: Hour) -> Result<Vec<EventId>, SourceError>;
     /// Loads a ranker's policies, or `None` if it was never configured.
     fn load_policies(&mut self, ranker: RankerName) -> Result<Option<RankerPolicies>, SourceError>;
