@@ -580,7 +580,7 @@ mod write_json_tests {
         let limits = ParseLimits::at(1_800_000_000_000);
         for raw in [
             serde_json::json!({"id": "a\"b\\c\u{1}", "type": "payment_refunded", "ts": 1_700_000_000_123i64,
-                "product_id": "p/ü", "categories": ["x", "y\n"], "quantity": 3, "price": 0}),
+                "product_id": "p/ü", "categories": ["x", "y\"z"], "quantity": 3, "price": 0}),
             serde_json::json!({"id": "v", "type": "product_viewed", "ts": 5, "product_id": "p"}),
         ] {
             let event = Event::from_json(&raw, &limits).unwrap();
