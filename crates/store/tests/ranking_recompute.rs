@@ -211,3 +211,98 @@ fn a_policy_switch_rebuilds_every_cached_span_under_the_new_weights() {
     let model = BatchModel::from_accepted(events, zone.clone(), new_weights);
     compare_everything(&engine, &model, &zone).unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------------
+// The same random workloads with PostgreSQL as the source of truth (one schema per case, dropped at the
+// end). Fewer cases: every case is a few hundred round trips to a real server.
+
+fn postgres_url() -> String {
+    std::env::var("RANKGATE_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A fresh schema for one case, dropped when the case ends, pass or fail.
+struct PgSchema(String);
+
+impl PgSchema {
+    fn new() -> PgSchema {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        PgSchema(format!("rgrecompute_{}_{n}", std::process::id()))
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        if let Ok(mut client) = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls) {
+            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.0));
+        }
+    }
+}
+
+fn open_postgres(
+    schema: &PgSchema,
+    weights: PopularWeights,
+    lateness: i64,
+) -> (Ingestor, Arc<RwLock<RankingEngine>>) {
+    let engine = Arc::new(RwLock::new(RankingEngine::new(
+        EngineConfig {
+            zone: Zone::utc(),
+            max_cached_members: 1_000_000,
+        },
+        Policy { version: 1, weights },
+    )));
+    let source = rankgate_store::ranking::postgres::PostgresSource::connect(&postgres_url(), &schema.0)
+        .unwrap_or_else(|e| panic!("PostgreSQL at {} must be reachable: {e}", postgres_url()));
+    let ingestor = Ingestor::open(
+        Box::new(source),
+        engine.clone(),
+        IngestConfig {
+            max_lateness_millis: lateness,
+        },
+    )
+    .unwrap();
+    (ingestor, engine)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, .. ProptestConfig::default() })]
+
+    #[test]
+    fn incremental_equals_recompute_on_postgres(
+        raw in proptest::collection::vec(raw_event(), 1..300),
+        batch_sizes in proptest::collection::vec(1usize..60, 1..20),
+        carry_top_n in 1u32..6,
+    ) {
+        let zone = Zone::utc();
+        let weights = PopularWeights { carry_top_n, ..PopularWeights::default() };
+        let lateness = 72 * HOUR;
+        let schema = PgSchema::new();
+        let (mut ingestor, engine) = open_postgres(&schema, weights, lateness);
+        let events: Vec<Event> = raw.iter().map(to_event).collect();
+        let mut outcomes = Vec::new();
+        let mut rest = &events[..];
+        let mut sizes = batch_sizes.iter().cycle();
+        while !rest.is_empty() {
+            let size = (*sizes.next().unwrap()).min(rest.len());
+            let (batch, tail) = rest.split_at(size);
+            outcomes.extend(ingestor.ingest(batch, BASE).unwrap());
+            rest = tail;
+            let mut engine = engine.write();
+            for span in spans(&zone).into_iter().step_by(3) {
+                engine.top(&RankingQuery { ranker: RankerName::Popular, category: CategoryOrAll::All, span }, 0, 3);
+            }
+        }
+        let (model, counts) = BatchModel::from_stream(events.clone(), lateness, zone.clone(), weights);
+        let accepted = outcomes.iter().filter(|o| **o == EventOutcome::Accepted).count();
+        let duplicates = outcomes.iter().filter(|o| **o == EventOutcome::Duplicate).count();
+        let too_old = outcomes.iter().filter(|o| **o == EventOutcome::TooOld).count();
+        prop_assert_eq!((accepted, duplicates, too_old), (counts.accepted, counts.duplicates, counts.too_old));
+        compare_everything(&engine, &model, &zone)?;
+
+        // Restart: rebuilt from PostgreSQL alone, the engine answers exactly the same.
+        drop(ingestor);
+        let (_reopened, engine) = open_postgres(&schema, weights, lateness);
+        compare_everything(&engine, &model, &zone)?;
+    }
+}

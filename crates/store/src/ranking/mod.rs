@@ -4,9 +4,14 @@
 //! Data flow: event → [`ingest::Ingestor`] (dedupe, lateness, coalesce) → [`source::SourceOfTruth`]
 //! commit → [`engine::RankingEngine::apply`] → flush on read → response. [`recompute`] rebuilds any
 //! ranking from raw events alone, as the reference the incremental path is compared with.
+//!
+//! Two sources of truth implement one trait: [`sqlite`] (embedded, one process) and [`postgres`] (shared
+//! by several instances). [`conformance`] is the one suite both must pass.
 
+pub mod conformance;
 pub mod engine;
 pub mod ingest;
+pub mod postgres;
 pub mod recompute;
 pub mod source;
 pub mod sqlite;

@@ -1,0 +1,251 @@
+//! Runs the [`SourceOfTruth`] conformance suite against SQLite (a temp dir per test) and PostgreSQL (the
+//! machine's server, `RANKGATE_TEST_POSTGRES` or `postgres://postgres@127.0.0.1:5432/test`, one schema per
+//! test, dropped at the end). PostgreSQL being unreachable fails these tests: CI starts it.
+//! Plus PostgreSQL-only checks: partitions are created and dropped, migrations are idempotent, and a
+//! killed connection is replaced without losing or double counting a batch.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rankgate_core::metrics::Metrics;
+use rankgate_core::period::Hour;
+use rankgate_store::ranking::conformance::{self as suite, batch_of, views, DAY0};
+use rankgate_store::ranking::postgres::PostgresSource;
+use rankgate_store::ranking::source::SourceOfTruth;
+use rankgate_store::ranking::sqlite::SqliteSource;
+
+fn postgres_url() -> String {
+    std::env::var("RANKGATE_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A fresh schema for one test, dropped (with everything in it) when the test ends, pass or fail.
+struct Schema(String);
+
+impl Schema {
+    fn new() -> Schema {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        Schema(format!(
+            "rgtest_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
+    fn open(&self) -> PostgresSource {
+        PostgresSource::connect(&postgres_url(), &self.0)
+            .unwrap_or_else(|e| panic!("PostgreSQL at {} must be reachable: {e}", postgres_url()))
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        if let Ok(mut client) = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls) {
+            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.0));
+        }
+    }
+}
+
+fn with_sqlite(check: impl FnOnce(suite::Factory<'_>)) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().to_owned();
+    check(&move || Box::new(SqliteSource::open(&path).expect("open sqlite")) as Box<dyn SourceOfTruth>);
+}
+
+fn with_postgres(check: impl FnOnce(suite::Factory<'_>)) {
+    let schema = Schema::new();
+    check(&|| Box::new(schema.open()) as Box<dyn SourceOfTruth>);
+}
+
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[test] fn $name() { super::with_sqlite(|open| super::suite::$name(open)); })*
+        }
+        mod postgres {
+            $(#[test] fn $name() { super::with_postgres(|open| super::suite::$name(open)); })*
+        }
+    };
+}
+
+both_backends!(
+    commit_load_round_trip,
+    metric_upserts_accumulate,
+    memberships_are_a_set,
+    watermark_and_last_ingest,
+    policies_round_trip,
+    catalog_round_trip,
+    scan_event_log_order,
+    replace_metrics_replaces,
+    evict_drops_old_events_and_metrics,
+);
+
+#[test]
+fn sqlite_failed_commit_leaves_nothing() {
+    // SQLite trusts the caller's dedupe, so nothing in a valid batch fails on its own: a trigger injects
+    // the failure at the batch's last write (the watermark), after its events and metrics were written.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().to_owned();
+    drop(SqliteSource::open(&path).expect("create"));
+    let connection = rusqlite::Connection::open(path.join("rankings.sqlite3")).expect("open file");
+    connection
+        .execute_batch(
+            "CREATE TRIGGER inject_failure BEFORE INSERT ON meta WHEN NEW.value = '9999'
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+        )
+        .expect("trigger");
+    drop(connection);
+    let setup = batch_of(&[(DAY0, "s1", "p1", views(1))]);
+    let mut failing = batch_of(&[(DAY0 + 1, "f1", "p2", views(1)), (DAY0, "f2", "p1", views(1))]);
+    failing.new_memberships = vec![(
+        rankgate_core::ids::ProductId::parse("p2").unwrap(),
+        rankgate_core::ids::Category::parse("c9").unwrap(),
+    )];
+    failing.watermark_millis = Some(9_999);
+    let open = move || Box::new(SqliteSource::open(&path).expect("open sqlite")) as Box<dyn SourceOfTruth>;
+    suite::failed_commit_leaves_nothing(&open, &setup, &failing);
+}
+
+#[test]
+fn postgres_failed_commit_leaves_nothing() {
+    // The stored row is at i64::MAX views: one more overflows `bigint` and aborts the transaction,
+    // after the ids, the log rows and the partition of a new day were already written in it.
+    let setup = batch_of(&[(DAY0, "s1", "p1", views(i64::MAX))]);
+    let mut failing = batch_of(&[
+        (DAY0 + 200, "f1", "p2", views(1)),
+        (DAY0, "f2", "p1", views(1)),
+        (DAY0, "s1", "p1", views(3)),
+    ]);
+    failing.new_memberships = vec![(
+        rankgate_core::ids::ProductId::parse("p2").unwrap(),
+        rankgate_core::ids::Category::parse("c9").unwrap(),
+    )];
+    failing.watermark_millis = Some(9_999);
+    let schema = Schema::new();
+    suite::failed_commit_leaves_nothing(
+        &|| Box::new(schema.open()) as Box<dyn SourceOfTruth>,
+        &setup,
+        &failing,
+    );
+    assert_eq!(
+        schema.open().partition_days().unwrap(),
+        vec![DAY0 / 24],
+        "the failed day partition was rolled back"
+    );
+}
+
+#[test]
+fn postgres_dedupe_by_database() {
+    with_postgres(suite::dedupe_by_database);
+}
+
+#[test]
+fn postgres_concurrent_duplicates_are_counted_once() {
+    with_postgres(suite::concurrent_duplicates_are_counted_once);
+}
+
+#[test]
+fn sqlite_default_commit_deduped_reports_all_new() {
+    // The provided method: SQLite is owned by one process, so the caller's dedupe is authoritative.
+    with_sqlite(|open| {
+        let mut source = open();
+        let flags = source.commit_deduped(&batch_of(&[
+            (DAY0, "a", "p1", views(1)),
+            (DAY0, "b", "p1", views(1)),
+        ]));
+        assert_eq!(flags.unwrap(), vec![true, true]);
+        assert_eq!(suite::snapshot(open().as_mut()).processed, vec!["a", "b"]);
+    });
+}
+
+#[test]
+fn postgres_partitions_are_created_per_day_and_dropped_by_retention() {
+    let schema = Schema::new();
+    let mut source = schema.open();
+    assert!(source.partition_days().unwrap().is_empty());
+    source
+        .commit(&batch_of(&[
+            (DAY0 + 3, "a", "p1", views(1)),
+            (DAY0 + 27, "b", "p1", views(1)),
+            (DAY0 + 51, "c", "p1", views(1)),
+        ]))
+        .unwrap();
+    let day0 = DAY0 / 24;
+    assert_eq!(source.partition_days().unwrap(), vec![day0, day0 + 1, day0 + 2]);
+    // A cut inside day 1 drops day 0 only; day 1's rows stay until all of day 1 is older.
+    let forgotten = source.evict(Hour(DAY0 + 30), Hour(0)).unwrap();
+    assert_eq!(
+        forgotten.iter().map(|id| id.as_str()).collect::<Vec<_>>(),
+        vec!["a"]
+    );
+    assert_eq!(source.partition_days().unwrap(), vec![day0 + 1, day0 + 2]);
+    let mut client = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls).unwrap();
+    let tables: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE '%\\_d%'",
+            &[&schema.0],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 4, "two partitions each of processed and event_log remain");
+    // Metrics are untouched by the event cut (metrics_before = hour 0).
+    assert_eq!(suite::snapshot(&mut source).metrics.len(), 3);
+}
+
+#[test]
+fn postgres_migrations_are_versioned_and_idempotent() {
+    let schema = Schema::new();
+    let mut source = schema.open();
+    assert!(source.migrate().unwrap().is_empty(), "connect already migrated");
+    let mut again = schema.open();
+    assert!(again.migrate().unwrap().is_empty());
+    let mut client = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls).unwrap();
+    let versions: Vec<i32> = client
+        .query(
+            &format!(
+                "SELECT version FROM \"{}\".schema_migrations ORDER BY version",
+                schema.0
+            ),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(versions, vec![1]);
+    assert!(
+        PostgresSource::connect(&postgres_url(), "Bad-Name").is_err(),
+        "schema names are plain identifiers"
+    );
+}
+
+#[test]
+fn postgres_a_killed_connection_is_replaced_and_the_batch_counted_once() {
+    let schema = Schema::new();
+    let mut source = schema.open();
+    source.commit(&batch_of(&[(DAY0, "k1", "p1", views(1))])).unwrap();
+    let pid = source.backend_pid().unwrap();
+    let mut admin = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls).unwrap();
+    let terminated: bool = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .unwrap()
+        .get(0);
+    assert!(terminated, "the source's connection was terminated");
+    let flags = source
+        .commit_deduped(&batch_of(&[
+            (DAY0, "k1", "p1", views(1)),
+            (DAY0, "k2", "p1", views(2)),
+        ]))
+        .expect("the commit reconnects and succeeds");
+    assert_eq!(flags, vec![false, true]);
+    assert_eq!(
+        suite::snapshot(&mut source).metrics,
+        vec![(
+            DAY0,
+            "p1".into(),
+            Metrics {
+                views: 3,
+                ..Metrics::default()
+            }
+        )]
+    );
+}
