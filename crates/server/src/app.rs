@@ -20,6 +20,7 @@ use crate::auth::{require_admin, require_ingest};
 use crate::config::Config;
 use crate::rankings::{lock_data_dir, RankingService};
 use crate::routes::{admin, catalog, events, ops, rankings};
+use crate::stream::{StreamConfig, StreamConsumer};
 use crate::waiting_room::{self, WaitingRoom};
 
 /// Everything a handler can reach.
@@ -126,6 +127,16 @@ impl Application {
         let mut workers = state.waiting_room.spawn_workers(shutdown.clone());
         workers.push(tokio::spawn(run_refresher_until_stopped(state.clone(), shutdown.clone())));
         workers.push(tokio::spawn(run_retention_until_stopped(state.clone(), shutdown.clone())));
+        if let Some(url) = &state.config.stream {
+            let consumer = StreamConsumer::connect(
+                StreamConfig::from_url(url)?,
+                state.rankings.clone(),
+                state.clock.clone(),
+                state.config.max_future_millis,
+            )
+            .await?;
+            workers.push(tokio::spawn(consumer.run_until_stopped(shutdown.clone())));
+        }
         Ok(Application {
             listener,
             router: router(state.clone()),

@@ -47,6 +47,8 @@ pub struct Config {
     pub ingest_keys: BearerKeys,
     /// Waiting-room defaults and `[[gate]]` routes.
     pub waiting_room: WaitingRoomConfig,
+    /// `redis://host:port/<stream key>`: also ingest from this Redis stream (consumer group).
+    pub stream: Option<String>,
 }
 
 impl std::fmt::Debug for Config {
@@ -112,6 +114,7 @@ pub struct FileConfig {
     waiting_room: WaitingRoomConfig,
     #[serde(default)]
     gate: Vec<GateConfig>,
+    stream: Option<String>,
 }
 
 /// Values given on the command line or in `RANKGATE_*` variables.
@@ -132,6 +135,9 @@ pub struct Overrides {
     /// Comma-separated admin bearer keys (never logged)
     #[arg(long, env = "RANKGATE_ADMIN_KEYS", hide_env_values = true, value_delimiter = ',')]
     pub admin_keys: Option<Vec<String>>,
+    /// Also ingest from a Redis stream: redis://host:port/<stream key> (consumer group `rankgate`)
+    #[arg(long, env = "RANKGATE_STREAM")]
+    pub stream: Option<String>,
     /// Comma-separated ingest bearer keys (never logged)
     #[arg(long, env = "RANKGATE_INGEST_KEYS", hide_env_values = true, value_delimiter = ',')]
     pub ingest_keys: Option<Vec<String>>,
@@ -175,6 +181,7 @@ impl Config {
             admin_keys: BearerKeys::from_plain(overrides.admin_keys.as_deref().unwrap_or(&file.admin_keys)),
             ingest_keys: BearerKeys::from_plain(overrides.ingest_keys.as_deref().unwrap_or(&file.ingest_keys)),
             waiting_room,
+            stream: overrides.stream.clone().or(file.stream),
         })
     }
 

@@ -9,6 +9,7 @@
 //! - [`error`]: the one `ApiError` every handler returns.
 //! - [`waiting_room`]: the waiting room's HTTP API, admission scheduler and order gate (SPEC 2).
 //! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, catalog.
+//! - [`stream`]: the Redis Streams consumer group (`--stream`).
 //! - [`verify`]: batch recompute vs served rankings.
 //! - [`demo`]: the seed lesson's workload end to end.
 
@@ -20,5 +21,6 @@ pub mod demo;
 pub mod error;
 pub mod rankings;
 pub mod routes;
+pub mod stream;
 pub mod verify;
 pub mod waiting_room;

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 /// A running rankgate for one test.
 pub struct TestApp {
     pub address: String,
+    pub state: rankgate::app::AppState,
     pub client: reqwest::Client,
     pub data_dir: PathBuf,
     shutdown: tokio_util::sync::CancellationToken,
@@ -38,12 +39,17 @@ pub async fn spawn_app_in(data_dir: PathBuf, configure: impl FnOnce(&mut Config)
     configure(&mut config);
     let app = Application::build(config).await.expect("the app builds");
     let address = format!("http://{}", app.local_addr());
+    let state = app.state().clone();
     let shutdown = app.shutdown_token();
     let handle = tokio::spawn(app.run_until_stopped());
-    TestApp { address, client: reqwest::Client::new(), data_dir, shutdown, handle: Some(handle), _dir: None }
+    TestApp { address, state, client: reqwest::Client::new(), data_dir, shutdown, handle: Some(handle), _dir: None }
 }
 
 impl TestApp {
+    pub fn rankings(&self) -> std::sync::Arc<rankgate::rankings::RankingService> {
+        self.state.rankings.clone()
+    }
+
     /// Stops the server and waits for it, keeping the data dir.
     pub async fn stop(mut self) -> Option<tempfile::TempDir> {
         self.shutdown.cancel();

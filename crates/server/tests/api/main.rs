@@ -7,3 +7,4 @@ mod crash;
 mod events;
 mod ops;
 mod rankings;
+mod stream;

@@ -1,0 +1,137 @@
+//! [`WaitingRoom::open_redis`]: the waiting room on Redis (standalone or Cluster) instead of the embedded
+//! store, so several `rankgate serve` instances share one queue, one admission budget and one set of tokens.
+//!
+//! Scripts read Redis `TIME`, so instances agree on order and expiry whatever their own clocks say; the
+//! room's `clock` still paces this instance's scheduler loop. Every instance must derive the same entry
+//! tokens, so they need the same token secret: `token_secret` from the config when given (recommended:
+//! then a Redis dump holds only nonces and token hashes and can forge nothing); otherwise the first
+//! instance generates one and stores it in Redis with `SET NX`, and every instance reads back that one.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use rankgate_store::clock::Clock;
+use rankgate_store::queue::redis::{RedisOptions, RedisStore, RedisTime};
+use rankgate_store::queue::token::TokenSecret;
+
+use super::config::WaitingRoomConfig;
+use super::service::WaitingRoom;
+
+/// Name of the shared secret in Redis (`<prefix>{rg}:token-secret`).
+const SHARED_SECRET: &str = "token-secret";
+
+fn configured_secret(config: &WaitingRoomConfig) -> anyhow::Result<Option<TokenSecret>> {
+    let Some(encoded) = &config.token_secret else {
+        return Ok(None);
+    };
+    let bytes = URL_SAFE_NO_PAD
+        .decode(encoded.trim())
+        .context("waiting_room.token_secret: not URL-safe base64")?;
+    let bytes: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("waiting_room.token_secret: must be 32 bytes"))?;
+    Ok(Some(TokenSecret::from_bytes(bytes)))
+}
+
+impl WaitingRoom {
+    /// Opens the waiting room on Redis. `urls`: one URL for a standalone server (a cluster node is
+    /// detected and used as the cluster's seed), or several cluster nodes. `prefix` starts every key (e.g.
+    /// `rankgate:`; no braces). Fails if Redis cannot be reached at startup; later outages make requests
+    /// fail closed (503) until Redis is back.
+    pub async fn open_redis(
+        urls: &[String],
+        prefix: &str,
+        config: WaitingRoomConfig,
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Arc<WaitingRoom>> {
+        let options = RedisOptions {
+            prefix: prefix.to_string(),
+            default_settings: config.default_settings()?,
+            consumed_memory_ms: config.consumed_memory_seconds as i64 * 1000,
+            time: RedisTime::Server,
+            ..RedisOptions::default()
+        };
+        let store = RedisStore::connect(urls, options)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("connecting to redis at {urls:?}"))?;
+        let secret = match configured_secret(&config)? {
+            Some(secret) => secret,
+            None => {
+                let candidate = TokenSecret::generate().context("reading the OS random number generator")?;
+                let shared = store
+                    .get_or_init_shared(SHARED_SECRET, &candidate.to_bytes())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))
+                    .context("agreeing on the token secret through redis")?;
+                let bytes: [u8; 32] = shared
+                    .try_into()
+                    .map_err(|_| anyhow::anyhow!("the token secret stored in redis is not 32 bytes"))?;
+                tracing::warn!(
+                    "waiting_room.token_secret is not configured: using a secret shared through redis; \
+                     configure one so a redis dump alone cannot forge entry tokens"
+                );
+                TokenSecret::from_bytes(bytes)
+            }
+        };
+        let room = WaitingRoom::from_stores(store.clone(), store.clone(), store, clock, config, secret)?;
+        Ok(Arc::new(room))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rankgate_core::ids::MemberId;
+    use rankgate_core::queue::{MemberStatus, QueueName};
+    use rankgate_store::clock::SystemClock;
+
+    /// Two instances opened on the same Redis without a configured secret agree on one secret: a token
+    /// admitted through one is shown identically by the other, and a member entered on one is seen by both.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_instances_on_one_redis_share_queue_and_tokens() {
+        let prefix = format!("rgtest:room:{}:", std::process::id());
+        let urls = vec!["redis://127.0.0.1:6379".to_string()];
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let a = WaitingRoom::open_redis(&urls, &prefix, WaitingRoomConfig::default(), Arc::clone(&clock))
+            .await
+            .expect("redis at 127.0.0.1:6379");
+        let b = WaitingRoom::open_redis(&urls, &prefix, WaitingRoomConfig::default(), clock)
+            .await
+            .unwrap();
+        let q = QueueName::parse("shared").unwrap();
+        let m = MemberId::parse("m-1").unwrap();
+        a.enter(&q, &m).await.unwrap();
+        let secret = TokenSecret::generate().unwrap();
+        a.queues.admit(&q, vec![secret.prepare().unwrap()]).await.unwrap();
+        let (seen_by_a, _) = a.poll(&q, &m).await.unwrap();
+        let seen_by_b = b.queues.position(&q, &m).await.unwrap();
+        assert_eq!(seen_by_a.status, MemberStatus::Ready);
+        assert_eq!(seen_by_b.status, MemberStatus::Ready);
+        let token_a = seen_by_a.entry_token.expect("a READY member is shown its token");
+        let (nonce, _) = seen_by_b.token.unwrap();
+        // Both rooms derived their secret from the one value stored in Redis.
+        let store = RedisStore::connect(
+            &urls,
+            RedisOptions {
+                prefix: prefix.clone(),
+                ..RedisOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        let shared: [u8; 32] = store
+            .get_or_init_shared(SHARED_SECRET, &[0u8; 32])
+            .await
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert_eq!(TokenSecret::from_bytes(shared).token_for(&nonce), token_a);
+        assert!(
+            store.purge_prefix().await.unwrap() > 0,
+            "this test's keys are removed"
+        );
+    }
+}
