@@ -13,8 +13,6 @@ use rankgate_core::event::{split_body, BodyFormat, Event, ParseLimits, RawItem};
 use rankgate_core::ids::ProductId;
 use rankgate_core::period::Hour;
 use rankgate_store::ranking::recompute::BatchModel;
-use rankgate_store::ranking::source::SourceOfTruth;
-use rankgate_store::ranking::sqlite::SqliteSource;
 
 use crate::app::Application;
 use crate::config::{Config, Overrides};
@@ -76,6 +74,11 @@ enum Command {
         /// Members queued in the flash-sale scene
         #[arg(long, default_value_t = 100_000)]
         flash_sale_members: usize,
+    },
+    /// Create or upgrade the PostgreSQL schema of --database (also done on every start)
+    Migrate {
+        #[command(flatten)]
+        overrides: Overrides,
     },
     /// Catalogue enrichment
     Catalog {
@@ -184,11 +187,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let passed = crate::demo::run_demo(data_dir, scale, flash_sale_members, &mut std::io::stdout())?;
             Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
+        Command::Migrate { overrides } => {
+            let config = Config::load(&overrides)?;
+            let url = config.database.as_deref().context("migrate needs --database postgres://… (SQLite migrates itself)")?;
+            let mut source = rankgate_store::ranking::postgres::PostgresSource::connect(url, &config.database_schema)?;
+            let applied = source.migrate()?;
+            println!("schema `{}` is up to date (applied now: {applied:?})", config.database_schema);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Catalog { command: CatalogCommand::Load { file, overrides } } => {
             let config = Config::load(&overrides)?;
             let _lock = lock_data_dir(&config.data_dir)?;
             let entries = read_catalog_csv(&file)?;
-            let mut source = SqliteSource::open(&config.data_dir)?;
+            let mut source = crate::rankings::open_source(&config)?;
             source.put_catalog(&entries)?;
             println!("loaded {} catalogue entries", entries.len());
             Ok(ExitCode::SUCCESS)
@@ -322,9 +333,9 @@ fn submit_chunk(
 
 /// Recomputes every hourly metric row from the raw event log and replaces the stored rows.
 pub fn replay_metrics(config: &Config) -> anyhow::Result<usize> {
-    let mut source = SqliteSource::open(&config.data_dir)?;
+    let mut source = crate::rankings::open_source(config)?;
     let policy = source.load_policies(rankgate_core::ranker::RankerName::Popular)?.map(|p| p.active).unwrap_or_default();
-    let events = read_event_log(&mut source)?;
+    let events = read_event_log(source.as_mut())?;
     let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
     let rows: Vec<(Hour, ProductId, rankgate_core::metrics::Metrics)> = model.hourly_rows();
     source.replace_metrics(&rows)?;

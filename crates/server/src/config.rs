@@ -49,6 +49,14 @@ pub struct Config {
     pub waiting_room: WaitingRoomConfig,
     /// `redis://host:port/<stream key>`: also ingest from this Redis stream (consumer group).
     pub stream: Option<String>,
+    /// `postgres://…`: PostgreSQL as the rankings source of truth instead of SQLite in the data dir.
+    pub database: Option<String>,
+    /// PostgreSQL schema holding rankgate's tables.
+    pub database_schema: String,
+    /// Redis URL(s) for waiting-room state (one URL, or several Cluster nodes); embedded when empty.
+    pub redis: Vec<String>,
+    /// Key prefix of every Redis key rankgate writes.
+    pub redis_prefix: String,
 }
 
 impl std::fmt::Debug for Config {
@@ -58,6 +66,8 @@ impl std::fmt::Debug for Config {
             .field("data_dir", &self.data_dir)
             .field("admin_keys", &self.admin_keys.len())
             .field("ingest_keys", &self.ingest_keys.len())
+            .field("database", &self.database.as_ref().map(|_| "postgres (url hidden)"))
+            .field("redis", &self.redis.len())
             .finish_non_exhaustive()
     }
 }
@@ -115,6 +125,11 @@ pub struct FileConfig {
     #[serde(default)]
     gate: Vec<GateConfig>,
     stream: Option<String>,
+    database: Option<String>,
+    database_schema: Option<String>,
+    #[serde(default)]
+    redis: Vec<String>,
+    redis_prefix: Option<String>,
 }
 
 /// Values given on the command line or in `RANKGATE_*` variables.
@@ -135,6 +150,15 @@ pub struct Overrides {
     /// Comma-separated admin bearer keys (never logged)
     #[arg(long, env = "RANKGATE_ADMIN_KEYS", hide_env_values = true, value_delimiter = ',')]
     pub admin_keys: Option<Vec<String>>,
+    /// PostgreSQL source of truth, e.g. postgres://postgres@127.0.0.1:5432/shop (never logged)
+    #[arg(long, env = "RANKGATE_DATABASE", hide_env_values = true)]
+    pub database: Option<String>,
+    /// PostgreSQL schema for rankgate's tables [default: rankgate]
+    #[arg(long, env = "RANKGATE_DATABASE_SCHEMA")]
+    pub database_schema: Option<String>,
+    /// Redis for waiting-room state: one URL, or comma-separated Cluster node URLs
+    #[arg(long, env = "RANKGATE_REDIS", value_delimiter = ',')]
+    pub redis: Option<Vec<String>>,
     /// Also ingest from a Redis stream: redis://host:port/<stream key> (consumer group `rankgate`)
     #[arg(long, env = "RANKGATE_STREAM")]
     pub stream: Option<String>,
@@ -182,6 +206,14 @@ impl Config {
             ingest_keys: BearerKeys::from_plain(overrides.ingest_keys.as_deref().unwrap_or(&file.ingest_keys)),
             waiting_room,
             stream: overrides.stream.clone().or(file.stream),
+            database: overrides.database.clone().or(file.database),
+            database_schema: overrides
+                .database_schema
+                .clone()
+                .or(file.database_schema)
+                .unwrap_or_else(|| "rankgate".into()),
+            redis: overrides.redis.clone().unwrap_or(file.redis),
+            redis_prefix: file.redis_prefix.unwrap_or_else(|| "rankgate:".into()),
         })
     }
 

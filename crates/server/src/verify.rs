@@ -19,7 +19,6 @@ use rankgate_store::ranking::engine::{EngineConfig, RankedItem, RankingEngine, R
 use rankgate_store::ranking::ingest::{IngestConfig, Ingestor};
 use rankgate_store::ranking::recompute::BatchModel;
 use rankgate_store::ranking::source::SourceOfTruth;
-use rankgate_store::ranking::sqlite::SqliteSource;
 
 use crate::config::Config;
 
@@ -124,10 +123,10 @@ pub fn read_event_log(source: &mut dyn SourceOfTruth) -> anyhow::Result<Vec<Even
 /// Verifies the data dir of `config` (a running server may keep serving meanwhile: SQLite WAL readers
 /// do not block the writer).
 pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Result<VerifyReport> {
-    let mut source = SqliteSource::open(&config.data_dir)?;
+    let mut source = crate::rankings::open_source(config)?;
     let policy = source.load_policies(RankerName::Popular)?.map(|p| p.active).unwrap_or_default();
     progress("reading the raw event log");
-    let events = read_event_log(&mut source)?;
+    let events = read_event_log(source.as_mut())?;
     let mut report = VerifyReport { events: events.len(), ..VerifyReport::default() };
     let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
 
@@ -136,7 +135,7 @@ pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Resu
         EngineConfig { zone: config.zone.clone(), max_cached_members: usize::MAX },
         policy,
     )));
-    let _ingestor = Ingestor::open(Box::new(source), engine.clone(), IngestConfig::default())?;
+    let _ingestor = Ingestor::open(source, engine.clone(), IngestConfig::default())?;
     let mut engine = engine.write();
 
     progress("comparing hourly metric rows with the raw log");

@@ -19,6 +19,7 @@ use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 use rankgate_store::ranking::engine::{EngineConfig, RankAnswer, RankingEngine, RankingQuery, TopPage};
 use rankgate_store::ranking::ingest::{EventOutcome, IngestConfig, Ingestor};
 use rankgate_store::ranking::source::{RankerPolicies, SourceOfTruth};
+use rankgate_store::ranking::postgres::PostgresSource;
 use rankgate_store::ranking::sqlite::SqliteSource;
 
 use crate::config::Config;
@@ -83,10 +84,10 @@ impl IngestCounts {
 }
 
 impl RankingService {
-    /// Opens the embedded source of truth in `config.data_dir` and rebuilds serving state from it.
+    /// Opens the configured source of truth (SQLite in `config.data_dir`, or PostgreSQL with
+    /// `--database`) and rebuilds serving state from it. Blocking: call it off the async runtime.
     pub fn open_embedded(config: &Config) -> anyhow::Result<(Arc<RankingService>, std::thread::JoinHandle<()>)> {
-        let mut source = SqliteSource::open(&config.data_dir)
-            .with_context(|| format!("opening the source of truth in {}", config.data_dir.display()))?;
+        let mut source = open_source(config)?;
         let policies = match source.load_policies(RankerName::Popular)? {
             Some(policies) => policies,
             None => {
@@ -106,7 +107,7 @@ impl RankingService {
             policies.active,
         )));
         let ingestor = Ingestor::open(
-            Box::new(source),
+            source,
             engine.clone(),
             IngestConfig { max_lateness_millis: config.max_lateness_millis },
         )?;
@@ -282,6 +283,21 @@ impl RankingService {
     /// Waits for the writer to drain (every earlier command has been applied).
     pub async fn barrier(&self) -> anyhow::Result<()> {
         self.writer.run(|_| ()).await
+    }
+}
+
+/// Opens the configured source of truth: PostgreSQL when `--database` is set, else SQLite in the data
+/// dir. Blocking (the PostgreSQL client runs its own small runtime): never call it from async code.
+pub fn open_source(config: &Config) -> anyhow::Result<Box<dyn SourceOfTruth>> {
+    match &config.database {
+        Some(url) => Ok(Box::new(
+            PostgresSource::connect(url, &config.database_schema)
+                .context("connecting to the PostgreSQL source of truth (check --database)")?,
+        )),
+        None => Ok(Box::new(
+            SqliteSource::open(&config.data_dir)
+                .with_context(|| format!("opening the source of truth in {}", config.data_dir.display()))?,
+        )),
     }
 }
 
