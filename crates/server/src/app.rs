@@ -127,6 +127,9 @@ impl Application {
         let mut workers = state.waiting_room.spawn_workers(shutdown.clone());
         workers.push(tokio::spawn(run_refresher_until_stopped(state.clone(), shutdown.clone())));
         workers.push(tokio::spawn(run_retention_until_stopped(state.clone(), shutdown.clone())));
+        if state.config.database.is_some() {
+            workers.push(tokio::spawn(run_follower_until_stopped(state.clone(), shutdown.clone())));
+        }
         if let Some(url) = &state.config.stream {
             let consumer = StreamConsumer::connect(
                 StreamConfig::from_url(url)?,
@@ -193,6 +196,23 @@ async fn run_refresher_until_stopped(state: AppState, shutdown: CancellationToke
         }
         let engine = state.rankings.engine().clone();
         let _ = tokio::task::spawn_blocking(move || engine.write().flush_all()).await;
+    }
+}
+
+/// With a shared source of truth (PostgreSQL), applies what other instances committed, well inside the
+/// freshness bound, so reads from every instance agree.
+async fn run_follower_until_stopped(state: AppState, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(Duration::from_millis((state.config.freshness_millis / 4).max(10)));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        match state.rankings.writer().run(|ingestor| ingestor.follow()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!(error = %error, "following other instances failed; will retry"),
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "the writer has stopped"),
+        }
     }
 }
 

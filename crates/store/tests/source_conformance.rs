@@ -211,7 +211,7 @@ fn postgres_migrations_are_versioned_and_idempotent() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(versions, vec![1]);
+    assert_eq!(versions, vec![1, 2], "every migration applied once");
     assert!(
         PostgresSource::connect(&postgres_url(), "Bad-Name").is_err(),
         "schema names are plain identifiers"

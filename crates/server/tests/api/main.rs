@@ -5,6 +5,7 @@ mod helpers;
 mod admin;
 mod crash;
 mod events;
+mod instances;
 mod ops;
 mod rankings;
 mod stream;

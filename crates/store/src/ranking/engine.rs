@@ -530,6 +530,29 @@ impl RankingEngine {
         }
     }
 
+    /// Applies absolute hourly values written by other instances (a change feed): each row becomes the
+    /// delta from what this engine holds, so rows it already applied itself change nothing.
+    pub fn apply_absolute(
+        &mut self,
+        rows: &[(Hour, ProductId, Metrics)],
+        memberships: &[(ProductId, Category)],
+        as_of_millis: Option<i64>,
+    ) {
+        let deltas: Vec<(Hour, ProductId, Metrics)> = rows
+            .iter()
+            .filter_map(|(hour, product, value)| {
+                let delta = value.checked_sub(&self.hourly_metrics(*hour, product))?;
+                (!delta.is_zero()).then(|| (*hour, product.clone(), delta))
+            })
+            .collect();
+        let new_memberships: Vec<(ProductId, Category)> =
+            memberships.iter().filter(|(p, c)| !self.has_membership(p, c)).cloned().collect();
+        if deltas.is_empty() && new_memberships.is_empty() && as_of_millis <= self.as_of_millis {
+            return;
+        }
+        self.apply(&deltas, &new_memberships, as_of_millis);
+    }
+
     fn note_day_changed(&mut self, hour: Hour, product: ProductIdx) {
         let day = PeriodKey::containing(PeriodKind::Daily, hour, &self.config.zone);
         let day_start = day.hours(&self.config.zone).start;

@@ -59,6 +59,8 @@ pub struct Ingestor {
     processed: hashbrown::HashSet<Box<str>>,
     watermark_millis: Option<i64>,
     config: IngestConfig,
+    /// Position in the source's change feed (shared backends only).
+    change_cursor: i64,
 }
 
 impl Ingestor {
@@ -85,7 +87,21 @@ impl Ingestor {
             processed,
             watermark_millis: state.watermark_millis,
             config,
+            change_cursor: state.change_cursor,
         })
+    }
+
+    /// Applies what other instances committed to a shared source of truth since the last call, so every
+    /// instance serves the same rankings. Returns the number of hourly rows read; 0 on single-writer
+    /// backends, which have nothing to follow.
+    pub fn follow(&mut self) -> Result<usize, SourceError> {
+        let Some(changes) = self.source.changes_since(self.change_cursor)? else { return Ok(0) };
+        self.change_cursor = changes.cursor;
+        if let Some(watermark) = changes.watermark_millis {
+            self.watermark_millis = Some(self.watermark_millis.map_or(watermark, |mark| mark.max(watermark)));
+        }
+        self.engine.write().apply_absolute(&changes.metrics, &changes.memberships, changes.last_ingest_millis);
+        Ok(changes.metrics.len())
     }
 
     /// The newest accepted event time.

@@ -44,7 +44,7 @@ use rankgate_core::metrics::Metrics;
 use rankgate_core::period::Hour;
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 
-use super::source::{CommitBatch, LoadedState, RankerPolicies, SourceError, SourceOfTruth};
+use super::source::{Changes, CommitBatch, LoadedState, RankerPolicies, SourceError, SourceOfTruth};
 
 /// Advisory lock class ("RG") for writes to one schema's partitioned tables; the key is the schema's hash.
 const WRITE_LOCK_CLASS: i32 = 0x5247;
@@ -125,6 +125,18 @@ BEGIN
     END LOOP;
 END
 $$;
+"#,
+), (
+    2,
+    // A change feed for other instances: every metric or membership row written gets the next value of
+    // `change_seq`. Commits hold the per-schema write lock while they draw values, so values become
+    // visible in commit order and a follower's cursor never skips a row.
+    r#"
+CREATE SEQUENCE {s}.change_seq;
+ALTER TABLE {s}.metrics_hourly ADD COLUMN change_seq bigint NOT NULL DEFAULT nextval('{s}.change_seq');
+CREATE INDEX metrics_hourly_change ON {s}.metrics_hourly (change_seq);
+ALTER TABLE {s}.product_categories ADD COLUMN change_seq bigint NOT NULL DEFAULT nextval('{s}.change_seq');
+CREATE INDEX product_categories_change ON {s}.product_categories (change_seq);
 "#,
 )];
 
@@ -344,7 +356,8 @@ fn upsert_metrics(
         let conflict = if accumulate {
             "ON CONFLICT (hour, product) DO UPDATE SET
                views = metrics_hourly.views + excluded.views, likes = metrics_hourly.likes + excluded.likes,
-               units = metrics_hourly.units + excluded.units, sales = metrics_hourly.sales + excluded.sales"
+               units = metrics_hourly.units + excluded.units, sales = metrics_hourly.sales + excluded.sales,
+               change_seq = nextval('change_seq')"
         } else {
             ""
         };
@@ -539,8 +552,63 @@ impl SourceOfTruth for PostgresSource {
                     _ => {}
                 }
             }
+            state.change_cursor = transaction
+                .query_one(
+                    "SELECT GREATEST((SELECT COALESCE(MAX(change_seq), 0) FROM metrics_hourly),
+                                     (SELECT COALESCE(MAX(change_seq), 0) FROM product_categories))",
+                    &[],
+                )?
+                .get(0);
             transaction.commit()?;
             Ok(state)
+        })
+    }
+
+    fn changes_since(&mut self, cursor: i64) -> Result<Option<Changes>, SourceError> {
+        self.with_reconnect(true, |client| {
+            // One snapshot for every query: commits draw change_seq values under the write lock, so
+            // every value below the snapshot's maximum is already visible and the cursor skips nothing.
+            let mut transaction = client
+                .build_transaction()
+                .read_only(true)
+                .isolation_level(::postgres::IsolationLevel::RepeatableRead)
+                .start()?;
+            let mut changes = Changes { cursor, ..Changes::default() };
+            for row in transaction.query(
+                "SELECT hour, product::text, views, likes, units, sales, change_seq FROM metrics_hourly
+                 WHERE change_seq > $1 ORDER BY change_seq",
+                &[&cursor],
+            )? {
+                let product: &str = row.get(1);
+                changes.metrics.push((
+                    Hour(row.get(0)),
+                    parse_product(product, "metrics_hourly.product")?,
+                    Metrics { views: row.get(2), likes: row.get(3), units: row.get(4), sales: row.get(5) },
+                ));
+                changes.cursor = changes.cursor.max(row.get(6));
+            }
+            for row in transaction.query(
+                "SELECT product::text, category::text, change_seq FROM product_categories WHERE change_seq > $1",
+                &[&cursor],
+            )? {
+                let product: &str = row.get(0);
+                let category: &str = row.get(1);
+                changes.memberships.push((
+                    parse_product(product, "product_categories.product")?,
+                    Category::parse(category).map_err(|e| corrupt("product_categories.category", e))?,
+                ));
+                changes.cursor = changes.cursor.max(row.get(2));
+            }
+            for row in transaction.query("SELECT key, value FROM meta", &[])? {
+                let key: &str = row.get(0);
+                match key {
+                    "watermark_millis" => changes.watermark_millis = Some(row.get(1)),
+                    "last_ingest_millis" => changes.last_ingest_millis = Some(row.get(1)),
+                    _ => {}
+                }
+            }
+            transaction.commit()?;
+            Ok(Some(changes))
         })
     }
 

@@ -53,6 +53,24 @@ pub struct LoadedState {
     pub watermark_millis: Option<i64>,
     /// When the last batch was ingested.
     pub last_ingest_millis: Option<i64>,
+    /// Position in the change feed this state includes (see [`SourceOfTruth::changes_since`]).
+    pub change_cursor: i64,
+}
+
+/// Rows other instances wrote since a cursor: absolute hourly values, not deltas, so applying them is
+/// idempotent and a follower converges whatever it had applied itself.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// The cursor to ask from next time.
+    pub cursor: i64,
+    /// Current values of every hourly row written since the cursor.
+    pub metrics: Vec<(Hour, ProductId, Metrics)>,
+    /// Memberships written since the cursor.
+    pub memberships: Vec<(ProductId, Category)>,
+    /// The shared watermark now.
+    pub watermark_millis: Option<i64>,
+    /// The shared last-ingest time now.
+    pub last_ingest_millis: Option<i64>,
 }
 
 /// A ranker's stored policy versions.
@@ -110,6 +128,13 @@ pub trait SourceOfTruth: Send {
         self.commit(batch)?;
         Ok(vec![true; batch.events.len()])
     }
+    /// What other writers changed since `cursor`, for backends shared by several instances. `None` (the
+    /// default) means this backend has a single writer (SQLite behind the data-dir lock): nothing to follow.
+    fn changes_since(&mut self, cursor: i64) -> Result<Option<Changes>, SourceError> {
+        let _ = cursor;
+        Ok(None)
+    }
+
     /// Loads everything needed to rebuild serving state.
     fn load(&mut self) -> Result<LoadedState, SourceError>;
     /// Visits the raw event log hour by hour, and within an hour in commit order: the input of `replay`
