@@ -18,6 +18,7 @@
 //! - [`limiter`]: [`RateLimiter`]: sliding log and sliding-window counter.
 //! - [`token`]: how entry tokens and claim ids are made and hashed.
 //! - [`embedded`]: the in-process backend (sorted sets from `rankgate-zset`, SQLite group commit).
+//! - [`redis`]: the Redis backend, standalone or Cluster (one Lua script per method, one slot per queue).
 //! - [`conformance`]: the shared test suite, run against every backend.
 //!
 //! [`Clock`]: crate::clock::Clock
@@ -26,6 +27,7 @@ pub mod conformance;
 pub mod embedded;
 pub mod jobs;
 pub mod limiter;
+pub mod redis;
 pub mod token;
 pub mod waiting;
 

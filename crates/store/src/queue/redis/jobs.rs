@@ -1,0 +1,164 @@
+//! [`JobStore`] on Redis: each method is one script over the job queue's hash-tagged keys.
+//!
+//! Transitions follow `rankgate_core::job::JobRecord` (claim, ack, nack with capped exponential backoff and
+//! jitter, reap, dead set, replay). Jitter is drawn in Rust and passed in, because a script's own random
+//! numbers are not something to rely on. Claim tokens are 96 random bits from the caller plus the claim's
+//! index in the batch, so every claim in a batch gets a distinct token that a stale worker cannot reuse.
+
+use async_trait::async_trait;
+use rand::Rng as _;
+
+use super::{RedisStore, Reply};
+use crate::queue::jobs::{ClaimedJob, DeadJob, JobAckOutcome, JobCounts, JobStore, NackOutcome, NewJob};
+use crate::queue::StoreError;
+
+/// Jitter units passed to one reap: expired jobs take them in turn.
+const REAP_JITTER_UNITS: usize = 32;
+/// Upper bound on one claim batch (a script should stay short).
+const MAX_CLAIM_BATCH: usize = 10_000;
+
+fn token_hex(token: u128) -> String {
+    format!("{token:032x}")
+}
+
+#[async_trait]
+impl JobStore for RedisStore {
+    async fn enqueue(&self, queue: &str, job: NewJob) -> Result<bool, StoreError> {
+        self.check()?;
+        let mut call = self.job_call(&self.scripts.job_enqueue, queue);
+        call.arg(&job.id)
+            .arg(job.payload.as_slice())
+            .arg(job.delay_ms)
+            .arg(job.policy.base_delay_ms)
+            .arg(job.policy.max_delay_ms)
+            .arg(job.policy.max_attempts);
+        let added: i64 = self.connection.invoke(&call).await?;
+        Ok(added == 1)
+    }
+
+    async fn claim_due(
+        &self,
+        queue: &str,
+        limit: usize,
+        lease_ms: i64,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
+        self.check()?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let base: u128 = rand::rng().random();
+        let base_hex = token_hex(base);
+        let mut call = self.job_call(&self.scripts.job_claim, queue);
+        call.arg(limit.min(MAX_CLAIM_BATCH))
+            .arg(lease_ms)
+            .arg(&base_hex[..24]);
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        let mut claimed = Vec::new();
+        while !reply.is_empty() {
+            let id = reply.string()?;
+            let payload = reply.bytes()?;
+            let attempt = reply.int()?.max(0) as u32;
+            let token = reply.string()?;
+            let claim_token = u128::from_str_radix(&token, 16)
+                .map_err(|_| StoreError::Corrupt(format!("bad claim token {token:?}")))?;
+            claimed.push(ClaimedJob {
+                id,
+                payload,
+                attempt,
+                claim_token,
+                claim_expires_at_ms: reply.int()?,
+            });
+        }
+        Ok(claimed)
+    }
+
+    async fn ack(&self, queue: &str, id: &str, claim_token: u128) -> Result<JobAckOutcome, StoreError> {
+        self.check()?;
+        let mut call = self.job_call(&self.scripts.job_ack, queue);
+        call.arg(id).arg(token_hex(claim_token));
+        let done: i64 = self.connection.invoke(&call).await?;
+        Ok(if done == 1 {
+            JobAckOutcome::Done
+        } else {
+            JobAckOutcome::Stale
+        })
+    }
+
+    async fn nack(
+        &self,
+        queue: &str,
+        id: &str,
+        claim_token: u128,
+        reason: &str,
+    ) -> Result<NackOutcome, StoreError> {
+        self.check()?;
+        let jitter: f64 = rand::rng().random();
+        let mut call = self.job_call(&self.scripts.job_nack, queue);
+        call.arg(id)
+            .arg(token_hex(claim_token))
+            .arg(reason)
+            .arg(format!("{jitter}"));
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(match reply.int()? {
+            1 => NackOutcome::RetryAt(reply.int()?),
+            2 => NackOutcome::Dead,
+            _ => NackOutcome::StaleClaim,
+        })
+    }
+
+    async fn reap_expired(&self, queue: &str) -> Result<u64, StoreError> {
+        self.check()?;
+        let mut call = self.job_call(&self.scripts.job_reap, queue);
+        let units: Vec<String> = {
+            let mut rng = rand::rng();
+            (0..REAP_JITTER_UNITS)
+                .map(|_| format!("{}", rng.random::<f64>()))
+                .collect()
+        };
+        for unit in units {
+            call.arg(unit);
+        }
+        let count: i64 = self.connection.invoke(&call).await?;
+        Ok(count.max(0) as u64)
+    }
+
+    async fn dead_jobs(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>, StoreError> {
+        self.check()?;
+        let mut call = self.job_call(&self.scripts.job_dead, queue);
+        call.arg(limit.min(i64::MAX as usize));
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        let mut dead = Vec::new();
+        while !reply.is_empty() {
+            dead.push(DeadJob {
+                id: reply.string()?,
+                payload: reply.bytes()?,
+                died_at_ms: reply.int()?,
+                reason: reply.string()?,
+            });
+        }
+        Ok(dead)
+    }
+
+    async fn replay_dead(&self, queue: &str, id: &str) -> Result<JobAckOutcome, StoreError> {
+        self.check()?;
+        let mut call = self.job_call(&self.scripts.job_replay, queue);
+        call.arg(id);
+        let done: i64 = self.connection.invoke(&call).await?;
+        Ok(if done == 1 {
+            JobAckOutcome::Done
+        } else {
+            JobAckOutcome::Stale
+        })
+    }
+
+    async fn counts(&self, queue: &str) -> Result<JobCounts, StoreError> {
+        self.check()?;
+        let call = self.job_call(&self.scripts.job_counts, queue);
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(JobCounts {
+            ready: reply.int()?.max(0) as u64,
+            processing: reply.int()?.max(0) as u64,
+            dead: reply.int()?.max(0) as u64,
+        })
+    }
+}

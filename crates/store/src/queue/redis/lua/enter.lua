@@ -1,0 +1,13 @@
+-- enter: ARGV[11] member. Atomic and idempotent: the state check and ZADD NX run in one script, so fifty
+-- concurrent first entries produce one position; the sequence comes from this queue's own counter.
+local created = ensure_queue(clock_now())
+local now = guarded_now()
+local member = ARGV[11]
+local st = state_of(member)
+local entered = 0
+if st.kind == 'N' or st.kind == 'X' then
+  local seq = redis.call('HINCRBY', META, 'seq', 1) - 1
+  set_state(member, st, {kind = 'W', seq = seq}, now)
+  entered = 1
+end
+return {entered, created and 1 or 0, view(member, now)}

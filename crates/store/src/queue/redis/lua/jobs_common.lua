@@ -1,0 +1,75 @@
+-- Shared prelude of every job script. KEYS (all tagged {rg:j:<job queue>}, one slot):
+--   1 ready (zset id -> due ms), 2 processing (zset id -> claim expiry ms), 3 dead (zset id -> died ms),
+--   4 records (hash id -> attempts|base|max delay|max attempts|claim token), 5 payloads (hash id -> bytes),
+--   6 reasons (hash id -> why it died), 7 meta (hash: the monotonic clock).
+-- ARGV[1]: injected now ms ('' = Redis TIME); script args from 2.
+local READY, PROCESSING, DEAD, RECORDS, PAYLOADS, REASONS, META =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+
+local function int(x) return string.format('%.0f', x) end
+
+local function split(s)
+  local out, start = {}, 1
+  while true do
+    local i = string.find(s, '|', start, true)
+    if not i then
+      out[#out + 1] = string.sub(s, start)
+      return out
+    end
+    out[#out + 1] = string.sub(s, start, i - 1)
+    start = i + 1
+  end
+end
+
+local function guarded_now()
+  local now
+  if ARGV[1] ~= '' then
+    now = tonumber(ARGV[1])
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local last = redis.call('HGET', META, 'last_ms')
+  if last and tonumber(last) > now then now = tonumber(last) end
+  redis.call('HSET', META, 'last_ms', int(now))
+  return now
+end
+
+local function get_record(id)
+  local raw = redis.call('HGET', RECORDS, id)
+  if not raw then return nil end
+  local f = split(raw)
+  return {attempts = tonumber(f[1]), base = tonumber(f[2]), max_delay = tonumber(f[3]),
+    max_attempts = tonumber(f[4]), token = f[5]}
+end
+
+local function put_record(id, r)
+  redis.call('HSET', RECORDS, id,
+    table.concat({int(r.attempts), int(r.base), int(r.max_delay), int(r.max_attempts), r.token}, '|'))
+end
+
+-- rankgate_core::job::backoff_delay_ms: capped exponential backoff, jittered over its upper half.
+local function backoff(r, failures, unit)
+  local exponent = math.min(math.max(failures - 1, 0), 62)
+  local capped = math.min(r.base * (2 ^ exponent), r.max_delay)
+  if unit ~= unit or unit == math.huge or unit == -math.huge then unit = 0 end
+  unit = math.min(math.max(unit, 0), 0.999999)
+  local half = math.floor(capped / 2)
+  return half + math.floor((capped - half) * unit)
+end
+
+-- A failed attempt (nack or reaped claim): retry after backoff, or dead after the last attempt.
+-- Returns the retry time, or nil when the job died.
+local function after_failure(id, r, now, unit, reason)
+  redis.call('ZREM', PROCESSING, id)
+  r.token = ''
+  put_record(id, r)
+  if r.attempts >= r.max_attempts then
+    redis.call('ZADD', DEAD, int(now), id)
+    redis.call('HSET', REASONS, id, reason)
+    return nil
+  end
+  local due = now + backoff(r, r.attempts, unit)
+  redis.call('ZADD', READY, int(due), id)
+  return due
+end

@@ -1,0 +1,511 @@
+//! The Redis backend of the waiting room, the job queue and the rate limiter, on a standalone Redis or a
+//! Redis Cluster. The behaviour is the embedded backend's, checked by the same conformance suite.
+//!
+//! # One method, one script, one slot
+//! Every trait method is exactly one Lua script (`lua/*.lua`, compiled in with `include_str!` and run through
+//! [`redis::Script`], i.e. `EVALSHA` with a load-and-retry on `NOSCRIPT`). Redis runs a script atomically, so
+//! a method can never be half-applied or interleaved with another instance's: the entry check and `ZADD NX`,
+//! the pop and the token issue, the budget refill and spend, a claim and its expiry all happen in one step.
+//! Each script touches the keys of **one object only**, and all of those keys share a hash tag, so in a
+//! cluster they sit in one slot on one node and the script is legal there (Redis refuses cross-slot
+//! scripts). The one thing that spans objects, the list of queues, is a plain `SADD` outside the scripts.
+//!
+//! # Key layout (`P` = the configured prefix, e.g. `rankgate:`)
+//! | key | type | holds |
+//! |---|---|---|
+//! | `P{rg:q:<queue>}:meta` | hash | settings, next sequence, READY/CLAIMED counters, budget (micro-members), estimator, last clock reading |
+//! | `P{rg:q:<queue>}:waiting` | zset | member → arrival sequence (strict FIFO; never a timestamp) |
+//! | `P{rg:q:<queue>}:holders` | hash | member → READY / CLAIMED / CONSUMED record: nonce, **token hash**, claim hash, expiries |
+//! | `P{rg:q:<queue>}:deadlines` | zset | member → its next deadline (token expiry, claim expiry, forgetting a consumed member) |
+//! | `P{rg:q:<queue>}:arrivals` | zset | arrival ms → first sequence of that ms (oldest-wait without a timestamp per member) |
+//! | `P{rg:q:<queue>}:admitted` | hash | second → members admitted (last 60 s) |
+//! | `P{rg:j:<jobs>}:{ready,processing,dead,records,payloads,reasons,meta}` | | one job queue |
+//! | `P{rg:rl:<key>}:{log,window,meta}` | | one rate-limit key; expires when idle |
+//! | `P{rg}:queues` | set | every queue name (for schedulers and the admin API) |
+//! | `P{rg}:secret` | string | the shared token secret, only when the config does not give one |
+//!
+//! Job-queue names and limiter keys are free text, so `%`, `{` and `}` in them are percent-encoded: a brace
+//! in a key name would move the hash tag. Queue names cannot contain braces.
+//!
+//! # Time
+//! Scripts read the store's clock, `redis.call('TIME')`, so every instance agrees on expiry and order, and
+//! pass it through a monotonic guard: the last time used is kept in the object's meta hash and time never
+//! goes backwards for that object. Tests replace `TIME` with an injected clock ([`RedisTime::Injected`]) so
+//! they control time exactly as they do for the embedded store; the guard applies either way.
+//!
+//! # Lifetimes
+//! Rate-limit keys expire once idle (`PEXPIRE`, twice the window plus slack). Consumed members are forgotten
+//! through their deadline. Queue and job keys have no TTL: a queue with people in it must never vanish.
+
+mod connection;
+mod jobs;
+mod limiter;
+mod waiting;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rankgate_core::queue::{FailMode, QueueName, QueueSettings};
+use redis::{Script, ScriptInvocation};
+
+use self::connection::Connection;
+pub use self::connection::Timeouts;
+use crate::clock::Clock;
+use crate::queue::StoreError;
+
+/// Where scripts take "now" from.
+#[derive(Clone)]
+pub enum RedisTime {
+    /// Redis `TIME`: the store's clock, shared by every instance. Production.
+    Server,
+    /// A clock passed into every script instead of `TIME` (tests, simulations).
+    Injected(Arc<dyn Clock>),
+}
+
+impl std::fmt::Debug for RedisTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisTime::Server => f.write_str("Server"),
+            RedisTime::Injected(_) => f.write_str("Injected"),
+        }
+    }
+}
+
+/// Options of the Redis store.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// Prefix of every key, so deployments (and tests) can share a Redis. Must not contain `{` or `}`.
+    pub prefix: String,
+    /// Settings a queue gets when it is created by its first entry.
+    pub default_settings: QueueSettings,
+    /// How long a consumed member is reported with `lastOutcome: CONSUMED` (ms).
+    pub consumed_memory_ms: i64,
+    /// The clock scripts use.
+    pub time: RedisTime,
+    /// Connect and response timeouts.
+    pub timeouts: Timeouts,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            prefix: "rankgate:".into(),
+            default_settings: QueueSettings::default(),
+            consumed_memory_ms: 3_600_000,
+            time: RedisTime::Server,
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+/// Every script, compiled once per store.
+struct Scripts {
+    enter: Script,
+    position: Script,
+    leave: Script,
+    admit: Script,
+    expire: Script,
+    claim: Script,
+    consume: Script,
+    release: Script,
+    update_settings: Script,
+    stats: Script,
+    job_enqueue: Script,
+    job_claim: Script,
+    job_ack: Script,
+    job_nack: Script,
+    job_reap: Script,
+    job_dead: Script,
+    job_replay: Script,
+    job_counts: Script,
+    limiter_log: Script,
+    limiter_window: Script,
+}
+
+const QUEUE_COMMON: &str = include_str!("lua/queue_common.lua");
+const JOBS_COMMON: &str = include_str!("lua/jobs_common.lua");
+const LIMITER_COMMON: &str = include_str!("lua/limiter_common.lua");
+
+impl Scripts {
+    fn new() -> Scripts {
+        let queue = |body: &str| Script::new(&[QUEUE_COMMON, body].join("\n"));
+        let job = |body: &str| Script::new(&[JOBS_COMMON, body].join("\n"));
+        let limiter = |body: &str| Script::new(&[LIMITER_COMMON, body].join("\n"));
+        Scripts {
+            enter: queue(include_str!("lua/enter.lua")),
+            position: queue(include_str!("lua/position.lua")),
+            leave: queue(include_str!("lua/leave.lua")),
+            admit: queue(include_str!("lua/admit.lua")),
+            expire: queue(include_str!("lua/expire.lua")),
+            claim: queue(include_str!("lua/claim.lua")),
+            consume: queue(include_str!("lua/consume.lua")),
+            release: queue(include_str!("lua/release.lua")),
+            update_settings: queue(include_str!("lua/update_settings.lua")),
+            stats: queue(include_str!("lua/stats.lua")),
+            job_enqueue: job(include_str!("lua/job_enqueue.lua")),
+            job_claim: job(include_str!("lua/job_claim.lua")),
+            job_ack: job(include_str!("lua/job_ack.lua")),
+            job_nack: job(include_str!("lua/job_nack.lua")),
+            job_reap: job(include_str!("lua/job_reap.lua")),
+            job_dead: job(include_str!("lua/job_dead.lua")),
+            job_replay: job(include_str!("lua/job_replay.lua")),
+            job_counts: job(include_str!("lua/job_counts.lua")),
+            limiter_log: limiter(include_str!("lua/limiter_log.lua")),
+            limiter_window: limiter(include_str!("lua/limiter_window.lua")),
+        }
+    }
+}
+
+/// The Redis store: implements [`QueueStore`](crate::queue::QueueStore), [`JobStore`](crate::queue::JobStore)
+/// and [`RateLimiter`](crate::queue::RateLimiter). Cheap to share behind an `Arc`; every instance of the
+/// service opens its own and they agree through Redis.
+pub struct RedisStore {
+    connection: Connection,
+    options: RedisOptions,
+    scripts: Scripts,
+    /// Settings of a new queue, as script arguments (ARGV 3..10).
+    default_args: Vec<String>,
+    /// Queues this process has put in the registry (saves a round trip per entry).
+    registered: Mutex<HashSet<QueueName>>,
+    /// Test and drill hook: when set, every operation fails as if Redis were unreachable.
+    unreachable: AtomicBool,
+    cluster: bool,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.options.prefix)
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connects. One URL: a standalone server, unless that server says it runs in cluster mode (then it is
+    /// used as the cluster's seed). Several URLs: the nodes of a cluster.
+    pub async fn connect(urls: &[String], options: RedisOptions) -> Result<Arc<RedisStore>, StoreError> {
+        if options.prefix.contains(['{', '}']) {
+            return Err(StoreError::Unavailable(format!(
+                "redis key prefix {:?} must not contain braces (they would move the hash tag)",
+                options.prefix
+            )));
+        }
+        let (connection, cluster) = match urls {
+            [] => return Err(StoreError::Unavailable("no redis URL given".into())),
+            [url] => {
+                let standalone = Connection::standalone(url, options.timeouts).await?;
+                let info: String = standalone.query(redis::cmd("INFO").arg("cluster")).await?;
+                if info.contains("cluster_enabled:1") {
+                    (Connection::cluster(urls, options.timeouts).await?, true)
+                } else {
+                    (standalone, false)
+                }
+            }
+            _ => (Connection::cluster(urls, options.timeouts).await?, true),
+        };
+        let s = &options.default_settings;
+        let default_args = settings_args(s);
+        Ok(Arc::new(RedisStore {
+            connection,
+            options,
+            scripts: Scripts::new(),
+            default_args,
+            registered: Mutex::new(HashSet::new()),
+            unreachable: AtomicBool::new(false),
+            cluster,
+        }))
+    }
+
+    /// Whether this store talks to a Redis Cluster.
+    #[must_use]
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// The key prefix.
+    #[must_use]
+    pub fn prefix(&self) -> &str {
+        &self.options.prefix
+    }
+
+    /// Simulates losing Redis (a partition): while `true`, every operation answers
+    /// [`StoreError::Unavailable`], exactly like a real connection failure. For fail-closed tests and drills.
+    pub fn set_unreachable(&self, unreachable: bool) {
+        self.unreachable.store(unreachable, Ordering::SeqCst);
+    }
+
+    /// Stores `candidate` under `name` unless a value is already there (`SET NX`), and returns the value
+    /// every instance now agrees on. Used for the shared token secret.
+    pub async fn get_or_init_shared(&self, name: &str, candidate: &[u8]) -> Result<Vec<u8>, StoreError> {
+        self.check()?;
+        let key = format!("{}{{rg}}:{}", self.options.prefix, escape(name));
+        let _: Option<String> = self
+            .connection
+            .query(redis::cmd("SET").arg(&key).arg(candidate).arg("NX"))
+            .await?;
+        let stored: Option<Vec<u8>> = self.connection.query(redis::cmd("GET").arg(&key)).await?;
+        stored.ok_or_else(|| StoreError::Corrupt(format!("{key} vanished right after SET NX")))
+    }
+
+    /// `MEMORY USAGE` of a queue's waiting set in bytes (for the memory benchmark).
+    pub async fn waiting_memory_bytes(&self, queue: &QueueName) -> Result<u64, StoreError> {
+        let key = self.queue_keys(queue)[1].clone();
+        let bytes: Option<u64> = self
+            .connection
+            .query(redis::cmd("MEMORY").arg("USAGE").arg(&key).arg("SAMPLES").arg(0))
+            .await?;
+        Ok(bytes.unwrap_or(0))
+    }
+
+    /// Deletes every key under this store's prefix (tests and teardown). Standalone only: on a cluster the
+    /// keys are spread over nodes that one `SCAN` does not visit, so it answers an error there.
+    pub async fn purge_prefix(&self) -> Result<u64, StoreError> {
+        if self.cluster {
+            return Err(StoreError::Unavailable(
+                "purge_prefix is not supported on a cluster".into(),
+            ));
+        }
+        let pattern = format!("{}*", self.options.prefix);
+        let mut cursor: u64 = 0;
+        let mut deleted = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = self
+                .connection
+                .query(
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(1000),
+                )
+                .await?;
+            for key in keys {
+                let removed: u64 = self.connection.query(redis::cmd("DEL").arg(key)).await?;
+                deleted += removed;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        if self.unreachable.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("redis unreachable".into()));
+        }
+        Ok(())
+    }
+
+    /// ARGV[1]: the injected time, or empty for Redis `TIME`.
+    fn now_arg(&self) -> String {
+        match &self.options.time {
+            RedisTime::Server => String::new(),
+            RedisTime::Injected(clock) => clock.now_millis().to_string(),
+        }
+    }
+
+    fn queue_keys(&self, queue: &QueueName) -> [String; 6] {
+        let base = format!("{}{{rg:q:{}}}", self.options.prefix, queue.as_str());
+        ["meta", "waiting", "holders", "deadlines", "arrivals", "admitted"].map(|s| format!("{base}:{s}"))
+    }
+
+    fn job_keys(&self, queue: &str) -> [String; 7] {
+        let base = format!("{}{{rg:j:{}}}", self.options.prefix, escape(queue));
+        [
+            "ready",
+            "processing",
+            "dead",
+            "records",
+            "payloads",
+            "reasons",
+            "meta",
+        ]
+        .map(|s| format!("{base}:{s}"))
+    }
+
+    fn limiter_keys(&self, key: &str) -> [String; 3] {
+        let base = format!("{}{{rg:rl:{}}}", self.options.prefix, escape(key));
+        ["log", "window", "meta"].map(|s| format!("{base}:{s}"))
+    }
+
+    fn registry_key(&self) -> String {
+        format!("{}{{rg}}:queues", self.options.prefix)
+    }
+
+    /// A queue script invocation with the common arguments (keys 1–6, ARGV 1–10).
+    fn queue_call<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        for key in self.queue_keys(queue) {
+            invocation.key(key);
+        }
+        invocation
+            .arg(self.now_arg())
+            .arg(self.options.consumed_memory_ms);
+        for arg in &self.default_args {
+            invocation.arg(arg);
+        }
+        invocation
+    }
+
+    fn job_call<'a>(&self, script: &'a Script, queue: &str) -> ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        for key in self.job_keys(queue) {
+            invocation.key(key);
+        }
+        invocation.arg(self.now_arg());
+        invocation
+    }
+
+    /// Puts `queue` in the registry before a script may create it, so a crash between the two can leave a
+    /// listed queue that does not exist yet (harmless: it reads as absent) but never an unlisted queue that
+    /// no scheduler would admit from.
+    async fn register(&self, queue: &QueueName, force: bool) -> Result<(), StoreError> {
+        if !force && self.registered.lock().contains(queue) {
+            return Ok(());
+        }
+        let _: i64 = self
+            .connection
+            .query(redis::cmd("SADD").arg(self.registry_key()).arg(queue.as_str()))
+            .await?;
+        self.registered.lock().insert(queue.clone());
+        Ok(())
+    }
+}
+
+/// The eight setting fields as stored in the meta hash, in `SETTING_FIELDS` order.
+fn settings_args(s: &QueueSettings) -> Vec<String> {
+    vec![
+        format!("{}", s.admit_per_second),
+        s.admit_rate_milli().to_string(),
+        s.tick_millis.to_string(),
+        s.token_ttl_seconds.to_string(),
+        s.claim_ttl_seconds.to_string(),
+        s.max_active.map_or_else(String::new, |n| n.to_string()),
+        if s.paused { "1" } else { "0" }.to_string(),
+        fail_mode_str(s.fail_mode).to_string(),
+    ]
+}
+
+fn fail_mode_str(mode: FailMode) -> &'static str {
+    match mode {
+        FailMode::Closed => "closed",
+        FailMode::Open => "open",
+    }
+}
+
+/// Percent-encodes the characters that would change a key's hash tag.
+fn escape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for c in raw.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Reads a script's array reply field by field.
+pub(crate) struct Reply(std::vec::IntoIter<redis::Value>);
+
+impl Reply {
+    pub(crate) fn new(value: redis::Value) -> Result<Reply, StoreError> {
+        match value {
+            redis::Value::Array(items) => Ok(Reply(items.into_iter())),
+            redis::Value::Nil => Ok(Reply(Vec::new().into_iter())),
+            other => Err(StoreError::Corrupt(format!(
+                "expected an array reply, got {other:?}"
+            ))),
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
+
+    fn next(&mut self) -> Result<redis::Value, StoreError> {
+        self.0
+            .next()
+            .ok_or_else(|| StoreError::Corrupt("script reply is too short".into()))
+    }
+
+    pub(crate) fn int(&mut self) -> Result<i64, StoreError> {
+        let value = self.next()?;
+        redis::from_redis_value::<i64>(&value).map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+
+    pub(crate) fn bytes(&mut self) -> Result<Vec<u8>, StoreError> {
+        match self.next()? {
+            redis::Value::Nil => Ok(Vec::new()),
+            value => {
+                redis::from_redis_value::<Vec<u8>>(&value).map_err(|e| StoreError::Corrupt(e.to_string()))
+            }
+        }
+    }
+
+    pub(crate) fn string(&mut self) -> Result<String, StoreError> {
+        String::from_utf8(self.bytes()?).map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+
+    /// A float stored as text; empty means absent.
+    pub(crate) fn opt_f64(&mut self) -> Result<Option<f64>, StoreError> {
+        let raw = self.string()?;
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        raw.parse()
+            .map(Some)
+            .map_err(|_| StoreError::Corrupt(format!("not a number: {raw:?}")))
+    }
+
+    pub(crate) fn array(&mut self) -> Result<Reply, StoreError> {
+        Reply::new(self.next()?)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+fn unhex<const N: usize>(raw: &str) -> Result<[u8; N], StoreError> {
+    let corrupt = || StoreError::Corrupt(format!("bad hex field {raw:?}"));
+    if raw.len() != N * 2 {
+        return Err(corrupt());
+    }
+    let mut out = [0u8; N];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&raw[i * 2..i * 2 + 2], 16).map_err(|_| corrupt())?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_keeps_the_hash_tag_and_hex_round_trips() {
+        assert_eq!(escape("poll:q:{m}%"), "poll:q:%7Bm%7D%25");
+        let bytes = [0u8, 1, 0xab, 0xff];
+        assert_eq!(hex(&bytes), "0001abff");
+        assert_eq!(unhex::<4>("0001abff").unwrap(), bytes);
+        assert!(unhex::<4>("0001abf").is_err());
+        let args = settings_args(&QueueSettings {
+            admit_per_second: 0.5,
+            max_active: Some(7),
+            ..QueueSettings::default()
+        });
+        assert_eq!(args, ["0.5", "500", "1000", "300", "30", "7", "0", "closed"]);
+    }
+}

@@ -1,0 +1,374 @@
+//! [`QueueStore`] on Redis: each method is one script from `lua/` over the queue's six hash-tagged keys.
+//!
+//! The scripts apply the same transitions as `rankgate_core::queue::MemberState` and the same budget and
+//! estimator arithmetic as `AdmissionBudget` / `ThroughputEstimator`; what they return is turned back into
+//! the store's outcome types here. Read-side derivations (the wait estimate, admissions in the last minute,
+//! the measured rate) are computed in Rust by the core functions themselves from the raw values the script
+//! read atomically, so they cannot drift from the embedded backend.
+
+use async_trait::async_trait;
+use rankgate_core::ids::MemberId;
+use rankgate_core::queue::{
+    ClaimRejection, ConsumeRejection, Digest, FailMode, LeaveRejection, MemberStatus, QueueName,
+    QueueSettings, ReleaseRejection, ReleasedTo, SettingsError, SettingsPatch, ThroughputEstimator,
+};
+
+use super::{hex, settings_args, unhex, RedisStore, Reply};
+use crate::queue::waiting::{
+    AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome,
+    MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
+};
+use crate::queue::StoreError;
+
+fn status_of(code: i64) -> Result<MemberStatus, StoreError> {
+    Ok(match code {
+        0 => MemberStatus::NotEntered,
+        1 => MemberStatus::Waiting,
+        2 => MemberStatus::Ready,
+        3 => MemberStatus::Claimed,
+        other => return Err(StoreError::Corrupt(format!("unknown member status {other}"))),
+    })
+}
+
+/// Reads the eight stored setting fields.
+fn read_settings(reply: &mut Reply) -> Result<QueueSettings, StoreError> {
+    let corrupt = |field: &str| StoreError::Corrupt(format!("queue setting {field} is unreadable"));
+    let admit_per_second: f64 = reply.string()?.parse().map_err(|_| corrupt("aps"))?;
+    let _rate_milli = reply.string()?;
+    let tick_millis = reply.string()?.parse().map_err(|_| corrupt("tick"))?;
+    let token_ttl_seconds = reply.string()?.parse().map_err(|_| corrupt("token_ttl"))?;
+    let claim_ttl_seconds = reply.string()?.parse().map_err(|_| corrupt("claim_ttl"))?;
+    let max_active = match reply.string()?.as_str() {
+        "" => None,
+        raw => Some(raw.parse().map_err(|_| corrupt("max_active"))?),
+    };
+    let paused = reply.string()? == "1";
+    let fail_mode = match reply.string()?.as_str() {
+        "open" => FailMode::Open,
+        _ => FailMode::Closed,
+    };
+    Ok(QueueSettings {
+        admit_per_second,
+        tick_millis,
+        token_ttl_seconds,
+        claim_ttl_seconds,
+        max_active,
+        paused,
+        fail_mode,
+    })
+}
+
+/// Reads the view that `view()` in `queue_common.lua` returns.
+fn read_view(mut reply: Reply) -> Result<MemberView, StoreError> {
+    let status = status_of(reply.int()?)?;
+    let rank = u64::try_from(reply.int()?).ok();
+    let waiting_count = reply.int()?.max(0) as u64;
+    let nonce = reply.string()?;
+    let expires = reply.int()?;
+    let last_outcome = (reply.int()? == 1).then_some(LastOutcome::Consumed);
+    let now_ms = reply.int()?;
+    let aps = reply.opt_f64()?;
+    let max_active = reply.string()?;
+    let paused = reply.string()? == "1";
+    let estimator = ThroughputEstimator {
+        admit_rate: reply.opt_f64()?,
+        consume_rate: reply.opt_f64()?,
+        ..ThroughputEstimator::default()
+    };
+    let token = if nonce.is_empty() {
+        None
+    } else {
+        Some((unhex::<16>(&nonce)?, expires))
+    };
+    let estimated_wait_seconds = match (status, rank) {
+        (MemberStatus::Waiting, Some(rank)) => {
+            // Only the fields the estimate reads matter here.
+            let settings = QueueSettings {
+                admit_per_second: aps.unwrap_or(0.0),
+                max_active: max_active.parse().ok(),
+                paused,
+                ..QueueSettings::default()
+            };
+            estimator.estimate_wait_seconds(rank, &settings)
+        }
+        _ => None,
+    };
+    Ok(MemberView {
+        status,
+        rank: if status == MemberStatus::Waiting {
+            rank
+        } else {
+            None
+        },
+        waiting_count,
+        token,
+        last_outcome,
+        estimated_wait_seconds,
+        now_ms,
+    })
+}
+
+/// Script arguments of a settings patch, in `SETTING_FIELDS` order (`''` / `keep` = unchanged).
+fn patch_args(patch: &SettingsPatch, validated: &QueueSettings) -> Vec<String> {
+    let full = settings_args(validated);
+    let pick = |present: bool, i: usize| if present { full[i].clone() } else { String::new() };
+    vec![
+        pick(patch.admit_per_second.is_some(), 0),
+        pick(patch.admit_per_second.is_some(), 1),
+        pick(patch.tick_millis.is_some(), 2),
+        pick(patch.token_ttl_seconds.is_some(), 3),
+        pick(patch.claim_ttl_seconds.is_some(), 4),
+        match patch.max_active {
+            None => "keep".into(),
+            Some(None) => "none".into(),
+            Some(Some(n)) => n.to_string(),
+        },
+        pick(patch.paused.is_some(), 6),
+        pick(patch.fail_mode.is_some(), 7),
+    ]
+}
+
+#[async_trait]
+impl QueueStore for RedisStore {
+    async fn enter(&self, queue: &QueueName, member: &MemberId) -> Result<EnterOutcome, StoreError> {
+        self.check()?;
+        self.register(queue, false).await?;
+        let mut call = self.queue_call(&self.scripts.enter, queue);
+        call.arg(member.as_str());
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        let entered = reply.int()? == 1;
+        if reply.int()? == 1 {
+            // The queue was created just now: make sure it is listed even if the registry was lost.
+            self.register(queue, true).await?;
+        }
+        let view = read_view(reply.array()?)?;
+        Ok(if entered {
+            EnterOutcome::Entered(view)
+        } else {
+            EnterOutcome::AlreadyPresent(view)
+        })
+    }
+
+    async fn position(&self, queue: &QueueName, member: &MemberId) -> Result<MemberView, StoreError> {
+        self.check()?;
+        let mut call = self.queue_call(&self.scripts.position, queue);
+        call.arg(member.as_str());
+        read_view(Reply::new(self.connection.invoke(&call).await?)?)
+    }
+
+    async fn leave(&self, queue: &QueueName, member: &MemberId) -> Result<LeaveOutcome, StoreError> {
+        self.check()?;
+        let mut call = self.queue_call(&self.scripts.leave, queue);
+        call.arg(member.as_str());
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(match reply.int()? {
+            0 => LeaveOutcome::NotPresent,
+            1 => LeaveOutcome::Left(status_of(reply.int()?)?),
+            _ => LeaveOutcome::Rejected(LeaveRejection::ClaimInFlight),
+        })
+    }
+
+    async fn admit(
+        &self,
+        queue: &QueueName,
+        tokens: Vec<TokenCandidate>,
+    ) -> Result<AdmitOutcome, StoreError> {
+        self.check()?;
+        let mut call = self.queue_call(&self.scripts.admit, queue);
+        for token in &tokens {
+            call.arg(hex(&token.nonce)).arg(hex(&token.digest.0));
+        }
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        let mut members = reply.array()?;
+        let mut admitted = Vec::new();
+        while !members.is_empty() {
+            let raw = members.string()?;
+            match MemberId::parse(&raw) {
+                Ok(id) => admitted.push(id),
+                Err(_) => tracing::warn!(queue = %queue, "admitted a member id that no longer parses"),
+            }
+        }
+        Ok(AdmitOutcome {
+            admitted,
+            tokens_expired: reply.int()?.max(0) as u64,
+            claims_expired: reply.int()?.max(0) as u64,
+            waiting: reply.int()?.max(0) as u64,
+            outstanding: reply.int()?.max(0) as u64,
+        })
+    }
+
+    async fn expire_due(&self, queue: &QueueName) -> Result<ExpiryOutcome, StoreError> {
+        self.check()?;
+        let call = self.queue_call(&self.scripts.expire, queue);
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(ExpiryOutcome {
+            tokens_expired: reply.int()?.max(0) as u64,
+            claims_expired: reply.int()?.max(0) as u64,
+        })
+    }
+
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        token: &Digest,
+        claim: &Digest,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.check()?;
+        let mut call = self.queue_call(&self.scripts.claim, queue);
+        call.arg(member.as_str()).arg(hex(&token.0)).arg(hex(&claim.0));
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(match reply.int()? {
+            0 => ClaimOutcome::Claimed {
+                expires_at_ms: reply.int()?,
+            },
+            1 => ClaimOutcome::Rejected(ClaimRejection::NoToken),
+            2 => ClaimOutcome::Rejected(ClaimRejection::WrongToken),
+            3 => ClaimOutcome::Rejected(ClaimRejection::Expired),
+            4 => ClaimOutcome::Rejected(ClaimRejection::AlreadyConsumed),
+            _ => ClaimOutcome::Rejected(ClaimRejection::AlreadyClaimed),
+        })
+    }
+
+    async fn consume(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        claim: &Digest,
+    ) -> Result<ConsumeOutcome, StoreError> {
+        self.check()?;
+        let mut call = self.queue_call(&self.scripts.consume, queue);
+        call.arg(member.as_str()).arg(hex(&claim.0));
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(match reply.int()? {
+            0 => ConsumeOutcome::Consumed,
+            1 => ConsumeOutcome::AlreadyConsumed,
+            2 => ConsumeOutcome::Rejected(ConsumeRejection::UnknownClaim),
+            _ => ConsumeOutcome::Rejected(ConsumeRejection::ConsumedByAnotherClaim),
+        })
+    }
+
+    async fn release(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        claim: &Digest,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        self.check()?;
+        let mut call = self.queue_call(&self.scripts.release, queue);
+        call.arg(member.as_str()).arg(hex(&claim.0));
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(match reply.int()? {
+            0 => ReleaseOutcome::Released(ReleasedTo::Ready),
+            1 => ReleaseOutcome::Released(ReleasedTo::NotEntered),
+            2 => ReleaseOutcome::Released(ReleasedTo::AlreadyReleased),
+            3 => ReleaseOutcome::Rejected(ReleaseRejection::UnknownClaim),
+            _ => ReleaseOutcome::Rejected(ReleaseRejection::AlreadyConsumed),
+        })
+    }
+
+    async fn settings(&self, queue: &QueueName) -> Result<Option<QueueSettings>, StoreError> {
+        self.check()?;
+        let meta = &self.queue_keys(queue)[0];
+        let mut command = redis::cmd("HMGET");
+        command.arg(meta);
+        for field in [
+            "aps",
+            "rate_milli",
+            "tick",
+            "token_ttl",
+            "claim_ttl",
+            "max_active",
+            "paused",
+            "fail_mode",
+        ] {
+            command.arg(field);
+        }
+        let values: Vec<Option<String>> = self.connection.query(&command).await?;
+        if values.first().is_none_or(Option::is_none) {
+            return Ok(None);
+        }
+        let values = values
+            .into_iter()
+            .map(|v| redis::Value::BulkString(v.unwrap_or_default().into_bytes()))
+            .collect();
+        let mut reply = Reply::new(redis::Value::Array(values))?;
+        read_settings(&mut reply).map(Some)
+    }
+
+    async fn update_settings(
+        &self,
+        queue: &QueueName,
+        patch: &SettingsPatch,
+    ) -> Result<Result<QueueSettings, SettingsError>, StoreError> {
+        self.check()?;
+        // Every rule in `QueueSettings::validate` is about one field, and stored settings are valid, so a
+        // patch is valid on the stored settings exactly when it is valid on the defaults.
+        let mut validated = self.options.default_settings.clone();
+        if let Err(error) = validated.apply(patch) {
+            return Ok(Err(error));
+        }
+        self.register(queue, false).await?;
+        let mut call = self.queue_call(&self.scripts.update_settings, queue);
+        for arg in patch_args(patch, &validated) {
+            call.arg(arg);
+        }
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        if reply.int()? == 1 {
+            self.register(queue, true).await?;
+        }
+        read_settings(&mut reply).map(Ok)
+    }
+
+    async fn stats(&self, queue: &QueueName) -> Result<Option<QueueStats>, StoreError> {
+        self.check()?;
+        let call = self.queue_call(&self.scripts.stats, queue);
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        if reply.is_empty() {
+            return Ok(None);
+        }
+        let settings = read_settings(&mut reply)?;
+        let waiting = reply.int()?.max(0) as u64;
+        let ready = reply.int()?.max(0) as u64;
+        let claimed = reply.int()?.max(0) as u64;
+        let oldest_wait_ms = reply.int()?.max(0);
+        let now_ms = reply.int()?;
+        let mut estimator = ThroughputEstimator {
+            admit_rate: reply.opt_f64()?,
+            consume_rate: reply.opt_f64()?,
+            ..ThroughputEstimator::default()
+        };
+        let mut buckets = reply.array()?;
+        while !buckets.is_empty() {
+            let second = buckets.int()?;
+            let count = buckets.int()?.max(0) as u64;
+            estimator.per_second.push((second, count));
+        }
+        Ok(Some(QueueStats {
+            waiting,
+            ready,
+            claimed,
+            admitted_last_minute: estimator.admitted_last_minute(now_ms),
+            oldest_wait_seconds: (oldest_wait_ms / 1000) as u64,
+            measured_rate: estimator.effective_rate(&settings),
+            settings,
+        }))
+    }
+
+    async fn queues(&self) -> Result<Vec<QueueName>, StoreError> {
+        self.check()?;
+        let names: Vec<String> = self
+            .connection
+            .query(redis::cmd("SMEMBERS").arg(self.registry_key()))
+            .await?;
+        let mut queues: Vec<QueueName> = names.iter().filter_map(|n| QueueName::parse(n).ok()).collect();
+        queues.sort();
+        Ok(queues)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.check()?;
+        let _: String = self.connection.query(&redis::cmd("PING")).await?;
+        Ok(())
+    }
+}

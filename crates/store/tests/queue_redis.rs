@@ -1,0 +1,537 @@
+//! The waiting-room conformance suite, and the Redis-specific checks, against (1) the Redis at
+//! 127.0.0.1:6379 (CI starts it; if it is down these tests fail, they never skip) and (2) a 3-node Redis
+//! Cluster this binary starts itself on spare ports.
+//!
+//! Isolation: every test gets its own key prefix (`rgtest:<pid>:<n>:`), whose keys are deleted when the
+//! test's guard drops, even after a panic. Time: the stores take an injected [`ManualClock`] in place of
+//! Redis `TIME`, exactly as the embedded suite does, so nothing depends on wall-clock speed.
+//!
+//! The cluster is started once per test binary (a lazily initialised static). Statics are never dropped,
+//! so each `redis-server` runs under a small `sh` watchdog that reads our stdin pipe and kills the server
+//! (and deletes its directory) when that pipe closes, which happens however this process ends.
+
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use rankgate_core::ids::MemberId;
+use rankgate_core::queue::{MemberStatus, QueueName, SettingsPatch};
+use rankgate_store::clock::{Clock, ManualClock, SystemClock};
+use rankgate_store::queue::conformance::Backend;
+use rankgate_store::queue::redis::{RedisOptions, RedisStore, RedisTime};
+use rankgate_store::queue::token::TokenSecret;
+use rankgate_store::queue::{EnterOutcome, QueueStore, RateLimiter, RateLimiterKind, StoreError};
+
+const STANDALONE_URL: &str = "redis://127.0.0.1:6379";
+
+static NEXT_PREFIX: AtomicUsize = AtomicUsize::new(0);
+
+fn unique_prefix() -> String {
+    format!(
+        "rgtest:{}:{}:",
+        std::process::id(),
+        NEXT_PREFIX.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// Deletes every key under a prefix on every node when dropped.
+struct KeyCleanup {
+    nodes: Vec<String>,
+    prefix: String,
+}
+
+impl Drop for KeyCleanup {
+    fn drop(&mut self) {
+        for node in &self.nodes {
+            let Ok(mut connection) = redis::Client::open(node.as_str()).and_then(|c| c.get_connection())
+            else {
+                continue;
+            };
+            let mut cursor: u64 = 0;
+            while let Ok((next, keys)) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{}*", self.prefix))
+                .arg("COUNT")
+                .arg(1000)
+                .query::<(u64, Vec<String>)>(&mut connection)
+            {
+                for key in keys {
+                    // One key per command: in a cluster a multi-key DEL must stay within one slot.
+                    let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&key).query(&mut connection);
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+    }
+}
+
+/// `redis-server` processes started by this test binary.
+struct LocalRedis {
+    /// Our end of each watchdog's stdin; closing it stops that server.
+    watchdogs: Vec<(Child, std::process::ChildStdin)>,
+    urls: Vec<String>,
+}
+
+impl LocalRedis {
+    /// Starts `count` servers on spare ports, in cluster mode or not, and waits until each answers PING.
+    fn start(count: usize, cluster: bool) -> LocalRedis {
+        let ports = spare_ports(count);
+        let mut watchdogs = Vec::new();
+        for port in &ports {
+            let dir = std::env::temp_dir().join(format!("rankgate-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("redis dir");
+            watchdogs.push(spawn_watched_server(*port, &dir, cluster));
+        }
+        let urls: Vec<String> = ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect();
+        for url in &urls {
+            wait_until(Duration::from_secs(20), url, || {
+                let mut connection = redis::Client::open(url.as_str()).ok()?.get_connection().ok()?;
+                redis::cmd("PING").query::<String>(&mut connection).ok()
+            });
+        }
+        LocalRedis { watchdogs, urls }
+    }
+
+    /// Stops every server and waits for them to exit.
+    fn stop(self) {
+        for (mut child, stdin) in self.watchdogs {
+            drop(stdin);
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spawn_watched_server(
+    port: u16,
+    dir: &std::path::Path,
+    cluster: bool,
+) -> (Child, std::process::ChildStdin) {
+    let dir = dir.display().to_string();
+    let cluster_args = if cluster {
+        format!("--cluster-enabled yes --cluster-config-file '{dir}/nodes-{port}.conf' --cluster-node-timeout 5000")
+    } else {
+        String::new()
+    };
+    let script = format!(
+        "redis-server --port {port} --bind 127.0.0.1 {cluster_args} --save '' --appendonly no --daemonize no \
+         --dir '{dir}' >/dev/null 2>&1 & pid=$!; cat >/dev/null; kill $pid; wait $pid; rm -rf '{dir}'"
+    );
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawning sh for redis-server");
+    let stdin = child.stdin.take().expect("watchdog stdin");
+    (child, stdin)
+}
+
+/// Spare ports whose cluster bus port (+10000) is free too. One allocator for the whole binary, moving
+/// only forwards, so two servers started by concurrent tests can never be given the same port; the start
+/// depends on the pid so concurrent test binaries (other engineers, CI shards) rarely meet either.
+fn spare_ports(count: usize) -> Vec<u16> {
+    static NEXT_PORT: std::sync::Mutex<u16> = std::sync::Mutex::new(0);
+    let mut next = NEXT_PORT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *next == 0 {
+        *next = 30_000 + (std::process::id() % 250) as u16 * 40;
+    }
+    let mut ports = Vec::new();
+    while ports.len() < count {
+        let port = *next;
+        *next += 1;
+        assert!(port < 55_000, "no spare ports for redis");
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 10_000) {
+            ports.push(port);
+        }
+    }
+    ports
+}
+
+fn wait_until<T>(limit: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The 3-node cluster shared by every cluster test of this binary.
+fn cluster() -> &'static LocalRedis {
+    static CLUSTER: OnceLock<LocalRedis> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let nodes = LocalRedis::start(3, true);
+        let addresses: Vec<String> = nodes
+            .urls
+            .iter()
+            .map(|u| u.trim_start_matches("redis://").to_string())
+            .collect();
+        // `redis-cli --cluster create` waits forever for nodes that never join: give it a deadline.
+        let mut create = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("running redis-cli --cluster create");
+        let status = wait_until(Duration::from_secs(60), "redis-cli --cluster create", || {
+            create.try_wait().expect("redis-cli status")
+        });
+        assert!(status.success(), "redis-cli --cluster create failed: {status}");
+        for url in &nodes.urls {
+            wait_until(Duration::from_secs(30), "cluster_state:ok", || {
+                let mut connection = redis::Client::open(url.as_str()).ok()?.get_connection().ok()?;
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut connection).ok()?;
+                info.contains("cluster_state:ok").then_some(())
+            });
+        }
+        nodes
+    })
+}
+
+async fn open(urls: &[String], prefix: &str, time: RedisTime) -> Arc<RedisStore> {
+    let options = RedisOptions {
+        prefix: prefix.to_string(),
+        time,
+        ..RedisOptions::default()
+    };
+    RedisStore::connect(urls, options)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to redis at {urls:?}: {e}"))
+}
+
+async fn backend_on(urls: Vec<String>) -> Backend {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let prefix = unique_prefix();
+    let store = open(&urls, &prefix, RedisTime::Injected(Arc::new(clock.clone()))).await;
+    assert_eq!(store.is_cluster(), urls.len() > 1, "the intended topology");
+    Backend {
+        queues: store.clone(),
+        jobs: store.clone(),
+        limiter: store,
+        clock,
+        guard: Box::new(KeyCleanup { nodes: urls, prefix }),
+    }
+}
+
+fn queue(name: &str) -> QueueName {
+    QueueName::parse(name).unwrap()
+}
+
+fn member(name: &str) -> MemberId {
+    MemberId::parse(name).unwrap()
+}
+
+/// The shared conformance suite against the Redis at 127.0.0.1:6379.
+mod standalone {
+    async fn make() -> rankgate_store::queue::conformance::Backend {
+        super::backend_on(vec![super::STANDALONE_URL.to_string()]).await
+    }
+
+    rankgate_store::queue_conformance_suite!(make);
+}
+
+/// The shared conformance suite against a 3-node Redis Cluster started by this binary.
+mod cluster {
+    async fn make() -> rankgate_store::queue::conformance::Backend {
+        let urls = super::cluster().urls.clone();
+        super::backend_on(urls).await
+    }
+
+    rankgate_store::queue_conformance_suite!(make);
+}
+
+/// Limitation 3 across real instances: three store handles (three "instances", each its own connection)
+/// tick concurrently every simulated second; together they never admit more than `admit_per_second`.
+async fn three_instances_share_one_admission_budget(urls: Vec<String>) {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: urls.clone(),
+        prefix: prefix.clone(),
+    };
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(open(&urls, &prefix, RedisTime::Injected(Arc::new(clock.clone()))).await);
+    }
+    let q = queue("flash");
+    for i in 0..1_000 {
+        instances[i % 3]
+            .enter(&q, &member(&format!("m-{i:04}")))
+            .await
+            .unwrap();
+    }
+    let rate = 20u64;
+    let patch = SettingsPatch {
+        admit_per_second: Some(rate as f64),
+        tick_millis: Some(1000),
+        ..SettingsPatch::default()
+    };
+    instances[0].update_settings(&q, &patch).await.unwrap().unwrap();
+    let secret = TokenSecret::generate().unwrap();
+    let seconds = 8u64;
+    let mut total = 0u64;
+    for second in 0..seconds {
+        let mut ticks = tokio::task::JoinSet::new();
+        for instance in &instances {
+            let (instance, q) = (Arc::clone(instance), q.clone());
+            let tokens = (0..rate).map(|_| secret.prepare().unwrap()).collect();
+            ticks.spawn(async move { instance.admit(&q, tokens).await.unwrap().admitted.len() as u64 });
+        }
+        let mut this_second = 0;
+        while let Some(admitted) = ticks.join_next().await {
+            this_second += admitted.unwrap();
+        }
+        assert!(
+            this_second <= rate,
+            "second {second}: three instances admitted {this_second} > {rate}"
+        );
+        total += this_second;
+        clock.advance(1000);
+    }
+    assert!(total <= rate * seconds + rate, "admitted {total} in {seconds} s");
+    assert!(
+        total >= rate * (seconds - 1),
+        "admitted {total}: the budget must not starve"
+    );
+    let stats = instances[2].stats(&q).await.unwrap().unwrap();
+    assert_eq!(stats.waiting + stats.ready, 1_000, "nobody lost");
+}
+
+/// Limitation 1 across instances: fifty concurrent first entries of one member, spread over three
+/// connections, produce exactly one position.
+async fn concurrent_first_entries_across_instances_make_one_position(urls: Vec<String>) {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: urls.clone(),
+        prefix: prefix.clone(),
+    };
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(open(&urls, &prefix, RedisTime::Injected(Arc::new(clock.clone()))).await);
+    }
+    let q = queue("race");
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        let (store, q) = (Arc::clone(&instances[i % 3]), q.clone());
+        tasks.spawn(async move { store.enter(&q, &member("same")).await.unwrap() });
+    }
+    let mut entered = 0;
+    while let Some(outcome) = tasks.join_next().await {
+        let outcome = outcome.unwrap();
+        assert_eq!(outcome.view().rank, Some(0));
+        assert_eq!(outcome.view().waiting_count, 1);
+        entered += usize::from(matches!(outcome, EnterOutcome::Entered(_)));
+    }
+    assert_eq!(
+        entered, 1,
+        "exactly one of fifty concurrent entries created the position"
+    );
+    assert_eq!(instances[1].stats(&q).await.unwrap().unwrap().waiting, 1);
+}
+
+/// Production mode: scripts read Redis `TIME`. Order, tokens and expiries come from the store's clock.
+async fn server_time_orders_and_issues_tokens(urls: Vec<String>) {
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: urls.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = open(&urls, &prefix, RedisTime::Server).await;
+    let q = queue("server-time");
+    for i in 0..3 {
+        store.enter(&q, &member(&format!("m-{i}"))).await.unwrap();
+    }
+    let view = store.position(&q, &member("m-2")).await.unwrap();
+    assert_eq!(view.rank, Some(2));
+    let local = SystemClock.now_millis();
+    assert!(
+        (view.now_ms - local).abs() < 600_000,
+        "the store's clock ({}) is Redis TIME, near this machine's ({local})",
+        view.now_ms
+    );
+    let secret = TokenSecret::generate().unwrap();
+    let outcome = store
+        .admit(&q, (0..5).map(|_| secret.prepare().unwrap()).collect())
+        .await
+        .unwrap();
+    assert_eq!(outcome.admitted.len(), 3);
+    let ready = store.position(&q, &member("m-0")).await.unwrap();
+    assert_eq!(ready.status, MemberStatus::Ready);
+    let (_, expires) = ready.token.unwrap();
+    assert!(expires >= ready.now_ms && expires <= ready.now_ms + 300_000);
+}
+
+/// Only hashes of tokens are stored: the token a member is shown appears nowhere in Redis.
+async fn only_token_hashes_are_stored(urls: Vec<String>) {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: urls.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = open(&urls, &prefix, RedisTime::Injected(Arc::new(clock.clone()))).await;
+    let q = queue("hashes");
+    store.enter(&q, &member("m")).await.unwrap();
+    let secret = TokenSecret::generate().unwrap();
+    let prepared = secret.prepare().unwrap();
+    store.admit(&q, vec![prepared]).await.unwrap();
+    let token = secret.token_for(&prepared.nonce);
+    let client = redis::cluster::ClusterClient::new(urls.clone());
+    let holders: Vec<(String, String)> = if urls.len() > 1 {
+        let mut connection = client.unwrap().get_connection().unwrap();
+        redis::cmd("HGETALL")
+            .arg(format!("{prefix}{{rg:q:hashes}}:holders"))
+            .query(&mut connection)
+            .unwrap()
+    } else {
+        let mut connection = redis::Client::open(urls[0].as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("HGETALL")
+            .arg(format!("{prefix}{{rg:q:hashes}}:holders"))
+            .query(&mut connection)
+            .unwrap()
+    };
+    assert_eq!(holders.len(), 1);
+    let record = &holders[0].1;
+    let digest_hex: String = prepared.digest.0.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(record.contains(&digest_hex), "the token's hash is stored");
+    assert!(!record.contains(&token), "the token itself is not");
+}
+
+/// Two instances agree on one shared value (the token secret) whoever writes first.
+async fn instances_agree_on_the_shared_secret(urls: Vec<String>) {
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: urls.clone(),
+        prefix: prefix.clone(),
+    };
+    let a = open(&urls, &prefix, RedisTime::Server).await;
+    let b = open(&urls, &prefix, RedisTime::Server).await;
+    let (first, second) = tokio::join!(
+        a.get_or_init_shared("secret", &[1u8; 32]),
+        b.get_or_init_shared("secret", &[2u8; 32])
+    );
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(first, second);
+    assert!(first == vec![1u8; 32] || first == vec![2u8; 32]);
+}
+
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod standalone_extra {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(vec![super::STANDALONE_URL.to_string()]).await;
+                }
+            )*
+        }
+        mod cluster_extra {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::cluster().urls.clone()).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    three_instances_share_one_admission_budget,
+    concurrent_first_entries_across_instances_make_one_position,
+    server_time_orders_and_issues_tokens,
+    only_token_hashes_are_stored,
+    instances_agree_on_the_shared_secret,
+);
+
+/// Fail-closed: when Redis goes away every operation answers `Unavailable` (the gate's 503), and service
+/// resumes by itself once Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_redis_answers_unavailable_and_service_resumes() {
+    let server = LocalRedis::start(1, false);
+    let url = server.urls[0].clone();
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store = open(
+        std::slice::from_ref(&url),
+        "rgtest:lost:",
+        RedisTime::Injected(Arc::new(clock.clone())),
+    )
+    .await;
+    let q = queue("lost");
+    store.enter(&q, &member("a")).await.unwrap();
+
+    store.set_unreachable(true);
+    assert!(matches!(
+        store.position(&q, &member("a")).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    store.set_unreachable(false);
+
+    server.stop();
+    assert!(matches!(
+        store.enter(&q, &member("b")).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        store.position(&q, &member("a")).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    let limit = rankgate_core::limiter::RateLimit {
+        limit: 1,
+        window_ms: 1000,
+    };
+    assert!(matches!(
+        store.try_acquire("k", limit, RateLimiterKind::SlidingLog).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(store.ping().await, Err(StoreError::Unavailable(_))));
+
+    // Redis comes back (empty, as after a restart without persistence): the next call reconnects.
+    let dir = std::env::temp_dir().join(format!("rankgate-redis-{}-{port}-again", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut child, mut stdin) = spawn_watched_server(port, &dir, false);
+    wait_until(Duration::from_secs(20), "reconnect", || {
+        let runtime = tokio::runtime::Handle::current();
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || runtime.block_on(store.ping()).ok())
+            .join()
+            .ok()
+            .flatten()
+    });
+    assert!(matches!(
+        store.enter(&q, &member("b")).await,
+        Ok(EnterOutcome::Entered(_))
+    ));
+    let _ = stdin.write_all(b"");
+    drop(stdin);
+    let _ = child.wait();
+
+    // A URL nobody listens on fails at connect, as Unavailable.
+    let dead = format!("redis://127.0.0.1:{port}");
+    let error = RedisStore::connect(&[dead], RedisOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+}
