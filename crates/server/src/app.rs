@@ -111,8 +111,13 @@ impl Application {
         let (rankings, _writer_thread) =
             tokio::task::spawn_blocking(move || RankingService::open_embedded(&rankings_config)).await??;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "rankings restored from the source of truth");
-        let waiting_room =
-            WaitingRoom::open_embedded(&config.data_dir, config.waiting_room.clone(), clock.clone()).await?;
+        let waiting_room = if config.redis.is_empty() {
+            WaitingRoom::open_embedded(&config.data_dir, config.waiting_room.clone(), clock.clone()).await?
+        } else {
+            WaitingRoom::open_redis(&config.redis, &config.redis_prefix, config.waiting_room.clone(), clock.clone())
+                .await
+                .context("opening the waiting room on Redis (check --redis)")?
+        };
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("binding {}; is another process using that address?", config.listen))?;

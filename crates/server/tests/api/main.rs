@@ -9,3 +9,4 @@ mod instances;
 mod ops;
 mod rankings;
 mod stream;
+mod waiting_room_redis;

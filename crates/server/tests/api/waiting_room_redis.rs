@@ -1,0 +1,77 @@
+//! The waiting room served from Redis (`--redis`) through the whole HTTP stack: enter, admission by the
+//! scheduler, token, claim, consume. The store-level behaviour is covered by the conformance suite on
+//! Redis standalone and Cluster (crates/store/tests/queue_redis.rs); this checks the wiring.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
+    let prefix = format!("rgtest:api:{}:", std::process::id());
+    let app = spawn_app_with({
+        let prefix = prefix.clone();
+        move |config| {
+            config.redis = vec!["redis://127.0.0.1:6379".into()];
+            config.redis_prefix = prefix;
+        }
+    })
+    .await;
+    let queue = format!("{}/v1/queues/sale", app.address);
+    let entered: Value =
+        app.client.post(format!("{queue}/entries")).json(&json!({ "memberId": "m-1" })).send().await.unwrap().json().await.unwrap();
+    assert_eq!(entered["status"], "WAITING");
+    assert_eq!(entered["rank"], 0);
+    let again: Value =
+        app.client.post(format!("{queue}/entries")).json(&json!({ "memberId": "m-1" })).send().await.unwrap().json().await.unwrap();
+    assert_eq!(again["rank"], 0, "entering twice keeps the first position");
+
+    let mut token = None;
+    for _ in 0..100 {
+        let response = app.client.get(format!("{queue}/entries/m-1")).send().await.unwrap();
+        if response.status() == 200 {
+            let position: Value = response.json().await.unwrap();
+            if position["status"] == "READY" {
+                token = position["entryToken"].as_str().map(str::to_string);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let token = token.expect("admitted by the scheduler within the bounded wait");
+    let claim = app
+        .client
+        .post(format!("{queue}/tokens/claim"))
+        .json(&json!({ "memberId": "m-1", "token": token }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(claim.status(), 200);
+    let claim: Value = claim.json().await.unwrap();
+    let second = app
+        .client
+        .post(format!("{queue}/tokens/claim"))
+        .json(&json!({ "memberId": "m-1", "token": token }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 409);
+    let consumed = app
+        .client
+        .post(format!("{queue}/tokens/consume"))
+        .json(&json!({ "memberId": "m-1", "claimId": claim["claimId"] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(consumed.status(), 204);
+    app.stop().await;
+    // Clean up this test's keys.
+    let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+    let mut connection = client.get_multiplexed_tokio_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(&mut connection).await.unwrap();
+    if !keys.is_empty() {
+        let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut connection).await.unwrap();
+    }
+}
