@@ -101,9 +101,9 @@ impl BearerKeys {
     }
 }
 
-/// The TOML file's shape. Every field is optional; missing ones keep their defaults.
+/// The TOML file's shape. Every field is optional; missing ones keep their defaults. Unknown keys are
+/// reported in the log rather than refused, so a config written for a newer version still starts.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct FileConfig {
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
@@ -228,8 +228,36 @@ impl Config {
     }
 }
 
+/// Top-level keys of the config file.
+const KNOWN_KEYS: [&str; 20] = [
+    "listen",
+    "data_dir",
+    "time_zone",
+    "max_future_seconds",
+    "max_lateness_hours",
+    "event_retention_hours",
+    "metric_retention_days",
+    "max_batch",
+    "max_body_bytes",
+    "freshness_millis",
+    "max_cached_members",
+    "admin_keys",
+    "ingest_keys",
+    "waiting_room",
+    "gate",
+    "stream",
+    "database",
+    "database_schema",
+    "redis",
+    "redis_prefix",
+];
+
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+    let table: toml::Table = toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))?;
+    for key in table.keys().filter(|key| !KNOWN_KEYS.contains(&key.as_str())) {
+        tracing::warn!(key = key.as_str(), file = %path.display(), "unknown config key ignored");
+    }
     toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
 }
 
@@ -252,6 +280,18 @@ mod tests {
         let overrides = Overrides { listen: Some("127.0.0.1:9100".parse().unwrap()), ..Overrides::default() };
         let config = Config::merge(file, &overrides).unwrap();
         assert_eq!(config.listen.port(), 9100);
+    }
+
+    #[test]
+    fn gate_tables_accept_the_shorthand_and_unknown_keys_do_not_stop_a_start() {
+        let file: FileConfig = toml::from_str(
+            "some_future_key = 1\n[[gate]]\nqueue = \"sale\"\nupstream_url = \"http://127.0.0.1:9\"\nmethod = \"POST\"\npath = \"/orders\"\n",
+        )
+        .unwrap();
+        let config = Config::merge(file, &Overrides::default()).unwrap();
+        let gate = &config.waiting_room.gates[0];
+        assert_eq!(gate.upstream, "http://127.0.0.1:9");
+        assert_eq!((gate.routes[0].method.as_str(), gate.routes[0].path.as_str()), ("POST", "/orders"));
     }
 
     #[test]

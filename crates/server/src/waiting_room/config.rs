@@ -26,7 +26,7 @@ use serde::Deserialize;
 
 /// Settings from the config file: `[waiting_room]` defaults and `[[gate]]` routes.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct WaitingRoomConfig {
     /// Default `admit_per_second` of new queues.
     pub admit_per_second: f64,
@@ -98,7 +98,7 @@ impl WaitingRoomConfig {
 /// One `[[gate]]`: requests matching `routes` must carry a valid entry token for `queue`, and are
 /// forwarded to `upstream`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "GateConfigFile")]
 pub struct GateConfig {
     /// The queue whose tokens this gate accepts.
     pub queue: String,
@@ -114,6 +114,51 @@ pub struct GateConfig {
     pub max_body_bytes: usize,
 }
 
+/// What a `[[gate]]` table may say: `routes = [{ method, path }]`, or for a single route the shorthand
+/// `method = "POST"` + `path = "/orders"` (or `methods`/`paths` lists); `upstream_url` and `url` are
+/// accepted for `upstream`. Being lenient here costs nothing and saves an operator a failed start.
+#[derive(Debug, Clone, Deserialize)]
+struct GateConfigFile {
+    queue: String,
+    #[serde(alias = "upstream_url", alias = "url")]
+    upstream: String,
+    #[serde(default)]
+    routes: Vec<GateRoute>,
+    method: Option<String>,
+    path: Option<String>,
+    #[serde(default)]
+    methods: Vec<String>,
+    #[serde(default)]
+    paths: Vec<String>,
+    #[serde(default)]
+    prefix: bool,
+    #[serde(default = "default_gate_timeout_millis", alias = "timeout_ms")]
+    timeout_millis: u64,
+    #[serde(default = "default_gate_max_body_bytes")]
+    max_body_bytes: usize,
+}
+
+impl From<GateConfigFile> for GateConfig {
+    fn from(file: GateConfigFile) -> GateConfig {
+        let mut routes = file.routes;
+        let methods: Vec<String> = file.method.into_iter().chain(file.methods).collect();
+        let paths: Vec<String> = file.path.into_iter().chain(file.paths).collect();
+        let methods = if methods.is_empty() && !paths.is_empty() { vec!["POST".to_string()] } else { methods };
+        for path in &paths {
+            for method in &methods {
+                routes.push(GateRoute { method: method.clone(), path: path.clone(), prefix: file.prefix });
+            }
+        }
+        GateConfig {
+            queue: file.queue,
+            upstream: file.upstream,
+            routes,
+            timeout_millis: file.timeout_millis,
+            max_body_bytes: file.max_body_bytes,
+        }
+    }
+}
+
 fn default_gate_timeout_millis() -> u64 {
     10_000
 }
@@ -124,7 +169,6 @@ fn default_gate_max_body_bytes() -> usize {
 
 /// A protected method and path.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct GateRoute {
     /// HTTP method, e.g. `POST` (case-insensitive).
     pub method: String,
