@@ -48,6 +48,10 @@ enum Command {
     },
     /// Recompute every ranking from the raw event log and compare; exits 1 on any mismatch
     Verify {
+        /// Compare with what a running server serves (e.g. http://127.0.0.1:8080); without it, with a
+        /// serving state rebuilt from the stored metrics
+        #[arg(long)]
+        url: Option<String>,
         #[command(flatten)]
         overrides: Overrides,
     },
@@ -157,9 +161,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Verify { overrides } => {
+        Command::Verify { url, overrides } => {
             let config = Config::load(&overrides)?;
-            let report = verify_data_dir(&config, &|step| eprintln!("verify: {step}"))?;
+            let report = match url {
+                Some(url) => runtime()?.block_on(crate::verify::verify_server(&config, &url, &|step| {
+                    eprintln!("verify: {step}")
+                }))?,
+                None => verify_data_dir(&config, &|step| eprintln!("verify: {step}"))?,
+            };
             print_verify(&report);
             Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }

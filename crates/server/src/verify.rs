@@ -179,6 +179,88 @@ pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Resu
     Ok(report)
 }
 
+/// The query string that asks the HTTP API for `span`.
+fn span_query(span: &Span, zone: &rankgate_core::period::Zone) -> String {
+    match span {
+        Span::Period(key) => format!("period={}&at={key}", key.kind().as_str()),
+        Span::Window { len, end } => {
+            format!("window={}&at={}", len.as_str(), rankgate_core::period::format_hour_key(*end, zone))
+        }
+    }
+}
+
+/// Compares what a running server at `base_url` serves with the batch recompute of the raw event log
+/// (up to the API's deepest page, rank 10,000). The server may keep ingesting meanwhile; run it on a
+/// quiet server for an exact answer.
+pub async fn verify_server(config: &Config, base_url: &str, progress: &dyn Fn(&str)) -> anyhow::Result<VerifyReport> {
+    let blocking_config = config.clone();
+    // The blocking stores (the PostgreSQL client has its own runtime) are read off the async runtime.
+    let (events, policy) = tokio::task::spawn_blocking(move || -> anyhow::Result<(Vec<Event>, Policy)> {
+        let mut source = crate::rankings::open_source(&blocking_config)?;
+        let policy = source.load_policies(RankerName::Popular)?.map(|p| p.active).unwrap_or_default();
+        Ok((read_event_log(source.as_mut())?, policy))
+    })
+    .await??;
+    let mut report = VerifyReport { events: events.len(), ..VerifyReport::default() };
+    let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
+    let Some(range) = model.hour_range() else { return Ok(report) };
+    let spans = spans_to_verify(range, &config.zone);
+    let categories: Vec<CategoryOrAll> =
+        std::iter::once(CategoryOrAll::All).chain(model.categories().into_iter().map(CategoryOrAll::Category)).collect();
+    progress(&format!("comparing {} served rankings with the batch recompute", spans.len() * categories.len() * 3));
+    let client = reqwest::Client::new();
+    let base = base_url.trim_end_matches('/');
+    for span in &spans {
+        for category in &categories {
+            for ranker in RankerName::ALL {
+                let expected = model.ranking(ranker, category, span);
+                let mut served = Vec::new();
+                let mut offset = 0;
+                while offset < 10_000 {
+                    let limit = 1000.min(10_000 - offset);
+                    let url = format!(
+                        "{base}/v1/categories/{category}/top?ranker={ranker}&{}&limit={limit}&offset={offset}",
+                        span_query(span, &config.zone)
+                    );
+                    let page: serde_json::Value = client.get(&url).send().await?.error_for_status()?.json().await?;
+                    let items = page["items"].as_array().cloned().unwrap_or_default();
+                    let count = items.len();
+                    for item in items {
+                        served.push(served_item(&item)?);
+                    }
+                    if count < limit {
+                        break;
+                    }
+                    offset += limit;
+                }
+                let expected: Vec<RankedItem> = expected.into_iter().take(10_000).collect();
+                report.rankings += 1;
+                report.items += expected.len();
+                compare_rankings(&format!("{ranker} {category} {span:?}"), &served, &expected, &mut report.mismatches);
+            }
+        }
+    }
+    Ok(report)
+}
+
+fn served_item(item: &serde_json::Value) -> anyhow::Result<RankedItem> {
+    let number = |value: &serde_json::Value| value.as_i64().unwrap_or_default();
+    let metrics = &item["metrics"];
+    Ok(RankedItem {
+        rank: item["rank"].as_u64().unwrap_or_default() as usize,
+        product: rankgate_core::ids::ProductId::parse(item["productId"].as_str().unwrap_or_default())
+            .map_err(|e| anyhow::anyhow!("served productId: {e}"))?,
+        score: item["score"].as_f64().unwrap_or(f64::NAN),
+        metrics: rankgate_core::metrics::Metrics {
+            views: number(&metrics["views"]),
+            likes: number(&metrics["likes"]),
+            units: number(&metrics["units"]),
+            sales: number(&metrics["sales"]),
+        },
+        carry: item["carry"].as_f64().unwrap_or(f64::NAN),
+    })
+}
+
 /// Policy used when nothing is stored yet.
 pub fn default_policy() -> Policy {
     Policy::default()

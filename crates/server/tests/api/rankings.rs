@@ -173,6 +173,11 @@ async fn a_restart_rebuilds_serving_state_and_answers_exactly_as_before() {
         let answer = restarted.get_json(query).await;
         assert_eq!(answer, expected, "{query}");
     }
+    // And what the live server serves equals the batch recompute of the raw log.
+    let config = rankgate::config::Config::for_data_dir(&restarted.data_dir);
+    let report = rankgate::verify::verify_server(&config, &restarted.address, &|_| {}).await.unwrap();
+    assert!(report.rankings > 100 && report.items > 0, "{report:?}");
+    assert!(report.ok(), "{:?}", report.mismatches);
     restarted.stop().await;
     drop(dir);
 }
