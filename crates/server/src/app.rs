@@ -109,7 +109,7 @@ impl Application {
         let started = std::time::Instant::now();
         let rankings_config = config.clone();
         let (rankings, _writer_thread) =
-            tokio::task::spawn_blocking(move || RankingService::open_embedded(&rankings_config)).await??;
+            tokio::task::spawn_blocking(move || RankingService::open(&rankings_config)).await??;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "rankings restored from the source of truth");
         let waiting_room = if config.redis.is_empty() {
             WaitingRoom::open_embedded(&config.data_dir, config.waiting_room.clone(), clock.clone()).await?

@@ -144,7 +144,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ingest { file, batch_size, overrides } => {
             let config = Config::load(&overrides)?;
             let _lock = lock_data_dir(&config.data_dir)?;
-            let (service, _writer) = RankingService::open_embedded(&config)?;
+            let (service, _writer) = RankingService::open(&config)?;
             let summary = ingest_file(&service, &file, batch_size, &config, true)?;
             println!(
                 "ingested {} lines in {:.2}s ({:.0} events/s): accepted {}, duplicates {}, tooOld {}, rejected {}",
@@ -176,7 +176,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = Config::load(&overrides)?;
             let _lock = lock_data_dir(&config.data_dir)?;
             let started = Instant::now();
-            let (service, _writer) = RankingService::open_embedded(&config)?;
+            let (service, _writer) = RankingService::open(&config)?;
             let products = service.engine().read().product_count();
             println!("rebuilt serving state for {products} products in {:.2}s", started.elapsed().as_secs_f64());
             drop(service);

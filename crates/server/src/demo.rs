@@ -49,7 +49,7 @@ pub fn run_demo(
         started.elapsed().as_secs_f64()
     )?;
 
-    let (service, writer_thread) = RankingService::open_embedded(&config)?;
+    let (service, writer_thread) = RankingService::open(&config)?;
     let started = Instant::now();
     let mut counts = IngestCounts::default();
     for batch in events.chunks(BATCH) {
@@ -110,7 +110,7 @@ pub fn run_demo(
     drop(service);
     let _ = writer_thread.join();
     let started = Instant::now();
-    let (restarted, restarted_writer) = RankingService::open_embedded(&config)?;
+    let (restarted, restarted_writer) = RankingService::open(&config)?;
     writeln!(
         out,
         "restart: serving state for {} products rebuilt from SQLite in {:.2}s",

@@ -86,7 +86,7 @@ impl IngestCounts {
 impl RankingService {
     /// Opens the configured source of truth (SQLite in `config.data_dir`, or PostgreSQL with
     /// `--database`) and rebuilds serving state from it. Blocking: call it off the async runtime.
-    pub fn open_embedded(config: &Config) -> anyhow::Result<(Arc<RankingService>, std::thread::JoinHandle<()>)> {
+    pub fn open(config: &Config) -> anyhow::Result<(Arc<RankingService>, std::thread::JoinHandle<()>)> {
         let mut source = open_source(config)?;
         let policies = match source.load_policies(RankerName::Popular)? {
             Some(policies) => policies,
