@@ -48,14 +48,39 @@ pub struct RankingService {
     catalog_generation: std::sync::atomic::AtomicU64,
 }
 
-/// Responses are cached until this many distinct reads; then the cache starts over.
-const RESPONSE_CACHE_ENTRIES: usize = 20_000;
+/// Bytes of cached responses kept per shard before that shard starts over (16 shards: 64 MiB in all).
+const RESPONSE_CACHE_SHARD_BYTES: usize = 4 << 20;
+/// Shards of the response cache, so concurrent misses don't all queue on one write lock.
+const RESPONSE_CACHE_SHARDS: usize = 16;
+
+/// One shard: responses by key, and the bytes they hold.
+#[derive(Default)]
+struct CacheShard {
+    entries: HashMap<String, (u64, u64, bytes::Bytes)>,
+    bytes: usize,
+}
 
 /// Pre-serialized answers keyed by the fully resolved request (never the raw query string: the default
-/// `at` moves with the clock).
-#[derive(Default)]
+/// `at` moves with the clock), bounded by bytes so deep pages and rank lookups of every product fit
+/// without letting the cache grow without limit.
 pub struct ResponseCache {
-    entries: RwLock<HashMap<String, (u64, u64, bytes::Bytes)>>,
+    shards: Vec<RwLock<CacheShard>>,
+}
+
+impl Default for ResponseCache {
+    fn default() -> Self {
+        ResponseCache { shards: (0..RESPONSE_CACHE_SHARDS).map(|_| RwLock::default()).collect() }
+    }
+}
+
+impl ResponseCache {
+    fn shard(&self, key: &str) -> &RwLock<CacheShard> {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        static STATE: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
+        let mut hasher = STATE.get_or_init(Default::default).build_hasher();
+        key.hash(&mut hasher);
+        &self.shards[hasher.finish() as usize % RESPONSE_CACHE_SHARDS]
+    }
 }
 
 /// Per-batch counts, as `POST /v1/events` reports them.
@@ -169,18 +194,22 @@ impl RankingService {
 
     /// A cached response for `key`, if it was made at `generations`.
     pub fn cached_response(&self, key: &str, generations: (u64, u64)) -> Option<bytes::Bytes> {
-        let entries = self.responses.entries.read();
-        let (engine, catalog, body) = entries.get(key)?;
+        let shard = self.responses.shard(key).read();
+        let (engine, catalog, body) = shard.entries.get(key)?;
         ((*engine, *catalog) == generations).then(|| body.clone())
     }
 
     /// Remembers a response made at `generations`.
     pub fn cache_response(&self, key: String, generations: (u64, u64), body: bytes::Bytes) {
-        let mut entries = self.responses.entries.write();
-        if entries.len() >= RESPONSE_CACHE_ENTRIES {
-            entries.clear();
+        let mut shard = self.responses.shard(&key).write();
+        if shard.bytes + body.len() + key.len() > RESPONSE_CACHE_SHARD_BYTES {
+            shard.entries.clear();
+            shard.bytes = 0;
         }
-        entries.insert(key, (generations.0, generations.1, body));
+        shard.bytes += body.len() + key.len();
+        if let Some((_, _, old)) = shard.entries.insert(key, (generations.0, generations.1, body)) {
+            shard.bytes -= old.len();
+        }
     }
 
     /// Catalogue data of a product, if loaded.
