@@ -18,7 +18,9 @@ pub fn next_day_carry<P: AsRef<[u8]> + Clone>(
 ) -> Vec<(P, f64)> {
     let mut scored: Vec<(P, f64)> = candidates
         .into_iter()
-        .filter(|(_, metrics, carry)| crate::ranker::is_listed(crate::ranker::RankerName::Popular, metrics, *carry))
+        .filter(|(_, metrics, carry)| {
+            crate::ranker::is_listed(crate::ranker::RankerName::Popular, metrics, *carry)
+        })
         .map(|(product, metrics, carry)| {
             let score = popular_score(carry, &metrics, weights);
             (product, score)
@@ -44,19 +46,39 @@ mod tests {
 
     #[test]
     fn carries_the_top_n_times_the_ratio() {
-        let weights = PopularWeights { carry_top_n: 2, ..PopularWeights::default() };
-        let views = |v| Metrics { views: v, ..Metrics::default() };
+        let weights = PopularWeights {
+            carry_top_n: 2,
+            ..PopularWeights::default()
+        };
+        let views = |v| Metrics {
+            views: v,
+            ..Metrics::default()
+        };
         let carry = next_day_carry(
-            vec![("a", views(10), 0.0), ("b", views(30), 0.0), ("c", views(20), 1.0), ("d", views(0), 0.0)],
+            vec![
+                ("a", views(10), 0.0),
+                ("b", views(30), 0.0),
+                ("c", views(20), 1.0),
+                ("d", views(0), 0.0),
+            ],
             &weights,
         );
-        assert_eq!(carry, vec![("b", 0.1 * 3.0000000000000004), ("c", 0.1 * (1.0 + 20.0 * 0.1))]);
+        assert_eq!(
+            carry,
+            vec![("b", 0.1 * 3.0000000000000004), ("c", 0.1 * (1.0 + 20.0 * 0.1))]
+        );
     }
 
     #[test]
     fn ties_at_the_cut_go_to_the_smaller_product_id() {
-        let weights = PopularWeights { carry_top_n: 1, ..PopularWeights::default() };
-        let views = Metrics { views: 5, ..Metrics::default() };
+        let weights = PopularWeights {
+            carry_top_n: 1,
+            ..PopularWeights::default()
+        };
+        let views = Metrics {
+            views: 5,
+            ..Metrics::default()
+        };
         let carry = next_day_carry(vec![("p9", views, 0.0), ("p10", views, 0.0)], &weights);
         assert_eq!(carry.len(), 1);
         assert_eq!(carry[0].0, "p10");

@@ -279,7 +279,9 @@ impl Event {
         }
         out.push(b']');
         if let Some(payment) = self.payment {
-            out.extend_from_slice(format!(",\"quantity\":{},\"price\":{}", payment.quantity, payment.price).as_bytes());
+            out.extend_from_slice(
+                format!(",\"quantity\":{},\"price\":{}", payment.quantity, payment.price).as_bytes(),
+            );
         }
         out.push(b'}');
     }

@@ -17,9 +17,9 @@
 pub mod carry;
 pub mod event;
 pub mod ids;
-pub mod metrics;
-pub mod period;
-pub mod ranker;
 pub mod job;
 pub mod limiter;
+pub mod metrics;
+pub mod period;
 pub mod queue;
+pub mod ranker;

@@ -90,7 +90,13 @@ pub struct PopularWeights {
 
 impl Default for PopularWeights {
     fn default() -> Self {
-        PopularWeights { view: 0.1, like: 0.2, sales: 0.7, carry_ratio: 0.1, carry_top_n: 100 }
+        PopularWeights {
+            view: 0.1,
+            like: 0.2,
+            sales: 0.7,
+            carry_ratio: 0.1,
+            carry_top_n: 100,
+        }
     }
 }
 
@@ -100,14 +106,23 @@ pub const MAX_CARRY_TOP_N: u32 = 10_000;
 impl PopularWeights {
     /// Checks that every weight is usable: finite weights, a carry ratio in [0, 1], a bounded top N.
     pub fn validate(&self) -> Result<(), RankerError> {
-        for (field, value) in [("weights.view", self.view), ("weights.like", self.like), ("weights.sales", self.sales)]
-        {
+        for (field, value) in [
+            ("weights.view", self.view),
+            ("weights.like", self.like),
+            ("weights.sales", self.sales),
+        ] {
             if !value.is_finite() {
-                return Err(RankerError::InvalidWeight(field, "must be a finite number".into()));
+                return Err(RankerError::InvalidWeight(
+                    field,
+                    "must be a finite number".into(),
+                ));
             }
         }
         if !(self.carry_ratio.is_finite() && (0.0..=1.0).contains(&self.carry_ratio)) {
-            return Err(RankerError::InvalidWeight("carryRatio", "must be a number between 0 and 1".into()));
+            return Err(RankerError::InvalidWeight(
+                "carryRatio",
+                "must be a number between 0 and 1".into(),
+            ));
         }
         if self.carry_top_n > MAX_CARRY_TOP_N {
             return Err(RankerError::InvalidWeight(
@@ -130,7 +145,10 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { version: 1, weights: PopularWeights::default() }
+        Policy {
+            version: 1,
+            weights: PopularWeights::default(),
+        }
     }
 }
 
@@ -181,7 +199,12 @@ mod tests {
     use super::*;
 
     fn m(views: i64, likes: i64, units: i64, sales: i64) -> Metrics {
-        Metrics { views, likes, units, sales }
+        Metrics {
+            views,
+            likes,
+            units,
+            sales,
+        }
     }
 
     #[test]
@@ -207,7 +230,11 @@ mod tests {
     fn ties_break_by_product_bytes_ascending() {
         assert_eq!(ranking_order(5.0, b"p1", 5.0, b"p2"), Ordering::Less);
         assert_eq!(ranking_order(6.0, b"p2", 5.0, b"p1"), Ordering::Less);
-        assert_eq!(ranking_order(5.0, b"p10", 5.0, b"p9"), Ordering::Less, "bytes, not numbers");
+        assert_eq!(
+            ranking_order(5.0, b"p10", 5.0, b"p9"),
+            Ordering::Less,
+            "bytes, not numbers"
+        );
     }
 
     #[test]
@@ -218,9 +245,19 @@ mod tests {
 
     #[test]
     fn weights_are_validated_and_name_the_field() {
-        let bad = PopularWeights { view: f64::NAN, ..PopularWeights::default() };
-        assert!(bad.validate().unwrap_err().to_string().starts_with("weights.view"));
-        let bad = PopularWeights { carry_ratio: 1.5, ..PopularWeights::default() };
+        let bad = PopularWeights {
+            view: f64::NAN,
+            ..PopularWeights::default()
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("weights.view"));
+        let bad = PopularWeights {
+            carry_ratio: 1.5,
+            ..PopularWeights::default()
+        };
         assert!(bad.validate().unwrap_err().to_string().starts_with("carryRatio"));
         assert!(PopularWeights::default().validate().is_ok());
     }

@@ -55,7 +55,10 @@ pub fn prometheus_handle() -> PrometheusHandle {
 /// The router with every route group, auth and limits.
 pub fn router(state: AppState) -> Router {
     let admin_routes = Router::new()
-        .route("/v1/admin/rankers/{name}", get(admin::get_ranker).put(admin::put_ranker))
+        .route(
+            "/v1/admin/rankers/{name}",
+            get(admin::get_ranker).put(admin::put_ranker),
+        )
         .route("/v1/admin/rankers/{name}/rollback", post(admin::rollback_ranker))
         .route("/v1/admin/rebuild", post(admin::rebuild))
         .route("/v1/products/{product_id}", put(catalog::put_product))
@@ -84,7 +87,8 @@ pub fn router(state: AppState) -> Router {
     if let Some(gate) = waiting_room::gate_routes(state.waiting_room.clone()) {
         app = app.merge(gate);
     }
-    app.layer(DefaultBodyLimit::max(state.config.max_body_bytes)).layer(TraceLayer::new_for_http())
+    app.layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(TraceLayer::new_for_http())
 }
 
 /// A built, bound, not yet serving rankgate.
@@ -110,17 +114,28 @@ impl Application {
         let rankings_config = config.clone();
         let (rankings, _writer_thread) =
             tokio::task::spawn_blocking(move || RankingService::open(&rankings_config)).await??;
-        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "rankings restored from the source of truth");
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "rankings restored from the source of truth"
+        );
         let waiting_room = if config.redis.is_empty() {
             WaitingRoom::open_embedded(&config.data_dir, config.waiting_room.clone(), clock.clone()).await?
         } else {
-            WaitingRoom::open_redis(&config.redis, &config.redis_prefix, config.waiting_room.clone(), clock.clone())
-                .await
-                .context("opening the waiting room on Redis (check --redis)")?
-        };
-        let listener = TcpListener::bind(config.listen)
+            WaitingRoom::open_redis(
+                &config.redis,
+                &config.redis_prefix,
+                config.waiting_room.clone(),
+                clock.clone(),
+            )
             .await
-            .with_context(|| format!("binding {}; is another process using that address?", config.listen))?;
+            .context("opening the waiting room on Redis (check --redis)")?
+        };
+        let listener = TcpListener::bind(config.listen).await.with_context(|| {
+            format!(
+                "binding {}; is another process using that address?",
+                config.listen
+            )
+        })?;
         let state = AppState {
             config: Arc::new(config),
             rankings,
@@ -130,10 +145,19 @@ impl Application {
         };
         let shutdown = CancellationToken::new();
         let mut workers = state.waiting_room.spawn_workers(shutdown.clone());
-        workers.push(tokio::spawn(run_refresher_until_stopped(state.clone(), shutdown.clone())));
-        workers.push(tokio::spawn(run_retention_until_stopped(state.clone(), shutdown.clone())));
+        workers.push(tokio::spawn(run_refresher_until_stopped(
+            state.clone(),
+            shutdown.clone(),
+        )));
+        workers.push(tokio::spawn(run_retention_until_stopped(
+            state.clone(),
+            shutdown.clone(),
+        )));
         if state.config.database.is_some() {
-            workers.push(tokio::spawn(run_follower_until_stopped(state.clone(), shutdown.clone())));
+            workers.push(tokio::spawn(run_follower_until_stopped(
+                state.clone(),
+                shutdown.clone(),
+            )));
         }
         if let Some(url) = &state.config.stream {
             let consumer = StreamConsumer::connect(
@@ -207,7 +231,8 @@ async fn run_refresher_until_stopped(state: AppState, shutdown: CancellationToke
 /// With a shared source of truth (PostgreSQL), applies what other instances committed, well inside the
 /// freshness bound, so reads from every instance agree.
 async fn run_follower_until_stopped(state: AppState, shutdown: CancellationToken) {
-    let mut ticker = tokio::time::interval(Duration::from_millis((state.config.freshness_millis / 4).max(10)));
+    let mut ticker =
+        tokio::time::interval(Duration::from_millis((state.config.freshness_millis / 4).max(10)));
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -229,7 +254,14 @@ async fn run_retention_until_stopped(state: AppState, shutdown: CancellationToke
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        match state.rankings.apply_retention(state.config.event_retention_millis, state.config.metric_retention_millis).await {
+        match state
+            .rankings
+            .apply_retention(
+                state.config.event_retention_millis,
+                state.config.metric_retention_millis,
+            )
+            .await
+        {
             Ok(0) => {}
             Ok(forgotten) => tracing::info!(forgotten, "retention dropped old raw events"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "retention failed; will retry"),

@@ -19,16 +19,26 @@ fn presented_key(request: &Request) -> Option<&str> {
 }
 
 /// Requires an admin key, when admin keys are configured.
-pub async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Result<Response, ApiError> {
+pub async fn require_admin(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
     let keys = &state.config.admin_keys;
     if keys.is_empty() || presented_key(&request).is_some_and(|key| keys.accepts(key)) {
         return Ok(next.run(request).await);
     }
-    Err(ApiError::Unauthorized("admin endpoints need `Authorization: Bearer <admin key>`".into()))
+    Err(ApiError::Unauthorized(
+        "admin endpoints need `Authorization: Bearer <admin key>`".into(),
+    ))
 }
 
 /// Requires an ingest (or admin) key, when ingest keys are configured.
-pub async fn require_ingest(State(state): State<AppState>, request: Request, next: Next) -> Result<Response, ApiError> {
+pub async fn require_ingest(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
     let ingest = &state.config.ingest_keys;
     let admin = &state.config.admin_keys;
     if ingest.is_empty() && admin.is_empty() {
@@ -37,5 +47,7 @@ pub async fn require_ingest(State(state): State<AppState>, request: Request, nex
     if presented_key(&request).is_some_and(|key| ingest.accepts(key) || admin.accepts(key)) {
         return Ok(next.run(request).await);
     }
-    Err(ApiError::Unauthorized("ingest needs `Authorization: Bearer <ingest key>`".into()))
+    Err(ApiError::Unauthorized(
+        "ingest needs `Authorization: Bearer <ingest key>`".into(),
+    ))
 }

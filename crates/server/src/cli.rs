@@ -119,7 +119,10 @@ fn init_tracing(serving: bool) {
     let default = if serving { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("RANKGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -141,7 +144,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Ingest { file, batch_size, overrides } => {
+        Command::Ingest {
+            file,
+            batch_size,
+            overrides,
+        } => {
             let config = Config::load(&overrides)?;
             let _lock = lock_data_dir(&config.data_dir)?;
             let (service, _writer) = RankingService::open(&config)?;
@@ -170,7 +177,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 None => verify_data_dir(&config, &|step| eprintln!("verify: {step}"))?,
             };
             print_verify(&report);
-            Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if report.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Command::Rebuild { overrides } => {
             let config = Config::load(&overrides)?;
@@ -178,33 +189,60 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let started = Instant::now();
             let (service, _writer) = RankingService::open(&config)?;
             let products = service.engine().read().product_count();
-            println!("rebuilt serving state for {products} products in {:.2}s", started.elapsed().as_secs_f64());
+            println!(
+                "rebuilt serving state for {products} products in {:.2}s",
+                started.elapsed().as_secs_f64()
+            );
             drop(service);
             let report = verify_data_dir(&config, &|step| eprintln!("rebuild: {step}"))?;
             print_verify(&report);
-            Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if report.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Command::Replay { overrides } => {
             let config = Config::load(&overrides)?;
             let _lock = lock_data_dir(&config.data_dir)?;
             let started = Instant::now();
             let rows = replay_metrics(&config)?;
-            println!("replayed the raw event log into {rows} hourly metric rows in {:.2}s", started.elapsed().as_secs_f64());
+            println!(
+                "replayed the raw event log into {rows} hourly metric rows in {:.2}s",
+                started.elapsed().as_secs_f64()
+            );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo { data_dir, scale, flash_sale_members } => {
+        Command::Demo {
+            data_dir,
+            scale,
+            flash_sale_members,
+        } => {
             let passed = crate::demo::run_demo(data_dir, scale, flash_sale_members, &mut std::io::stdout())?;
-            Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if passed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Command::Migrate { overrides } => {
             let config = Config::load(&overrides)?;
-            let url = config.database.as_deref().context("migrate needs --database postgres://… (SQLite migrates itself)")?;
-            let mut source = rankgate_store::ranking::postgres::PostgresSource::connect(url, &config.database_schema)?;
+            let url = config
+                .database
+                .as_deref()
+                .context("migrate needs --database postgres://… (SQLite migrates itself)")?;
+            let mut source =
+                rankgate_store::ranking::postgres::PostgresSource::connect(url, &config.database_schema)?;
             let applied = source.migrate()?;
-            println!("schema `{}` is up to date (applied now: {applied:?})", config.database_schema);
+            println!(
+                "schema `{}` is up to date (applied now: {applied:?})",
+                config.database_schema
+            );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Catalog { command: CatalogCommand::Load { file, overrides } } => {
+        Command::Catalog {
+            command: CatalogCommand::Load { file, overrides },
+        } => {
             let config = Config::load(&overrides)?;
             let _lock = lock_data_dir(&config.data_dir)?;
             let entries = read_catalog_csv(&file)?;
@@ -262,8 +300,10 @@ pub fn ingest_file(
     let progress = if show_progress && total_bytes > 0 {
         let bar = ProgressBar::new(total_bytes);
         bar.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({eta}) {msg}")
-                .expect("valid template"),
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({eta}) {msg}",
+            )
+            .expect("valid template"),
         );
         bar
     } else {
@@ -291,7 +331,10 @@ pub fn ingest_file(
         if chunk_lines >= batch_size || (read == 0 && chunk_lines > 0) {
             let pending = submit_chunk(service, &chunk, first_line_of_chunk, config, &mut summary)?;
             if let Some(previous) = in_flight.replace(pending) {
-                previous.wait()?.iter().for_each(|outcome| summary.counts.count(outcome));
+                previous
+                    .wait()?
+                    .iter()
+                    .for_each(|outcome| summary.counts.count(outcome));
             }
             summary.lines += chunk_lines;
             first_line_of_chunk += chunk_lines;
@@ -304,7 +347,9 @@ pub fn ingest_file(
         }
     }
     if let Some(last) = in_flight {
-        last.wait()?.iter().for_each(|outcome| summary.counts.count(outcome));
+        last.wait()?
+            .iter()
+            .for_each(|outcome| summary.counts.count(outcome));
     }
     progress.finish_and_clear();
     summary.seconds = started.elapsed().as_secs_f64();
@@ -319,7 +364,10 @@ fn submit_chunk(
     summary: &mut IngestSummary,
 ) -> anyhow::Result<crate::rankings::writer::PendingOutcomes> {
     let now = jiff::Timestamp::now().as_millisecond();
-    let limits = ParseLimits { now_millis: now, max_future_millis: config.max_future_millis };
+    let limits = ParseLimits {
+        now_millis: now,
+        max_future_millis: config.max_future_millis,
+    };
     let items = split_body(chunk, BodyFormat::Ndjson).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut events: Vec<Event> = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
@@ -332,7 +380,9 @@ fn submit_chunk(
             Err(error) => {
                 summary.counts.rejected += 1;
                 if summary.first_rejections.len() < 10 {
-                    summary.first_rejections.push(format!("event {}: {error}", first_line + index));
+                    summary
+                        .first_rejections
+                        .push(format!("event {}: {error}", first_line + index));
                 }
             }
         }
@@ -343,7 +393,10 @@ fn submit_chunk(
 /// Recomputes every hourly metric row from the raw event log and replaces the stored rows.
 pub fn replay_metrics(config: &Config) -> anyhow::Result<usize> {
     let mut source = crate::rankings::open_source(config)?;
-    let policy = source.load_policies(rankgate_core::ranker::RankerName::Popular)?.map(|p| p.active).unwrap_or_default();
+    let policy = source
+        .load_policies(rankgate_core::ranker::RankerName::Popular)?
+        .map(|p| p.active)
+        .unwrap_or_default();
     let events = read_event_log(source.as_mut())?;
     let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
     let rows: Vec<(Hour, ProductId, rankgate_core::metrics::Metrics)> = model.hourly_rows();
@@ -371,7 +424,9 @@ fn read_catalog_csv(file: &std::path::Path) -> anyhow::Result<Vec<(ProductId, se
             let value = record.get(i).unwrap_or("");
             let value = match header {
                 "price" if !value.is_empty() => serde_json::Value::from(
-                    value.parse::<u64>().map_err(|_| anyhow::anyhow!("line {}: price: must be an integer", line + 2))?,
+                    value
+                        .parse::<u64>()
+                        .map_err(|_| anyhow::anyhow!("line {}: price: must be an integer", line + 2))?,
                 ),
                 _ => serde_json::Value::from(value),
             };

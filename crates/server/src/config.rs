@@ -66,7 +66,10 @@ impl std::fmt::Debug for Config {
             .field("data_dir", &self.data_dir)
             .field("admin_keys", &self.admin_keys.len())
             .field("ingest_keys", &self.ingest_keys.len())
-            .field("database", &self.database.as_ref().map(|_| "postgres (url hidden)"))
+            .field(
+                "database",
+                &self.database.as_ref().map(|_| "postgres (url hidden)"),
+            )
             .field("redis", &self.redis.len())
             .finish_non_exhaustive()
     }
@@ -80,7 +83,11 @@ impl BearerKeys {
     /// Hashes each key; the plain keys are dropped.
     pub fn from_plain<S: AsRef<str>>(keys: &[S]) -> BearerKeys {
         BearerKeys(
-            keys.iter().map(|k| k.as_ref().trim()).filter(|k| !k.is_empty()).map(|k| Sha256::digest(k).into()).collect(),
+            keys.iter()
+                .map(|k| k.as_ref().trim())
+                .filter(|k| !k.is_empty())
+                .map(|k| Sha256::digest(k).into())
+                .collect(),
         )
     }
 
@@ -97,7 +104,10 @@ impl BearerKeys {
     /// Whether `presented` is one of the keys. Compares every stored hash in constant time.
     pub fn accepts(&self, presented: &str) -> bool {
         let digest: [u8; 32] = Sha256::digest(presented).into();
-        self.0.iter().fold(subtle::Choice::from(0), |found, key| found | key.ct_eq(&digest)).into()
+        self.0
+            .iter()
+            .fold(subtle::Choice::from(0), |found, key| found | key.ct_eq(&digest))
+            .into()
     }
 }
 
@@ -148,7 +158,12 @@ pub struct Overrides {
     #[arg(long, env = "RANKGATE_TIME_ZONE")]
     pub time_zone: Option<String>,
     /// Comma-separated admin bearer keys (never logged)
-    #[arg(long, env = "RANKGATE_ADMIN_KEYS", hide_env_values = true, value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "RANKGATE_ADMIN_KEYS",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
     pub admin_keys: Option<Vec<String>>,
     /// PostgreSQL source of truth, e.g. postgres://postgres@127.0.0.1:5432/shop (never logged)
     #[arg(long, env = "RANKGATE_DATABASE", hide_env_values = true)]
@@ -163,7 +178,12 @@ pub struct Overrides {
     #[arg(long, env = "RANKGATE_STREAM")]
     pub stream: Option<String>,
     /// Comma-separated ingest bearer keys (never logged)
-    #[arg(long, env = "RANKGATE_INGEST_KEYS", hide_env_values = true, value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "RANKGATE_INGEST_KEYS",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
     pub ingest_keys: Option<Vec<String>>,
 }
 
@@ -180,7 +200,11 @@ impl Config {
     }
 
     fn merge(file: FileConfig, overrides: &Overrides) -> anyhow::Result<Config> {
-        let zone_name = overrides.time_zone.clone().or(file.time_zone).unwrap_or_else(|| "UTC".into());
+        let zone_name = overrides
+            .time_zone
+            .clone()
+            .or(file.time_zone)
+            .unwrap_or_else(|| "UTC".into());
         let zone = Zone::parse(&zone_name).map_err(|e| anyhow::anyhow!("time_zone: {e}"))?;
         let max_lateness_millis = file.max_lateness_hours.unwrap_or(35 * 24) * HOUR_MILLIS;
         let event_retention_millis = file.event_retention_hours.unwrap_or(35 * 24) * HOUR_MILLIS;
@@ -191,8 +215,15 @@ impl Config {
         let mut waiting_room = file.waiting_room;
         waiting_room.gates.extend(file.gate);
         Ok(Config {
-            listen: overrides.listen.or(file.listen).unwrap_or_else(|| "127.0.0.1:8080".parse().expect("valid")),
-            data_dir: overrides.data_dir.clone().or(file.data_dir).unwrap_or_else(|| "./rankgate-data".into()),
+            listen: overrides
+                .listen
+                .or(file.listen)
+                .unwrap_or_else(|| "127.0.0.1:8080".parse().expect("valid")),
+            data_dir: overrides
+                .data_dir
+                .clone()
+                .or(file.data_dir)
+                .unwrap_or_else(|| "./rankgate-data".into()),
             zone,
             max_future_millis: file.max_future_seconds.unwrap_or(300) * 1000,
             max_lateness_millis,
@@ -203,7 +234,9 @@ impl Config {
             freshness_millis: file.freshness_millis.unwrap_or(1000),
             max_cached_members: file.max_cached_members.unwrap_or(5_000_000),
             admin_keys: BearerKeys::from_plain(overrides.admin_keys.as_deref().unwrap_or(&file.admin_keys)),
-            ingest_keys: BearerKeys::from_plain(overrides.ingest_keys.as_deref().unwrap_or(&file.ingest_keys)),
+            ingest_keys: BearerKeys::from_plain(
+                overrides.ingest_keys.as_deref().unwrap_or(&file.ingest_keys),
+            ),
             waiting_room,
             stream: overrides.stream.clone().or(file.stream),
             database: overrides.database.clone().or(file.database),
@@ -253,8 +286,10 @@ const KNOWN_KEYS: [&str; 20] = [
 ];
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
-    let table: toml::Table = toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))?;
     for key in table.keys().filter(|key| !KNOWN_KEYS.contains(&key.as_str())) {
         tracing::warn!(key = key.as_str(), file = %path.display(), "unknown config key ignored");
     }
@@ -276,8 +311,12 @@ mod tests {
 
     #[test]
     fn flags_win_over_the_file() {
-        let file: FileConfig = toml::from_str("listen = \"127.0.0.1:9000\"\ntime_zone = \"Asia/Tokyo\"").unwrap();
-        let overrides = Overrides { listen: Some("127.0.0.1:9100".parse().unwrap()), ..Overrides::default() };
+        let file: FileConfig =
+            toml::from_str("listen = \"127.0.0.1:9000\"\ntime_zone = \"Asia/Tokyo\"").unwrap();
+        let overrides = Overrides {
+            listen: Some("127.0.0.1:9100".parse().unwrap()),
+            ..Overrides::default()
+        };
         let config = Config::merge(file, &overrides).unwrap();
         assert_eq!(config.listen.port(), 9100);
     }
@@ -291,19 +330,27 @@ mod tests {
         let config = Config::merge(file, &Overrides::default()).unwrap();
         let gate = &config.waiting_room.gates[0];
         assert_eq!(gate.upstream, "http://127.0.0.1:9");
-        assert_eq!((gate.routes[0].method.as_str(), gate.routes[0].path.as_str()), ("POST", "/orders"));
+        assert_eq!(
+            (gate.routes[0].method.as_str(), gate.routes[0].path.as_str()),
+            ("POST", "/orders")
+        );
     }
 
     #[test]
     fn retention_shorter_than_lateness_is_refused() {
         let file: FileConfig = toml::from_str("event_retention_hours = 10\nmax_lateness_hours = 20").unwrap();
-        let error = Config::merge(file, &Overrides::default()).unwrap_err().to_string();
+        let error = Config::merge(file, &Overrides::default())
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("event_retention_hours"), "{error}");
     }
 
     #[test]
     fn debug_never_shows_keys() {
-        let overrides = Overrides { admin_keys: Some(vec!["topsecret".into()]), ..Overrides::default() };
+        let overrides = Overrides {
+            admin_keys: Some(vec!["topsecret".into()]),
+            ..Overrides::default()
+        };
         let config = Config::merge(FileConfig::default(), &overrides).unwrap();
         assert!(!format!("{config:?}").contains("topsecret"));
     }

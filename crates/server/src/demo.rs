@@ -31,10 +31,17 @@ pub fn run_demo(
     let config = Config::for_data_dir(&data_dir);
     let now = jiff::Timestamp::now().as_millisecond();
 
-    writeln!(out, "rankgate demo — the seed lesson's workload on embedded defaults (data dir {})", data_dir.display())?;
+    writeln!(
+        out,
+        "rankgate demo — the seed lesson's workload on embedded defaults (data dir {})",
+        data_dir.display()
+    )?;
     let started = Instant::now();
     let workload = seed_lesson(&SeedLessonConfig::new(42, now - 60_000).with_scale(scale));
-    let limits = ParseLimits { now_millis: now, max_future_millis: config.max_future_millis };
+    let limits = ParseLimits {
+        now_millis: now,
+        max_future_millis: config.max_future_millis,
+    };
     let events: Vec<Event> = workload
         .iter()
         .map(|e| Event::from_json(&e.to_json(), &limits))
@@ -76,14 +83,57 @@ pub fn run_demo(
     let hot = CategoryOrAll::Category(Category::parse("cat0")?);
     let cat7 = CategoryOrAll::Category(Category::parse("cat7")?);
     let lists = [
-        ("cat0 (hot), units, last 7 days", RankerName::Units, hot.clone(), Span::Window { len: WindowLen::D7, end: now_hour }, 5),
-        ("cat7, units, last 7 days", RankerName::Units, cat7, Span::Window { len: WindowLen::D7, end: now_hour }, 3),
-        ("cat0, popular, yesterday", RankerName::Popular, hot.clone(), Span::Period(yesterday), 5),
-        ("cat0, popular, today (with carry)", RankerName::Popular, hot, Span::Period(today), 5),
-        ("all, revenue, last 30 days", RankerName::Revenue, CategoryOrAll::All, Span::Window { len: WindowLen::D30, end: now_hour }, 5),
+        (
+            "cat0 (hot), units, last 7 days",
+            RankerName::Units,
+            hot.clone(),
+            Span::Window {
+                len: WindowLen::D7,
+                end: now_hour,
+            },
+            5,
+        ),
+        (
+            "cat7, units, last 7 days",
+            RankerName::Units,
+            cat7,
+            Span::Window {
+                len: WindowLen::D7,
+                end: now_hour,
+            },
+            3,
+        ),
+        (
+            "cat0, popular, yesterday",
+            RankerName::Popular,
+            hot.clone(),
+            Span::Period(yesterday),
+            5,
+        ),
+        (
+            "cat0, popular, today (with carry)",
+            RankerName::Popular,
+            hot,
+            Span::Period(today),
+            5,
+        ),
+        (
+            "all, revenue, last 30 days",
+            RankerName::Revenue,
+            CategoryOrAll::All,
+            Span::Window {
+                len: WindowLen::D30,
+                end: now_hour,
+            },
+            5,
+        ),
     ];
     for (title, ranker, category, span, limit) in lists {
-        let query = RankingQuery { ranker, category, span };
+        let query = RankingQuery {
+            ranker,
+            category,
+            span,
+        };
         let started = Instant::now();
         let page = service.top(&query, 0, limit);
         let first_read = started.elapsed();
@@ -129,7 +179,11 @@ pub fn run_demo(
         report.items,
         report.events,
         started.elapsed().as_secs_f64(),
-        if report.ok() { "incremental equals batch recompute".to_string() } else { format!("{} MISMATCHES", report.mismatches.len()) }
+        if report.ok() {
+            "incremental equals batch recompute".to_string()
+        } else {
+            format!("{} MISMATCHES", report.mismatches.len())
+        }
     )?;
     for mismatch in report.mismatches.iter().take(10) {
         writeln!(out, "  {mismatch}")?;
@@ -139,7 +193,11 @@ pub fn run_demo(
         writeln!(out)?;
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         let flash_dir = data_dir.join("flash-sale");
-        runtime.block_on(crate::waiting_room::run_flash_sale_demo(&flash_dir, flash_sale_members, out))?;
+        runtime.block_on(crate::waiting_room::run_flash_sale_demo(
+            &flash_dir,
+            flash_sale_members,
+            out,
+        ))?;
     }
     Ok(report.ok())
 }

@@ -79,7 +79,12 @@ impl IntoResponse for ApiError {
             other => other.to_string(),
         };
         let mut response = (status, Json(serde_json::json!({ "error": message }))).into_response();
-        if let ApiError::TooManyRequests { retry_after_secs, headers, .. } = &self {
+        if let ApiError::TooManyRequests {
+            retry_after_secs,
+            headers,
+            ..
+        } = &self
+        {
             let map = response.headers_mut();
             map.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
             for (name, value) in headers {
@@ -89,7 +94,9 @@ impl IntoResponse for ApiError {
             }
         }
         if let ApiError::Unauthorized(_) = &self {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }

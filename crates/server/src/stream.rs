@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use redis::aio::MultiplexedConnection;
-use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply};
+use redis::streams::{
+    StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply,
+};
 use redis::AsyncCommands;
 use tokio_util::sync::CancellationToken;
 
@@ -100,14 +102,21 @@ impl StreamConsumer {
             .get_multiplexed_tokio_connection()
             .await
             .with_context(|| format!("stream: connecting to {}", config.redis_url))?;
-        let created: redis::RedisResult<()> =
-            connection.xgroup_create_mkstream(&config.key, &config.group, "0").await;
+        let created: redis::RedisResult<()> = connection
+            .xgroup_create_mkstream(&config.key, &config.group, "0")
+            .await;
         if let Err(error) = created {
             if error.code() != Some("BUSYGROUP") {
                 return Err(error).context("stream: creating the consumer group");
             }
         }
-        Ok(StreamConsumer { config, connection, rankings, clock, max_future_millis })
+        Ok(StreamConsumer {
+            config,
+            connection,
+            rankings,
+            clock,
+            max_future_millis,
+        })
     }
 
     /// Reads and handles one batch: first entries reclaimed from idle consumers, then new ones.
@@ -137,7 +146,9 @@ impl StreamConsumer {
             .xread_options(&[&self.config.key], &[">"], &options)
             .await
             .context("stream: XREADGROUP")?;
-        let entries: Vec<StreamId> = reply.map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect()).unwrap_or_default();
+        let entries: Vec<StreamId> = reply
+            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
+            .unwrap_or_default();
         if entries.is_empty() {
             return Ok(BatchReport::default());
         }
@@ -146,7 +157,10 @@ impl StreamConsumer {
 
     async fn handle(&mut self, entries: Vec<StreamId>) -> anyhow::Result<BatchReport> {
         let now = self.clock.now_millis();
-        let limits = ParseLimits { now_millis: now, max_future_millis: self.max_future_millis };
+        let limits = ParseLimits {
+            now_millis: now,
+            max_future_millis: self.max_future_millis,
+        };
         let mut events = Vec::with_capacity(entries.len());
         let mut poison = Vec::new();
         for entry in &entries {
@@ -164,21 +178,34 @@ impl StreamConsumer {
         }
         if !events.is_empty() {
             // Durable first; only then ack. A failure here leaves every entry pending for a retry.
-            self.rankings.ingest(events, now).await.context("stream: ingesting a batch")?;
+            self.rankings
+                .ingest(events, now)
+                .await
+                .context("stream: ingesting a batch")?;
         }
         let mut pipe = redis::pipe();
         pipe.atomic();
         for (entry, error) in &poison {
             let body = entry.get::<String>("event").unwrap_or_default();
-            pipe.xadd(self.config.dead_letter_key(), "*", &[("entry", entry.id.as_str()), ("event", &body), ("error", error)])
-                .ignore();
+            pipe.xadd(
+                self.config.dead_letter_key(),
+                "*",
+                &[("entry", entry.id.as_str()), ("event", &body), ("error", error)],
+            )
+            .ignore();
         }
         let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
         pipe.xack(&self.config.key, &self.config.group, &ids).ignore();
-        let _: () = pipe.query_async(&mut self.connection).await.context("stream: XACK")?;
+        let _: () = pipe
+            .query_async(&mut self.connection)
+            .await
+            .context("stream: XACK")?;
         metrics::counter!("rankgate_stream_entries_total").increment(entries.len() as u64);
         metrics::counter!("rankgate_stream_dead_lettered_total").increment(poison.len() as u64);
-        Ok(BatchReport { entries: entries.len(), dead_lettered: poison.len() })
+        Ok(BatchReport {
+            entries: entries.len(),
+            dead_lettered: poison.len(),
+        })
     }
 
     /// Consumes until `shutdown`; on errors (Redis or the source of truth down) waits and retries.

@@ -45,9 +45,18 @@ impl VerifyReport {
 }
 
 /// Compares two full rankings, recording at most a few differences per ranking.
-pub fn compare_rankings(label: &str, served: &[RankedItem], expected: &[RankedItem], mismatches: &mut Vec<String>) {
+pub fn compare_rankings(
+    label: &str,
+    served: &[RankedItem],
+    expected: &[RankedItem],
+    mismatches: &mut Vec<String>,
+) {
     if served.len() != expected.len() {
-        mismatches.push(format!("{label}: {} products served, {} expected", served.len(), expected.len()));
+        mismatches.push(format!(
+            "{label}: {} products served, {} expected",
+            served.len(),
+            expected.len()
+        ));
     }
     let mut reported = 0;
     for (s, e) in served.iter().zip(expected) {
@@ -79,7 +88,11 @@ pub fn spans_to_verify(range: std::ops::Range<Hour>, zone: &rankgate_core::perio
     }
     let last = Hour(range.end.0 - 1);
     for back in 0..24 {
-        spans.insert(SpanOrd(Span::Period(PeriodKey::containing(PeriodKind::Hourly, last.plus(-back), zone))));
+        spans.insert(SpanOrd(Span::Period(PeriodKey::containing(
+            PeriodKind::Hourly,
+            last.plus(-back),
+            zone,
+        ))));
     }
     for len in [WindowLen::H1, WindowLen::D1, WindowLen::D7, WindowLen::D30] {
         spans.insert(SpanOrd(Span::Window { len, end: last }));
@@ -104,7 +117,10 @@ impl Ord for SpanOrd {
 /// Reads every raw event of the log.
 pub fn read_event_log(source: &mut dyn SourceOfTruth) -> anyhow::Result<Vec<Event>> {
     // Stored events were validated on arrival; don't re-apply the future check against today's clock.
-    let limits = ParseLimits { now_millis: i64::MAX / 4, max_future_millis: 0 };
+    let limits = ParseLimits {
+        now_millis: i64::MAX / 4,
+        max_future_millis: 0,
+    };
     let mut events = Vec::new();
     let mut failure = None;
     source.scan_event_log(&mut |_, body| match serde_json::from_slice(body) {
@@ -124,15 +140,24 @@ pub fn read_event_log(source: &mut dyn SourceOfTruth) -> anyhow::Result<Vec<Even
 /// do not block the writer).
 pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Result<VerifyReport> {
     let mut source = crate::rankings::open_source(config)?;
-    let policy = source.load_policies(RankerName::Popular)?.map(|p| p.active).unwrap_or_default();
+    let policy = source
+        .load_policies(RankerName::Popular)?
+        .map(|p| p.active)
+        .unwrap_or_default();
     progress("reading the raw event log");
     let events = read_event_log(source.as_mut())?;
-    let mut report = VerifyReport { events: events.len(), ..VerifyReport::default() };
+    let mut report = VerifyReport {
+        events: events.len(),
+        ..VerifyReport::default()
+    };
     let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
 
     progress("loading serving state from the stored metrics");
     let engine = Arc::new(RwLock::new(RankingEngine::new(
-        EngineConfig { zone: config.zone.clone(), max_cached_members: usize::MAX },
+        EngineConfig {
+            zone: config.zone.clone(),
+            max_cached_members: usize::MAX,
+        },
         policy,
     )));
     let _ingestor = Ingestor::open(source, engine.clone(), IngestConfig::default())?;
@@ -157,20 +182,35 @@ pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Resu
         ));
     }
 
-    let Some(range) = model.hour_range() else { return Ok(report) };
+    let Some(range) = model.hour_range() else {
+        return Ok(report);
+    };
     let spans = spans_to_verify(range, &config.zone);
-    let categories: Vec<CategoryOrAll> =
-        std::iter::once(CategoryOrAll::All).chain(model.categories().into_iter().map(CategoryOrAll::Category)).collect();
-    progress(&format!("comparing {} rankings with the batch recompute", spans.len() * categories.len() * 3));
+    let categories: Vec<CategoryOrAll> = std::iter::once(CategoryOrAll::All)
+        .chain(model.categories().into_iter().map(CategoryOrAll::Category))
+        .collect();
+    progress(&format!(
+        "comparing {} rankings with the batch recompute",
+        spans.len() * categories.len() * 3
+    ));
     for span in &spans {
         for category in &categories {
             for ranker in RankerName::ALL {
-                let query = RankingQuery { ranker, category: category.clone(), span: *span };
+                let query = RankingQuery {
+                    ranker,
+                    category: category.clone(),
+                    span: *span,
+                };
                 let served = engine.full_ranking(&query);
                 let expected = model.ranking(ranker, category, span);
                 report.rankings += 1;
                 report.items += expected.len();
-                compare_rankings(&format!("{ranker} {category} {span:?}"), &served, &expected, &mut report.mismatches);
+                compare_rankings(
+                    &format!("{ranker} {category} {span:?}"),
+                    &served,
+                    &expected,
+                    &mut report.mismatches,
+                );
             }
         }
         // Spans are compared one at a time; drop them so memory stays flat on big logs.
@@ -184,7 +224,11 @@ fn span_query(span: &Span, zone: &rankgate_core::period::Zone) -> String {
     match span {
         Span::Period(key) => format!("period={}&at={key}", key.kind().as_str()),
         Span::Window { len, end } => {
-            format!("window={}&at={}", len.as_str(), rankgate_core::period::format_hour_key(*end, zone))
+            format!(
+                "window={}&at={}",
+                len.as_str(),
+                rankgate_core::period::format_hour_key(*end, zone)
+            )
         }
     }
 }
@@ -192,22 +236,38 @@ fn span_query(span: &Span, zone: &rankgate_core::period::Zone) -> String {
 /// Compares what a running server at `base_url` serves with the batch recompute of the raw event log
 /// (up to the API's deepest page, rank 10,000). The server may keep ingesting meanwhile; run it on a
 /// quiet server for an exact answer.
-pub async fn verify_server(config: &Config, base_url: &str, progress: &dyn Fn(&str)) -> anyhow::Result<VerifyReport> {
+pub async fn verify_server(
+    config: &Config,
+    base_url: &str,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<VerifyReport> {
     let blocking_config = config.clone();
     // The blocking stores (the PostgreSQL client has its own runtime) are read off the async runtime.
     let (events, policy) = tokio::task::spawn_blocking(move || -> anyhow::Result<(Vec<Event>, Policy)> {
         let mut source = crate::rankings::open_source(&blocking_config)?;
-        let policy = source.load_policies(RankerName::Popular)?.map(|p| p.active).unwrap_or_default();
+        let policy = source
+            .load_policies(RankerName::Popular)?
+            .map(|p| p.active)
+            .unwrap_or_default();
         Ok((read_event_log(source.as_mut())?, policy))
     })
     .await??;
-    let mut report = VerifyReport { events: events.len(), ..VerifyReport::default() };
+    let mut report = VerifyReport {
+        events: events.len(),
+        ..VerifyReport::default()
+    };
     let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
-    let Some(range) = model.hour_range() else { return Ok(report) };
+    let Some(range) = model.hour_range() else {
+        return Ok(report);
+    };
     let spans = spans_to_verify(range, &config.zone);
-    let categories: Vec<CategoryOrAll> =
-        std::iter::once(CategoryOrAll::All).chain(model.categories().into_iter().map(CategoryOrAll::Category)).collect();
-    progress(&format!("comparing {} served rankings with the batch recompute", spans.len() * categories.len() * 3));
+    let categories: Vec<CategoryOrAll> = std::iter::once(CategoryOrAll::All)
+        .chain(model.categories().into_iter().map(CategoryOrAll::Category))
+        .collect();
+    progress(&format!(
+        "comparing {} served rankings with the batch recompute",
+        spans.len() * categories.len() * 3
+    ));
     let client = reqwest::Client::new();
     let base = base_url.trim_end_matches('/');
     for span in &spans {
@@ -222,7 +282,8 @@ pub async fn verify_server(config: &Config, base_url: &str, progress: &dyn Fn(&s
                         "{base}/v1/categories/{category}/top?ranker={ranker}&{}&limit={limit}&offset={offset}",
                         span_query(span, &config.zone)
                     );
-                    let page: serde_json::Value = client.get(&url).send().await?.error_for_status()?.json().await?;
+                    let page: serde_json::Value =
+                        client.get(&url).send().await?.error_for_status()?.json().await?;
                     let items = page["items"].as_array().cloned().unwrap_or_default();
                     let count = items.len();
                     for item in items {
@@ -236,7 +297,12 @@ pub async fn verify_server(config: &Config, base_url: &str, progress: &dyn Fn(&s
                 let expected: Vec<RankedItem> = expected.into_iter().take(10_000).collect();
                 report.rankings += 1;
                 report.items += expected.len();
-                compare_rankings(&format!("{ranker} {category} {span:?}"), &served, &expected, &mut report.mismatches);
+                compare_rankings(
+                    &format!("{ranker} {category} {span:?}"),
+                    &served,
+                    &expected,
+                    &mut report.mismatches,
+                );
             }
         }
     }

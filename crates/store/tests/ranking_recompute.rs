@@ -45,20 +45,28 @@ fn raw_event() -> impl Strategy<Value = RawEvent> {
         1u32..4,
         0u64..5000,
     )
-        .prop_map(|(id, kind, hour_offset, minute, product, categories, quantity, price)| RawEvent {
-            id,
-            kind,
-            hour_offset,
-            minute,
-            product,
-            categories,
-            quantity,
-            price,
-        })
+        .prop_map(
+            |(id, kind, hour_offset, minute, product, categories, quantity, price)| RawEvent {
+                id,
+                kind,
+                hour_offset,
+                minute,
+                product,
+                categories,
+                quantity,
+                price,
+            },
+        )
 }
 
 fn to_event(raw: &RawEvent) -> Event {
-    let kinds = ["product_viewed", "product_liked", "product_unliked", "payment_succeeded", "payment_refunded"];
+    let kinds = [
+        "product_viewed",
+        "product_liked",
+        "product_unliked",
+        "payment_succeeded",
+        "payment_refunded",
+    ];
     let mut value = json!({
         "id": format!("e{}", raw.id),
         "type": kinds[raw.kind as usize],
@@ -76,16 +84,36 @@ fn to_event(raw: &RawEvent) -> Event {
 fn spans(zone: &Zone) -> Vec<Span> {
     let mut spans = Vec::new();
     for day in -2..5 {
-        spans.push(Span::Period(PeriodKey::containing(PeriodKind::Daily, Hour::from_millis(BASE + day * 24 * HOUR), zone)));
+        spans.push(Span::Period(PeriodKey::containing(
+            PeriodKind::Daily,
+            Hour::from_millis(BASE + day * 24 * HOUR),
+            zone,
+        )));
     }
     for hour in [0, 5, 30, 95] {
-        spans.push(Span::Period(PeriodKey::containing(PeriodKind::Hourly, Hour::from_millis(BASE + hour * HOUR), zone)));
+        spans.push(Span::Period(PeriodKey::containing(
+            PeriodKind::Hourly,
+            Hour::from_millis(BASE + hour * HOUR),
+            zone,
+        )));
     }
     for kind in [PeriodKind::Weekly, PeriodKind::Monthly] {
-        spans.push(Span::Period(PeriodKey::containing(kind, Hour::from_millis(BASE + 50 * HOUR), zone)));
+        spans.push(Span::Period(PeriodKey::containing(
+            kind,
+            Hour::from_millis(BASE + 50 * HOUR),
+            zone,
+        )));
     }
-    for (len, end) in [(WindowLen::H1, 20), (WindowLen::D1, 40), (WindowLen::D7, 95), (WindowLen::D30, 95)] {
-        spans.push(Span::Window { len, end: Hour::from_millis(BASE + end * HOUR) });
+    for (len, end) in [
+        (WindowLen::H1, 20),
+        (WindowLen::D1, 40),
+        (WindowLen::D7, 95),
+        (WindowLen::D30, 95),
+    ] {
+        spans.push(Span::Window {
+            len,
+            end: Hour::from_millis(BASE + end * HOUR),
+        });
     }
     spans
 }
@@ -99,22 +127,56 @@ fn categories() -> Vec<CategoryOrAll> {
 fn assert_same(label: &str, served: &[RankedItem], expected: &[RankedItem]) -> Result<(), TestCaseError> {
     prop_assert_eq!(served.len(), expected.len(), "{}: list lengths differ", label);
     for (s, e) in served.iter().zip(expected) {
-        prop_assert_eq!(&s.product, &e.product, "{}: order differs at rank {}", label, e.rank);
+        prop_assert_eq!(
+            &s.product,
+            &e.product,
+            "{}: order differs at rank {}",
+            label,
+            e.rank
+        );
         prop_assert_eq!(s.rank, e.rank);
         prop_assert_eq!(s.metrics, e.metrics, "{}: metrics of {}", label, e.product);
-        prop_assert_eq!(s.score.to_bits(), e.score.to_bits(), "{}: score of {}: {} vs {}", label, e.product, s.score, e.score);
-        prop_assert_eq!(s.carry.to_bits(), e.carry.to_bits(), "{}: carry of {}", label, e.product);
+        prop_assert_eq!(
+            s.score.to_bits(),
+            e.score.to_bits(),
+            "{}: score of {}: {} vs {}",
+            label,
+            e.product,
+            s.score,
+            e.score
+        );
+        prop_assert_eq!(
+            s.carry.to_bits(),
+            e.carry.to_bits(),
+            "{}: carry of {}",
+            label,
+            e.product
+        );
     }
     Ok(())
 }
 
-fn open(dir: &std::path::Path, weights: PopularWeights, lateness: i64) -> (Ingestor, Arc<RwLock<RankingEngine>>) {
+fn open(
+    dir: &std::path::Path,
+    weights: PopularWeights,
+    lateness: i64,
+) -> (Ingestor, Arc<RwLock<RankingEngine>>) {
     let engine = Arc::new(RwLock::new(RankingEngine::new(
-        EngineConfig { zone: Zone::utc(), max_cached_members: 1_000_000 },
+        EngineConfig {
+            zone: Zone::utc(),
+            max_cached_members: 1_000_000,
+        },
         Policy { version: 1, weights },
     )));
     let source = SqliteSource::open(dir).unwrap();
-    let ingestor = Ingestor::open(Box::new(source), engine.clone(), IngestConfig { max_lateness_millis: lateness }).unwrap();
+    let ingestor = Ingestor::open(
+        Box::new(source),
+        engine.clone(),
+        IngestConfig {
+            max_lateness_millis: lateness,
+        },
+    )
+    .unwrap();
     (ingestor, engine)
 }
 
@@ -127,7 +189,11 @@ fn compare_everything(
     for span in spans(zone) {
         for category in categories() {
             for ranker in RankerName::ALL {
-                let query = RankingQuery { ranker, category: category.clone(), span };
+                let query = RankingQuery {
+                    ranker,
+                    category: category.clone(),
+                    span,
+                };
                 let served = engine.full_ranking(&query);
                 let expected = model.ranking(ranker, &category, &span);
                 assert_same(&format!("{ranker} {category} {span:?}"), &served, &expected)?;
@@ -202,10 +268,27 @@ fn a_policy_switch_rebuilds_every_cached_span_under_the_new_weights() {
     let events: Vec<Event> = raw.iter().map(to_event).collect();
     ingestor.ingest(&events, BASE).unwrap();
     for span in spans(&zone) {
-        engine.write().top(&RankingQuery { ranker: RankerName::Popular, category: CategoryOrAll::All, span }, 0, 5);
+        engine.write().top(
+            &RankingQuery {
+                ranker: RankerName::Popular,
+                category: CategoryOrAll::All,
+                span,
+            },
+            0,
+            5,
+        );
     }
-    let new_weights = PopularWeights { view: 1.0, like: 0.0, sales: 2.0, carry_ratio: 0.5, carry_top_n: 3 };
-    let rebuilt = engine.read().rebuild_with(Policy { version: 2, weights: new_weights });
+    let new_weights = PopularWeights {
+        view: 1.0,
+        like: 0.0,
+        sales: 2.0,
+        carry_ratio: 0.5,
+        carry_top_n: 3,
+    };
+    let rebuilt = engine.read().rebuild_with(Policy {
+        version: 2,
+        weights: new_weights,
+    });
     engine.write().install(rebuilt);
     assert_eq!(engine.read().policy().version, 2);
     let model = BatchModel::from_accepted(events, zone.clone(), new_weights);

@@ -26,11 +26,16 @@ fn view(id: &str, hour: i64) -> Event {
 }
 
 fn open(dir: &std::path::Path) -> (Ingestor, Arc<RwLock<RankingEngine>>) {
-    let engine = Arc::new(RwLock::new(RankingEngine::new(EngineConfig::default(), Policy::default())));
+    let engine = Arc::new(RwLock::new(RankingEngine::new(
+        EngineConfig::default(),
+        Policy::default(),
+    )));
     let ingestor = Ingestor::open(
         Box::new(SqliteSource::open(dir).unwrap()),
         engine.clone(),
-        IngestConfig { max_lateness_millis: 1000 * HOUR },
+        IngestConfig {
+            max_lateness_millis: 1000 * HOUR,
+        },
     )
     .unwrap();
     (ingestor, engine)
@@ -40,9 +45,18 @@ fn views_in_window(engine: &Arc<RwLock<RankingEngine>>) -> i64 {
     let query = RankingQuery {
         ranker: RankerName::Popular,
         category: CategoryOrAll::All,
-        span: Span::Window { len: WindowLen::D30, end: Hour::from_millis(BASE + 200 * HOUR) },
+        span: Span::Window {
+            len: WindowLen::D30,
+            end: Hour::from_millis(BASE + 200 * HOUR),
+        },
     };
-    engine.write().top(&query, 0, 10).items.iter().map(|item| item.metrics.views).sum()
+    engine
+        .write()
+        .top(&query, 0, 10)
+        .items
+        .iter()
+        .map(|item| item.metrics.views)
+        .sum()
 }
 
 #[test]
@@ -55,7 +69,12 @@ fn old_events_ids_and_metrics_are_dropped_everywhere_and_stay_dropped_after_a_re
     assert_eq!(ingestor.processed_count(), 100);
 
     // Raw events before hour 50 and metrics before hour 100 go.
-    let forgotten = ingestor.evict(Hour::from_millis(BASE + 50 * HOUR), Hour::from_millis(BASE + 100 * HOUR)).unwrap();
+    let forgotten = ingestor
+        .evict(
+            Hour::from_millis(BASE + 50 * HOUR),
+            Hour::from_millis(BASE + 100 * HOUR),
+        )
+        .unwrap();
     assert_eq!(forgotten, 25, "hours 0, 2, … 48");
     assert_eq!(ingestor.processed_count(), 75);
     assert_eq!(views_in_window(&engine), 50, "hours 100, 102, … 198 remain");
@@ -65,5 +84,8 @@ fn old_events_ids_and_metrics_are_dropped_everywhere_and_stay_dropped_after_a_re
     assert_eq!(reopened.processed_count(), 75);
     assert_eq!(views_in_window(&engine), 50);
     // A retained id is still a duplicate after the restart.
-    assert_eq!(reopened.ingest(&[view("e60", 120)], BASE).unwrap(), vec![EventOutcome::Duplicate]);
+    assert_eq!(
+        reopened.ingest(&[view("e60", 120)], BASE).unwrap(),
+        vec![EventOutcome::Duplicate]
+    );
 }

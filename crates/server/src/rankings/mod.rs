@@ -18,8 +18,8 @@ use rankgate_core::period::Hour;
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 use rankgate_store::ranking::engine::{EngineConfig, RankAnswer, RankingEngine, RankingQuery, TopPage};
 use rankgate_store::ranking::ingest::{EventOutcome, IngestConfig, Ingestor};
-use rankgate_store::ranking::source::{RankerPolicies, SourceOfTruth};
 use rankgate_store::ranking::postgres::PostgresSource;
+use rankgate_store::ranking::source::{RankerPolicies, SourceOfTruth};
 use rankgate_store::ranking::sqlite::SqliteSource;
 
 use crate::config::Config;
@@ -69,14 +69,17 @@ pub struct ResponseCache {
 
 impl Default for ResponseCache {
     fn default() -> Self {
-        ResponseCache { shards: (0..RESPONSE_CACHE_SHARDS).map(|_| RwLock::default()).collect() }
+        ResponseCache {
+            shards: (0..RESPONSE_CACHE_SHARDS).map(|_| RwLock::default()).collect(),
+        }
     }
 }
 
 impl ResponseCache {
     fn shard(&self, key: &str) -> &RwLock<CacheShard> {
         use std::hash::{BuildHasher, Hash, Hasher};
-        static STATE: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
+        static STATE: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+            std::sync::OnceLock::new();
         let mut hasher = STATE.get_or_init(Default::default).build_hasher();
         key.hash(&mut hasher);
         &self.shards[hasher.finish() as usize % RESPONSE_CACHE_SHARDS]
@@ -128,19 +131,27 @@ impl RankingService {
         };
         let catalog = source.load_catalog()?.into_iter().collect();
         let engine = Arc::new(RwLock::new(RankingEngine::new(
-            EngineConfig { zone: config.zone.clone(), max_cached_members: config.max_cached_members },
+            EngineConfig {
+                zone: config.zone.clone(),
+                max_cached_members: config.max_cached_members,
+            },
             policies.active,
         )));
         let ingestor = Ingestor::open(
             source,
             engine.clone(),
-            IngestConfig { max_lateness_millis: config.max_lateness_millis },
+            IngestConfig {
+                max_lateness_millis: config.max_lateness_millis,
+            },
         )?;
         let (writer, thread) = WriterHandle::spawn(ingestor);
         let service = RankingService {
             engine,
             writer,
-            popular: Mutex::new(RankerState { policies, building: None }),
+            popular: Mutex::new(RankerState {
+                policies,
+                building: None,
+            }),
             catalog: RwLock::new(catalog),
             switch_lock: tokio::sync::Mutex::new(()),
             responses: ResponseCache::default(),
@@ -189,7 +200,10 @@ impl RankingService {
 
     /// The generations a cached response must match: (engine, catalogue).
     pub fn generations(&self) -> (u64, u64) {
-        (self.engine.read().generation(), self.catalog_generation.load(std::sync::atomic::Ordering::Acquire))
+        (
+            self.engine.read().generation(),
+            self.catalog_generation.load(std::sync::atomic::Ordering::Acquire),
+        )
     }
 
     /// A cached response for `key`, if it was made at `generations`.
@@ -225,9 +239,12 @@ impl RankingService {
     /// Stores catalogue entries durably, then serves them.
     pub async fn put_catalog(&self, entries: Vec<(ProductId, serde_json::Value)>) -> anyhow::Result<()> {
         let stored = entries.clone();
-        self.writer.run(move |ingestor| ingestor.source_mut().put_catalog(&stored)).await??;
+        self.writer
+            .run(move |ingestor| ingestor.source_mut().put_catalog(&stored))
+            .await??;
         self.catalog.write().extend(entries);
-        self.catalog_generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.catalog_generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(())
     }
 
@@ -241,7 +258,11 @@ impl RankingService {
     pub async fn change_popular_weights(self: &Arc<Self>, weights: PopularWeights) -> anyhow::Result<u32> {
         let policy = {
             let mut state = self.popular.lock();
-            let version = state.policies.latest_version.max(state.building.map_or(0, |p| p.version)) + 1;
+            let version = state
+                .policies
+                .latest_version
+                .max(state.building.map_or(0, |p| p.version))
+                + 1;
             let policy = Policy { version, weights };
             state.building = Some(policy);
             policy
@@ -257,7 +278,9 @@ impl RankingService {
 
     /// Switches back to the previous version. Returns the version now active, or `None` if there is none.
     pub async fn rollback_popular(self: &Arc<Self>) -> anyhow::Result<Option<u32>> {
-        let Some(previous) = self.popular.lock().policies.previous else { return Ok(None) };
+        let Some(previous) = self.popular.lock().policies.previous else {
+            return Ok(None);
+        };
         self.switch_to(previous, true).await?;
         Ok(Some(previous.version))
     }
@@ -286,7 +309,9 @@ impl RankingService {
             policies
         };
         let stored = new_state.clone();
-        self.writer.run(move |ingestor| ingestor.source_mut().save_policies(&stored)).await??;
+        self.writer
+            .run(move |ingestor| ingestor.source_mut().save_policies(&stored))
+            .await??;
         self.engine.write().install(rebuilt);
         let mut state = self.popular.lock();
         state.policies = new_state;
@@ -298,10 +323,16 @@ impl RankingService {
     }
 
     /// Applies retention relative to the watermark.
-    pub async fn apply_retention(&self, event_retention_millis: i64, metric_retention_millis: i64) -> anyhow::Result<usize> {
+    pub async fn apply_retention(
+        &self,
+        event_retention_millis: i64,
+        metric_retention_millis: i64,
+    ) -> anyhow::Result<usize> {
         self.writer
             .run(move |ingestor| -> anyhow::Result<usize> {
-                let Some(watermark) = ingestor.watermark_millis() else { return Ok(0) };
+                let Some(watermark) = ingestor.watermark_millis() else {
+                    return Ok(0);
+                };
                 let events_before = Hour::from_millis(watermark - event_retention_millis);
                 let metrics_before = Hour::from_millis(watermark - metric_retention_millis);
                 Ok(ingestor.evict(events_before, metrics_before)?)
@@ -323,10 +354,9 @@ pub fn open_source(config: &Config) -> anyhow::Result<Box<dyn SourceOfTruth>> {
             PostgresSource::connect(url, &config.database_schema)
                 .context("connecting to the PostgreSQL source of truth (check --database)")?,
         )),
-        None => Ok(Box::new(
-            SqliteSource::open(&config.data_dir)
-                .with_context(|| format!("opening the source of truth in {}", config.data_dir.display()))?,
-        )),
+        None => Ok(Box::new(SqliteSource::open(&config.data_dir).with_context(
+            || format!("opening the source of truth in {}", config.data_dir.display()),
+        )?)),
     }
 }
 

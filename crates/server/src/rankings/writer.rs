@@ -20,7 +20,11 @@ const GROUP_COMMIT_EVENTS: usize = 20_000;
 type AdminTask = Box<dyn FnOnce(&mut Ingestor) + Send>;
 
 enum Command {
-    Ingest { events: Vec<Event>, now_millis: i64, reply: oneshot::Sender<anyhow::Result<Vec<EventOutcome>>> },
+    Ingest {
+        events: Vec<Event>,
+        now_millis: i64,
+        reply: oneshot::Sender<anyhow::Result<Vec<EventOutcome>>>,
+    },
     Run(AdminTask),
 }
 
@@ -45,9 +49,15 @@ impl WriterHandle {
     pub async fn ingest(&self, events: Vec<Event>, now_millis: i64) -> anyhow::Result<Vec<EventOutcome>> {
         let (reply, answer) = oneshot::channel();
         self.sender
-            .send(Command::Ingest { events, now_millis, reply })
+            .send(Command::Ingest {
+                events,
+                now_millis,
+                reply,
+            })
             .map_err(|_| anyhow!("the rankings writer has stopped"))?;
-        answer.await.map_err(|_| anyhow!("the rankings writer stopped before answering"))?
+        answer
+            .await
+            .map_err(|_| anyhow!("the rankings writer stopped before answering"))?
     }
 
     /// Blocking variant of [`WriterHandle::ingest`] for command-line tools.
@@ -59,7 +69,11 @@ impl WriterHandle {
     pub fn submit(&self, events: Vec<Event>, now_millis: i64) -> anyhow::Result<PendingOutcomes> {
         let (reply, answer) = oneshot::channel();
         self.sender
-            .send(Command::Ingest { events, now_millis, reply })
+            .send(Command::Ingest {
+                events,
+                now_millis,
+                reply,
+            })
             .map_err(|_| anyhow!("the rankings writer has stopped"))?;
         Ok(PendingOutcomes(answer))
     }
@@ -73,8 +87,12 @@ impl WriterHandle {
         let task: AdminTask = Box::new(move |ingestor| {
             let _ = reply.send(task(ingestor));
         });
-        self.sender.send(Command::Run(task)).map_err(|_| anyhow!("the rankings writer has stopped"))?;
-        answer.await.map_err(|_| anyhow!("the rankings writer stopped before answering"))
+        self.sender
+            .send(Command::Run(task))
+            .map_err(|_| anyhow!("the rankings writer has stopped"))?;
+        answer
+            .await
+            .map_err(|_| anyhow!("the rankings writer stopped before answering"))
     }
 }
 
@@ -84,7 +102,9 @@ pub struct PendingOutcomes(oneshot::Receiver<anyhow::Result<Vec<EventOutcome>>>)
 impl PendingOutcomes {
     /// Blocks until the batch is durable (or failed).
     pub fn wait(self) -> anyhow::Result<Vec<EventOutcome>> {
-        self.0.blocking_recv().map_err(|_| anyhow!("the rankings writer stopped before answering"))?
+        self.0
+            .blocking_recv()
+            .map_err(|_| anyhow!("the rankings writer stopped before answering"))?
     }
 }
 
@@ -98,15 +118,29 @@ fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>) {
     while let Some(command) = next.take() {
         match command {
             Command::Run(task) => task(&mut ingestor),
-            Command::Ingest { events, now_millis, reply } => {
+            Command::Ingest {
+                events,
+                now_millis,
+                reply,
+            } => {
                 let mut all = events;
-                let mut pending = vec![PendingIngest { len: all.len(), reply }];
+                let mut pending = vec![PendingIngest {
+                    len: all.len(),
+                    reply,
+                }];
                 let mut latest_now = now_millis;
                 // Group commit: take whatever ingests queued up behind this one.
                 while all.len() < GROUP_COMMIT_EVENTS {
                     match receiver.try_recv() {
-                        Ok(Command::Ingest { events, now_millis, reply }) => {
-                            pending.push(PendingIngest { len: events.len(), reply });
+                        Ok(Command::Ingest {
+                            events,
+                            now_millis,
+                            reply,
+                        }) => {
+                            pending.push(PendingIngest {
+                                len: events.len(),
+                                reply,
+                            });
                             all.extend(events);
                             latest_now = latest_now.max(now_millis);
                         }
@@ -124,13 +158,17 @@ fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>) {
                     Ok(outcomes) => {
                         let mut outcomes = outcomes.into_iter();
                         for request in pending {
-                            let _ = request.reply.send(Ok(outcomes.by_ref().take(request.len).collect()));
+                            let _ = request
+                                .reply
+                                .send(Ok(outcomes.by_ref().take(request.len).collect()));
                         }
                     }
                     Err(error) => {
                         tracing::error!(error = %error, "ingest commit failed; nothing in the batch was acknowledged");
                         for request in pending {
-                            let _ = request.reply.send(Err(anyhow!("the source of truth refused the batch: {error}")));
+                            let _ = request
+                                .reply
+                                .send(Err(anyhow!("the source of truth refused the batch: {error}")));
                         }
                     }
                 }

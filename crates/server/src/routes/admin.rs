@@ -37,7 +37,9 @@ fn ranker_json(state: &AppState, ranker: RankerName) -> Value {
         "previousVersion": popular.policies.previous.map(|p| p.version),
         "building": popular.building.map(|p| p.version),
     });
-    if let (Value::Object(body), Value::Object(weights)) = (&mut body, weights_json(&popular.policies.active.weights)) {
+    if let (Value::Object(body), Value::Object(weights)) =
+        (&mut body, weights_json(&popular.policies.active.weights))
+    {
         body.extend(weights);
     }
     body
@@ -75,12 +77,19 @@ pub async fn put_ranker(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let ranker = parse_ranker(&name)?;
     if ranker != RankerName::Popular {
-        return Err(ApiError::bad_field("ranker", format!("`{ranker}` has no weights; only popular can be changed")));
+        return Err(ApiError::bad_field(
+            "ranker",
+            format!("`{ranker}` has no weights; only popular can be changed"),
+        ));
     }
     let body: PutRanker =
         serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("body: {e}")))?;
     let current = state.rankings.popular_state().policies.active.weights;
-    let weights_body = body.weights.unwrap_or(WeightsBody { view: None, like: None, sales: None });
+    let weights_body = body.weights.unwrap_or(WeightsBody {
+        view: None,
+        like: None,
+        sales: None,
+    });
     let weights = PopularWeights {
         view: weights_body.view.unwrap_or(current.view),
         like: weights_body.like.unwrap_or(current.like),
@@ -88,20 +97,32 @@ pub async fn put_ranker(
         carry_ratio: body.carry_ratio.unwrap_or(current.carry_ratio),
         carry_top_n: body.carry_top_n.unwrap_or(current.carry_top_n),
     };
-    weights.validate().map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    weights
+        .validate()
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let version = state.rankings.change_popular_weights(weights).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({ "ranker": "popular", "policyVersion": version, "status": "building" }))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "ranker": "popular", "policyVersion": version, "status": "building" })),
+    ))
 }
 
 /// `POST /v1/admin/rankers/{name}/rollback`: back to the previous version.
-pub async fn rollback_ranker(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn rollback_ranker(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
     let ranker = parse_ranker(&name)?;
     if ranker != RankerName::Popular {
-        return Err(ApiError::Conflict(format!("`{ranker}` has a single version; nothing to roll back to")));
+        return Err(ApiError::Conflict(format!(
+            "`{ranker}` has a single version; nothing to roll back to"
+        )));
     }
     match state.rankings.rollback_popular().await? {
         Some(_) => Ok(Json(ranker_json(&state, ranker))),
-        None => Err(ApiError::Conflict("popular has no previous version to roll back to".into())),
+        None => Err(ApiError::Conflict(
+            "popular has no previous version to roll back to".into(),
+        )),
     }
 }
 

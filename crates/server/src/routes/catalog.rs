@@ -17,20 +17,36 @@ const FIELDS: [&str; 6] = ["name", "brand", "price", "image", "imageUrl", "url"]
 /// Validates one catalogue entry and keeps only its known fields.
 pub fn parse_entry(body: &Value) -> ApiResult<Value> {
     let Value::Object(object) = body else {
-        return Err(ApiError::bad_field("body", "must be a JSON object with name, brand, price and image"));
+        return Err(ApiError::bad_field(
+            "body",
+            "must be a JSON object with name, brand, price and image",
+        ));
     };
     let mut entry = Map::new();
     for (key, value) in object {
         if !FIELDS.contains(&key.as_str()) {
-            return Err(ApiError::bad_field(key, format!("unknown field; use {}", FIELDS.join(", "))));
+            return Err(ApiError::bad_field(
+                key,
+                format!("unknown field; use {}", FIELDS.join(", ")),
+            ));
         }
         match (key.as_str(), value) {
             ("price", Value::Number(n)) if n.as_u64().is_some() => {}
             ("price", Value::Null) => {}
-            ("price", _) => return Err(ApiError::bad_field("price", "must be a non-negative integer (smallest unit)")),
+            ("price", _) => {
+                return Err(ApiError::bad_field(
+                    "price",
+                    "must be a non-negative integer (smallest unit)",
+                ))
+            }
             (_, Value::String(s)) if s.len() <= 2048 => {}
             (_, Value::Null) => {}
-            (field, _) => return Err(ApiError::bad_field(field, "must be a string of at most 2048 bytes")),
+            (field, _) => {
+                return Err(ApiError::bad_field(
+                    field,
+                    "must be a string of at most 2048 bytes",
+                ))
+            }
         }
         entry.insert(key.clone(), value.clone());
     }
@@ -45,7 +61,10 @@ pub async fn put_product(
 ) -> ApiResult<Json<Value>> {
     let product = ProductId::parse(&product).map_err(|e| ApiError::bad_field("productId", e))?;
     let entry = parse_entry(&body)?;
-    state.rankings.put_catalog(vec![(product.clone(), entry.clone())]).await?;
+    state
+        .rankings
+        .put_catalog(vec![(product.clone(), entry.clone())])
+        .await?;
     let mut answer = entry;
     answer["productId"] = Value::String(product.as_str().to_string());
     Ok(Json(answer))

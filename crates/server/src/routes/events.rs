@@ -31,8 +31,16 @@ pub struct IngestResponse {
 }
 
 fn body_format(headers: &HeaderMap) -> ApiResult<BodyFormat> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     match essence.as_str() {
         "application/json" => Ok(BodyFormat::Json),
         "application/x-ndjson" | "application/ndjson" | "application/jsonl" => Ok(BodyFormat::Ndjson),
@@ -57,7 +65,10 @@ pub async fn post_events(
             items.len()
         )));
     }
-    let limits = ParseLimits { now_millis: state.clock.now_millis(), max_future_millis: state.config.max_future_millis };
+    let limits = ParseLimits {
+        now_millis: state.clock.now_millis(),
+        max_future_millis: state.config.max_future_millis,
+    };
     let mut rejected = Vec::new();
     let mut valid: Vec<Event> = Vec::with_capacity(items.len());
     let mut positions = Vec::with_capacity(items.len());
@@ -68,27 +79,44 @@ pub async fn post_events(
                     valid.push(event);
                     positions.push(index);
                 }
-                Err(error) => rejected.push(Rejection { index, id: raw_id(value), error: error.to_string() }),
+                Err(error) => rejected.push(Rejection {
+                    index,
+                    id: raw_id(value),
+                    error: error.to_string(),
+                }),
             },
-            RawItem::Malformed(message) => {
-                rejected.push(Rejection { index, id: None, error: format!("event: not valid JSON: {message}") })
-            }
+            RawItem::Malformed(message) => rejected.push(Rejection {
+                index,
+                id: None,
+                error: format!("event: not valid JSON: {message}"),
+            }),
         }
     }
-    let mut response = IngestResponse { accepted: 0, duplicates: 0, too_old: 0, rejected: Vec::new() };
+    let mut response = IngestResponse {
+        accepted: 0,
+        duplicates: 0,
+        too_old: 0,
+        rejected: Vec::new(),
+    };
     if !valid.is_empty() {
         let ids: Vec<String> = valid.iter().map(|e| e.id.as_str().to_string()).collect();
-        let outcomes = state.rankings.ingest(valid, limits.now_millis).await.map_err(|error| {
-            ApiError::Unavailable(format!("{error:#}; nothing in this batch was stored, retry it"))
-        })?;
+        let outcomes = state
+            .rankings
+            .ingest(valid, limits.now_millis)
+            .await
+            .map_err(|error| {
+                ApiError::Unavailable(format!("{error:#}; nothing in this batch was stored, retry it"))
+            })?;
         for ((outcome, index), id) in outcomes.into_iter().zip(positions).zip(ids) {
             match outcome {
                 EventOutcome::Accepted => response.accepted += 1,
                 EventOutcome::Duplicate => response.duplicates += 1,
                 EventOutcome::TooOld => response.too_old += 1,
-                EventOutcome::Rejected(error) => {
-                    rejected.push(Rejection { index, id: Some(id), error: error.to_string() })
-                }
+                EventOutcome::Rejected(error) => rejected.push(Rejection {
+                    index,
+                    id: Some(id),
+                    error: error.to_string(),
+                }),
             }
         }
     }

@@ -17,7 +17,10 @@ pub async fn healthz() -> Json<serde_json::Value> {
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match state.rankings.barrier().await {
         Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
-        Err(error) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "unavailable", "error": error.to_string() }))),
+        Err(error) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "unavailable", "error": error.to_string() })),
+        ),
     }
 }
 
@@ -25,12 +28,18 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let engine_products = state.rankings.engine().read().product_count();
     metrics::gauge!("rankgate_products").set(engine_products as f64);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.prometheus.render())
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.prometheus.render(),
+    )
 }
 
 /// The OpenAPI 3.1 document of the HTTP API.
 pub async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], include_str!("../../openapi.json"))
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        include_str!("../../openapi.json"),
+    )
 }
 
 /// A live dashboard: bars of the current top lists and the waiting rooms, refreshed every second.

@@ -43,7 +43,10 @@ fn parse_span(params: &HashMap<String, String>, state: &AppState) -> ApiResult<P
     let zone = &state.config.zone;
     let now_hour = Hour::from_millis(state.clock.now_millis());
     match (params.get("period"), params.get("window")) {
-        (Some(_), Some(_)) => Err(ApiError::bad_field("window", "give either period or window, not both")),
+        (Some(_), Some(_)) => Err(ApiError::bad_field(
+            "window",
+            "give either period or window, not both",
+        )),
         (_, Some(window)) => {
             let len = WindowLen::parse(window)
                 .map_err(|_| ApiError::bad_field("window", "must be one of 1h, 1d, 7d, 30d"))?;
@@ -60,8 +63,9 @@ fn parse_span(params: &HashMap<String, String>, state: &AppState) -> ApiResult<P
         }
         (period, None) => {
             let kind = match period {
-                Some(period) => PeriodKind::parse(period)
-                    .map_err(|_| ApiError::bad_field("period", "must be one of hourly, daily, weekly, monthly"))?,
+                Some(period) => PeriodKind::parse(period).map_err(|_| {
+                    ApiError::bad_field("period", "must be one of hourly, daily, weekly, monthly")
+                })?,
                 None => PeriodKind::Daily,
             };
             let key = match params.get("at") {
@@ -78,12 +82,24 @@ fn parse_span(params: &HashMap<String, String>, state: &AppState) -> ApiResult<P
     }
 }
 
-fn parse_usize(params: &HashMap<String, String>, name: &str, default: usize, range: (usize, usize)) -> ApiResult<usize> {
-    let Some(raw) = params.get(name) else { return Ok(default) };
+fn parse_usize(
+    params: &HashMap<String, String>,
+    name: &str,
+    default: usize,
+    range: (usize, usize),
+) -> ApiResult<usize> {
+    let Some(raw) = params.get(name) else {
+        return Ok(default);
+    };
     raw.parse::<usize>()
         .ok()
         .filter(|v| (range.0..=range.1).contains(v))
-        .ok_or_else(|| ApiError::bad_field(name, format!("must be an integer between {} and {}", range.0, range.1)))
+        .ok_or_else(|| {
+            ApiError::bad_field(
+                name,
+                format!("must be an integer between {} and {}", range.0, range.1),
+            )
+        })
 }
 
 fn parse_category(raw: &str, field: &str) -> ApiResult<CategoryOrAll> {
@@ -131,10 +147,18 @@ pub async fn top(
     let limit = parse_usize(&params, "limit", 20, (1, MAX_LIMIT))?;
     let offset = parse_usize(&params, "offset", 0, (0, MAX_DEPTH))?;
     if offset + limit > MAX_DEPTH {
-        return Err(ApiError::bad_field("offset", format!("offset + limit may not exceed {MAX_DEPTH}")));
+        return Err(ApiError::bad_field(
+            "offset",
+            format!("offset + limit may not exceed {MAX_DEPTH}"),
+        ));
     }
-    let key = format!("top\u{0}{ranker}\u{0}{category}\u{0}{:?}\u{0}{offset}\u{0}{limit}", span.span);
-    Ok(cached(&state, key, || top_body(&state, ranker, category, span, offset, limit)))
+    let key = format!(
+        "top\u{0}{ranker}\u{0}{category}\u{0}{:?}\u{0}{offset}\u{0}{limit}",
+        span.span
+    );
+    Ok(cached(&state, key, || {
+        top_body(&state, ranker, category, span, offset, limit)
+    }))
 }
 
 fn top_body(
@@ -145,7 +169,11 @@ fn top_body(
     offset: usize,
     limit: usize,
 ) -> Value {
-    let query = RankingQuery { ranker, category: category.clone(), span: span.span };
+    let query = RankingQuery {
+        ranker,
+        category: category.clone(),
+        span: span.span,
+    };
     let page = state.rankings.top(&query, offset, limit);
     let with_catalog = state.rankings.has_catalog();
     let items: Vec<Value> = page
@@ -196,12 +224,27 @@ pub async fn rank(
     };
     let ranker = parse_ranker(&params)?;
     let span = parse_span(&params, &state)?;
-    let key = format!("rank\u{0}{ranker}\u{0}{category}\u{0}{:?}\u{0}{product}", span.span);
-    Ok(cached(&state, key, || rank_body(&state, ranker, category, span, product)))
+    let key = format!(
+        "rank\u{0}{ranker}\u{0}{category}\u{0}{:?}\u{0}{product}",
+        span.span
+    );
+    Ok(cached(&state, key, || {
+        rank_body(&state, ranker, category, span, product)
+    }))
 }
 
-fn rank_body(state: &AppState, ranker: RankerName, category: CategoryOrAll, span: ParsedSpan, product: ProductId) -> Value {
-    let query = RankingQuery { ranker, category: category.clone(), span: span.span };
+fn rank_body(
+    state: &AppState,
+    ranker: RankerName,
+    category: CategoryOrAll,
+    span: ParsedSpan,
+    product: ProductId,
+) -> Value {
+    let query = RankingQuery {
+        ranker,
+        category: category.clone(),
+        span: span.span,
+    };
     let answer = state.rankings.rank(&query, &product);
     let mut body = json!({
         "productId": product.as_str(),

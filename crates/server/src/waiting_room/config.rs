@@ -143,10 +143,18 @@ impl From<GateConfigFile> for GateConfig {
         let mut routes = file.routes;
         let methods: Vec<String> = file.method.into_iter().chain(file.methods).collect();
         let paths: Vec<String> = file.path.into_iter().chain(file.paths).collect();
-        let methods = if methods.is_empty() && !paths.is_empty() { vec!["POST".to_string()] } else { methods };
+        let methods = if methods.is_empty() && !paths.is_empty() {
+            vec!["POST".to_string()]
+        } else {
+            methods
+        };
         for path in &paths {
             for method in &methods {
-                routes.push(GateRoute { method: method.clone(), path: path.clone(), prefix: file.prefix });
+                routes.push(GateRoute {
+                    method: method.clone(),
+                    path: path.clone(),
+                    prefix: file.prefix,
+                });
             }
         }
         GateConfig {

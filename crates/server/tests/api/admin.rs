@@ -29,7 +29,10 @@ async fn a_weight_change_builds_a_new_version_switches_and_rolls_back() {
     .await;
     let initial = app.get_json("/v1/admin/rankers/popular").await;
     assert_eq!(initial["activeVersion"], 1);
-    assert_eq!(initial["weights"], json!({ "view": 0.1, "like": 0.2, "sales": 0.7 }));
+    assert_eq!(
+        initial["weights"],
+        json!({ "view": 0.1, "like": 0.2, "sales": 0.7 })
+    );
     assert_eq!(initial["carryTopN"], 100);
     let before = app.get_json("/v1/categories/all/top").await;
     assert_eq!(before["policyVersion"], 1);
@@ -44,7 +47,10 @@ async fn a_weight_change_builds_a_new_version_switches_and_rolls_back() {
         .unwrap();
     assert_eq!(response.status(), 202);
     let body: Value = response.json().await.unwrap();
-    assert_eq!(body, json!({ "ranker": "popular", "policyVersion": 2, "status": "building" }));
+    assert_eq!(
+        body,
+        json!({ "ranker": "popular", "policyVersion": 2, "status": "building" })
+    );
     let state = wait_for_version(&app, 2).await;
     assert_eq!(state["previousVersion"], 1);
     let after = app.get_json("/v1/categories/all/top").await;
@@ -52,7 +58,12 @@ async fn a_weight_change_builds_a_new_version_switches_and_rolls_back() {
     assert_eq!(after["items"][0]["productId"], "viewed");
     assert_eq!(after["items"][0]["score"], 20.0);
 
-    let rollback = app.client.post(format!("{}/v1/admin/rankers/popular/rollback", app.address)).send().await.unwrap();
+    let rollback = app
+        .client
+        .post(format!("{}/v1/admin/rankers/popular/rollback", app.address))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(rollback.status(), 200);
     let rolled: Value = rollback.json().await.unwrap();
     assert_eq!(rolled["activeVersion"], 1);
@@ -65,13 +76,34 @@ async fn a_weight_change_builds_a_new_version_switches_and_rolls_back() {
 async fn invalid_weights_get_400_naming_the_field_and_unknown_rankers_404() {
     let app = spawn_app().await;
     let url = format!("{}/v1/admin/rankers/popular", app.address);
-    let bad = app.client.put(&url).json(&json!({ "carryRatio": 2.0 })).send().await.unwrap();
+    let bad = app
+        .client
+        .put(&url)
+        .json(&json!({ "carryRatio": 2.0 }))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), 400);
     let body: Value = bad.json().await.unwrap();
-    assert!(body["error"].as_str().unwrap().starts_with("carryRatio"), "{body}");
-    let typo = app.client.put(&url).json(&json!({ "wieghts": {} })).send().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().starts_with("carryRatio"),
+        "{body}"
+    );
+    let typo = app
+        .client
+        .put(&url)
+        .json(&json!({ "wieghts": {} }))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(typo.status(), 400);
-    let units = app.client.put(format!("{}/v1/admin/rankers/units", app.address)).json(&json!({})).send().await.unwrap();
+    let units = app
+        .client
+        .put(format!("{}/v1/admin/rankers/units", app.address))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(units.status(), 400);
     assert_eq!(app.get("/v1/admin/rankers/nope").await.status(), 404);
     let no_previous = app.client.post(format!("{url}/rollback")).send().await.unwrap();
@@ -83,9 +115,33 @@ async fn admin_endpoints_need_the_admin_key_when_configured() {
     let app = spawn_app_with(|config| with_keys(config, &["admin-secret"], &[])).await;
     let url = format!("{}/v1/admin/rankers/popular", app.address);
     assert_eq!(app.client.get(&url).send().await.unwrap().status(), 401);
-    assert_eq!(app.client.get(&url).bearer_auth("wrong").send().await.unwrap().status(), 401);
-    assert_eq!(app.client.get(&url).bearer_auth("admin-secret").send().await.unwrap().status(), 200);
-    let catalog = app.client.put(format!("{}/v1/products/p1", app.address)).json(&json!({ "name": "x" })).send().await.unwrap();
+    assert_eq!(
+        app.client
+            .get(&url)
+            .bearer_auth("wrong")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    assert_eq!(
+        app.client
+            .get(&url)
+            .bearer_auth("admin-secret")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let catalog = app
+        .client
+        .put(format!("{}/v1/products/p1", app.address))
+        .json(&json!({ "name": "x" }))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(catalog.status(), 401);
 }
 

@@ -31,14 +31,28 @@ fn start_server(data_dir: &std::path::Path) -> (Server, String) {
         .spawn()
         .expect("the rankgate binary starts");
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let address = line.trim().strip_prefix("rankgate listening on ").expect("the listening line").to_string();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let address = line
+        .trim()
+        .strip_prefix("rankgate listening on ")
+        .expect("the listening line")
+        .to_string();
     (Server(child), address)
 }
 
 fn batch(index: usize, now: i64) -> Value {
-    let events: Vec<Value> =
-        (0..100).map(|i| view(&format!("b{index}-e{i}"), &format!("p{}", (index + i) % 10), now, &["c"])).collect();
+    let events: Vec<Value> = (0..100)
+        .map(|i| {
+            view(
+                &format!("b{index}-e{i}"),
+                &format!("p{}", (index + i) % 10),
+                now,
+                &["c"],
+            )
+        })
+        .collect();
     json!(events)
 }
 
@@ -53,11 +67,19 @@ async fn sigkill_mid_ingest_loses_no_acknowledged_event_and_counts_none_twice() 
     let acked_count = Arc::new(AtomicUsize::new(0));
     let mut senders = Vec::new();
     for lane in 0..2 {
-        let (client, address, acknowledged, acked_count) =
-            (client.clone(), address.clone(), acknowledged.clone(), acked_count.clone());
+        let (client, address, acknowledged, acked_count) = (
+            client.clone(),
+            address.clone(),
+            acknowledged.clone(),
+            acked_count.clone(),
+        );
         senders.push(tokio::spawn(async move {
             for index in (lane..batches).step_by(2) {
-                let sent = client.post(format!("{address}/v1/events")).json(&batch(index, now)).send().await;
+                let sent = client
+                    .post(format!("{address}/v1/events"))
+                    .json(&batch(index, now))
+                    .send()
+                    .await;
                 match sent {
                     Ok(response) if response.status() == 200 => {
                         let body: Value = response.json().await.unwrap();
@@ -79,32 +101,54 @@ async fn sigkill_mid_ingest_loses_no_acknowledged_event_and_counts_none_twice() 
         sender.await.unwrap();
     }
     let acknowledged: Vec<usize> = acknowledged.lock().clone();
-    assert!(acknowledged.len() >= 20 && acknowledged.len() < batches, "the kill landed mid-stream");
+    assert!(
+        acknowledged.len() >= 20 && acknowledged.len() < batches,
+        "the kill landed mid-stream"
+    );
 
     let (child, address) = start_server(dir.path());
     let mut accepted_after_restart = 0;
     for index in 0..batches {
-        let response = client.post(format!("{address}/v1/events")).json(&batch(index, now)).send().await.unwrap();
+        let response = client
+            .post(format!("{address}/v1/events"))
+            .json(&batch(index, now))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), 200);
         let body: Value = response.json().await.unwrap();
         if acknowledged.contains(&index) {
-            assert_eq!(body["duplicates"], 100, "batch {index} was acknowledged before the crash");
+            assert_eq!(
+                body["duplicates"], 100,
+                "batch {index} was acknowledged before the crash"
+            );
         }
         // A batch is one transaction: it landed whole (its ack may have died with the process) or not at all.
         let accepted = body["accepted"].as_u64().unwrap();
-        assert!(accepted == 0 || accepted == 100, "batch {index} was half committed: {body}");
+        assert!(
+            accepted == 0 || accepted == 100,
+            "batch {index} was half committed: {body}"
+        );
         accepted_after_restart += accepted;
     }
     assert!(accepted_after_restart as usize <= (batches - acknowledged.len()) * 100);
     let top: Value = client
-        .get(format!("{address}/v1/categories/c/top?period=daily&limit=100&at={}", day_key(now)))
+        .get(format!(
+            "{address}/v1/categories/c/top?period=daily&limit=100&at={}",
+            day_key(now)
+        ))
         .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    let views: i64 = top["items"].as_array().unwrap().iter().map(|i| i["metrics"]["views"].as_i64().unwrap()).sum();
+    let views: i64 = top["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metrics"]["views"].as_i64().unwrap())
+        .sum();
     assert_eq!(views, batches as i64 * 100, "every event counted exactly once");
     drop(child);
 

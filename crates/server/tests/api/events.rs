@@ -8,9 +8,15 @@ use crate::helpers::*;
 async fn a_json_array_is_accepted_and_counted_once() {
     let app = spawn_app().await;
     let now = now_millis();
-    let batch = json!([view("e1", "p1", now, &["toys"]), sale("e2", "p1", now, 2, 500, &["toys"])]);
+    let batch = json!([
+        view("e1", "p1", now, &["toys"]),
+        sale("e2", "p1", now, 2, 500, &["toys"])
+    ]);
     let body = app.post_events_ok(&batch).await;
-    assert_eq!(body, json!({ "accepted": 2, "duplicates": 0, "tooOld": 0, "rejected": [] }));
+    assert_eq!(
+        body,
+        json!({ "accepted": 2, "duplicates": 0, "tooOld": 0, "rejected": [] })
+    );
     let again = app.post_events_ok(&batch).await;
     assert_eq!(again["accepted"], 0);
     assert_eq!(again["duplicates"], 2);
@@ -61,7 +67,18 @@ async fn bad_events_are_rejected_by_field_and_the_rest_of_the_batch_lands() {
     let rejected = body["rejected"].as_array().unwrap();
     let fields: Vec<(u64, String)> = rejected
         .iter()
-        .map(|r| (r["index"].as_u64().unwrap(), r["error"].as_str().unwrap().split(':').next().unwrap().to_string()))
+        .map(|r| {
+            (
+                r["index"].as_u64().unwrap(),
+                r["error"]
+                    .as_str()
+                    .unwrap()
+                    .split(':')
+                    .next()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
         .collect();
     assert_eq!(
         fields,
@@ -88,15 +105,36 @@ async fn status_codes_400_413_415() {
     })
     .await;
     let url = format!("{}/v1/events", app.address);
-    let unparseable = app.client.post(&url).header("content-type", "application/json").body("{nope").send().await.unwrap();
+    let unparseable = app
+        .client
+        .post(&url)
+        .header("content-type", "application/json")
+        .body("{nope")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(unparseable.status(), 400);
-    let wrong_type = app.client.post(&url).header("content-type", "text/plain").body("[]").send().await.unwrap();
+    let wrong_type = app
+        .client
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body("[]")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(wrong_type.status(), 415);
     let now = now_millis();
     let four: Vec<_> = (0..4).map(|i| view(&format!("x{i}"), "p", now, &[])).collect();
     assert_eq!(app.post_events(&json!(four)).await.status(), 413);
     let huge = "x".repeat(100 * 1024);
-    let too_big = app.client.post(&url).header("content-type", "application/json").body(huge).send().await.unwrap();
+    let too_big = app
+        .client
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(too_big.status(), 413);
 }
 
@@ -106,7 +144,10 @@ async fn events_older_than_max_lateness_behind_the_watermark_are_dropped_and_cou
     let now = now_millis();
     app.post_events_ok(&json!([view("new", "p1", now, &[])])).await;
     let body = app
-        .post_events_ok(&json!([view("late-ok", "p1", now - 3_600_000, &[]), view("too-old", "p1", now - 3 * 3_600_000, &[])]))
+        .post_events_ok(&json!([
+            view("late-ok", "p1", now - 3_600_000, &[]),
+            view("too-old", "p1", now - 3 * 3_600_000, &[])
+        ]))
         .await;
     assert_eq!(body["accepted"], 1);
     assert_eq!(body["tooOld"], 1);
@@ -117,10 +158,23 @@ async fn ingest_requires_a_key_when_keys_are_configured() {
     let app = spawn_app_with(|config| with_keys(config, &["admin-key"], &["ingest-key"])).await;
     let batch = json!([view("k1", "p1", now_millis(), &[])]);
     assert_eq!(app.post_events(&batch).await.status(), 401);
-    let wrong = app.client.post(format!("{}/v1/events", app.address)).bearer_auth("nope").json(&batch).send().await.unwrap();
+    let wrong = app
+        .client
+        .post(format!("{}/v1/events", app.address))
+        .bearer_auth("nope")
+        .json(&batch)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(wrong.status(), 401);
-    let right =
-        app.client.post(format!("{}/v1/events", app.address)).bearer_auth("ingest-key").json(&batch).send().await.unwrap();
+    let right = app
+        .client
+        .post(format!("{}/v1/events", app.address))
+        .bearer_auth("ingest-key")
+        .json(&batch)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(right.status(), 200);
     // Reads stay public.
     assert_eq!(app.get("/v1/categories/all/top").await.status(), 200);

@@ -19,7 +19,10 @@ pub struct TestApp {
 
 /// Epoch millis of "now" on the test machine.
 pub fn now_millis() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -42,7 +45,15 @@ pub async fn spawn_app_in(data_dir: PathBuf, configure: impl FnOnce(&mut Config)
     let state = app.state().clone();
     let shutdown = app.shutdown_token();
     let handle = tokio::spawn(app.run_until_stopped());
-    TestApp { address, state, client: reqwest::Client::new(), data_dir, shutdown, handle: Some(handle), _dir: None }
+    TestApp {
+        address,
+        state,
+        client: reqwest::Client::new(),
+        data_dir,
+        shutdown,
+        handle: Some(handle),
+        _dir: None,
+    }
 }
 
 impl TestApp {
@@ -60,7 +71,12 @@ impl TestApp {
     }
 
     pub async fn post_events(&self, body: &Value) -> reqwest::Response {
-        self.client.post(format!("{}/v1/events", self.address)).json(body).send().await.unwrap()
+        self.client
+            .post(format!("{}/v1/events", self.address))
+            .json(body)
+            .send()
+            .await
+            .unwrap()
     }
 
     pub async fn post_events_ok(&self, body: &Value) -> Value {
@@ -70,7 +86,11 @@ impl TestApp {
     }
 
     pub async fn get(&self, path_and_query: &str) -> reqwest::Response {
-        self.client.get(format!("{}{}", self.address, path_and_query)).send().await.unwrap()
+        self.client
+            .get(format!("{}{}", self.address, path_and_query))
+            .send()
+            .await
+            .unwrap()
     }
 
     pub async fn get_json(&self, path_and_query: &str) -> Value {

@@ -45,9 +45,21 @@ async fn two_instances_count_each_event_once_and_answer_identically() {
             let product = format!("p{}", i % 23);
             let category = format!("c{}", i % 3);
             if i % 5 == 0 {
-                sale(&format!("e{i}"), &product, now - (i % 30) * 3_600_000, 1 + (i % 2) as u32, 100 + i as u64, &[&category])
+                sale(
+                    &format!("e{i}"),
+                    &product,
+                    now - (i % 30) * 3_600_000,
+                    1 + (i % 2) as u32,
+                    100 + i as u64,
+                    &[&category],
+                )
             } else {
-                view(&format!("e{i}"), &product, now - (i % 30) * 3_600_000, &[&category])
+                view(
+                    &format!("e{i}"),
+                    &product,
+                    now - (i % 30) * 3_600_000,
+                    &[&category],
+                )
             }
         })
         .collect();
@@ -56,7 +68,11 @@ async fn two_instances_count_each_event_once_and_answer_identically() {
     let (to_a, to_b) = tokio::join!(a.post_events_ok(&first), b.post_events_ok(&second));
     let accepted = to_a["accepted"].as_u64().unwrap() + to_b["accepted"].as_u64().unwrap();
     let duplicates = to_a["duplicates"].as_u64().unwrap() + to_b["duplicates"].as_u64().unwrap();
-    assert_eq!((accepted, duplicates), (400, 100), "each id counted once across instances");
+    assert_eq!(
+        (accepted, duplicates),
+        (400, 100),
+        "each id counted once across instances"
+    );
 
     let queries = [
         "/v1/categories/all/top?window=7d&limit=100",
@@ -78,15 +94,31 @@ async fn two_instances_count_each_event_once_and_answer_identically() {
     }
     assert!(agreed, "both instances converge to the same rankings");
     let all = a.get_json("/v1/categories/all/top?window=7d&limit=100").await;
-    let views: i64 = all["items"].as_array().unwrap().iter().map(|i| i["metrics"]["views"].as_i64().unwrap()).sum();
+    let views: i64 = all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metrics"]["views"].as_i64().unwrap())
+        .sum();
     assert_eq!(views, 320, "400 events, one in five a sale");
 
     let verify = std::process::Command::new(env!("CARGO_BIN_EXE_rankgate"))
-        .args(["verify", "--database", POSTGRES, "--database-schema", &schema, "--data-dir"])
+        .args([
+            "verify",
+            "--database",
+            POSTGRES,
+            "--database-schema",
+            &schema,
+            "--data-dir",
+        ])
         .arg(&a.data_dir)
         .output()
         .unwrap();
-    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
     a.stop().await;
     b.stop().await;
     drop_schema(&schema);

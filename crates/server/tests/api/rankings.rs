@@ -19,7 +19,11 @@ async fn top_lists_are_ordered_by_score_then_product_id_with_1_based_ranks() {
     ]))
     .await;
     let day = day_key(now);
-    let top = app.get_json(&format!("/v1/categories/toys/top?ranker=units&period=daily&at={day}")).await;
+    let top = app
+        .get_json(&format!(
+            "/v1/categories/toys/top?ranker=units&period=daily&at={day}"
+        ))
+        .await;
     assert_eq!(top["ranker"], "units");
     assert_eq!(top["category"], "toys");
     assert_eq!(top["period"], "daily");
@@ -27,13 +31,23 @@ async fn top_lists_are_ordered_by_score_then_product_id_with_1_based_ranks() {
     assert_eq!(top["stale"], false);
     assert_eq!(top["total"], 2, "p4 has no units, so it is not listed by `units`");
     assert!(top["asOf"].as_str().unwrap().ends_with('Z'));
-    let ids: Vec<&str> = top["items"].as_array().unwrap().iter().map(|i| i["productId"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = top["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["productId"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["p1", "p2"], "equal scores tie by product id ascending");
     assert_eq!(top["items"][0]["rank"], 1);
     assert_eq!(top["items"][0]["score"], 3.0);
-    assert_eq!(top["items"][0]["metrics"], json!({ "views": 0, "likes": 0, "units": 3, "sales": 300 }));
+    assert_eq!(
+        top["items"][0]["metrics"],
+        json!({ "views": 0, "likes": 0, "units": 3, "sales": 300 })
+    );
 
-    let all = app.get_json("/v1/categories/all/top?ranker=revenue&window=1d").await;
+    let all = app
+        .get_json("/v1/categories/all/top?ranker=revenue&window=1d")
+        .await;
     assert_eq!(all["window"], "1d");
     assert_eq!(all["total"], 3);
     assert_eq!(all["items"][0]["productId"], "p3");
@@ -42,13 +56,21 @@ async fn top_lists_are_ordered_by_score_then_product_id_with_1_based_ranks() {
     assert_eq!(popular["ranker"], "popular");
     assert_eq!(popular["total"], 3);
 
-    let rank = app.get_json("/v1/products/p2/rank?category=toys&window=7d&ranker=units").await;
+    let rank = app
+        .get_json("/v1/products/p2/rank?category=toys&window=7d&ranker=units")
+        .await;
     assert_eq!(rank["rank"], 2);
     assert_eq!(rank["total"], 2);
     assert_eq!(rank["window"], "7d");
     assert_eq!(rank["score"], 3.0);
-    let unlisted = app.get_json("/v1/products/p3/rank?category=toys&window=7d&ranker=units").await;
-    assert_eq!(unlisted["rank"], serde_json::Value::Null, "not in toys: 200 with rank null");
+    let unlisted = app
+        .get_json("/v1/products/p3/rank?category=toys&window=7d&ranker=units")
+        .await;
+    assert_eq!(
+        unlisted["rank"],
+        serde_json::Value::Null,
+        "not in toys: 200 with rank null"
+    );
     let unknown = app.get_json("/v1/products/nobody/rank").await;
     assert_eq!(unknown["rank"], serde_json::Value::Null);
 }
@@ -74,7 +96,10 @@ async fn bad_parameters_get_400_naming_the_parameter() {
         let response = app.get(query).await;
         assert_eq!(response.status(), 400, "{query}");
         let body: serde_json::Value = response.json().await.unwrap();
-        assert!(body["error"].as_str().unwrap().starts_with(parameter), "{query}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().starts_with(parameter),
+            "{query}: {body}"
+        );
     }
     let control = app.get("/v1/categories/a%01b/top").await;
     assert_eq!(control.status(), 400);
@@ -84,19 +109,34 @@ async fn bad_parameters_get_400_naming_the_parameter() {
 async fn windows_and_periods_follow_event_time_and_late_events_land_in_their_bucket() {
     let app = spawn_app().await;
     let now = now_millis();
-    app.post_events_ok(&json!([view("a", "p1", now, &[]), view("b", "p1", now - 30 * HOUR, &[])])).await;
+    app.post_events_ok(&json!([
+        view("a", "p1", now, &[]),
+        view("b", "p1", now - 30 * HOUR, &[])
+    ]))
+    .await;
     let one_day = app.get_json("/v1/categories/all/top?window=1d").await;
     assert_eq!(one_day["items"][0]["metrics"]["views"], 1);
     let week = app.get_json("/v1/categories/all/top?window=7d").await;
     assert_eq!(week["items"][0]["metrics"]["views"], 2);
     // A late event 10 hours back is counted in its own hour, and the cached 7d window updates in place.
-    app.post_events_ok(&json!([view("c", "p1", now - 10 * HOUR, &[])])).await;
+    app.post_events_ok(&json!([view("c", "p1", now - 10 * HOUR, &[])]))
+        .await;
     let week = app.get_json("/v1/categories/all/top?window=7d").await;
     assert_eq!(week["items"][0]["metrics"]["views"], 3);
-    let hour = app.get_json(&format!("/v1/categories/all/top?period=hourly&at={}", hour_key(now - 10 * HOUR))).await;
+    let hour = app
+        .get_json(&format!(
+            "/v1/categories/all/top?period=hourly&at={}",
+            hour_key(now - 10 * HOUR)
+        ))
+        .await;
     assert_eq!(hour["items"][0]["metrics"]["views"], 1);
     // The window ending 20 hours ago holds only the 30-hours-old view... and the 10-hours-old one is after it.
-    let earlier = app.get_json(&format!("/v1/categories/all/top?window=1d&at={}", hour_key(now - 20 * HOUR))).await;
+    let earlier = app
+        .get_json(&format!(
+            "/v1/categories/all/top?window=1d&at={}",
+            hour_key(now - 20 * HOUR)
+        ))
+        .await;
     assert_eq!(earlier["items"][0]["metrics"]["views"], 1);
 }
 
@@ -105,16 +145,38 @@ async fn yesterdays_top_products_carry_into_today_and_late_events_move_the_carry
     let app = spawn_app().await;
     let now = now_millis();
     let yesterday = now - 24 * HOUR;
-    app.post_events_ok(&json!([view("y1", "p1", yesterday, &[]), view("y2", "p1", yesterday, &[]), view("t1", "p2", now, &[])]))
+    app.post_events_ok(&json!([
+        view("y1", "p1", yesterday, &[]),
+        view("y2", "p1", yesterday, &[]),
+        view("t1", "p2", now, &[])
+    ]))
+    .await;
+    let today = app
+        .get_json(&format!(
+            "/v1/categories/all/top?period=daily&at={}",
+            day_key(now)
+        ))
         .await;
-    let today = app.get_json(&format!("/v1/categories/all/top?period=daily&at={}", day_key(now))).await;
-    let p1 = today["items"].as_array().unwrap().iter().find(|i| i["productId"] == "p1").unwrap().clone();
+    let p1 = today["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["productId"] == "p1")
+        .unwrap()
+        .clone();
     let expected_carry = 0.1 * (0.0 + 2.0 * 0.1);
     assert_eq!(p1["carry"].as_f64().unwrap(), expected_carry);
-    assert_eq!(p1["score"].as_f64().unwrap(), expected_carry, "carry alone lists p1 today");
+    assert_eq!(
+        p1["score"].as_f64().unwrap(),
+        expected_carry,
+        "carry alone lists p1 today"
+    );
     // A late view for yesterday changes today's carry.
-    app.post_events_ok(&json!([view("y3", "p1", yesterday, &[])])).await;
-    let today = app.get_json(&format!("/v1/products/p1/rank?period=daily&at={}", day_key(now))).await;
+    app.post_events_ok(&json!([view("y3", "p1", yesterday, &[])]))
+        .await;
+    let today = app
+        .get_json(&format!("/v1/products/p1/rank?period=daily&at={}", day_key(now)))
+        .await;
     assert_eq!(today["carry"].as_f64().unwrap(), 0.1 * (0.0 + 3.0 * 0.1));
 }
 
@@ -122,7 +184,11 @@ async fn yesterdays_top_products_carry_into_today_and_late_events_move_the_carry
 async fn catalogue_entries_decorate_items_and_unknown_products_still_rank() {
     let app = spawn_app().await;
     let now = now_millis();
-    app.post_events_ok(&json!([sale("s1", "p1", now, 1, 10, &[]), sale("s2", "p2", now, 2, 10, &[])])).await;
+    app.post_events_ok(&json!([
+        sale("s1", "p1", now, 1, 10, &[]),
+        sale("s2", "p2", now, 2, 10, &[])
+    ]))
+    .await;
     let put = app
         .client
         .put(format!("{}/v1/products/p1", app.address))
@@ -131,9 +197,17 @@ async fn catalogue_entries_decorate_items_and_unknown_products_still_rank() {
         .await
         .unwrap();
     assert_eq!(put.status(), 200);
-    let bad = app.client.put(format!("{}/v1/products/p1", app.address)).json(&json!({ "price": -1 })).send().await.unwrap();
+    let bad = app
+        .client
+        .put(format!("{}/v1/products/p1", app.address))
+        .json(&json!({ "price": -1 }))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), 400);
-    let top = app.get_json("/v1/categories/all/top?ranker=units&period=daily").await;
+    let top = app
+        .get_json("/v1/categories/all/top?ranker=units&period=daily")
+        .await;
     assert_eq!(top["items"][0]["productId"], "p2");
     assert!(top["items"][0].get("product").is_none());
     assert_eq!(top["items"][1]["product"]["name"], "Robot");
@@ -148,7 +222,14 @@ async fn a_restart_rebuilds_serving_state_and_answers_exactly_as_before() {
             let product = format!("p{}", i % 17);
             let category = format!("c{}", i % 3);
             if i % 4 == 0 {
-                sale(&format!("e{i}"), &product, now - (i % 50) * HOUR, 1 + (i % 3) as u32, 100 + i as u64, &[&category])
+                sale(
+                    &format!("e{i}"),
+                    &product,
+                    now - (i % 50) * HOUR,
+                    1 + (i % 3) as u32,
+                    100 + i as u64,
+                    &[&category],
+                )
             } else {
                 view(&format!("e{i}"), &product, now - (i % 50) * HOUR, &[&category])
             }
@@ -158,7 +239,10 @@ async fn a_restart_rebuilds_serving_state_and_answers_exactly_as_before() {
     let queries = [
         "/v1/categories/all/top?limit=50".to_string(),
         "/v1/categories/c1/top?window=7d&ranker=units".to_string(),
-        format!("/v1/categories/c2/top?period=daily&at={}", day_key(now - 24 * HOUR)),
+        format!(
+            "/v1/categories/c2/top?period=daily&at={}",
+            day_key(now - 24 * HOUR)
+        ),
         "/v1/categories/all/top?period=monthly&ranker=revenue".to_string(),
         "/v1/products/p3/rank?category=c0&window=30d".to_string(),
     ];
@@ -175,7 +259,9 @@ async fn a_restart_rebuilds_serving_state_and_answers_exactly_as_before() {
     }
     // And what the live server serves equals the batch recompute of the raw log.
     let config = rankgate::config::Config::for_data_dir(&restarted.data_dir);
-    let report = rankgate::verify::verify_server(&config, &restarted.address, &|_| {}).await.unwrap();
+    let report = rankgate::verify::verify_server(&config, &restarted.address, &|_| {})
+        .await
+        .unwrap();
     assert!(report.rankings > 100 && report.items > 0, "{report:?}");
     assert!(report.ok(), "{:?}", report.mismatches);
     restarted.stop().await;

@@ -20,17 +20,38 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
     })
     .await;
     let queue = format!("{}/v1/queues/sale", app.address);
-    let entered: Value =
-        app.client.post(format!("{queue}/entries")).json(&json!({ "memberId": "m-1" })).send().await.unwrap().json().await.unwrap();
+    let entered: Value = app
+        .client
+        .post(format!("{queue}/entries"))
+        .json(&json!({ "memberId": "m-1" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(entered["status"], "WAITING");
     assert_eq!(entered["rank"], 0);
-    let again: Value =
-        app.client.post(format!("{queue}/entries")).json(&json!({ "memberId": "m-1" })).send().await.unwrap().json().await.unwrap();
+    let again: Value = app
+        .client
+        .post(format!("{queue}/entries"))
+        .json(&json!({ "memberId": "m-1" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(again["rank"], 0, "entering twice keeps the first position");
 
     let mut token = None;
     for _ in 0..100 {
-        let response = app.client.get(format!("{queue}/entries/m-1")).send().await.unwrap();
+        let response = app
+            .client
+            .get(format!("{queue}/entries/m-1"))
+            .send()
+            .await
+            .unwrap();
         if response.status() == 200 {
             let position: Value = response.json().await.unwrap();
             if position["status"] == "READY" {
@@ -70,8 +91,16 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
     // Clean up this test's keys.
     let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
     let mut connection = client.get_multiplexed_tokio_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(&mut connection).await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
     if !keys.is_empty() {
-        let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut connection).await.unwrap();
+        let _: () = redis::cmd("DEL")
+            .arg(&keys)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
     }
 }

@@ -159,7 +159,10 @@ struct CategoryTable {
 
 impl CategoryTable {
     fn new() -> CategoryTable {
-        CategoryTable { names: vec![None], index: HashMap::new() }
+        CategoryTable {
+            names: vec![None],
+            index: HashMap::new(),
+        }
     }
 
     fn intern(&mut self, category: &Category) -> CatIdx {
@@ -194,7 +197,10 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { zone: Zone::utc(), max_cached_members: 5_000_000 }
+        EngineConfig {
+            zone: Zone::utc(),
+            max_cached_members: 5_000_000,
+        }
     }
 }
 
@@ -249,10 +255,18 @@ impl Inputs<'_> {
     fn aggregate(&self, category: CatIdx, hours: Range<Hour>) -> HashMap<ProductIdx, Metrics> {
         let mut totals: HashMap<ProductIdx, Metrics> = HashMap::new();
         let span_cells = self.hours.range(hours.clone());
-        let members = (category != ALL).then(|| self.products.members.get(&category).map_or(&[][..], Vec::as_slice));
+        let members = (category != ALL).then(|| {
+            self.products
+                .members
+                .get(&category)
+                .map_or(&[][..], Vec::as_slice)
+        });
         match members {
             // A small category: look its products up hour by hour instead of scanning every cell.
-            Some(members) if members.len() * span_cells.clone().count() < span_cells.clone().map(|(_, c)| c.len()).sum() => {
+            Some(members)
+                if members.len() * span_cells.clone().count()
+                    < span_cells.clone().map(|(_, c)| c.len()).sum() =>
+            {
                 for cells in span_cells.map(|(_, cells)| cells) {
                     for product in members {
                         if let Some(delta) = cells.get(product) {
@@ -282,7 +296,9 @@ impl Inputs<'_> {
         category: CatIdx,
         day: PeriodKey,
     ) -> Arc<HashMap<ProductIdx, f64>> {
-        let Some(earliest) = self.earliest_day else { return Arc::default() };
+        let Some(earliest) = self.earliest_day else {
+            return Arc::default();
+        };
         let per_category = cache.entry(category).or_default();
         let mut missing = Vec::new();
         let mut cursor = day;
@@ -300,14 +316,21 @@ impl Inputs<'_> {
         // `cursor` is the day whose carry is `known`; compute each following day from it.
         for target in missing.into_iter().rev() {
             let metrics = self.aggregate(category, cursor.hours(self.zone));
-            let mut candidates: Vec<(ProductIdx, Metrics, f64)> =
-                metrics.iter().map(|(&p, m)| (p, *m, known.get(&p).copied().unwrap_or(0.0))).collect();
+            let mut candidates: Vec<(ProductIdx, Metrics, f64)> = metrics
+                .iter()
+                .map(|(&p, m)| (p, *m, known.get(&p).copied().unwrap_or(0.0)))
+                .collect();
             candidates.extend(
-                known.iter().filter(|(p, _)| !metrics.contains_key(p)).map(|(&p, &c)| (p, Metrics::default(), c)),
+                known
+                    .iter()
+                    .filter(|(p, _)| !metrics.contains_key(p))
+                    .map(|(&p, &c)| (p, Metrics::default(), c)),
             );
             let products = self.products;
             let carried = next_day_carry(
-                candidates.into_iter().map(|(p, m, c)| (ProductKey(p, products), m, c)),
+                candidates
+                    .into_iter()
+                    .map(|(p, m, c)| (ProductKey(p, products), m, c)),
                 &self.policy.weights,
             );
             known = Arc::new(carried.into_iter().map(|(key, carry)| (key.0, carry)).collect());
@@ -357,7 +380,9 @@ impl Inputs<'_> {
                 let ranking = &mut state.rankings[ranker.index()];
                 if is_listed(ranker, &metrics, carry) {
                     let key = ascending_key(score(ranker, &metrics, carry, &self.policy.weights));
-                    ranking.insert(member, key).expect("scores of finite metrics and weights are never NaN");
+                    ranking
+                        .insert(member, key)
+                        .expect("scores of finite metrics and weights are never NaN");
                 } else {
                     ranking.zrem(member);
                 }
@@ -423,15 +448,22 @@ impl RankingEngine {
 
     /// The hourly cell of (hour, product), zero if absent. Ingest uses it to reject overflowing events.
     pub fn hourly_metrics(&self, hour: Hour, product: &ProductId) -> Metrics {
-        let Some(&idx) = self.products.index.get(product.as_str()) else { return Metrics::default() };
-        self.hours.get(&hour).and_then(|cells| cells.get(&idx)).copied().unwrap_or_default()
+        let Some(&idx) = self.products.index.get(product.as_str()) else {
+            return Metrics::default();
+        };
+        self.hours
+            .get(&hour)
+            .and_then(|cells| cells.get(&idx))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Whether `product` is already known to belong to `category`.
     pub fn has_membership(&self, product: &ProductId, category: &Category) -> bool {
-        let (Some(&p), Some(&c)) =
-            (self.products.index.get(product.as_str()), self.categories.index.get(category.as_str()))
-        else {
+        let (Some(&p), Some(&c)) = (
+            self.products.index.get(product.as_str()),
+            self.categories.index.get(category.as_str()),
+        ) else {
             return false;
         };
         self.products.categories[p as usize].contains(&c)
@@ -454,7 +486,9 @@ impl RankingEngine {
     /// Every hourly row, for verification.
     pub fn hourly_rows(&self) -> impl Iterator<Item = (Hour, &ProductId, &Metrics)> + '_ {
         self.hours.iter().flat_map(move |(hour, cells)| {
-            cells.iter().map(move |(p, m)| (*hour, &self.products.ids[*p as usize], m))
+            cells
+                .iter()
+                .map(move |(p, m)| (*hour, &self.products.ids[*p as usize], m))
         })
     }
 
@@ -493,9 +527,17 @@ impl RankingEngine {
             self.note_day_changed(*hour, p);
             let categories = std::iter::once(ALL).chain(self.products.categories[p as usize].iter().copied());
             for category in categories {
-                let Some(spans) = self.spans_by_category.get(&category) else { continue };
+                let Some(spans) = self.spans_by_category.get(&category) else {
+                    continue;
+                };
                 for span in spans {
-                    let state = self.spans.get_mut(&SpanKey { category, span: *span }).expect("indexed span");
+                    let state = self
+                        .spans
+                        .get_mut(&SpanKey {
+                            category,
+                            span: *span,
+                        })
+                        .expect("indexed span");
                     if state.hours.contains(hour) {
                         add_metrics(state.metrics.entry(p).or_default(), delta);
                         state.dirty.insert(p);
@@ -545,8 +587,11 @@ impl RankingEngine {
                 (!delta.is_zero()).then(|| (*hour, product.clone(), delta))
             })
             .collect();
-        let new_memberships: Vec<(ProductId, Category)> =
-            memberships.iter().filter(|(p, c)| !self.has_membership(p, c)).cloned().collect();
+        let new_memberships: Vec<(ProductId, Category)> = memberships
+            .iter()
+            .filter(|(p, c)| !self.has_membership(p, c))
+            .cloned()
+            .collect();
         if deltas.is_empty() && new_memberships.is_empty() && as_of_millis <= self.as_of_millis {
             return;
         }
@@ -565,8 +610,9 @@ impl RankingEngine {
             }
             return;
         }
-        let categories: Vec<CatIdx> =
-            std::iter::once(ALL).chain(self.products.categories[product as usize].iter().copied()).collect();
+        let categories: Vec<CatIdx> = std::iter::once(ALL)
+            .chain(self.products.categories[product as usize].iter().copied())
+            .collect();
         for category in categories {
             self.invalidate_carry_after(category, Some(day_start));
         }
@@ -582,7 +628,13 @@ impl RankingEngine {
         }
         if let Some(spans) = self.spans_by_category.get(&category) {
             for span in spans {
-                let state = self.spans.get_mut(&SpanKey { category, span: *span }).expect("indexed span");
+                let state = self
+                    .spans
+                    .get_mut(&SpanKey {
+                        category,
+                        span: *span,
+                    })
+                    .expect("indexed span");
                 if let Some(start) = state.day_start {
                     if day_start.is_none_or(|changed| start > changed) {
                         state.carry_stale = true;
@@ -628,15 +680,22 @@ impl RankingEngine {
 
     /// Flushes every dirty span: the background refresher calls this so reads rarely have to.
     pub fn flush_all(&mut self) {
-        let dirty: Vec<SpanKey> =
-            self.spans.iter().filter(|(_, state)| !state.is_clean()).map(|(key, _)| *key).collect();
+        let dirty: Vec<SpanKey> = self
+            .spans
+            .iter()
+            .filter(|(_, state)| !state.is_clean())
+            .map(|(key, _)| *key)
+            .collect();
         for key in dirty {
             self.flush(key);
         }
     }
 
     fn span_key(&self, query: &RankingQuery) -> Option<SpanKey> {
-        Some(SpanKey { category: self.categories.lookup(&query.category)?, span: query.span })
+        Some(SpanKey {
+            category: self.categories.lookup(&query.category)?,
+            span: query.span,
+        })
     }
 
     fn ensure_span(&mut self, key: SpanKey) -> &SpanState {
@@ -645,13 +704,19 @@ impl RankingEngine {
             let state = self.inputs().build_span(&mut cache, key);
             self.carry_cache = cache;
             self.spans.insert(key, state);
-            self.spans_by_category.entry(key.category).or_default().push(key.span);
+            self.spans_by_category
+                .entry(key.category)
+                .or_default()
+                .push(key.span);
             self.evict_least_recently_used(key);
         } else {
             self.flush(key);
         }
         let state = &self.spans[&key];
-        state.last_used.store(self.lru_clock.fetch_add(1, AtomicOrdering::Relaxed), AtomicOrdering::Relaxed);
+        state.last_used.store(
+            self.lru_clock.fetch_add(1, AtomicOrdering::Relaxed),
+            AtomicOrdering::Relaxed,
+        );
         state
     }
 
@@ -664,7 +729,13 @@ impl RankingEngine {
             .spans
             .iter()
             .filter(|(key, _)| **key != keep)
-            .map(|(key, state)| (state.last_used.load(AtomicOrdering::Relaxed), *key, state.members()))
+            .map(|(key, state)| {
+                (
+                    state.last_used.load(AtomicOrdering::Relaxed),
+                    *key,
+                    state.members(),
+                )
+            })
             .collect();
         by_age.sort_unstable_by_key(|(used, _, _)| *used);
         for (_, key, members) in by_age {
@@ -695,7 +766,14 @@ impl RankingEngine {
         }
     }
 
-    fn item(&self, state: &SpanState, ranker: RankerName, rank: usize, member: &[u8], key: f64) -> RankedItem {
+    fn item(
+        &self,
+        state: &SpanState,
+        ranker: RankerName,
+        rank: usize,
+        member: &[u8],
+        key: f64,
+    ) -> RankedItem {
         let member = std::str::from_utf8(member).expect("members are product ids");
         let idx = self.products.index[member];
         RankedItem {
@@ -703,7 +781,11 @@ impl RankingEngine {
             product: self.products.ids[idx as usize].clone(),
             score: -key + 0.0,
             metrics: state.metrics.get(&idx).copied().unwrap_or_default(),
-            carry: if ranker == RankerName::Popular { state.carry.get(&idx).copied().unwrap_or(0.0) } else { 0.0 },
+            carry: if ranker == RankerName::Popular {
+                state.carry.get(&idx).copied().unwrap_or(0.0)
+            } else {
+                0.0
+            },
         }
     }
 
@@ -716,20 +798,32 @@ impl RankingEngine {
     }
 
     fn empty_page(&self, ranker: RankerName) -> TopPage {
-        TopPage { policy_version: self.policy_version(ranker), total: 0, items: Vec::new(), as_of_millis: self.as_of_millis }
+        TopPage {
+            policy_version: self.policy_version(ranker),
+            total: 0,
+            items: Vec::new(),
+            as_of_millis: self.as_of_millis,
+        }
     }
 
     /// A page of a ranking if it can be answered under a shared lock (span cached and clean).
     pub fn top_cached(&self, query: &RankingQuery, offset: usize, limit: usize) -> Option<TopPage> {
-        let Some(key) = self.span_key(query) else { return Some(self.empty_page(query.ranker)) };
+        let Some(key) = self.span_key(query) else {
+            return Some(self.empty_page(query.ranker));
+        };
         let state = self.spans.get(&key).filter(|state| state.is_clean())?;
-        state.last_used.store(self.lru_clock.fetch_add(1, AtomicOrdering::Relaxed), AtomicOrdering::Relaxed);
+        state.last_used.store(
+            self.lru_clock.fetch_add(1, AtomicOrdering::Relaxed),
+            AtomicOrdering::Relaxed,
+        );
         Some(self.page(state, query.ranker, offset, limit))
     }
 
     /// A page of a ranking, building or flushing its span first when needed.
     pub fn top(&mut self, query: &RankingQuery, offset: usize, limit: usize) -> TopPage {
-        let Some(key) = self.span_key(query) else { return self.empty_page(query.ranker) };
+        let Some(key) = self.span_key(query) else {
+            return self.empty_page(query.ranker);
+        };
         self.ensure_span(key);
         self.page(&self.spans[&key], query.ranker, offset, limit)
     }
@@ -738,7 +832,10 @@ impl RankingEngine {
         let ranking = &state.rankings[ranker.index()];
         let member = product.as_str().as_bytes();
         let idx = self.products.index.get(product.as_str()).copied();
-        let metrics = idx.and_then(|p| state.metrics.get(&p)).copied().unwrap_or_default();
+        let metrics = idx
+            .and_then(|p| state.metrics.get(&p))
+            .copied()
+            .unwrap_or_default();
         let carry = match (ranker, idx) {
             (RankerName::Popular, Some(p)) => state.carry.get(&p).copied().unwrap_or(0.0),
             _ => 0.0,
@@ -768,14 +865,18 @@ impl RankingEngine {
 
     /// A product's rank if it can be answered under a shared lock.
     pub fn rank_cached(&self, query: &RankingQuery, product: &ProductId) -> Option<RankAnswer> {
-        let Some(key) = self.span_key(query) else { return Some(self.unlisted(query.ranker)) };
+        let Some(key) = self.span_key(query) else {
+            return Some(self.unlisted(query.ranker));
+        };
         let state = self.spans.get(&key).filter(|state| state.is_clean())?;
         Some(self.rank_in(state, query.ranker, product))
     }
 
     /// A product's rank, building or flushing the span first when needed.
     pub fn rank(&mut self, query: &RankingQuery, product: &ProductId) -> RankAnswer {
-        let Some(key) = self.span_key(query) else { return self.unlisted(query.ranker) };
+        let Some(key) = self.span_key(query) else {
+            return self.unlisted(query.ranker);
+        };
         self.ensure_span(key);
         self.rank_in(&self.spans[&key], query.ranker, product)
     }
@@ -788,10 +889,21 @@ impl RankingEngine {
     /// Rebuilds every cached span under `policy` without touching the served state, so it can run under
     /// a shared lock while reads go on. [`RankingEngine::install`] switches to the result atomically.
     pub fn rebuild_with(&self, policy: Policy) -> RebuiltSpans {
-        let inputs = Inputs { policy: &policy, ..self.inputs() };
+        let inputs = Inputs {
+            policy: &policy,
+            ..self.inputs()
+        };
         let mut carry_cache = CarryCache::new();
-        let spans = self.spans.keys().map(|key| (*key, inputs.build_span(&mut carry_cache, *key))).collect();
-        RebuiltSpans { policy, spans, carry_cache }
+        let spans = self
+            .spans
+            .keys()
+            .map(|key| (*key, inputs.build_span(&mut carry_cache, *key)))
+            .collect();
+        RebuiltSpans {
+            policy,
+            spans,
+            carry_cache,
+        }
     }
 
     /// Switches to spans built by [`RankingEngine::rebuild_with`]. Spans that changed since the build
@@ -833,16 +945,19 @@ impl RankingEngine {
         if std::mem::replace(&mut self.hours, kept).is_empty() {
             return;
         }
-        self.earliest_day = self
-            .hours
-            .keys()
-            .next()
-            .map(|h| PeriodKey::containing(PeriodKind::Daily, *h, &self.config.zone).hours(&self.config.zone).start);
+        self.earliest_day = self.hours.keys().next().map(|h| {
+            PeriodKey::containing(PeriodKind::Daily, *h, &self.config.zone)
+                .hours(&self.config.zone)
+                .start
+        });
         self.carry_cache.clear();
         self.spans.retain(|_, state| state.hours.start >= before);
         self.spans_by_category.clear();
         for key in self.spans.keys() {
-            self.spans_by_category.entry(key.category).or_default().push(key.span);
+            self.spans_by_category
+                .entry(key.category)
+                .or_default()
+                .push(key.span);
         }
         for state in self.spans.values_mut() {
             state.carry_stale |= state.day_start.is_some();

@@ -95,12 +95,21 @@ impl Ingestor {
     /// instance serves the same rankings. Returns the number of hourly rows read; 0 on single-writer
     /// backends, which have nothing to follow.
     pub fn follow(&mut self) -> Result<usize, SourceError> {
-        let Some(changes) = self.source.changes_since(self.change_cursor)? else { return Ok(0) };
+        let Some(changes) = self.source.changes_since(self.change_cursor)? else {
+            return Ok(0);
+        };
         self.change_cursor = changes.cursor;
         if let Some(watermark) = changes.watermark_millis {
-            self.watermark_millis = Some(self.watermark_millis.map_or(watermark, |mark| mark.max(watermark)));
+            self.watermark_millis = Some(
+                self.watermark_millis
+                    .map_or(watermark, |mark| mark.max(watermark)),
+            );
         }
-        self.engine.write().apply_absolute(&changes.metrics, &changes.memberships, changes.last_ingest_millis);
+        self.engine.write().apply_absolute(
+            &changes.metrics,
+            &changes.memberships,
+            changes.last_ingest_millis,
+        );
         Ok(changes.metrics.len())
     }
 

@@ -56,9 +56,10 @@ const PARTITION_HOURS: i64 = 24;
 const BULK_ROWS: usize = 10_000;
 
 /// Versioned migrations; `{s}` is replaced by the quoted schema name. Never edit one that shipped: add one.
-const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    r#"
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        r#"
 CREATE TABLE {s}.metrics_hourly (
     hour    bigint NOT NULL,
     product text COLLATE "C" NOT NULL,
@@ -126,19 +127,21 @@ BEGIN
 END
 $$;
 "#,
-), (
-    2,
-    // A change feed for other instances: every metric or membership row written gets the next value of
-    // `change_seq`. Commits hold the per-schema write lock while they draw values, so values become
-    // visible in commit order and a follower's cursor never skips a row.
-    r#"
+    ),
+    (
+        2,
+        // A change feed for other instances: every metric or membership row written gets the next value of
+        // `change_seq`. Commits hold the per-schema write lock while they draw values, so values become
+        // visible in commit order and a follower's cursor never skips a row.
+        r#"
 CREATE SEQUENCE {s}.change_seq;
 ALTER TABLE {s}.metrics_hourly ADD COLUMN change_seq bigint NOT NULL DEFAULT nextval('{s}.change_seq');
 CREATE INDEX metrics_hourly_change ON {s}.metrics_hourly (change_seq);
 ALTER TABLE {s}.product_categories ADD COLUMN change_seq bigint NOT NULL DEFAULT nextval('{s}.change_seq');
 CREATE INDEX product_categories_change ON {s}.product_categories (change_seq);
 "#,
-)];
+    ),
+];
 
 /// The PostgreSQL source of truth: one connection, one schema.
 pub struct PostgresSource {

@@ -6,9 +6,8 @@
 //! (`popular_score`, `is_listed`, `ranking_order`) with the engine, never its data structures.
 
 use std::cell::RefCell;
-use std::rc::Rc;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-
+use std::rc::Rc;
 
 use rankgate_core::event::Event;
 use rankgate_core::ids::{Category, CategoryOrAll, ProductId};
@@ -52,9 +51,12 @@ const TOTALS_MEMO_SPANS: usize = 64;
 
 impl BatchModel {
     /// A model of events that were all accepted (e.g. the raw event log): no dedupe, no lateness.
-    pub fn from_accepted(events: impl IntoIterator<Item = Event>, zone: Zone, weights: PopularWeights) -> Self {
-        let mut model =
-            BatchModel {
+    pub fn from_accepted(
+        events: impl IntoIterator<Item = Event>,
+        zone: Zone,
+        weights: PopularWeights,
+    ) -> Self {
+        let mut model = BatchModel {
             zone,
             weights,
             hourly: BTreeMap::new(),
@@ -76,8 +78,7 @@ impl BatchModel {
         zone: Zone,
         weights: PopularWeights,
     ) -> (Self, StreamCounts) {
-        let mut model =
-            BatchModel {
+        let mut model = BatchModel {
             zone,
             weights,
             hourly: BTreeMap::new(),
@@ -108,8 +109,15 @@ impl BatchModel {
 
     fn add(&mut self, event: &Event) {
         let delta = event.metrics_delta();
-        let cell = self.hourly.entry(event.hour()).or_default().entry(event.product.clone()).or_default();
-        *cell = cell.checked_add(&delta).expect("test workloads stay far from overflow");
+        let cell = self
+            .hourly
+            .entry(event.hour())
+            .or_default()
+            .entry(event.product.clone())
+            .or_default();
+        *cell = cell
+            .checked_add(&delta)
+            .expect("test workloads stay far from overflow");
         let categories = self.memberships.entry(event.product.clone()).or_default();
         categories.extend(event.categories.iter().cloned());
     }
@@ -119,7 +127,10 @@ impl BatchModel {
             CategoryOrAll::All => ALL_KEY,
             CategoryOrAll::Category(c) => c.as_str(),
         };
-        self.totals_by_category(span).get(key).cloned().unwrap_or_default()
+        self.totals_by_category(span)
+            .get(key)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Sums the span's cells once, into `all` and every category of each product.
@@ -133,7 +144,11 @@ impl BatchModel {
             for (product, metrics) in cells {
                 let categories = self.memberships.get(product).unwrap_or(&no_categories);
                 for key in std::iter::once(ALL_KEY).chain(categories.iter().map(Category::as_str)) {
-                    let total = totals.entry(key.to_string()).or_default().entry(product.clone()).or_default();
+                    let total = totals
+                        .entry(key.to_string())
+                        .or_default()
+                        .entry(product.clone())
+                        .or_default();
                     *total = total.checked_add(metrics).expect("no overflow");
                 }
             }
@@ -157,7 +172,9 @@ impl BatchModel {
 
     /// carry(category, day), walking the chain forward from the earliest day, which has no carry.
     fn carry(&self, category: &CategoryOrAll, day: PeriodKey) -> HashMap<ProductId, f64> {
-        let Some(earliest) = self.earliest_day() else { return HashMap::new() };
+        let Some(earliest) = self.earliest_day() else {
+            return HashMap::new();
+        };
         let day_start = day.hours(&self.zone).start;
         if day_start <= earliest.hours(&self.zone).start {
             return HashMap::new();
@@ -192,7 +209,8 @@ impl BatchModel {
             .filter_map(|p| {
                 let m = totals.get(p).copied().unwrap_or_default();
                 let c = carry.get(p).copied().unwrap_or(0.0);
-                is_listed(RankerName::Popular, &m, c).then(|| (p.clone(), popular_score(c, &m, &self.weights)))
+                is_listed(RankerName::Popular, &m, c)
+                    .then(|| (p.clone(), popular_score(c, &m, &self.weights)))
             })
             .collect();
         scored.sort_by(|a, b| ranking_order(a.1, a.0.as_str().as_bytes(), b.1, b.0.as_str().as_bytes()));
@@ -203,7 +221,9 @@ impl BatchModel {
     pub fn ranking(&self, ranker: RankerName, category: &CategoryOrAll, span: &Span) -> Vec<RankedItem> {
         let totals = self.totals(category, span);
         let carry = match (ranker, span) {
-            (RankerName::Popular, Span::Period(day)) if day.kind() == PeriodKind::Daily => self.carry(category, *day),
+            (RankerName::Popular, Span::Period(day)) if day.kind() == PeriodKind::Daily => {
+                self.carry(category, *day)
+            }
             _ => HashMap::new(),
         };
         let products: BTreeSet<&ProductId> = totals.keys().chain(carry.keys()).collect();
@@ -222,7 +242,12 @@ impl BatchModel {
             })
             .collect();
         items.sort_by(|a, b| {
-            ranking_order(a.score, a.product.as_str().as_bytes(), b.score, b.product.as_str().as_bytes())
+            ranking_order(
+                a.score,
+                a.product.as_str().as_bytes(),
+                b.score,
+                b.product.as_str().as_bytes(),
+            )
         });
         for (i, item) in items.iter_mut().enumerate() {
             item.rank = i + 1;
