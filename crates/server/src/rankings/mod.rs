@@ -77,12 +77,11 @@ impl Default for ResponseCache {
 
 impl ResponseCache {
     fn shard(&self, key: &str) -> &RwLock<CacheShard> {
-        use std::hash::{BuildHasher, Hash, Hasher};
+        use std::hash::BuildHasher;
         static STATE: std::sync::OnceLock<std::collections::hash_map::RandomState> =
             std::sync::OnceLock::new();
-        let mut hasher = STATE.get_or_init(Default::default).build_hasher();
-        key.hash(&mut hasher);
-        &self.shards[hasher.finish() as usize % RESPONSE_CACHE_SHARDS]
+        let hash = STATE.get_or_init(Default::default).hash_one(key);
+        &self.shards[hash as usize % RESPONSE_CACHE_SHARDS]
     }
 }
 
