@@ -6,7 +6,6 @@
 //! equal the batch recompute (this checks the engine, carry chains included). Optionally the rankings of
 //! a running server are fetched over HTTP and compared too.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -78,40 +77,32 @@ pub fn compare_rankings(
 /// The spans verified: every day, ISO week and month touched by the log, hourly periods of the last
 /// day, and each sliding window ending at the newest hour.
 pub fn spans_to_verify(range: std::ops::Range<Hour>, zone: &rankgate_core::period::Zone) -> Vec<Span> {
-    let mut spans = BTreeSet::new();
+    let mut spans = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut add = |span: Span| {
+        if seen.insert(span) {
+            spans.push(span);
+        }
+    };
     let mut hour = range.start;
     while hour < range.end {
         for kind in [PeriodKind::Daily, PeriodKind::Weekly, PeriodKind::Monthly] {
-            spans.insert(SpanOrd(Span::Period(PeriodKey::containing(kind, hour, zone))));
+            add(Span::Period(PeriodKey::containing(kind, hour, zone)));
         }
         hour = hour.plus(1);
     }
     let last = Hour(range.end.0 - 1);
     for back in 0..24 {
-        spans.insert(SpanOrd(Span::Period(PeriodKey::containing(
+        add(Span::Period(PeriodKey::containing(
             PeriodKind::Hourly,
             last.plus(-back),
             zone,
-        ))));
+        )));
     }
     for len in [WindowLen::H1, WindowLen::D1, WindowLen::D7, WindowLen::D30] {
-        spans.insert(SpanOrd(Span::Window { len, end: last }));
+        add(Span::Window { len, end: last });
     }
-    spans.into_iter().map(|s| s.0).collect()
-}
-
-/// Orders spans by their debug text so the set dedupes them with a stable order.
-#[derive(PartialEq, Eq)]
-struct SpanOrd(Span);
-impl PartialOrd for SpanOrd {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for SpanOrd {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        format!("{:?}", self.0).cmp(&format!("{:?}", other.0))
-    }
+    spans
 }
 
 /// Reads every raw event of the log.
@@ -325,9 +316,4 @@ fn served_item(item: &serde_json::Value) -> anyhow::Result<RankedItem> {
         },
         carry: item["carry"].as_f64().unwrap_or(f64::NAN),
     })
-}
-
-/// Policy used when nothing is stored yet.
-pub fn default_policy() -> Policy {
-    Policy::default()
 }
