@@ -25,7 +25,8 @@ fn config(key: &str, consumer: &str) -> StreamConfig {
     let mut config = StreamConfig::from_url(&format!("redis://127.0.0.1:6379/{key}")).unwrap();
     config.consumer = consumer.into();
     config.block = Duration::from_millis(50);
-    config.min_idle = Duration::from_millis(200);
+    // Long enough that a loaded machine never makes fresh entries look abandoned.
+    config.min_idle = Duration::from_millis(1500);
     config
 }
 
@@ -119,7 +120,7 @@ async fn entries_stuck_with_a_dead_consumer_are_reclaimed_and_counted_once() {
     assert_eq!(taken.keys[0].ids.len(), 10);
     // Nothing new to read, and the entries are not idle long enough yet.
     assert_eq!(survivor.poll_once().await.unwrap().entries, 0);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(1700)).await;
     let report = survivor.poll_once().await.unwrap();
     assert_eq!(report.entries, 10, "reclaimed with XAUTOCLAIM");
     let top = app.get_json("/v1/categories/r/top?window=1d").await;
