@@ -7,7 +7,8 @@ use serde_json::{json, Value};
 use crate::helpers::*;
 
 async fn wait_for_version(app: &TestApp, version: u64) -> Value {
-    for _ in 0..200 {
+    // Bounded generously: a busy CI machine may take seconds to schedule the background build.
+    for _ in 0..1000 {
         let state = app.get_json("/v1/admin/rankers/popular").await;
         if state["activeVersion"] == version && state["building"].is_null() {
             return state;
