@@ -26,8 +26,17 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 
 /// Prometheus text exposition.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let engine_products = state.rankings.engine().read().product_count();
+    let (engine_products, as_of) = {
+        let engine = state.rankings.engine().read();
+        (engine.product_count(), engine.as_of_millis())
+    };
     metrics::gauge!("rankgate_products").set(engine_products as f64);
+    if let Some(as_of) = as_of {
+        // Age of the newest ingest the served rankings include: ingest is applied before it is
+        // acknowledged, so this is the time since the last batch, not a processing backlog.
+        let lag = (state.clock.now_millis() - as_of).max(0) as f64 / 1000.0;
+        metrics::gauge!("rankgate_freshness_lag_seconds").set(lag);
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.prometheus.render(),

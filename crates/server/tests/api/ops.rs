@@ -17,6 +17,8 @@ async fn health_ready_metrics_openapi_and_dashboard_answer() {
     let metrics = app.get("/metrics").await.text().await.unwrap();
     assert!(metrics.contains("rankgate_events_accepted_total"), "{metrics}");
     assert!(metrics.contains("rankgate_events_duplicate_total"), "{metrics}");
+    assert!(metrics.contains("rankgate_freshness_lag_seconds"), "{metrics}");
+    assert!(metrics.contains("rankgate_ingest_commit_seconds"), "{metrics}");
     let openapi = app.get_json("/openapi.json").await;
     assert_eq!(openapi["openapi"], "3.1.0");
     for path in [
