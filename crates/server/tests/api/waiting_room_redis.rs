@@ -20,6 +20,10 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
     })
     .await;
     let queue = format!("{}/v1/queues/sale", app.address);
+    let settings = format!("{}/v1/admin/queues/sale", app.address);
+    // Paused, so the scheduler cannot admit the member between the two entries below.
+    let paused = app.client.put(&settings).json(&json!({ "paused": true })).send().await.unwrap();
+    assert_eq!(paused.status(), 200);
     let entered: Value = app
         .client
         .post(format!("{queue}/entries"))
@@ -43,6 +47,8 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
         .await
         .unwrap();
     assert_eq!(again["rank"], 0, "entering twice keeps the first position");
+    let resumed = app.client.put(&settings).json(&json!({ "paused": false })).send().await.unwrap();
+    assert_eq!(resumed.status(), 200);
 
     let mut token = None;
     for _ in 0..100 {
