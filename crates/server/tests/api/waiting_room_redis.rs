@@ -22,7 +22,13 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
     let queue = format!("{}/v1/queues/sale", app.address);
     let settings = format!("{}/v1/admin/queues/sale", app.address);
     // Paused, so the scheduler cannot admit the member between the two entries below.
-    let paused = app.client.put(&settings).json(&json!({ "paused": true })).send().await.unwrap();
+    let paused = app
+        .client
+        .put(&settings)
+        .json(&json!({ "paused": true }))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(paused.status(), 200);
     let entered: Value = app
         .client
@@ -47,7 +53,13 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
         .await
         .unwrap();
     assert_eq!(again["rank"], 0, "entering twice keeps the first position");
-    let resumed = app.client.put(&settings).json(&json!({ "paused": false })).send().await.unwrap();
+    let resumed = app
+        .client
+        .put(&settings)
+        .json(&json!({ "paused": false }))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resumed.status(), 200);
 
     let mut token = None;
