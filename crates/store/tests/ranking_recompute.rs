@@ -16,6 +16,7 @@ use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 use rankgate_store::ranking::engine::{EngineConfig, RankedItem, RankingEngine, RankingQuery};
 use rankgate_store::ranking::ingest::{EventOutcome, IngestConfig, Ingestor};
 use rankgate_store::ranking::recompute::BatchModel;
+use rankgate_store::ranking::source::SourceOfTruth;
 use rankgate_store::ranking::sqlite::SqliteSource;
 
 const HOUR: i64 = 3_600_000;
@@ -156,8 +157,9 @@ fn assert_same(label: &str, served: &[RankedItem], expected: &[RankedItem]) -> R
     Ok(())
 }
 
-fn open(
-    dir: &std::path::Path,
+/// An ingestor over `source` with a fresh engine, as `rankgate serve` builds them.
+fn ingestor_over(
+    source: Box<dyn SourceOfTruth>,
     weights: PopularWeights,
     lateness: i64,
 ) -> (Ingestor, Arc<RwLock<RankingEngine>>) {
@@ -168,9 +170,8 @@ fn open(
         },
         Policy { version: 1, weights },
     )));
-    let source = SqliteSource::open(dir).unwrap();
     let ingestor = Ingestor::open(
-        Box::new(source),
+        source,
         engine.clone(),
         IngestConfig {
             max_lateness_millis: lateness,
@@ -178,6 +179,70 @@ fn open(
     )
     .unwrap();
     (ingestor, engine)
+}
+
+fn open(
+    dir: &std::path::Path,
+    weights: PopularWeights,
+    lateness: i64,
+) -> (Ingestor, Arc<RwLock<RankingEngine>>) {
+    ingestor_over(Box::new(SqliteSource::open(dir).unwrap()), weights, lateness)
+}
+
+/// The property itself, for any backend: ingest in random micro-batches with reads in between, compare
+/// every ranking and the outcome counts with the batch recompute, then reopen (`open` again, i.e. a
+/// restart rebuilt from the source of truth alone) and compare again.
+fn check_incremental_equals_recompute(
+    open: &dyn Fn() -> (Ingestor, Arc<RwLock<RankingEngine>>),
+    raw: &[RawEvent],
+    batch_sizes: &[usize],
+    weights: PopularWeights,
+    lateness: i64,
+) -> Result<(), TestCaseError> {
+    let zone = Zone::utc();
+    let (mut ingestor, engine) = open();
+    let events: Vec<Event> = raw.iter().map(to_event).collect();
+    let mut outcomes = Vec::new();
+    let mut rest = &events[..];
+    let mut sizes = batch_sizes.iter().cycle();
+    while !rest.is_empty() {
+        let size = (*sizes.next().unwrap()).min(rest.len());
+        let (batch, tail) = rest.split_at(size);
+        outcomes.extend(ingestor.ingest(batch, BASE).unwrap());
+        rest = tail;
+        // Read a few rankings between batches so later batches update cached spans in place.
+        let mut engine = engine.write();
+        for span in spans(&zone).into_iter().step_by(3) {
+            let popular = RankingQuery {
+                ranker: RankerName::Popular,
+                category: CategoryOrAll::All,
+                span,
+            };
+            engine.top(&popular, 0, 3);
+            let units = RankingQuery {
+                ranker: RankerName::Units,
+                category: categories()[1].clone(),
+                span,
+            };
+            engine.top(&units, 0, 3);
+        }
+    }
+    let (model, counts) = BatchModel::from_stream(events.clone(), lateness, zone.clone(), weights);
+    let count = |wanted: EventOutcome| outcomes.iter().filter(|o| **o == wanted).count();
+    prop_assert_eq!(
+        (
+            count(EventOutcome::Accepted),
+            count(EventOutcome::Duplicate),
+            count(EventOutcome::TooOld)
+        ),
+        (counts.accepted, counts.duplicates, counts.too_old)
+    );
+    compare_everything(&engine, &model, &zone)?;
+
+    // Restart: a fresh engine rebuilt from the source of truth answers exactly the same.
+    drop(ingestor);
+    let (_reopened, engine) = open();
+    compare_everything(&engine, &model, &zone)
 }
 
 fn compare_everything(
@@ -212,39 +277,11 @@ proptest! {
         batch_sizes in proptest::collection::vec(1usize..60, 1..20),
         carry_top_n in 1u32..6,
     ) {
-        let zone = Zone::utc();
         let weights = PopularWeights { carry_top_n, ..PopularWeights::default() };
         // Small lateness so some late events are dropped as tooOld.
         let lateness = 72 * HOUR;
         let dir = tempfile::tempdir().unwrap();
-        let (mut ingestor, engine) = open(dir.path(), weights, lateness);
-        let events: Vec<Event> = raw.iter().map(to_event).collect();
-        let mut outcomes = Vec::new();
-        let mut rest = &events[..];
-        let mut sizes = batch_sizes.iter().cycle();
-        while !rest.is_empty() {
-            let size = (*sizes.next().unwrap()).min(rest.len());
-            let (batch, tail) = rest.split_at(size);
-            outcomes.extend(ingestor.ingest(batch, BASE).unwrap());
-            rest = tail;
-            // Read a few rankings between batches so later batches update cached spans in place.
-            let mut engine = engine.write();
-            for span in spans(&zone).into_iter().step_by(3) {
-                engine.top(&RankingQuery { ranker: RankerName::Popular, category: CategoryOrAll::All, span }, 0, 3);
-                engine.top(&RankingQuery { ranker: RankerName::Units, category: categories()[1].clone(), span }, 0, 3);
-            }
-        }
-        let (model, counts) = BatchModel::from_stream(events.clone(), lateness, zone.clone(), weights);
-        let accepted = outcomes.iter().filter(|o| **o == EventOutcome::Accepted).count();
-        let duplicates = outcomes.iter().filter(|o| **o == EventOutcome::Duplicate).count();
-        let too_old = outcomes.iter().filter(|o| **o == EventOutcome::TooOld).count();
-        prop_assert_eq!((accepted, duplicates, too_old), (counts.accepted, counts.duplicates, counts.too_old));
-        compare_everything(&engine, &model, &zone)?;
-
-        // Restart: a fresh engine rebuilt from the source of truth answers exactly the same.
-        drop(ingestor);
-        let (_reopened, engine) = open(dir.path(), weights, lateness);
-        compare_everything(&engine, &model, &zone)?;
+        check_incremental_equals_recompute(&|| open(dir.path(), weights, lateness), &raw, &batch_sizes, weights, lateness)?;
     }
 }
 
@@ -328,24 +365,9 @@ fn open_postgres(
     weights: PopularWeights,
     lateness: i64,
 ) -> (Ingestor, Arc<RwLock<RankingEngine>>) {
-    let engine = Arc::new(RwLock::new(RankingEngine::new(
-        EngineConfig {
-            zone: Zone::utc(),
-            max_cached_members: 1_000_000,
-        },
-        Policy { version: 1, weights },
-    )));
     let source = rankgate_store::ranking::postgres::PostgresSource::connect(&postgres_url(), &schema.0)
         .unwrap_or_else(|e| panic!("PostgreSQL at {} must be reachable: {e}", postgres_url()));
-    let ingestor = Ingestor::open(
-        Box::new(source),
-        engine.clone(),
-        IngestConfig {
-            max_lateness_millis: lateness,
-        },
-    )
-    .unwrap();
-    (ingestor, engine)
+    ingestor_over(Box::new(source), weights, lateness)
 }
 
 proptest! {
@@ -357,35 +379,15 @@ proptest! {
         batch_sizes in proptest::collection::vec(1usize..60, 1..20),
         carry_top_n in 1u32..6,
     ) {
-        let zone = Zone::utc();
         let weights = PopularWeights { carry_top_n, ..PopularWeights::default() };
         let lateness = 72 * HOUR;
         let schema = PgSchema::new();
-        let (mut ingestor, engine) = open_postgres(&schema, weights, lateness);
-        let events: Vec<Event> = raw.iter().map(to_event).collect();
-        let mut outcomes = Vec::new();
-        let mut rest = &events[..];
-        let mut sizes = batch_sizes.iter().cycle();
-        while !rest.is_empty() {
-            let size = (*sizes.next().unwrap()).min(rest.len());
-            let (batch, tail) = rest.split_at(size);
-            outcomes.extend(ingestor.ingest(batch, BASE).unwrap());
-            rest = tail;
-            let mut engine = engine.write();
-            for span in spans(&zone).into_iter().step_by(3) {
-                engine.top(&RankingQuery { ranker: RankerName::Popular, category: CategoryOrAll::All, span }, 0, 3);
-            }
-        }
-        let (model, counts) = BatchModel::from_stream(events.clone(), lateness, zone.clone(), weights);
-        let accepted = outcomes.iter().filter(|o| **o == EventOutcome::Accepted).count();
-        let duplicates = outcomes.iter().filter(|o| **o == EventOutcome::Duplicate).count();
-        let too_old = outcomes.iter().filter(|o| **o == EventOutcome::TooOld).count();
-        prop_assert_eq!((accepted, duplicates, too_old), (counts.accepted, counts.duplicates, counts.too_old));
-        compare_everything(&engine, &model, &zone)?;
-
-        // Restart: rebuilt from PostgreSQL alone, the engine answers exactly the same.
-        drop(ingestor);
-        let (_reopened, engine) = open_postgres(&schema, weights, lateness);
-        compare_everything(&engine, &model, &zone)?;
+        check_incremental_equals_recompute(
+            &|| open_postgres(&schema, weights, lateness),
+            &raw,
+            &batch_sizes,
+            weights,
+            lateness,
+        )?;
     }
 }
