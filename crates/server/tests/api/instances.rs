@@ -29,6 +29,15 @@ fn drop_schema(schema: &str) {
     assert!(status.success());
 }
 
+/// Drops the test's schema when the test ends, passed or failed.
+struct SchemaGuard(String);
+
+impl Drop for SchemaGuard {
+    fn drop(&mut self) {
+        drop_schema(&self.0);
+    }
+}
+
 fn items(body: &Value) -> Value {
     json!({ "total": body["total"], "items": body["items"], "policyVersion": body["policyVersion"] })
 }
@@ -37,6 +46,7 @@ fn items(body: &Value) -> Value {
 async fn two_instances_count_each_event_once_and_answer_identically() {
     let schema = format!("rgtest_instances_{}", std::process::id());
     drop_schema(&schema);
+    let _cleanup = SchemaGuard(schema.clone());
     let a = spawn_instance(&schema).await;
     let b = spawn_instance(&schema).await;
     let now = now_millis();
@@ -121,5 +131,4 @@ async fn two_instances_count_each_event_once_and_answer_identically() {
     );
     a.stop().await;
     b.stop().await;
-    drop_schema(&schema);
 }
