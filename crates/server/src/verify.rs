@@ -105,6 +105,13 @@ pub fn spans_to_verify(range: std::ops::Range<Hour>, zone: &rankgate_core::perio
     spans
 }
 
+/// `all` and every category the raw log names: the categories every ranking is verified in.
+fn categories_of(model: &BatchModel) -> Vec<CategoryOrAll> {
+    std::iter::once(CategoryOrAll::All)
+        .chain(model.categories().into_iter().map(CategoryOrAll::Category))
+        .collect()
+}
+
 /// Reads every raw event of the log.
 pub fn read_event_log(source: &mut dyn SourceOfTruth) -> anyhow::Result<Vec<Event>> {
     // Stored events were validated on arrival; don't re-apply the future check against today's clock.
@@ -177,9 +184,7 @@ pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Resu
         return Ok(report);
     };
     let spans = spans_to_verify(range, &config.zone);
-    let categories: Vec<CategoryOrAll> = std::iter::once(CategoryOrAll::All)
-        .chain(model.categories().into_iter().map(CategoryOrAll::Category))
-        .collect();
+    let categories = categories_of(&model);
     progress(&format!(
         "comparing {} rankings with the batch recompute",
         spans.len() * categories.len() * 3
@@ -252,9 +257,7 @@ pub async fn verify_server(
         return Ok(report);
     };
     let spans = spans_to_verify(range, &config.zone);
-    let categories: Vec<CategoryOrAll> = std::iter::once(CategoryOrAll::All)
-        .chain(model.categories().into_iter().map(CategoryOrAll::Category))
-        .collect();
+    let categories = categories_of(&model);
     progress(&format!(
         "comparing {} served rankings with the batch recompute",
         spans.len() * categories.len() * 3

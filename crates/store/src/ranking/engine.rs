@@ -425,11 +425,6 @@ impl RankingEngine {
         self.policy
     }
 
-    /// The time zone of calendar periods.
-    pub fn zone(&self) -> &Zone {
-        &self.config.zone
-    }
-
     /// A counter that changes whenever any answer could change (ingest, policy switch, eviction). Equal
     /// generations mean equal answers, so responses can be cached against it.
     pub fn generation(&self) -> u64 {
@@ -467,13 +462,6 @@ impl RankingEngine {
             return false;
         };
         self.products.categories[p as usize].contains(&c)
-    }
-
-    /// Every known category, sorted by name.
-    pub fn categories(&self) -> Vec<Category> {
-        let mut names: Vec<Category> = self.categories.names.iter().flatten().cloned().collect();
-        names.sort();
-        names
     }
 
     /// The range of hours that hold metrics.

@@ -78,14 +78,7 @@ impl BatchModel {
         zone: Zone,
         weights: PopularWeights,
     ) -> (Self, StreamCounts) {
-        let mut model = BatchModel {
-            zone,
-            weights,
-            hourly: BTreeMap::new(),
-            memberships: HashMap::new(),
-            carry_memo: RefCell::default(),
-            totals_memo: RefCell::default(),
-        };
+        let mut accepted = Vec::new();
         let mut seen = HashSet::new();
         let mut watermark: Option<i64> = None;
         let mut counts = StreamCounts::default();
@@ -102,9 +95,9 @@ impl BatchModel {
             }
             watermark = Some(watermark.map_or(event.ts_millis, |mark| mark.max(event.ts_millis)));
             counts.accepted += 1;
-            model.add(&event);
+            accepted.push(event);
         }
-        (model, counts)
+        (BatchModel::from_accepted(accepted, zone, weights), counts)
     }
 
     fn add(&mut self, event: &Event) {
