@@ -18,6 +18,7 @@ use rankgate_store::clock::{Clock, SystemClock};
 
 use crate::auth::{require_admin, require_ingest};
 use crate::config::Config;
+use crate::rankings::serving::{self, Serving};
 use crate::rankings::{lock_data_dir, RankingService};
 use crate::routes::{admin, catalog, events, ops, rankings};
 use crate::stream::{StreamConfig, StreamConsumer};
@@ -130,6 +131,12 @@ impl Application {
             .await
             .context("opening the waiting room on Redis (check --redis)")?
         };
+        if !config.redis.is_empty() {
+            let serving = Serving::connect(&config)
+                .await
+                .context("opening the rankings serving store on Redis (check --redis)")?;
+            rankings.attach_serving(serving);
+        }
         let listener = TcpListener::bind(config.listen).await.with_context(|| {
             format!(
                 "binding {}; is another process using that address?",
@@ -153,6 +160,15 @@ impl Application {
             state.clone(),
             shutdown.clone(),
         )));
+        if let Some(serving) = state.rankings.serving() {
+            workers.push(tokio::spawn(serving::run_until_stopped(
+                state.rankings.clone(),
+                serving.clone(),
+                state.clock.clone(),
+                state.config.freshness_millis,
+                shutdown.clone(),
+            )));
+        }
         if state.config.database.is_some() {
             workers.push(tokio::spawn(run_follower_until_stopped(
                 state.clone(),

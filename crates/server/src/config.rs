@@ -53,10 +53,15 @@ pub struct Config {
     pub database: Option<String>,
     /// PostgreSQL schema holding rankgate's tables.
     pub database_schema: String,
-    /// Redis URL(s) for waiting-room state (one URL, or several Cluster nodes); embedded when empty.
+    /// Redis URL(s) (one URL, or several Cluster nodes) for waiting-room state and the rankings serving store;
+    /// embedded when empty.
     pub redis: Vec<String>,
     /// Key prefix of every Redis key rankgate writes.
     pub redis_prefix: String,
+    /// Top-N-only serving (SPEC 1.7): Redis holds the top K of each ranking; `None` keeps every member.
+    pub serving_depth: Option<usize>,
+    /// How long serving keys outlive their span, and a replaced version stays readable.
+    pub serving_grace_millis: i64,
 }
 
 impl std::fmt::Debug for Config {
@@ -140,6 +145,8 @@ pub struct FileConfig {
     #[serde(default)]
     redis: Vec<String>,
     redis_prefix: Option<String>,
+    serving_depth: Option<usize>,
+    serving_grace_seconds: Option<i64>,
 }
 
 /// Values given on the command line or in `RANKGATE_*` variables.
@@ -171,7 +178,7 @@ pub struct Overrides {
     /// PostgreSQL schema for rankgate's tables [default: rankgate]
     #[arg(long, env = "RANKGATE_DATABASE_SCHEMA")]
     pub database_schema: Option<String>,
-    /// Redis for waiting-room state: one URL, or comma-separated Cluster node URLs
+    /// Redis for waiting-room state and serving rankings: one URL, or comma-separated Cluster node URLs
     #[arg(long, env = "RANKGATE_REDIS", value_delimiter = ',')]
     pub redis: Option<Vec<String>>,
     /// Also ingest from a Redis stream: redis://host:port/<stream key> (consumer group `rankgate`)
@@ -247,6 +254,13 @@ impl Config {
                 .unwrap_or_else(|| "rankgate".into()),
             redis: overrides.redis.clone().unwrap_or(file.redis),
             redis_prefix: file.redis_prefix.unwrap_or_else(|| "rankgate:".into()),
+            serving_depth: match file.serving_depth {
+                Some(0) => {
+                    anyhow::bail!("serving_depth must be at least 1 (leave it out to serve every member)")
+                }
+                depth => depth,
+            },
+            serving_grace_millis: file.serving_grace_seconds.unwrap_or(3600).max(1) * 1000,
         })
     }
 
@@ -262,7 +276,7 @@ impl Config {
 }
 
 /// Top-level keys of the config file.
-const KNOWN_KEYS: [&str; 20] = [
+const KNOWN_KEYS: [&str; 22] = [
     "listen",
     "data_dir",
     "time_zone",
@@ -283,6 +297,8 @@ const KNOWN_KEYS: [&str; 20] = [
     "database_schema",
     "redis",
     "redis_prefix",
+    "serving_depth",
+    "serving_grace_seconds",
 ];
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {

@@ -4,8 +4,12 @@
 //! - [`clock`]: the `Clock` trait every time-dependent store and worker takes, so tests control time.
 //! - [`queue`]: waiting-room state (entries, sequence, tokens, claims), the delayed/retry job queue and the
 //!   rate limiter: traits and the embedded backend.
-//! - [`ranking`]: the rankings source of truth (SQLite) and the in-process ranking engine.
+//! - [`ranking`]: the rankings sources of truth (SQLite, PostgreSQL), the in-process ranking engine and the
+//!   Redis serving store.
+//! - `redis_connection`: one connection type over standalone Redis and Redis Cluster, shared by the Redis
+//!   backends.
 
 pub mod clock;
 pub mod queue;
 pub mod ranking;
+mod redis_connection;

@@ -3,84 +3,25 @@
 //! micro-batches, with reads in between so cached spans are updated incrementally, not rebuilt. Every
 //! (ranker, category, span) is then compared with the plain batch recompute, and again after a restart.
 
+#[path = "support/workload.rs"]
+mod workload;
+
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 use proptest::prelude::*;
-use serde_json::json;
 
-use rankgate_core::event::{Event, ParseLimits};
-use rankgate_core::ids::{Category, CategoryOrAll};
+use rankgate_core::event::Event;
+use rankgate_core::ids::CategoryOrAll;
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen, Zone};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
-use rankgate_store::ranking::engine::{EngineConfig, RankedItem, RankingEngine, RankingQuery};
-use rankgate_store::ranking::ingest::{EventOutcome, IngestConfig, Ingestor};
+use rankgate_store::ranking::engine::{RankingEngine, RankingQuery};
+use rankgate_store::ranking::ingest::{EventOutcome, Ingestor};
 use rankgate_store::ranking::recompute::BatchModel;
-use rankgate_store::ranking::source::SourceOfTruth;
 use rankgate_store::ranking::sqlite::SqliteSource;
-
-const HOUR: i64 = 3_600_000;
-/// 2026-07-10T00:00:00Z: a Friday, so the workload spans two ISO weeks and a month.
-const BASE: i64 = 1_783_641_600_000;
-
-#[derive(Debug, Clone)]
-struct RawEvent {
-    id: u32,
-    kind: u8,
-    hour_offset: i64,
-    minute: i64,
-    product: u8,
-    categories: Vec<u8>,
-    quantity: u32,
-    price: u64,
-}
-
-fn raw_event() -> impl Strategy<Value = RawEvent> {
-    (
-        0u32..400,
-        0u8..5,
-        prop_oneof![8 => 0i64..96, 1 => -400i64..0],
-        0i64..60,
-        0u8..12,
-        proptest::collection::vec(0u8..4, 0..3),
-        1u32..4,
-        0u64..5000,
-    )
-        .prop_map(
-            |(id, kind, hour_offset, minute, product, categories, quantity, price)| RawEvent {
-                id,
-                kind,
-                hour_offset,
-                minute,
-                product,
-                categories,
-                quantity,
-                price,
-            },
-        )
-}
-
-fn to_event(raw: &RawEvent) -> Event {
-    let kinds = [
-        "product_viewed",
-        "product_liked",
-        "product_unliked",
-        "payment_succeeded",
-        "payment_refunded",
-    ];
-    let mut value = json!({
-        "id": format!("e{}", raw.id),
-        "type": kinds[raw.kind as usize],
-        "ts": BASE + raw.hour_offset * HOUR + raw.minute * 60_000,
-        "product_id": format!("p{}", raw.product),
-        "categories": raw.categories.iter().map(|c| format!("c{c}")).collect::<Vec<_>>(),
-    });
-    if raw.kind >= 3 {
-        value["quantity"] = json!(raw.quantity);
-        value["price"] = json!(raw.price);
-    }
-    Event::from_json(&value, &ParseLimits::at(BASE + 1000 * HOUR)).expect("generated events are valid")
-}
+use workload::{
+    assert_same, categories, ingestor_over, postgres_url, raw_event, to_event, PgSchema, RawEvent, BASE, HOUR,
+};
 
 fn spans(zone: &Zone) -> Vec<Span> {
     let mut spans = Vec::new();
@@ -117,68 +58,6 @@ fn spans(zone: &Zone) -> Vec<Span> {
         });
     }
     spans
-}
-
-fn categories() -> Vec<CategoryOrAll> {
-    let mut all = vec![CategoryOrAll::All];
-    all.extend((0..4).map(|c| CategoryOrAll::Category(Category::parse(&format!("c{c}")).unwrap())));
-    all
-}
-
-fn assert_same(label: &str, served: &[RankedItem], expected: &[RankedItem]) -> Result<(), TestCaseError> {
-    prop_assert_eq!(served.len(), expected.len(), "{}: list lengths differ", label);
-    for (s, e) in served.iter().zip(expected) {
-        prop_assert_eq!(
-            &s.product,
-            &e.product,
-            "{}: order differs at rank {}",
-            label,
-            e.rank
-        );
-        prop_assert_eq!(s.rank, e.rank);
-        prop_assert_eq!(s.metrics, e.metrics, "{}: metrics of {}", label, e.product);
-        prop_assert_eq!(
-            s.score.to_bits(),
-            e.score.to_bits(),
-            "{}: score of {}: {} vs {}",
-            label,
-            e.product,
-            s.score,
-            e.score
-        );
-        prop_assert_eq!(
-            s.carry.to_bits(),
-            e.carry.to_bits(),
-            "{}: carry of {}",
-            label,
-            e.product
-        );
-    }
-    Ok(())
-}
-
-/// An ingestor over `source` with a fresh engine, as `rankgate serve` builds them.
-fn ingestor_over(
-    source: Box<dyn SourceOfTruth>,
-    weights: PopularWeights,
-    lateness: i64,
-) -> (Ingestor, Arc<RwLock<RankingEngine>>) {
-    let engine = Arc::new(RwLock::new(RankingEngine::new(
-        EngineConfig {
-            zone: Zone::utc(),
-            max_cached_members: 1_000_000,
-        },
-        Policy { version: 1, weights },
-    )));
-    let ingestor = Ingestor::open(
-        source,
-        engine.clone(),
-        IngestConfig {
-            max_lateness_millis: lateness,
-        },
-    )
-    .unwrap();
-    (ingestor, engine)
 }
 
 fn open(
@@ -335,30 +214,6 @@ fn a_policy_switch_rebuilds_every_cached_span_under_the_new_weights() {
 // ---------------------------------------------------------------------------------------------------
 // The same random workloads with PostgreSQL as the source of truth (one schema per case, dropped at the
 // end). Fewer cases: every case is a few hundred round trips to a real server.
-
-fn postgres_url() -> String {
-    std::env::var("RANKGATE_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-/// A fresh schema for one case, dropped when the case ends, pass or fail.
-struct PgSchema(String);
-
-impl PgSchema {
-    fn new() -> PgSchema {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        PgSchema(format!("rgrecompute_{}_{n}", std::process::id()))
-    }
-}
-
-impl Drop for PgSchema {
-    fn drop(&mut self) {
-        if let Ok(mut client) = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls) {
-            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.0));
-        }
-    }
-}
 
 fn open_postgres(
     schema: &PgSchema,

@@ -3,6 +3,7 @@
 //! It owns the engine (shared, behind a read-write lock: reads of clean spans only take the shared side),
 //! the writer thread (the only writer of the source of truth), the ranker policy state and the catalogue.
 
+pub mod serving;
 pub mod writer;
 
 use std::collections::HashMap;
@@ -46,6 +47,8 @@ pub struct RankingService {
     responses: ResponseCache,
     /// Bumped on every catalogue change (responses embed catalogue data).
     catalog_generation: std::sync::atomic::AtomicU64,
+    /// Redis serving (`--redis`), attached after opening.
+    serving: std::sync::OnceLock<Arc<serving::Serving>>,
 }
 
 /// Bytes of cached responses kept per shard before that shard starts over (16 shards: 64 MiB in all).
@@ -155,6 +158,7 @@ impl RankingService {
             switch_lock: tokio::sync::Mutex::new(()),
             responses: ResponseCache::default(),
             catalog_generation: std::sync::atomic::AtomicU64::new(0),
+            serving: std::sync::OnceLock::new(),
         };
         Ok((Arc::new(service), thread))
     }
@@ -162,6 +166,18 @@ impl RankingService {
     /// The shared engine.
     pub fn engine(&self) -> &Arc<RwLock<RankingEngine>> {
         &self.engine
+    }
+
+    /// Serves hot rankings from Redis from now on.
+    pub fn attach_serving(&self, serving: Arc<serving::Serving>) {
+        if self.serving.set(serving).is_err() {
+            tracing::warn!("redis serving was already attached");
+        }
+    }
+
+    /// Redis serving, when configured.
+    pub fn serving(&self) -> Option<&Arc<serving::Serving>> {
+        self.serving.get()
     }
 
     /// The writer handle.
@@ -197,12 +213,14 @@ impl RankingService {
         self.engine.write().rank(query, product)
     }
 
-    /// The generations a cached response must match: (engine, catalogue).
+    /// The generations a cached response made from the engine must match: (engine, catalogue).
     pub fn generations(&self) -> (u64, u64) {
-        (
-            self.engine.read().generation(),
-            self.catalog_generation.load(std::sync::atomic::Ordering::Acquire),
-        )
+        (self.engine.read().generation(), self.catalog_generation())
+    }
+
+    /// Bumped on every catalogue change.
+    pub fn catalog_generation(&self) -> u64 {
+        self.catalog_generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// A cached response for `key`, if it was made at `generations`.

@@ -14,10 +14,11 @@ use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::{format_hour_key, parse_end_hour, Hour, PeriodKey, PeriodKind, Span, WindowLen};
 use rankgate_core::ranker::RankerName;
-use rankgate_store::ranking::engine::RankingQuery;
+use rankgate_store::ranking::engine::{RankAnswer, RankingQuery, TopPage};
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::rankings::serving::{served_policy_version, Route};
 
 /// Largest `limit`.
 const MAX_LIMIT: usize = 1000;
@@ -122,17 +123,35 @@ fn json_response(body: bytes::Bytes) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// Answers from the response cache, or computes, serializes and caches the answer. The generations are
-/// read before computing, so an answer that raced with an ingest is cached under the older generation and
-/// never served after it.
-fn cached(state: &AppState, key: String, compute: impl FnOnce() -> Value) -> Response {
-    let generations = state.rankings.generations();
-    if let Some(body) = state.rankings.cached_response(&key, generations) {
+/// Answers from the response cache, or computes, serializes and caches the answer. `stamps` are read
+/// before computing, so an answer that raced with an ingest is cached under the older stamps and never
+/// served after them.
+fn cached(state: &AppState, key: String, stamps: (u64, u64), compute: impl FnOnce() -> Value) -> Response {
+    if let Some(body) = state.rankings.cached_response(&key, stamps) {
         return json_response(body);
     }
-    let body = bytes::Bytes::from(serde_json::to_vec(&compute()).expect("JSON values serialize"));
-    state.rankings.cache_response(key, generations, body.clone());
+    let body = serialize(&compute());
+    state.rankings.cache_response(key, stamps, body.clone());
     json_response(body)
+}
+
+fn serialize(value: &Value) -> bytes::Bytes {
+    bytes::Bytes::from(serde_json::to_vec(value).expect("JSON values serialize"))
+}
+
+/// An answer from the in-process engine, cached against the engine's generation. `stale` marks answers
+/// given in place of an unreachable serving store; they are cached apart from fresh ones.
+fn from_engine(state: &AppState, key: &str, stale: bool, compute: impl FnOnce() -> Value) -> Response {
+    let key = format!("{}{key}", if stale { 's' } else { 'e' });
+    cached(state, key, state.rankings.generations(), compute)
+}
+
+/// Where a read goes: Redis for hot spans when Redis serving is configured, else the engine.
+fn route(state: &AppState, span: &Span) -> Route {
+    match state.rankings.serving() {
+        Some(serving) => serving.route(span, Hour::from_millis(state.clock.now_millis())),
+        None => Route::Engine { stale: false },
+    }
 }
 
 /// `GET /v1/categories/{category}/top`
@@ -156,25 +175,68 @@ pub async fn top(
         "top\u{0}{ranker}\u{0}{category}\u{0}{:?}\u{0}{offset}\u{0}{limit}",
         span.span
     );
-    Ok(cached(&state, key, || {
-        top_body(&state, ranker, category, span, offset, limit)
-    }))
-}
-
-fn top_body(
-    state: &AppState,
-    ranker: RankerName,
-    category: CategoryOrAll,
-    span: ParsedSpan,
-    offset: usize,
-    limit: usize,
-) -> Value {
     let query = RankingQuery {
         ranker,
         category: category.clone(),
         span: span.span,
     };
-    let page = state.rankings.top(&query, offset, limit);
+    let engine_body = |stale: bool| {
+        top_body(
+            &state,
+            &query,
+            &span,
+            (offset, limit),
+            state.rankings.top(&query, offset, limit),
+            stale,
+        )
+    };
+    let stale = match route(&state, &span.span) {
+        // Top-N-only serving: a page past the depth is answered from the source of truth's engine.
+        Route::Redis { active, stamp } if active.depth.is_none_or(|depth| offset + limit <= depth) => {
+            let key = format!("r{key}");
+            let stamps = (stamp, state.rankings.catalog_generation());
+            if let Some(body) = state.rankings.cached_response(&key, stamps) {
+                return Ok(json_response(body));
+            }
+            let serving = state.rankings.serving().expect("routed to redis serving");
+            match serving
+                .store()
+                .top(active.generation, ranker, &category, &span.span, offset, limit)
+                .await
+            {
+                Ok(Some(served)) => {
+                    let page = TopPage {
+                        policy_version: served_policy_version(&active, ranker),
+                        total: served.total,
+                        items: served.items,
+                        as_of_millis: active.as_of_millis,
+                    };
+                    let body = serialize(&top_body(&state, &query, &span, (offset, limit), page, false));
+                    state.rankings.cache_response(key, stamps, body.clone());
+                    return Ok(json_response(body));
+                }
+                // Not published yet (a new hour has just begun): the engine answers, exactly.
+                Ok(None) => return Ok(json_response(serialize(&engine_body(false)))),
+                Err(error) => {
+                    serving.note_unreachable(&error);
+                    true
+                }
+            }
+        }
+        Route::Redis { .. } => false,
+        Route::Engine { stale } => stale,
+    };
+    Ok(from_engine(&state, &key, stale, || engine_body(stale)))
+}
+
+fn top_body(
+    state: &AppState,
+    query: &RankingQuery,
+    span: &ParsedSpan,
+    (offset, limit): (usize, usize),
+    page: TopPage,
+    stale: bool,
+) -> Value {
     let with_catalog = state.rankings.has_catalog();
     let items: Vec<Value> = page
         .items
@@ -195,20 +257,19 @@ fn top_body(
             value
         })
         .collect();
-    let mut body = json!({
-        "ranker": ranker.as_str(),
+    json!({
+        "ranker": query.ranker.as_str(),
         "policyVersion": page.policy_version,
-        "category": category.as_str(),
+        "category": query.category.as_str(),
         span.echo_name: span.echo_value,
         "at": span.at,
         "asOf": format_millis(page.as_of_millis),
-        "stale": false,
+        "stale": stale,
         "total": page.total,
         "items": items,
-    });
-    body["limit"] = json!(limit);
-    body["offset"] = json!(offset);
-    body
+        "limit": limit,
+        "offset": offset,
+    })
 }
 
 /// `GET /v1/products/{productId}/rank`
@@ -228,30 +289,77 @@ pub async fn rank(
         "rank\u{0}{ranker}\u{0}{category}\u{0}{:?}\u{0}{product}",
         span.span
     );
-    Ok(cached(&state, key, || {
-        rank_body(&state, ranker, category, span, product)
-    }))
-}
-
-fn rank_body(
-    state: &AppState,
-    ranker: RankerName,
-    category: CategoryOrAll,
-    span: ParsedSpan,
-    product: ProductId,
-) -> Value {
     let query = RankingQuery {
         ranker,
         category: category.clone(),
         span: span.span,
     };
-    let answer = state.rankings.rank(&query, &product);
+    let engine_body = |stale: bool| {
+        rank_body(
+            &state,
+            &query,
+            &span,
+            &product,
+            state.rankings.rank(&query, &product),
+            stale,
+        )
+    };
+    let stale = match route(&state, &span.span) {
+        Route::Redis { active, stamp } => {
+            let key = format!("r{key}");
+            let stamps = (stamp, state.rankings.catalog_generation());
+            if let Some(body) = state.rankings.cached_response(&key, stamps) {
+                return Ok(json_response(body));
+            }
+            let serving = state.rankings.serving().expect("routed to redis serving");
+            match serving
+                .store()
+                .rank(active.generation, ranker, &category, &span.span, &product)
+                .await
+            {
+                // Top-N-only serving: a product past the depth is answered from the source of truth's engine.
+                Ok(Some(served))
+                    if served.rank.is_some() || active.depth.is_none_or(|d| served.total <= d) =>
+                {
+                    let answer = RankAnswer {
+                        policy_version: served_policy_version(&active, ranker),
+                        rank: served.rank,
+                        score: served.score,
+                        metrics: served.metrics,
+                        carry: served.carry,
+                        total: served.total,
+                        as_of_millis: active.as_of_millis,
+                    };
+                    let body = serialize(&rank_body(&state, &query, &span, &product, answer, false));
+                    state.rankings.cache_response(key, stamps, body.clone());
+                    return Ok(json_response(body));
+                }
+                Ok(_) => false,
+                Err(error) => {
+                    serving.note_unreachable(&error);
+                    true
+                }
+            }
+        }
+        Route::Engine { stale } => stale,
+    };
+    Ok(from_engine(&state, &key, stale, || engine_body(stale)))
+}
+
+fn rank_body(
+    state: &AppState,
+    query: &RankingQuery,
+    span: &ParsedSpan,
+    product: &ProductId,
+    answer: RankAnswer,
+    stale: bool,
+) -> Value {
     let mut body = json!({
         "productId": product.as_str(),
-        "category": category.as_str(),
+        "category": query.category.as_str(),
         span.echo_name: span.echo_value,
         "at": span.at,
-        "ranker": ranker.as_str(),
+        "ranker": query.ranker.as_str(),
         "policyVersion": answer.policy_version,
         "rank": answer.rank,
         "score": answer.score,
@@ -259,9 +367,9 @@ fn rank_body(
         "metrics": metrics_json(&answer.metrics),
         "carry": answer.carry,
         "asOf": format_millis(answer.as_of_millis),
-        "stale": false,
+        "stale": stale,
     });
-    if let Some(entry) = state.rankings.catalog_entry(&product) {
+    if let Some(entry) = state.rankings.catalog_entry(product) {
         body["product"] = entry;
     }
     body

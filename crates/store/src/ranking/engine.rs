@@ -92,6 +92,34 @@ pub struct RankAnswer {
     pub as_of_millis: Option<i64>,
 }
 
+/// One ranking span as the serving store must hold it after a publication ([`RankingEngine::publish`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanPublication {
+    /// `all` or one category.
+    pub category: CategoryOrAll,
+    /// The span.
+    pub span: Span,
+    /// Replace what the store holds for this span (delete it, then write); otherwise apply as changes.
+    pub replace: bool,
+    /// The span was published before, so the store must still hold it: if it does not, the store lost
+    /// data and needs a rebuild rather than this publication.
+    pub existing: bool,
+    /// Per ranker, in [`RankerName::ALL`] order: (product, ascending key), `None` to remove the product.
+    pub rankings: [Vec<(ProductId, Option<f64>)>; 3],
+    /// Listed products per ranker (the whole ranking, also when only its top is published).
+    pub totals: [usize; 3],
+    /// Per product: its metrics over the span and its popular carry, `None` to forget the product.
+    pub details: Vec<(ProductId, Option<(Metrics, f64)>)>,
+}
+
+impl SpanPublication {
+    /// Member writes this publication makes (sorted-set entries plus detail entries).
+    #[must_use]
+    pub fn writes(&self) -> usize {
+        self.rankings.iter().map(Vec::len).sum::<usize>() + self.details.len()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct SpanKey {
     category: CatIdx,
@@ -112,6 +140,9 @@ struct SpanState {
     carry_stale: bool,
     /// LRU clock value of the last read; atomic so cached reads can bump it under a shared lock.
     last_used: Arc<AtomicU64>,
+    /// Products re-scored since this span was last handed to the serving store; `None` until it has been
+    /// handed over once (the next publication then writes the whole span).
+    unpublished: Option<HashSet<ProductIdx>>,
 }
 
 impl SpanState {
@@ -360,6 +391,7 @@ impl Inputs<'_> {
             dirty: HashSet::new(),
             carry_stale: false,
             last_used: Arc::new(AtomicU64::new(0)),
+            unpublished: None,
         };
         let everyone: HashSet<ProductIdx> = state.metrics.keys().chain(state.carry.keys()).copied().collect();
         state.dirty = everyone;
@@ -368,6 +400,9 @@ impl Inputs<'_> {
     }
 
     fn rescore_dirty(&self, state: &mut SpanState) {
+        if let Some(unpublished) = &mut state.unpublished {
+            unpublished.extend(state.dirty.iter().copied());
+        }
         for product in state.dirty.drain() {
             let metrics = state.metrics.get(&product).copied().unwrap_or_default();
             let member = self.products.ids[product as usize].as_str().as_bytes();
@@ -918,6 +953,137 @@ impl RankingEngine {
         for state in self.spans.values_mut() {
             state.carry_stale |= state.day_start.is_some();
         }
+    }
+
+    /// `all` and every category seen so far.
+    pub fn categories(&self) -> Vec<CategoryOrAll> {
+        std::iter::once(CategoryOrAll::All)
+            .chain(
+                self.categories
+                    .names
+                    .iter()
+                    .flatten()
+                    .map(|c| CategoryOrAll::Category(c.clone())),
+            )
+            .collect()
+    }
+
+    /// What changed in each of `spans` since its last publication, for the serving store: builds or
+    /// flushes each span first, and marks what it returns as published.
+    ///
+    /// - A span published for the first time (or rebuilt since: new policy, evicted and rebuilt), and
+    ///   every span when `everything` is set, comes back whole with `replace` set.
+    /// - Otherwise only the products re-scored since the last publication come back, each with its current
+    ///   key per ranker (`None` once unlisted): coalesced, one entry per product however many events
+    ///   touched it. Unchanged spans are left out.
+    /// - With `depth = Some(k)` (Top-N-only serving) a changed span comes back as its top `k` per ranker,
+    ///   with `replace` set, so products that fall out of the top are dropped and the ones that enter are
+    ///   written even when they did not change themselves.
+    pub fn publish(
+        &mut self,
+        spans: &[(CategoryOrAll, Span)],
+        depth: Option<usize>,
+        everything: bool,
+    ) -> Vec<SpanPublication> {
+        let mut out = Vec::new();
+        for (category, span) in spans {
+            let Some(key) = self.span_key(&RankingQuery {
+                ranker: RankerName::Popular,
+                category: category.clone(),
+                span: *span,
+            }) else {
+                continue;
+            };
+            self.ensure_span(key);
+            let state = self.spans.get_mut(&key).expect("span just ensured");
+            let changed = state.unpublished.replace(HashSet::new());
+            let existing = !everything && changed.is_some();
+            let replace = everything || depth.is_some() || changed.is_none();
+            if !everything && changed.as_ref().is_some_and(HashSet::is_empty) {
+                continue;
+            }
+            let state = &self.spans[&key];
+            let detail = |p: ProductIdx| -> Option<(Metrics, f64)> {
+                let listed = state.rankings.iter().any(|r| {
+                    r.zscore(self.products.ids[p as usize].as_str().as_bytes())
+                        .is_some()
+                });
+                listed.then(|| {
+                    (
+                        state.metrics.get(&p).copied().unwrap_or_default(),
+                        state.carry.get(&p).copied().unwrap_or(0.0),
+                    )
+                })
+            };
+            let totals = [0, 1, 2].map(|r| state.rankings[r].len());
+            let publication = if replace {
+                let take = depth.unwrap_or(usize::MAX);
+                let rankings = [0, 1, 2].map(|r| {
+                    state.rankings[r]
+                        .iter_from_rank(0)
+                        .take(take)
+                        .map(|(member, key)| (self.product_of(member), Some(key)))
+                        .collect::<Vec<_>>()
+                });
+                let mut members: Vec<&ProductId> =
+                    rankings.iter().flatten().map(|(product, _)| product).collect();
+                members.sort_unstable();
+                members.dedup();
+                let details = members
+                    .into_iter()
+                    .map(|product| {
+                        let idx = self.products.index[product.as_str()];
+                        (product.clone(), detail(idx))
+                    })
+                    .collect();
+                SpanPublication {
+                    category: category.clone(),
+                    span: *span,
+                    replace: true,
+                    existing,
+                    rankings,
+                    totals,
+                    details,
+                }
+            } else {
+                let mut changed: Vec<ProductIdx> = changed.unwrap_or_default().into_iter().collect();
+                changed.sort_unstable_by(|a, b| {
+                    self.products.ids[*a as usize].cmp(&self.products.ids[*b as usize])
+                });
+                let rankings = [0, 1, 2].map(|r| {
+                    changed
+                        .iter()
+                        .map(|&p| {
+                            let product = &self.products.ids[p as usize];
+                            (
+                                product.clone(),
+                                state.rankings[r].zscore(product.as_str().as_bytes()),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                });
+                let details = changed
+                    .iter()
+                    .map(|&p| (self.products.ids[p as usize].clone(), detail(p)))
+                    .collect();
+                SpanPublication {
+                    category: category.clone(),
+                    span: *span,
+                    replace: false,
+                    existing,
+                    rankings,
+                    totals,
+                    details,
+                }
+            };
+            out.push(publication);
+        }
+        out
+    }
+
+    fn product_of(&self, member: &[u8]) -> ProductId {
+        let member = std::str::from_utf8(member).expect("members are product ids");
+        self.products.ids[self.products.index[member] as usize].clone()
     }
 
     /// Drops every cached span (they are rebuilt on demand); used by verification to bound memory.

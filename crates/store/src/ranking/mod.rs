@@ -6,12 +6,14 @@
 //! ranking from raw events alone, as the reference the incremental path is compared with.
 //!
 //! Two sources of truth implement one trait: [`sqlite`] (embedded, one process) and [`postgres`] (shared
-//! by several instances). [`conformance`] is the one suite both must pass.
+//! by several instances). [`conformance`] is the one suite both must pass. [`redis_serving`] holds the hot
+//! rankings in Redis for every instance to read.
 
 pub mod conformance;
 pub mod engine;
 pub mod ingest;
 pub mod postgres;
 pub mod recompute;
+pub mod redis_serving;
 pub mod source;
 pub mod sqlite;

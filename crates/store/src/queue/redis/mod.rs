@@ -37,7 +37,6 @@
 //! Rate-limit keys expire once idle (`PEXPIRE`, twice the window plus slack). Consumed members are forgotten
 //! through their deadline. Queue and job keys have no TTL: a queue with people in it must never vanish.
 
-mod connection;
 mod jobs;
 mod limiter;
 mod waiting;
@@ -50,10 +49,10 @@ use parking_lot::Mutex;
 use rankgate_core::queue::{FailMode, QueueName, QueueSettings};
 use redis::{Script, ScriptInvocation};
 
-use self::connection::Connection;
-pub use self::connection::Timeouts;
 use crate::clock::Clock;
 use crate::queue::StoreError;
+pub use crate::redis_connection::Timeouts;
+use crate::redis_connection::{escape, Connection, Reply};
 
 /// Where scripts take "now" from.
 #[derive(Clone)]
@@ -193,19 +192,7 @@ impl RedisStore {
                 options.prefix
             )));
         }
-        let (connection, cluster) = match urls {
-            [] => return Err(StoreError::Unavailable("no redis URL given".into())),
-            [url] => {
-                let standalone = Connection::standalone(url, options.timeouts).await?;
-                let info: String = standalone.query(redis::cmd("INFO").arg("cluster")).await?;
-                if info.contains("cluster_enabled:1") {
-                    (Connection::cluster(urls, options.timeouts).await?, true)
-                } else {
-                    (standalone, false)
-                }
-            }
-            _ => (Connection::cluster(urls, options.timeouts).await?, true),
-        };
+        let (connection, cluster) = Connection::open(urls, options.timeouts).await?;
         let s = &options.default_settings;
         let default_args = settings_args(s);
         Ok(Arc::new(RedisStore {
@@ -263,35 +250,9 @@ impl RedisStore {
     /// Deletes every key under this store's prefix (tests and teardown). Standalone only: on a cluster the
     /// keys are spread over nodes that one `SCAN` does not visit, so it answers an error there.
     pub async fn purge_prefix(&self) -> Result<u64, StoreError> {
-        if self.cluster {
-            return Err(StoreError::Unavailable(
-                "purge_prefix is not supported on a cluster".into(),
-            ));
-        }
-        let pattern = format!("{}*", self.options.prefix);
-        let mut cursor: u64 = 0;
-        let mut deleted = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = self
-                .connection
-                .query(
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(&pattern)
-                        .arg("COUNT")
-                        .arg(1000),
-                )
-                .await?;
-            for key in keys {
-                let removed: u64 = self.connection.query(redis::cmd("DEL").arg(key)).await?;
-                deleted += removed;
-            }
-            if next == 0 {
-                return Ok(deleted);
-            }
-            cursor = next;
-        }
+        self.connection
+            .purge_matching(&format!("{}*", self.options.prefix))
+            .await
     }
 
     fn check(&self) -> Result<(), StoreError> {
@@ -395,78 +356,6 @@ fn fail_mode_str(mode: FailMode) -> &'static str {
     match mode {
         FailMode::Closed => "closed",
         FailMode::Open => "open",
-    }
-}
-
-/// Percent-encodes the characters that would change a key's hash tag.
-fn escape(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len());
-    for c in raw.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            '{' => out.push_str("%7B"),
-            '}' => out.push_str("%7D"),
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-/// Reads a script's array reply field by field.
-pub(crate) struct Reply(std::vec::IntoIter<redis::Value>);
-
-impl Reply {
-    pub(crate) fn new(value: redis::Value) -> Result<Reply, StoreError> {
-        match value {
-            redis::Value::Array(items) => Ok(Reply(items.into_iter())),
-            redis::Value::Nil => Ok(Reply(Vec::new().into_iter())),
-            other => Err(StoreError::Corrupt(format!(
-                "expected an array reply, got {other:?}"
-            ))),
-        }
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.len() == 0
-    }
-
-    fn next(&mut self) -> Result<redis::Value, StoreError> {
-        self.0
-            .next()
-            .ok_or_else(|| StoreError::Corrupt("script reply is too short".into()))
-    }
-
-    pub(crate) fn int(&mut self) -> Result<i64, StoreError> {
-        let value = self.next()?;
-        redis::from_redis_value::<i64>(&value).map_err(|e| StoreError::Corrupt(e.to_string()))
-    }
-
-    pub(crate) fn bytes(&mut self) -> Result<Vec<u8>, StoreError> {
-        match self.next()? {
-            redis::Value::Nil => Ok(Vec::new()),
-            value => {
-                redis::from_redis_value::<Vec<u8>>(&value).map_err(|e| StoreError::Corrupt(e.to_string()))
-            }
-        }
-    }
-
-    pub(crate) fn string(&mut self) -> Result<String, StoreError> {
-        String::from_utf8(self.bytes()?).map_err(|e| StoreError::Corrupt(e.to_string()))
-    }
-
-    /// A float stored as text; empty means absent.
-    pub(crate) fn opt_f64(&mut self) -> Result<Option<f64>, StoreError> {
-        let raw = self.string()?;
-        if raw.is_empty() {
-            return Ok(None);
-        }
-        raw.parse()
-            .map(Some)
-            .map_err(|_| StoreError::Corrupt(format!("not a number: {raw:?}")))
-    }
-
-    pub(crate) fn array(&mut self) -> Result<Reply, StoreError> {
-        Reply::new(self.next()?)
     }
 }
 

@@ -55,6 +55,24 @@ pub(crate) fn store_error(error: &RedisError) -> StoreError {
 }
 
 impl Connection {
+    /// Connects. One URL: a standalone server, unless that server says it runs in cluster mode (then it is
+    /// used as the cluster's seed). Several URLs: the nodes of a cluster. The flag says "cluster".
+    pub(crate) async fn open(urls: &[String], timeouts: Timeouts) -> Result<(Connection, bool), StoreError> {
+        match urls {
+            [] => Err(StoreError::Unavailable("no redis URL given".into())),
+            [url] => {
+                let standalone = Connection::standalone(url, timeouts).await?;
+                let info: String = standalone.query(redis::cmd("INFO").arg("cluster")).await?;
+                if info.contains("cluster_enabled:1") {
+                    Ok((Connection::cluster(urls, timeouts).await?, true))
+                } else {
+                    Ok((standalone, false))
+                }
+            }
+            _ => Ok((Connection::cluster(urls, timeouts).await?, true)),
+        }
+    }
+
     /// Connects to one standalone server.
     pub(crate) async fn standalone(url: &str, timeouts: Timeouts) -> Result<Connection, StoreError> {
         let client = redis::Client::open(url).map_err(|e| StoreError::Unavailable(format!("{url}: {e}")))?;
@@ -132,6 +150,55 @@ impl Connection {
         })
     }
 
+    /// Runs a pipeline (all of its keys in one slot on a cluster).
+    pub(crate) async fn pipeline<T: FromRedisValue>(
+        &self,
+        pipeline: &redis::Pipeline,
+    ) -> Result<T, StoreError> {
+        let result = match self {
+            Connection::Standalone { .. } => {
+                let mut connection = self.standalone_connection().await?;
+                pipeline.query_async(&mut connection).await
+            }
+            Connection::Cluster(connection) => pipeline.query_async(&mut connection.clone()).await,
+        };
+        result.map_err(|error| {
+            self.forget_broken(&error);
+            store_error(&error)
+        })
+    }
+
+    /// Deletes every key matching `pattern` (tests and teardown). Standalone only: on a cluster the keys
+    /// are spread over nodes that one `SCAN` does not visit, so it answers an error there.
+    pub(crate) async fn purge_matching(&self, pattern: &str) -> Result<u64, StoreError> {
+        if matches!(self, Connection::Cluster(_)) {
+            return Err(StoreError::Unavailable(
+                "deleting keys by pattern is not supported on a cluster".into(),
+            ));
+        }
+        let mut cursor: u64 = 0;
+        let mut deleted = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = self
+                .query(
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(pattern)
+                        .arg("COUNT")
+                        .arg(1000),
+                )
+                .await?;
+            if !keys.is_empty() {
+                deleted += self.query::<u64>(redis::cmd("DEL").arg(keys)).await?;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+
     /// Runs one command.
     pub(crate) async fn query<T: FromRedisValue>(&self, command: &Cmd) -> Result<T, StoreError> {
         let result = match self {
@@ -145,5 +212,78 @@ impl Connection {
             self.forget_broken(&error);
             store_error(&error)
         })
+    }
+}
+
+/// Percent-encodes `%`, `{` and `}` in free text that becomes part of a key: a brace would move the hash
+/// tag and put the key in another slot.
+pub(crate) fn escape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for c in raw.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Reads a script's array reply field by field.
+pub(crate) struct Reply(std::vec::IntoIter<redis::Value>);
+
+impl Reply {
+    pub(crate) fn new(value: redis::Value) -> Result<Reply, StoreError> {
+        match value {
+            redis::Value::Array(items) => Ok(Reply(items.into_iter())),
+            redis::Value::Nil => Ok(Reply(Vec::new().into_iter())),
+            other => Err(StoreError::Corrupt(format!(
+                "expected an array reply, got {other:?}"
+            ))),
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
+
+    fn next(&mut self) -> Result<redis::Value, StoreError> {
+        self.0
+            .next()
+            .ok_or_else(|| StoreError::Corrupt("script reply is too short".into()))
+    }
+
+    pub(crate) fn int(&mut self) -> Result<i64, StoreError> {
+        let value = self.next()?;
+        redis::from_redis_value::<i64>(&value).map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+
+    pub(crate) fn bytes(&mut self) -> Result<Vec<u8>, StoreError> {
+        match self.next()? {
+            redis::Value::Nil => Ok(Vec::new()),
+            value => {
+                redis::from_redis_value::<Vec<u8>>(&value).map_err(|e| StoreError::Corrupt(e.to_string()))
+            }
+        }
+    }
+
+    pub(crate) fn string(&mut self) -> Result<String, StoreError> {
+        String::from_utf8(self.bytes()?).map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+
+    /// A float stored as text; empty means absent.
+    pub(crate) fn opt_f64(&mut self) -> Result<Option<f64>, StoreError> {
+        let raw = self.string()?;
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        raw.parse()
+            .map(Some)
+            .map_err(|_| StoreError::Corrupt(format!("not a number: {raw:?}")))
+    }
+
+    pub(crate) fn array(&mut self) -> Result<Reply, StoreError> {
+        Reply::new(self.next()?)
     }
 }

@@ -1,0 +1,413 @@
+//! Serving rankings from Redis (`--redis`): the publisher that keeps Redis current, and the routing that
+//! decides where a read is answered.
+//!
+//! # Publisher (one instance at a time)
+//! Every instance runs [`run_until_stopped`]. Each tick (freshness / 4) it tries to take or renew the
+//! publisher lease; the holder publishes, the others only watch the active-version pointer. The holder:
+//! - on taking the lease, after any failure, when the pointer is gone (Redis restarted empty or was
+//!   flushed) or when the `popular` policy changed: **rebuilds** — every hot span, whole, into a fresh
+//!   generation beside the served one; checks the totals Redis holds against the engine's; switches the
+//!   pointer (fenced by the lease); lets the old generation expire after the grace period;
+//! - otherwise publishes **changes**: the engine hands over, per hot span, the products re-scored since
+//!   the last publication (one entry per product however many events touched it), one Lua call per
+//!   category; then bumps the pointer's sequence number, which tells every instance to drop its cached
+//!   responses.
+//!
+//! Hot spans are the current hour, day, ISO week and month and the four windows ending at the current
+//! hour, for `all` and every category. Older spans are answered by each instance's engine, which is
+//! built from the source of truth ("computed on first read, cached after").
+//!
+//! # Reads
+//! [`Serving::route`] sends a read of a hot span to Redis while the pointer is healthy. If Redis cannot
+//! be reached or holds no pointer, reads are answered from the in-process engine with `stale: true`
+//! until the publisher has rebuilt Redis; ingest never waits for Redis.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use tokio_util::sync::CancellationToken;
+
+use rankgate_core::ids::CategoryOrAll;
+use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen, Zone};
+use rankgate_core::ranker::RankerName;
+use rankgate_store::clock::Clock;
+use rankgate_store::ranking::redis_serving::{
+    span_field, Active, Published, RedisServing, ServingOptions, Stamped,
+};
+
+use super::RankingService;
+use crate::config::Config;
+
+/// Where a read is answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Route {
+    /// The in-process engine; `stale` when Redis should have answered but cannot.
+    Engine {
+        /// Mark the answer `stale: true`.
+        stale: bool,
+    },
+    /// Redis, at this pointer; `stamp` changes whenever the served data may have.
+    Redis {
+        /// The pointer the read uses.
+        active: Active,
+        /// Local counter for response caching.
+        stamp: u64,
+    },
+}
+
+/// What this instance knows of the shared pointer.
+#[derive(Debug, Default)]
+struct View {
+    active: Option<Active>,
+}
+
+/// Redis serving, attached to the rankings service.
+pub struct Serving {
+    store: Arc<RedisServing>,
+    /// This instance's lease identity (random, never reused).
+    owner: String,
+    depth: Option<usize>,
+    zone: Zone,
+    view: RwLock<View>,
+    /// Bumped whenever the view changes, so cached responses made under an older pointer are never served.
+    stamp: AtomicU64,
+    /// Set by a read that failed to reach Redis; cleared by the next successful poll.
+    unreachable: AtomicBool,
+}
+
+impl std::fmt::Debug for Serving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Serving")
+            .field("store", &self.store)
+            .field("depth", &self.depth)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The hot spans at `now_hour`: the current calendar periods and the windows ending now.
+pub fn hot_spans(now_hour: Hour, zone: &Zone) -> Vec<Span> {
+    PeriodKind::ALL
+        .iter()
+        .map(|kind| Span::Period(PeriodKey::containing(*kind, now_hour, zone)))
+        .chain(WindowLen::ALL.iter().map(|len| Span::Window {
+            len: *len,
+            end: now_hour,
+        }))
+        .collect()
+}
+
+fn is_hot(span: &Span, now_hour: Hour, zone: &Zone) -> bool {
+    match span {
+        Span::Period(key) => *key == PeriodKey::containing(key.kind(), now_hour, zone),
+        Span::Window { end, .. } => *end == now_hour,
+    }
+}
+
+impl Serving {
+    /// Connects to Redis (standalone or Cluster).
+    pub async fn connect(config: &Config) -> anyhow::Result<Arc<Serving>> {
+        let store = RedisServing::connect(
+            &config.redis,
+            ServingOptions {
+                prefix: config.redis_prefix.clone(),
+                grace_millis: config.serving_grace_millis,
+                ..ServingOptions::default()
+            },
+        )
+        .await?;
+        let owner = {
+            use rand::Rng;
+            let bytes: [u8; 16] = rand::rng().random();
+            bytes.iter().map(|b| format!("{b:02x}")).collect()
+        };
+        Ok(Arc::new(Serving {
+            store,
+            owner,
+            depth: config.serving_depth,
+            zone: config.zone.clone(),
+            view: RwLock::default(),
+            stamp: AtomicU64::new(1),
+            unreachable: AtomicBool::new(false),
+        }))
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<RedisServing> {
+        &self.store
+    }
+
+    /// Top-N-only depth.
+    pub fn depth(&self) -> Option<usize> {
+        self.depth
+    }
+
+    /// Where a read of `span` goes, given the clock's current hour.
+    pub fn route(&self, span: &Span, now_hour: Hour) -> Route {
+        let view = self.view.read();
+        match &view.active {
+            _ if self.unreachable.load(Ordering::Acquire) => Route::Engine { stale: true },
+            None => Route::Engine { stale: true },
+            Some(_) if !is_hot(span, now_hour, &self.zone) => Route::Engine { stale: false },
+            Some(active) => Route::Redis {
+                active: active.clone(),
+                stamp: self.stamp.load(Ordering::Acquire),
+            },
+        }
+    }
+
+    /// A read could not reach Redis: serve stale until the next successful poll.
+    pub fn note_unreachable(&self, error: &dyn std::fmt::Display) {
+        if !self.unreachable.swap(true, Ordering::AcqRel) {
+            tracing::warn!(error = %error, "redis serving store unreachable; serving stale rankings from memory");
+            self.stamp.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn set_view(&self, active: Option<Active>) {
+        let was_unreachable = self.unreachable.swap(false, Ordering::AcqRel);
+        let mut view = self.view.write();
+        if view.active != active || was_unreachable {
+            if view.active.is_some() && active.is_none() {
+                tracing::warn!("redis serving pointer is gone (restarted empty or flushed?); serving stale until rebuilt");
+            }
+            view.active = active;
+            self.stamp.fetch_add(1, Ordering::AcqRel);
+        }
+        metrics::gauge!("rankgate_serving_stale").set(if view.active.is_some() { 0.0 } else { 1.0 });
+    }
+
+    fn set_unreachable(&self, error: &dyn std::fmt::Display) {
+        self.note_unreachable(error);
+        metrics::gauge!("rankgate_serving_stale").set(1.0);
+    }
+}
+
+/// The publisher's own state, kept by the loop.
+#[derive(Debug, Default)]
+struct Publisher {
+    leader: bool,
+    /// The generation this publisher writes into; `None` until it has rebuilt once as leader.
+    generation: Option<u64>,
+    /// `popular` policy version of that generation.
+    popular_version: u32,
+    /// The pointer's asOf after the last publication.
+    as_of_millis: Option<i64>,
+}
+
+/// Runs the publisher / watcher loop until shutdown.
+pub async fn run_until_stopped(
+    service: Arc<RankingService>,
+    serving: Arc<Serving>,
+    clock: Arc<dyn Clock>,
+    freshness_millis: u64,
+    shutdown: CancellationToken,
+) {
+    let tick = Duration::from_millis((freshness_millis / 4).clamp(10, 250));
+    let lease_millis = (tick.as_millis() as u64 * 8).max(2_000);
+    let mut ticker = tokio::time::interval(tick);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut publisher = Publisher::default();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = ticker.tick() => {}
+        }
+        if let Err(error) = tick_once(&service, &serving, clock.as_ref(), lease_millis, &mut publisher).await
+        {
+            serving.set_unreachable(&error);
+            if publisher.leader {
+                tracing::warn!(
+                    error = format!("{error:#}"),
+                    "publishing rankings to redis failed; will rebuild"
+                );
+            }
+            // Whatever was half-written is replaced by a rebuild once Redis answers again.
+            publisher.generation = None;
+        }
+    }
+    if publisher.leader {
+        let _ = serving.store.release_lease(&serving.owner).await;
+    }
+}
+
+async fn tick_once(
+    service: &Arc<RankingService>,
+    serving: &Arc<Serving>,
+    clock: &dyn Clock,
+    lease_millis: u64,
+    publisher: &mut Publisher,
+) -> anyhow::Result<()> {
+    let store = &serving.store;
+    let held = store.hold_lease(&serving.owner, lease_millis).await?;
+    if held && !publisher.leader {
+        tracing::info!("this instance now publishes rankings to redis");
+        publisher.generation = None;
+    }
+    publisher.leader = held;
+    let active = store.active().await?;
+    if held {
+        let policy = service.engine().read().policy().version;
+        let current = publisher.generation.filter(|g| {
+            active.as_ref().is_some_and(|a| a.generation == *g) && publisher.popular_version == policy
+        });
+        let now_millis = clock.now_millis();
+        match current {
+            Some(generation) => publish_changes(service, serving, generation, now_millis, publisher).await?,
+            None => rebuild(service, serving, active.as_ref(), now_millis, publisher).await?,
+        }
+        serving.set_view(store.active().await?);
+    } else {
+        serving.set_view(active);
+    }
+    Ok(())
+}
+
+/// The hot spans of every category, for the engine.
+fn hot_requests(service: &RankingService, zone: &Zone, now_millis: i64) -> Vec<(CategoryOrAll, Span)> {
+    let spans = hot_spans(Hour::from_millis(now_millis), zone);
+    let categories = service.engine().read().categories();
+    categories
+        .into_iter()
+        .flat_map(|category| spans.iter().map(move |span| (category.clone(), *span)))
+        .collect()
+}
+
+async fn publish_changes(
+    service: &Arc<RankingService>,
+    serving: &Arc<Serving>,
+    generation: u64,
+    now_millis: i64,
+    publisher: &mut Publisher,
+) -> anyhow::Result<()> {
+    let requests = hot_requests(service, &serving.zone, now_millis);
+    let engine = service.engine().clone();
+    let depth = serving.depth;
+    let (publications, as_of) = tokio::task::spawn_blocking(move || {
+        let mut engine = engine.write();
+        (engine.publish(&requests, depth, false), engine.as_of_millis())
+    })
+    .await?;
+    if publications.is_empty() && as_of == publisher.as_of_millis {
+        return Ok(());
+    }
+    let published = serving
+        .store
+        .publish(generation, &publications, &serving.zone, now_millis)
+        .await?;
+    if published == Published::Lost {
+        anyhow::bail!(
+            "serving keys of generation {generation} are gone (Redis restarted empty or was flushed?)"
+        );
+    }
+    if let Published::Applied { writes, calls } = published {
+        metrics::counter!("rankgate_serving_writes_total").increment(writes);
+        metrics::counter!("rankgate_serving_calls_total").increment(calls);
+    }
+    let active = Active {
+        generation,
+        seq: 0,
+        as_of_millis: as_of,
+        popular_version: publisher.popular_version,
+        depth: serving.depth,
+    };
+    match serving.store.stamp(&serving.owner, &active, false).await? {
+        Stamped::Done(_) => {
+            publisher.as_of_millis = as_of;
+            Ok(())
+        }
+        Stamped::NotLeader => {
+            publisher.leader = false;
+            publisher.generation = None;
+            Ok(())
+        }
+        Stamped::Lost => anyhow::bail!("the active serving pointer is gone"),
+    }
+}
+
+async fn rebuild(
+    service: &Arc<RankingService>,
+    serving: &Arc<Serving>,
+    previous: Option<&Active>,
+    now_millis: i64,
+    publisher: &mut Publisher,
+) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let store = &serving.store;
+    let generation = store.new_generation().await?;
+    let requests = hot_requests(service, &serving.zone, now_millis);
+    let engine = service.engine().clone();
+    let depth = serving.depth;
+    let (publications, as_of, policy) = tokio::task::spawn_blocking(move || {
+        let mut engine = engine.write();
+        (
+            engine.publish(&requests, depth, true),
+            engine.as_of_millis(),
+            engine.policy().version,
+        )
+    })
+    .await?;
+    let published = store
+        .publish(generation, &publications, &serving.zone, now_millis)
+        .await?;
+    // Check before switching: Redis must hold exactly the totals the engine has.
+    let mut categories: Vec<CategoryOrAll> = publications.iter().map(|p| p.category.clone()).collect();
+    categories.sort_unstable();
+    categories.dedup();
+    for category in &categories {
+        let stored = store.totals(category, generation).await?;
+        for publication in publications.iter().filter(|p| &p.category == category) {
+            let field = span_field(&publication.span);
+            anyhow::ensure!(
+                stored.get(&field) == Some(&publication.totals),
+                "rebuilt generation {generation} holds {:?} for {category}/{field}, the engine {:?}; not switching",
+                stored.get(&field),
+                publication.totals
+            );
+        }
+    }
+    let active = Active {
+        generation,
+        seq: 0,
+        as_of_millis: as_of,
+        popular_version: policy,
+        depth: serving.depth,
+    };
+    match store.stamp(&serving.owner, &active, true).await? {
+        Stamped::Done(_) => {}
+        Stamped::NotLeader | Stamped::Lost => {
+            publisher.leader = false;
+            publisher.generation = None;
+            return Ok(());
+        }
+    }
+    publisher.generation = Some(generation);
+    publisher.popular_version = policy;
+    publisher.as_of_millis = as_of;
+    metrics::counter!("rankgate_serving_rebuilds_total").increment(1);
+    if let Published::Applied { writes, calls } = published {
+        metrics::counter!("rankgate_serving_writes_total").increment(writes);
+        metrics::counter!("rankgate_serving_calls_total").increment(calls);
+        tracing::info!(
+            generation,
+            spans = publications.len(),
+            writes,
+            calls,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "rankings rebuilt into redis and switched"
+        );
+    }
+    if let Some(old) = previous.filter(|old| old.generation != generation) {
+        store.retire(old.generation, &categories).await?;
+    }
+    Ok(())
+}
+
+/// The policy version a served answer reports for `ranker`.
+pub fn served_policy_version(active: &Active, ranker: RankerName) -> u32 {
+    match ranker {
+        RankerName::Popular => active.popular_version,
+        RankerName::Units | RankerName::Revenue => 1,
+    }
+}

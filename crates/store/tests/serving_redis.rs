@@ -1,0 +1,380 @@
+//! The Redis serving store against (1) the Redis at 127.0.0.1:6379 and (2) a 3-node Redis Cluster this
+//! binary starts itself: whatever the engine publishes, Redis answers exactly (same products, order,
+//! scores bit for bit, metrics, carry, totals), in full and Top-N-only mode, batch after batch of
+//! coalesced changes; with PostgreSQL as the source of truth the served rankings equal the plain batch
+//! recompute; lost data is detected instead of patched; the pointer is fenced by the lease.
+//!
+//! Isolation: a key prefix per test (deleted by a guard, even after a panic) and a schema per PostgreSQL case.
+
+#[path = "support/redis_servers.rs"]
+mod redis_servers;
+#[path = "support/workload.rs"]
+mod workload;
+
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use proptest::prelude::*;
+
+use rankgate_core::event::Event;
+use rankgate_core::ids::{CategoryOrAll, ProductId};
+use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen, Zone};
+use rankgate_core::ranker::{PopularWeights, RankerName};
+use rankgate_store::ranking::engine::{RankedItem, RankingEngine, RankingQuery};
+use rankgate_store::ranking::recompute::BatchModel;
+use rankgate_store::ranking::redis_serving::{Active, Published, RedisServing, ServingOptions, Stamped};
+use rankgate_store::ranking::sqlite::SqliteSource;
+use redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
+use workload::{
+    assert_same, categories, ingestor_over, postgres_url, raw_event, to_event, PgSchema, RawEvent, BASE, HOUR,
+};
+
+/// The spans published in these tests: every kind, including days with carry.
+fn spans(zone: &Zone) -> Vec<Span> {
+    let mut spans: Vec<Span> = (-1..4)
+        .map(|day| {
+            Span::Period(PeriodKey::containing(
+                PeriodKind::Daily,
+                Hour::from_millis(BASE + day * 24 * HOUR),
+                zone,
+            ))
+        })
+        .collect();
+    for (kind, hour) in [
+        (PeriodKind::Hourly, 5),
+        (PeriodKind::Weekly, 50),
+        (PeriodKind::Monthly, 50),
+    ] {
+        spans.push(Span::Period(PeriodKey::containing(
+            kind,
+            Hour::from_millis(BASE + hour * HOUR),
+            zone,
+        )));
+    }
+    for len in WindowLen::ALL {
+        spans.push(Span::Window {
+            len,
+            end: Hour::from_millis(BASE + 95 * HOUR),
+        });
+    }
+    spans
+}
+
+fn requests(zone: &Zone) -> Vec<(CategoryOrAll, Span)> {
+    categories()
+        .into_iter()
+        .flat_map(|c| spans(zone).into_iter().map(move |s| (c.clone(), s)))
+        .collect()
+}
+
+async fn connect(urls: &[String], prefix: &str) -> Arc<RedisServing> {
+    RedisServing::connect(
+        urls,
+        ServingOptions {
+            prefix: prefix.to_string(),
+            ..ServingOptions::default()
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("connecting to redis at {urls:?}: {e}"))
+}
+
+/// Publishes what changed in the engine since the last call (everything on the first).
+async fn publish(
+    store: &RedisServing,
+    engine: &RwLock<RankingEngine>,
+    generation: u64,
+    depth: Option<usize>,
+    everything: bool,
+) -> Published {
+    let zone = Zone::utc();
+    let publications = engine.write().publish(&requests(&zone), depth, everything);
+    store
+        .publish(generation, &publications, &zone, BASE)
+        .await
+        .expect("redis answers")
+}
+
+/// Every published ranking read back from Redis equals `expected` (the engine's or the recompute's),
+/// truncated to `depth` in Top-N-only mode; rank lookups agree for every product.
+async fn check_served(
+    store: &RedisServing,
+    generation: u64,
+    depth: Option<usize>,
+    expected: &mut dyn FnMut(&RankingQuery) -> Vec<RankedItem>,
+) -> Result<(), TestCaseError> {
+    let zone = Zone::utc();
+    for (category, span) in requests(&zone) {
+        for ranker in RankerName::ALL {
+            let query = RankingQuery {
+                ranker,
+                category: category.clone(),
+                span,
+            };
+            let label = format!("{ranker} {category} {span:?}");
+            let want = expected(&query);
+            let shown = depth.unwrap_or(usize::MAX).min(want.len());
+            let page = store
+                .top(generation, ranker, &category, &span, 0, 1000)
+                .await
+                .expect("redis answers");
+            let Some(page) = page else {
+                // A category the engine never saw (no events yet) is not published.
+                prop_assert!(want.is_empty(), "{}: not served but {} listed", label, want.len());
+                continue;
+            };
+            prop_assert_eq!(page.total, want.len(), "{}: total", label);
+            assert_same(&label, &page.items, &want[..shown])?;
+            // A page from the middle, as the read API asks for it.
+            if shown > 2 {
+                let middle = store
+                    .top(generation, ranker, &category, &span, 1, 2)
+                    .await
+                    .expect("redis answers")
+                    .expect("served");
+                assert_same(&format!("{label} page 2"), &middle.items, &want[1..3])?;
+            }
+            for product in (0..12).map(|p| ProductId::parse(&format!("p{p}")).unwrap()) {
+                let served = store
+                    .rank(generation, ranker, &category, &span, &product)
+                    .await
+                    .expect("redis answers")
+                    .expect("served");
+                let position = want[..shown].iter().position(|item| item.product == product);
+                prop_assert_eq!(
+                    served.rank,
+                    position.map(|p| p + 1),
+                    "{}: rank of {}",
+                    label,
+                    product
+                );
+                if let Some(p) = position {
+                    prop_assert_eq!(served.score.map(f64::to_bits), Some(want[p].score.to_bits()));
+                    prop_assert_eq!(served.metrics, want[p].metrics);
+                    prop_assert_eq!(served.carry.to_bits(), want[p].carry.to_bits());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn from_engine(engine: &RwLock<RankingEngine>) -> impl FnMut(&RankingQuery) -> Vec<RankedItem> + '_ {
+    move |query| engine.write().full_ranking(query)
+}
+
+/// Ingests `events` in batches of `batch` through an SQLite-backed ingestor, publishing the coalesced
+/// changes after each batch and checking every served ranking against the engine.
+async fn served_follows_the_engine(urls: Vec<String>, depth: Option<usize>) {
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: urls.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = connect(&urls, &prefix).await;
+    assert_eq!(store.is_cluster(), urls.len() > 1, "the intended topology");
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ingestor, engine) = ingestor_over(
+        Box::new(SqliteSource::open(dir.path()).unwrap()),
+        PopularWeights::default(),
+        35 * 24 * HOUR,
+    );
+    let raw: Vec<RawEvent> = (0..600)
+        .map(|i| RawEvent {
+            id: i * 7 % 500, // some duplicates
+            kind: (i % 5) as u8,
+            hour_offset: (i as i64 * 13) % 96 - if i % 11 == 0 { 30 } else { 0 }, // some late
+            minute: (i % 60) as i64,
+            product: (i * 5 % 12) as u8,
+            categories: vec![(i % 4) as u8],
+            quantity: 1 + i % 3,
+            price: 100 + (i as u64 * 37) % 900,
+        })
+        .collect();
+    let events: Vec<Event> = raw.iter().map(to_event).collect();
+    let generation = store.new_generation().await.unwrap();
+    let mut first = true;
+    for batch in events.chunks(97) {
+        ingestor.ingest(batch, BASE).unwrap();
+        let published = publish(&store, &engine, generation, depth, first).await;
+        assert!(matches!(published, Published::Applied { .. }), "{published:?}");
+        first = false;
+        check_served(&store, generation, depth, &mut from_engine(&engine))
+            .await
+            .unwrap();
+    }
+    // Nothing changed: nothing to write.
+    assert_eq!(
+        engine.write().publish(&requests(&Zone::utc()), depth, false),
+        Vec::new()
+    );
+
+    // Losing a category's data is detected by the next change-only publication, which writes nothing.
+    let lost_key = format!("{prefix}{{rk:all}}:totals:v{generation}");
+    let mut connection = redis::Client::open(urls[0].as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    if urls.len() == 1 {
+        let _: i64 = redis::cmd("DEL")
+            .arg(&lost_key)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+    } else {
+        // In a cluster the key lives on one node: ask the cluster client to delete it.
+        let client = redis::cluster::ClusterClient::new(urls.clone()).unwrap();
+        let mut cluster = client.get_async_connection().await.unwrap();
+        let _: i64 = redis::cmd("DEL")
+            .arg(&lost_key)
+            .query_async(&mut cluster)
+            .await
+            .unwrap();
+    }
+    let more: Vec<Event> = (0..40)
+        .map(|i| {
+            to_event(&RawEvent {
+                id: 10_000 + i,
+                kind: 3,
+                hour_offset: 95,
+                minute: 1,
+                product: (i % 12) as u8,
+                categories: vec![],
+                quantity: 1,
+                price: 500,
+            })
+        })
+        .collect();
+    ingestor.ingest(&more, BASE).unwrap();
+    assert_eq!(
+        publish(&store, &engine, generation, depth, false).await,
+        Published::Lost
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_serves_exactly_what_the_engine_ranks() {
+    served_follows_the_engine(vec![STANDALONE_URL.to_string()], None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_top_n_only_serves_the_top_k_and_full_totals() {
+    served_follows_the_engine(vec![STANDALONE_URL.to_string()], Some(3)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_serves_exactly_what_the_engine_ranks() {
+    served_follows_the_engine(cluster().urls.clone(), None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_top_n_only_serves_the_top_k_and_full_totals() {
+    served_follows_the_engine(cluster().urls.clone(), Some(3)).await;
+}
+
+/// The pointer moves only for the lease holder; a stamp for a generation that is not current (or a
+/// pointer that vanished) says so instead of recreating it.
+async fn the_pointer_is_fenced_by_the_lease(urls: Vec<String>) {
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: urls.clone(),
+        prefix: prefix.clone(),
+    };
+    let a = connect(&urls, &prefix).await;
+    let b = connect(&urls, &prefix).await;
+    assert!(a.hold_lease("a", 60_000).await.unwrap());
+    assert!(!b.hold_lease("b", 60_000).await.unwrap(), "one holder at a time");
+    assert!(a.hold_lease("a", 60_000).await.unwrap(), "the holder renews");
+    let first = Active {
+        generation: a.new_generation().await.unwrap(),
+        seq: 0,
+        as_of_millis: Some(BASE),
+        popular_version: 3,
+        depth: Some(100),
+    };
+    assert_eq!(b.stamp("b", &first, true).await.unwrap(), Stamped::NotLeader);
+    assert!(b.active().await.unwrap().is_none());
+    let Stamped::Done(seq) = a.stamp("a", &first, true).await.unwrap() else {
+        panic!("the holder switches");
+    };
+    let active = b
+        .active()
+        .await
+        .unwrap()
+        .expect("every instance sees the pointer");
+    assert_eq!(active, Active { seq, ..first.clone() });
+    let other = Active {
+        generation: first.generation + 1,
+        ..first.clone()
+    };
+    assert_eq!(
+        a.stamp("a", &other, false).await.unwrap(),
+        Stamped::Lost,
+        "not the current generation"
+    );
+    assert!(matches!(a.stamp("a", &first, false).await.unwrap(), Stamped::Done(n) if n > seq));
+    a.release_lease("a").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert!(
+        b.hold_lease("b", 60_000).await.unwrap(),
+        "a released lease is taken over"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_pointer_is_fenced_by_the_lease() {
+    the_pointer_is_fenced_by_the_lease(vec![STANDALONE_URL.to_string()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_pointer_is_fenced_by_the_lease() {
+    the_pointer_is_fenced_by_the_lease(cluster().urls.clone()).await;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Incremental equals recompute with PostgreSQL as the source of truth and Redis serving: random
+// workloads (duplicates, out-of-order and late events, refunds, unlikes) in random micro-batches, each
+// followed by a publication of the coalesced changes; what Redis serves must equal the batch recompute.
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 5, .. ProptestConfig::default() })]
+
+    #[test]
+    fn incremental_equals_recompute_on_postgres_and_redis(
+        raw in proptest::collection::vec(raw_event(), 1..250),
+        batch_sizes in proptest::collection::vec(1usize..60, 1..12),
+        carry_top_n in 1u32..6,
+        depth in prop_oneof![Just(None), (1usize..6).prop_map(Some)],
+    ) {
+        let weights = PopularWeights { carry_top_n, ..PopularWeights::default() };
+        let lateness = 72 * HOUR;
+        let schema = PgSchema::new();
+        let prefix = unique_prefix();
+        let _cleanup = KeyCleanup { nodes: vec![STANDALONE_URL.to_string()], prefix: prefix.clone() };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let store = runtime.block_on(connect(&[STANDALONE_URL.to_string()], &prefix));
+        // The PostgreSQL client is blocking: it runs outside the runtime, only Redis calls inside it.
+        let source = rankgate_store::ranking::postgres::PostgresSource::connect(&postgres_url(), &schema.0)
+            .unwrap_or_else(|e| panic!("PostgreSQL at {} must be reachable: {e}", postgres_url()));
+        let (mut ingestor, engine) = ingestor_over(Box::new(source), weights, lateness);
+        let events: Vec<Event> = raw.iter().map(to_event).collect();
+        let generation = runtime.block_on(store.new_generation()).unwrap();
+        let mut rest = &events[..];
+        let mut sizes = batch_sizes.iter().cycle();
+        let mut first = true;
+        while !rest.is_empty() {
+            let size = (*sizes.next().unwrap()).min(rest.len());
+            let (batch, tail) = rest.split_at(size);
+            ingestor.ingest(batch, BASE).unwrap();
+            rest = tail;
+            let published = runtime.block_on(publish(&store, &engine, generation, depth, first));
+            prop_assert!(matches!(published, Published::Applied { .. }), "{:?}", published);
+            first = false;
+        }
+        let (model, _) = BatchModel::from_stream(events.clone(), lateness, Zone::utc(), weights);
+        runtime.block_on(check_served(&store, generation, depth, &mut |query| {
+            model.ranking(query.ranker, &query.category, &query.span)
+        }))?;
+    }
+}
