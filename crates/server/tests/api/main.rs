@@ -8,5 +8,6 @@ mod events;
 mod instances;
 mod ops;
 mod rankings;
+mod serving_redis;
 mod stream;
 mod waiting_room_redis;
