@@ -5,6 +5,11 @@
 //! The workload is seed-lesson-like: events spread over 10,000 products, ids clustered by hour (each
 //! batch is one hour's slice), one raw body of a realistic size per event. Batches are built outside the
 //! timed section; every iteration commits fresh ids, so nothing is skipped as a duplicate.
+//!
+//! PostgreSQL runs twice: into an empty schema (`postgres_2000_events`), and into one pre-filled with 30
+//! days of history (`postgres_2000_events_prefilled`: 1,000,000 processed ids with random-looking
+//! values over 30 day partitions, and 720,000 hourly metric rows), because the dedupe lookup must search
+//! every retained partition and its cost can grow with what is stored.
 #![allow(missing_docs)] // criterion_group! generates an undocumented public function.
 
 use std::cell::Cell;
@@ -93,6 +98,31 @@ fn source_commit(c: &mut Criterion) {
     let mut postgres = PostgresSource::connect(&url, &schema).expect("PostgreSQL must be reachable");
     bench_commit(c, "postgres_2000_events", &mut postgres);
     postgres.drop_schema().expect("drop bench schema");
+
+    let schema = format!("rgbench_{}_prefilled", std::process::id());
+    let mut postgres = PostgresSource::connect(&url, &schema).expect("PostgreSQL must be reachable");
+    prefill(&url, &schema);
+    bench_commit(c, "postgres_2000_events_prefilled", &mut postgres);
+    postgres.drop_schema().expect("drop bench schema");
+}
+
+/// 30 days of history before [`DAY0`]: 1M processed ids (md5 strings, so index probes land anywhere)
+/// and 1,000 products' hourly rows. Written with plain SQL, outside any timed section.
+fn prefill(url: &str, schema: &str) {
+    let first_day = DAY0 / 24 - 30;
+    let mut client = postgres::Client::connect(url, postgres::NoTls).expect("connect for prefill");
+    client
+        .batch_execute(&format!(
+            "SET search_path TO \"{schema}\";
+             SELECT ensure_day_partitions(ARRAY(SELECT generate_series({first_day}::bigint, {first_day} + 29)));
+             INSERT INTO processed (hour, id, batch)
+                 SELECT {first_day} * 24 + g / 1389, md5(g::text), 0 FROM generate_series(0, 999999) g;
+             INSERT INTO metrics_hourly (hour, product, views, likes, units, sales)
+                 SELECT h, 'sku-' || lpad(p::text, 5, '0'), 1, 0, 0, 0
+                 FROM generate_series({first_day} * 24, {first_day} * 24 + 719) h, generate_series(0, 999) p;
+             ANALYZE processed; ANALYZE metrics_hourly;"
+        ))
+        .expect("prefill");
 }
 
 criterion_group!(benches, source_commit);
