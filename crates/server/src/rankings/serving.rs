@@ -205,7 +205,9 @@ pub async fn run_until_stopped(
     shutdown: CancellationToken,
 ) {
     let tick = Duration::from_millis((freshness_millis / 4).clamp(10, 250));
-    let lease_millis = (tick.as_millis() as u64 * 8).max(2_000);
+    // Long enough that a rebuild of a large dataset rarely outlives it; the holder also renews it right
+    // before switching, so an expired-but-untaken lease is simply taken back.
+    let lease_millis = (tick.as_millis() as u64 * 8).max(10_000);
     let mut ticker = tokio::time::interval(tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut publisher = Publisher::default();
@@ -255,7 +257,7 @@ async fn tick_once(
         let now_millis = clock.now_millis();
         match current {
             Some(generation) => publish_changes(service, serving, generation, now_millis, publisher).await?,
-            None => rebuild(service, serving, active.as_ref(), now_millis, publisher).await?,
+            None => rebuild(service, serving, active.as_ref(), now_millis, lease_millis, publisher).await?,
         }
         serving.set_view(store.active().await?);
     } else {
@@ -331,6 +333,7 @@ async fn rebuild(
     serving: &Arc<Serving>,
     previous: Option<&Active>,
     now_millis: i64,
+    lease_millis: u64,
     publisher: &mut Publisher,
 ) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
@@ -374,6 +377,7 @@ async fn rebuild(
         popular_version: policy,
         depth: serving.depth,
     };
+    store.hold_lease(&serving.owner, lease_millis).await?;
     match store.stamp(&serving.owner, &active, true).await? {
         Stamped::Done(_) => {}
         Stamped::NotLeader | Stamped::Lost => {
