@@ -177,7 +177,10 @@ impl Application {
         }
         if let Some(url) = &state.config.stream {
             let consumer = StreamConsumer::connect(
-                StreamConfig::from_url(url)?,
+                StreamConfig {
+                    min_idle: Duration::from_millis(state.config.stream_claim_idle_millis),
+                    ..StreamConfig::from_url(url)?
+                },
                 state.rankings.clone(),
                 state.clock.clone(),
                 state.config.max_future_millis,

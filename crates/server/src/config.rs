@@ -49,6 +49,8 @@ pub struct Config {
     pub waiting_room: WaitingRoomConfig,
     /// `redis://host:port/<stream key>`: also ingest from this Redis stream (consumer group).
     pub stream: Option<String>,
+    /// Stream entries pending this long with another consumer (a dead instance) are reclaimed.
+    pub stream_claim_idle_millis: u64,
     /// `postgres://…`: PostgreSQL as the rankings source of truth instead of SQLite in the data dir.
     pub database: Option<String>,
     /// PostgreSQL schema holding rankgate's tables.
@@ -140,6 +142,7 @@ pub struct FileConfig {
     #[serde(default)]
     gate: Vec<GateConfig>,
     stream: Option<String>,
+    stream_claim_idle_millis: Option<u64>,
     database: Option<String>,
     database_schema: Option<String>,
     #[serde(default)]
@@ -246,6 +249,7 @@ impl Config {
             ),
             waiting_room,
             stream: overrides.stream.clone().or(file.stream),
+            stream_claim_idle_millis: file.stream_claim_idle_millis.unwrap_or(30_000).max(1),
             database: overrides.database.clone().or(file.database),
             database_schema: overrides
                 .database_schema
@@ -276,7 +280,7 @@ impl Config {
 }
 
 /// Top-level keys of the config file.
-const KNOWN_KEYS: [&str; 22] = [
+const KNOWN_KEYS: [&str; 23] = [
     "listen",
     "data_dir",
     "time_zone",
@@ -293,6 +297,7 @@ const KNOWN_KEYS: [&str; 22] = [
     "waiting_room",
     "gate",
     "stream",
+    "stream_claim_idle_millis",
     "database",
     "database_schema",
     "redis",

@@ -257,7 +257,17 @@ async fn tick_once(
         let now_millis = clock.now_millis();
         match current {
             Some(generation) => publish_changes(service, serving, generation, now_millis, publisher).await?,
-            None => rebuild(service, serving, active.as_ref(), now_millis, lease_millis, publisher).await?,
+            None => {
+                rebuild(
+                    service,
+                    serving,
+                    active.as_ref(),
+                    now_millis,
+                    lease_millis,
+                    publisher,
+                )
+                .await?
+            }
         }
         serving.set_view(store.active().await?);
     } else {

@@ -5,6 +5,7 @@ mod helpers;
 mod admin;
 mod crash;
 mod events;
+mod faults;
 mod instances;
 mod ops;
 mod rankings;
