@@ -55,8 +55,9 @@ enum Command {
         #[command(flatten)]
         overrides: Overrides,
     },
-    /// Rebuild serving state from the source of truth and check it (the embedded engine rebuilds on
-    /// every start; this proves the rebuild matches a batch recompute)
+    /// Rebuild serving state from the source of truth and check it against a batch recompute; with
+    /// --redis, also rebuild the Redis serving store into a fresh generation of keys, check it and
+    /// switch to it atomically (done by the running instance that publishes, or by this process)
     Rebuild {
         #[command(flatten)]
         overrides: Overrides,
@@ -193,9 +194,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "rebuilt serving state for {products} products in {:.2}s",
                 started.elapsed().as_secs_f64()
             );
-            drop(service);
             let report = verify_data_dir(&config, &|step| eprintln!("rebuild: {step}"))?;
             print_verify(&report);
+            if report.ok() && !config.redis.is_empty() {
+                let generation = runtime()?.block_on(async {
+                    let serving = crate::rankings::serving::Serving::connect(&config).await?;
+                    crate::rankings::serving::rebuild_now(
+                        &service,
+                        &serving,
+                        &rankgate_store::clock::SystemClock,
+                    )
+                    .await
+                })?;
+                println!("redis serving store rebuilt, checked and switched to generation {generation}");
+            }
+            drop(service);
             Ok(if report.ok() {
                 ExitCode::SUCCESS
             } else {

@@ -292,6 +292,7 @@ async fn the_pointer_is_fenced_by_the_lease(urls: Vec<String>) {
         as_of_millis: Some(BASE),
         popular_version: 3,
         depth: Some(100),
+        rebuild_requested: false,
     };
     assert_eq!(b.stamp("b", &first, true).await.unwrap(), Stamped::NotLeader);
     assert!(b.active().await.unwrap().is_none());
@@ -314,6 +315,16 @@ async fn the_pointer_is_fenced_by_the_lease(urls: Vec<String>) {
         "not the current generation"
     );
     assert!(matches!(a.stamp("a", &first, false).await.unwrap(), Stamped::Done(n) if n > seq));
+    b.request_rebuild().await.unwrap();
+    assert!(
+        a.active().await.unwrap().unwrap().rebuild_requested,
+        "any instance may ask"
+    );
+    a.stamp("a", &first, true).await.unwrap();
+    assert!(
+        !a.active().await.unwrap().unwrap().rebuild_requested,
+        "a switch answers the request"
+    );
     a.release_lease("a").await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     assert!(

@@ -392,6 +392,7 @@ async fn rebuild(args: &Args, prefix: &str) -> anyhow::Result<()> {
         as_of_millis: None,
         popular_version: 1,
         depth: None,
+        rebuild_requested: false,
     };
     anyhow::ensure!(matches!(
         store.stamp("servingbench", &active, true).await?,

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use parking_lot::RwLock;
 use tokio_util::sync::CancellationToken;
 
@@ -251,8 +252,13 @@ async fn tick_once(
     let active = store.active().await?;
     if held {
         let policy = service.engine().read().policy().version;
+        // Rebuild on taking the lease, after a failure (generation forgotten), when the pointer moved
+        // or vanished, when the policy changed, or when an operator asked (`rankgate rebuild`).
         let current = publisher.generation.filter(|g| {
-            active.as_ref().is_some_and(|a| a.generation == *g) && publisher.popular_version == policy
+            active
+                .as_ref()
+                .is_some_and(|a| a.generation == *g && !a.rebuild_requested)
+                && publisher.popular_version == policy
         });
         let now_millis = clock.now_millis();
         match current {
@@ -323,6 +329,7 @@ async fn publish_changes(
         as_of_millis: as_of,
         popular_version: publisher.popular_version,
         depth: serving.depth,
+        rebuild_requested: false,
     };
     match serving.store.stamp(&serving.owner, &active, false).await? {
         Stamped::Done(_) => {
@@ -386,6 +393,7 @@ async fn rebuild(
         as_of_millis: as_of,
         popular_version: policy,
         depth: serving.depth,
+        rebuild_requested: false,
     };
     store.hold_lease(&serving.owner, lease_millis).await?;
     match store.stamp(&serving.owner, &active, true).await? {
@@ -416,6 +424,55 @@ async fn rebuild(
         store.retire(old.generation, &categories).await?;
     }
     Ok(())
+}
+
+/// `rankgate rebuild` with `--redis`: asks for a rebuild of the serving store and waits until a new
+/// generation is active. When no instance holds the publisher lease (no server running), this process
+/// takes it and rebuilds from `service` itself. Returns the generation now served.
+pub async fn rebuild_now(
+    service: &Arc<RankingService>,
+    serving: &Arc<Serving>,
+    clock: &dyn Clock,
+) -> anyhow::Result<u64> {
+    let store = &serving.store;
+    let before = store.active().await?;
+    store.request_rebuild().await?;
+    let lease_millis = 60_000;
+    if store.hold_lease(&serving.owner, lease_millis).await? {
+        let mut publisher = Publisher {
+            leader: true,
+            ..Publisher::default()
+        };
+        let result = rebuild(
+            service,
+            serving,
+            before.as_ref(),
+            clock.now_millis(),
+            lease_millis,
+            &mut publisher,
+        )
+        .await;
+        store.release_lease(&serving.owner).await?;
+        result?;
+        return publisher
+            .generation
+            .context("the rebuild could not switch (another instance took the lease meanwhile)");
+    }
+    // A running instance publishes: it sees the request at its next tick.
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    loop {
+        if let Some(active) = store.active().await? {
+            if !active.rebuild_requested && before.as_ref().is_none_or(|b| b.generation != active.generation)
+            {
+                return Ok(active.generation);
+            }
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the publishing instance did not rebuild within 10 minutes; check its log"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The policy version a served answer reports for `ranker`.

@@ -298,6 +298,51 @@ async fn two_instances_share_one_redis_and_top_n_only_answers_past_the_depth() {
         1,
         "one publisher lease for both instances"
     );
+
+    // `rankgate rebuild --redis`: the publishing instance rebuilds into a fresh generation, checks it and
+    // switches; both instances go on answering the same.
+    let generation = |redis: &OwnRedis| -> String {
+        let mut connection = redis::Client::open(redis.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("HGET")
+            .arg("rgtest:serving:{rk}:active")
+            .arg("generation")
+            .query(&mut connection)
+            .unwrap()
+    };
+    let before = generation(&redis);
+    let cli = tempfile::tempdir().unwrap();
+    std::fs::write(
+        cli.path().join("rankgate.toml"),
+        "redis_prefix = \"rgtest:serving:\"\n",
+    )
+    .unwrap();
+    let rebuild = Command::new(env!("CARGO_BIN_EXE_rankgate"))
+        .args([
+            "rebuild",
+            "--database",
+            POSTGRES,
+            "--database-schema",
+            &schema,
+            "--redis",
+            &redis.url(),
+        ])
+        .arg("--data-dir")
+        .arg(cli.path().join("data"))
+        .arg("--config")
+        .arg(cli.path().join("rankgate.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        rebuild.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rebuild.stderr)
+    );
+    assert_ne!(generation(&redis), before, "a fresh generation is served");
+    let after = read_until(&b, deep, "b after the rebuild", |body| body["stale"] == false).await;
+    assert_eq!(after["items"], full_a["items"]);
     a.stop().await;
     b.stop().await;
 }

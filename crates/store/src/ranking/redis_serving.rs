@@ -12,7 +12,7 @@
 //! | `P{rk:<c>}:<ranker>:<span>:v<g>` | zset | product → **negated** score: ascending order is score descending, then product id ascending (bytes), exactly the engine's order |
 //! | `P{rk:<c>}:detail:<span>:v<g>` | hash | product → `views likes units sales carry` |
 //! | `P{rk:<c>}:totals:v<g>` | hash | span → listed products per ranker (`popular units revenue`); a span served in this generation has a field here |
-//! | `P{rk}:active` | hash | the active-version pointer: `generation`, `seq` (bumped per publication), `asOf`, `popular` (policy version), `depth` |
+//! | `P{rk}:active` | hash | the active-version pointer: `generation`, `seq` (bumped per publication), `asOf`, `popular` (policy version), `depth`, and `rebuild` while a rebuild is requested |
 //! | `P{rk}:lease` | string | the publisher lease: owner id, with a TTL |
 //! | `P{rk}:generation` | counter | the last generation handed out |
 //!
@@ -81,6 +81,8 @@ pub struct Active {
     pub popular_version: u32,
     /// Top-N-only depth, or `None` when every member is served.
     pub depth: Option<usize>,
+    /// An operator asked for a rebuild (`rankgate rebuild`); the publisher clears it when it switches.
+    pub rebuild_requested: bool,
 }
 
 /// Result of [`RedisServing::publish`].
@@ -323,7 +325,22 @@ impl RedisServing {
                 .transpose()?
                 .unwrap_or(1),
             depth: optional("depth").map(|v| parse_number(v, "depth")).transpose()?,
+            rebuild_requested: optional("rebuild").is_some(),
         }))
+    }
+
+    /// Asks the publisher (whichever instance holds the lease) to rebuild into a fresh generation.
+    pub async fn request_rebuild(&self) -> Result<(), StoreError> {
+        let _: i64 = self
+            .connection
+            .query(
+                redis::cmd("HSET")
+                    .arg(self.global_key("active"))
+                    .arg("rebuild")
+                    .arg(1),
+            )
+            .await?;
+        Ok(())
     }
 
     /// Moves the pointer to `active.generation` (`switch`), or records newer data in the current one.

@@ -8,5 +8,6 @@ if redis.call('GET', KEYS[2]) ~= ARGV[1] then return -1 end
 if ARGV[7] == 'stamp' and redis.call('HGET', KEYS[1], 'generation') ~= ARGV[2] then return -2 end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('HSET', KEYS[1], 'generation', ARGV[2], 'asOf', ARGV[3], 'popular', ARGV[4], 'depth', ARGV[5])
+if ARGV[7] == 'switch' then redis.call('HDEL', KEYS[1], 'rebuild') end
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 return seq
