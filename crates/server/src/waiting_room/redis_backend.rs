@@ -76,7 +76,9 @@ impl WaitingRoom {
                 TokenSecret::from_bytes(bytes)
             }
         };
-        let room = WaitingRoom::from_stores(store.clone(), store.clone(), store, clock, config, secret)?;
+        let mut room =
+            WaitingRoom::from_stores(store.clone(), store.clone(), store.clone(), clock, config, secret)?;
+        room.redis = Some(store);
         Ok(Arc::new(room))
     }
 }
@@ -133,5 +135,53 @@ mod tests {
             store.purge_prefix().await.unwrap() > 0,
             "this test's keys are removed"
         );
+    }
+
+    /// On Redis a poll is one script (position + poll limit): the member API still answers 429 with
+    /// `Retry-After` and the `RateLimit` headers once `poll_burst` polls are spent, per member, and a
+    /// refused poll is not recorded.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn polls_on_redis_are_limited_per_member_in_one_script() {
+        let prefix = format!("rgtest:room-poll:{}:", std::process::id());
+        let urls = vec!["redis://127.0.0.1:6379".to_string()];
+        let config = WaitingRoomConfig {
+            poll_burst: 3,
+            ..WaitingRoomConfig::default()
+        };
+        let room = WaitingRoom::open_redis(&urls, &prefix, config, Arc::new(SystemClock))
+            .await
+            .expect("redis at 127.0.0.1:6379");
+        assert!(room.redis.is_some(), "the one-script poll is used");
+        let q = QueueName::parse("sale").unwrap();
+        let m = MemberId::parse("eager").unwrap();
+        room.enter(&q, &m).await.unwrap();
+        let mut outcomes = Vec::new();
+        for _ in 0..6 {
+            outcomes.push(room.poll(&q, &m).await);
+        }
+        let (first, headers) = outcomes[0].as_ref().expect("first poll allowed");
+        assert_eq!(first.status, MemberStatus::Waiting);
+        assert_eq!(first.rank, Some(0));
+        assert_eq!(headers.policy, "\"poll\";q=3;w=3");
+        assert_eq!(headers.limit, "\"poll\";r=2;t=3");
+        assert!(outcomes[..3].iter().all(Result::is_ok));
+        for refused in &outcomes[3..] {
+            match refused {
+                Err(crate::error::ApiError::TooManyRequests {
+                    retry_after_secs,
+                    headers,
+                    ..
+                }) => {
+                    assert!((1..=3).contains(retry_after_secs));
+                    assert_eq!(headers[0], ("ratelimit-policy", "\"poll\";q=3;w=3".to_string()));
+                    assert!(headers[1].1.starts_with("\"poll\";r=0;t="));
+                }
+                other => panic!("expected 429, got {other:?}"),
+            }
+        }
+        let other = MemberId::parse("someone-else").unwrap();
+        assert!(room.poll(&q, &other).await.is_ok(), "limits are per member");
+        let store = room.redis.clone().unwrap();
+        assert!(store.purge_prefix().await.unwrap() > 0);
     }
 }

@@ -22,6 +22,7 @@ use rankgate_core::queue::{
 };
 use rankgate_store::clock::Clock;
 use rankgate_store::queue::embedded::{EmbeddedOptions, EmbeddedStore};
+use rankgate_store::queue::redis::RedisStore;
 use rankgate_store::queue::token::{digest_of, new_claim_id, TokenSecret};
 use rankgate_store::queue::{
     AdmitOutcome, ClaimOutcome, ConsumeOutcome, JobStore, LastOutcome, LeaveOutcome, MemberView, QueueStats,
@@ -85,6 +86,8 @@ pub struct WaitingRoom {
     secret: TokenSecret,
     /// Set when running on the embedded backend, for its drill hooks.
     embedded: Option<Arc<EmbeddedStore>>,
+    /// Set when running on Redis: a poll is then one script (position + poll limit) instead of two.
+    pub(crate) redis: Option<Arc<RedisStore>>,
     /// Last fail mode seen per queue: when the store is down it cannot be asked, yet the gate must decide.
     fail_modes: Mutex<HashMap<QueueName, FailMode>>,
     /// When this instance next runs each queue's tick (store-clock ms). Per instance on purpose: the budget
@@ -218,6 +221,7 @@ impl WaitingRoom {
             config,
             secret,
             embedded: None,
+            redis: None,
             fail_modes: Mutex::new(HashMap::new()),
             next_tick_ms: Mutex::new(HashMap::new()),
             http,
@@ -292,21 +296,29 @@ impl WaitingRoom {
         queue: &QueueName,
         member: &MemberId,
     ) -> ApiResult<(Position, PollLimitHeaders)> {
-        let view = self.queues.position(queue, member).await.map_err(store_error)?;
-        let tier = polling_tier_seconds(view.rank);
         let burst = self.config.poll_burst.max(1);
         // `burst` polls per `burst × interval`: on average one poll per interval, as the client was told.
-        let window_seconds = tier * burst as u64;
-        let limit = RateLimit {
-            limit: burst,
-            window_ms: window_seconds as i64 * 1000,
+        let window_of = |view: &MemberView| polling_tier_seconds(view.rank) * u64::from(burst);
+        let (view, decision) = if let Some(redis) = &self.redis {
+            // One script: the position and the same sliding-log limit, on the queue's slot.
+            let (view, window_ms, decision) = redis.poll(queue, member, burst).await.map_err(store_error)?;
+            debug_assert_eq!(window_ms, window_of(&view) as i64 * 1000, "poll.lua's tiers");
+            (view, decision)
+        } else {
+            let view = self.queues.position(queue, member).await.map_err(store_error)?;
+            let limit = RateLimit {
+                limit: burst,
+                window_ms: window_of(&view) as i64 * 1000,
+            };
+            let key = format!("poll:{queue}:{member}");
+            let decision = self
+                .limiter
+                .try_acquire(&key, limit, RateLimiterKind::SlidingLog)
+                .await
+                .map_err(store_error)?;
+            (view, decision)
         };
-        let key = format!("poll:{queue}:{member}");
-        let decision = self
-            .limiter
-            .try_acquire(&key, limit, RateLimiterKind::SlidingLog)
-            .await
-            .map_err(store_error)?;
+        let window_seconds = window_of(&view);
         let policy = format!("\"poll\";q={burst};w={window_seconds}");
         match decision {
             RateDecision::Allowed { remaining, reset_ms } => {

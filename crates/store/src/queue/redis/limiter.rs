@@ -13,7 +13,7 @@ use crate::queue::limiter::{RateLimiter, RateLimiterKind};
 use crate::queue::StoreError;
 
 /// How long past twice the window an idle limiter key is kept (ms), so a slow caller never sees it vanish.
-const IDLE_SLACK_MS: i64 = 10_000;
+pub(super) const IDLE_SLACK_MS: i64 = 10_000;
 
 #[async_trait]
 impl RateLimiter for RedisStore {

@@ -10,6 +10,14 @@
 //! cluster they sit in one slot on one node and the script is legal there (Redis refuses cross-slot
 //! scripts). The one thing that spans objects, the list of queues, is a plain `SADD` outside the scripts.
 //!
+//! # The hot path: entries and polls
+//! Redis runs scripts on its one thread, so the two requests every member repeats are kept short. `enter`
+//! first runs `enter_fast.lua` (an unknown member: `ZADD NX` + the queue's sequence; a waiting member: read
+//! only); only when the queue does not exist yet or the member holds a token does it decline, untouched, and
+//! `enter.lua` does the full entry. [`RedisStore::poll`] answers a member's poll, position **and** the
+//! per-member poll limit, in one script (`poll.lua`; its log key carries the queue's hash tag). Both carry
+//! only `queue_base.lua`, and a waiting member's poll writes nothing to the queue's keys.
+//!
 //! # Key layout (`P` = the configured prefix, e.g. `rankgate:`)
 //! | key | type | holds |
 //! |---|---|---|
@@ -19,6 +27,7 @@
 //! | `P{rg:q:<queue>}:deadlines` | zset | member → its next deadline (token expiry, claim expiry, forgetting a consumed member) |
 //! | `P{rg:q:<queue>}:arrivals` | zset | arrival ms → first sequence of that ms (oldest-wait without a timestamp per member) |
 //! | `P{rg:q:<queue>}:admitted` | hash | second → members admitted (last 60 s) |
+//! | `P{rg:q:<queue>}:poll:<member>` | string | the member's poll log (`poll.lua`); expires when idle |
 //! | `P{rg:j:<jobs>}:{ready,processing,dead,records,payloads,reasons,meta}` | | one job queue |
 //! | `P{rg:rl:<key>}:{log,window,meta}` | | one rate-limit key; expires when idle |
 //! | `P{rg}:queues` | set | every queue name (for schedulers and the admin API) |
@@ -102,7 +111,9 @@ impl Default for RedisOptions {
 /// Every script, compiled once per store.
 struct Scripts {
     enter: Script,
+    enter_fast: Script,
     position: Script,
+    poll: Script,
     leave: Script,
     admit: Script,
     expire: Script,
@@ -123,18 +134,23 @@ struct Scripts {
     limiter_window: Script,
 }
 
+const QUEUE_BASE: &str = include_str!("lua/queue_base.lua");
 const QUEUE_COMMON: &str = include_str!("lua/queue_common.lua");
 const JOBS_COMMON: &str = include_str!("lua/jobs_common.lua");
 const LIMITER_COMMON: &str = include_str!("lua/limiter_common.lua");
 
 impl Scripts {
     fn new() -> Scripts {
-        let queue = |body: &str| Script::new(&[QUEUE_COMMON, body].join("\n"));
+        let queue = |body: &str| Script::new(&[QUEUE_BASE, QUEUE_COMMON, body].join("\n"));
+        // The hot read and entry scripts carry only the base prelude: less Lua to set up on every call.
+        let fast = |body: &str| Script::new(&[QUEUE_BASE, body].join("\n"));
         let job = |body: &str| Script::new(&[JOBS_COMMON, body].join("\n"));
         let limiter = |body: &str| Script::new(&[LIMITER_COMMON, body].join("\n"));
         Scripts {
             enter: queue(include_str!("lua/enter.lua")),
-            position: queue(include_str!("lua/position.lua")),
+            enter_fast: fast(include_str!("lua/enter_fast.lua")),
+            position: fast(include_str!("lua/position.lua")),
+            poll: fast(include_str!("lua/poll.lua")),
             leave: queue(include_str!("lua/leave.lua")),
             admit: queue(include_str!("lua/admit.lua")),
             expire: queue(include_str!("lua/expire.lua")),
@@ -275,6 +291,17 @@ impl RedisStore {
         ["meta", "waiting", "holders", "deadlines", "arrivals", "admitted"].map(|s| format!("{base}:{s}"))
     }
 
+    /// The per-member poll log of `poll.lua`: it carries the queue's hash tag, so the poll limit and the
+    /// position are one script on one slot. Expires when idle, like the limiter's keys.
+    fn poll_key(&self, queue: &QueueName, member: &str) -> String {
+        format!(
+            "{}{{rg:q:{}}}:poll:{}",
+            self.options.prefix,
+            queue.as_str(),
+            escape(member)
+        )
+    }
+
     fn job_keys(&self, queue: &str) -> [String; 7] {
         let base = format!("{}{{rg:j:{}}}", self.options.prefix, escape(queue));
         [
@@ -310,6 +337,17 @@ impl RedisStore {
         for arg in &self.default_args {
             invocation.arg(arg);
         }
+        invocation
+    }
+
+    /// A hot-path script invocation (`enter_fast`, `position`, `poll`): keys 1–6 and only ARGV 1 (the
+    /// injected time); the script's own arguments follow from ARGV 2. Less for Redis to parse per call.
+    fn fast_call<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        for key in self.queue_keys(queue) {
+            invocation.key(key);
+        }
+        invocation.arg(self.now_arg());
         invocation
     }
 

@@ -8,6 +8,7 @@
 
 use async_trait::async_trait;
 use rankgate_core::ids::MemberId;
+use rankgate_core::limiter::RateDecision;
 use rankgate_core::queue::{
     ClaimRejection, ConsumeRejection, Digest, FailMode, LeaveRejection, MemberStatus, QueueName,
     QueueSettings, ReleaseRejection, ReleasedTo, SettingsError, SettingsPatch, ThroughputEstimator,
@@ -128,15 +129,58 @@ fn patch_args(patch: &SettingsPatch, validated: &QueueSettings) -> Vec<String> {
     ]
 }
 
+impl RedisStore {
+    /// A member's poll in one script: their position and the per-member poll limit (a sliding log of
+    /// `burst` polls per `burst` polling intervals, the interval being the tier of the rank just read, as
+    /// `rankgate_core::queue::polling_tier_seconds` gives it). Returns the view, the window used (ms) and
+    /// the decision; a refused poll is not recorded. Saves the second round trip (and second script) that
+    /// [`QueueStore::position`] followed by [`RateLimiter::try_acquire`](crate::queue::RateLimiter) costs.
+    pub async fn poll(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        burst: u32,
+    ) -> Result<(MemberView, i64, RateDecision), StoreError> {
+        self.check()?;
+        let mut call = self.fast_call(&self.scripts.poll, queue);
+        call.key(self.poll_key(queue, member.as_str()))
+            .arg(member.as_str())
+            .arg(burst.max(1))
+            .arg(super::limiter::IDLE_SLACK_MS);
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        let view = read_view(reply.array()?)?;
+        let window_ms = reply.int()?;
+        let decision = if reply.int()? == 1 {
+            RateDecision::Allowed {
+                remaining: reply.int()?.clamp(0, i64::from(u32::MAX)) as u32,
+                reset_ms: reply.int()?,
+            }
+        } else {
+            RateDecision::Limited {
+                retry_after_ms: reply.int()?,
+            }
+        };
+        Ok((view, window_ms, decision))
+    }
+}
+
 #[async_trait]
 impl QueueStore for RedisStore {
     async fn enter(&self, queue: &QueueName, member: &MemberId) -> Result<EnterOutcome, StoreError> {
         self.check()?;
         self.register(queue, false).await?;
-        let mut call = self.queue_call(&self.scripts.enter, queue);
-        call.arg(member.as_str());
-        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
-        let entered = reply.int()? == 1;
+        let mut fast = self.fast_call(&self.scripts.enter_fast, queue);
+        fast.arg(member.as_str());
+        let mut reply = Reply::new(self.connection.invoke(&fast).await?)?;
+        let mut entered = reply.int()?;
+        if entered == -1 {
+            // The queue does not exist yet, or the member holds a token: the full entry decides.
+            let mut call = self.queue_call(&self.scripts.enter, queue);
+            call.arg(member.as_str());
+            reply = Reply::new(self.connection.invoke(&call).await?)?;
+            entered = reply.int()?;
+        }
+        let entered = entered == 1;
         if reply.int()? == 1 {
             // The queue was created just now: make sure it is listed even if the registry was lost.
             self.register(queue, true).await?;
@@ -151,7 +195,7 @@ impl QueueStore for RedisStore {
 
     async fn position(&self, queue: &QueueName, member: &MemberId) -> Result<MemberView, StoreError> {
         self.check()?;
-        let mut call = self.queue_call(&self.scripts.position, queue);
+        let mut call = self.fast_call(&self.scripts.position, queue);
         call.arg(member.as_str());
         read_view(Reply::new(self.connection.invoke(&call).await?)?)
     }
@@ -370,5 +414,138 @@ impl QueueStore for RedisStore {
         self.check()?;
         let _: String = self.connection.query(&redis::cmd("PING")).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The hot-path scripts against the general ones, on the standalone Redis at 127.0.0.1:6379 (the
+    //! conformance suite runs them on standalone and Cluster; these pin what it cannot see).
+    use std::sync::Arc;
+
+    use rand::{Rng as _, SeedableRng as _};
+    use rankgate_core::limiter::{RateLimit, SlidingLog};
+    use rankgate_core::queue::polling_tier_seconds;
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::queue::limiter::{RateLimiter, RateLimiterKind};
+    use crate::queue::redis::{RedisOptions, RedisTime};
+    use crate::queue::token::{digest_of, TokenSecret};
+
+    async fn store(clock: &ManualClock, name: &str) -> Arc<RedisStore> {
+        let options = RedisOptions {
+            prefix: format!("rgtest:poll:{}:{name}:", std::process::id()),
+            time: RedisTime::Injected(Arc::new(clock.clone()) as Arc<dyn Clock>),
+            ..RedisOptions::default()
+        };
+        let store = RedisStore::connect(&["redis://127.0.0.1:6379".to_string()], options)
+            .await
+            .expect("redis at 127.0.0.1:6379");
+        store.purge_prefix().await.unwrap();
+        store
+    }
+
+    fn id(raw: &str) -> MemberId {
+        MemberId::parse(raw).unwrap()
+    }
+
+    /// `poll.lua` decides exactly as `rankgate_core`'s `SlidingLog` and as the limiter module's own Redis
+    /// sliding log, on a random poll schedule, and its tiers are `polling_tier_seconds`.
+    #[tokio::test]
+    async fn one_script_poll_matches_the_sliding_log_and_the_tiers() {
+        let clock = ManualClock::new(1_000_000);
+        let store = store(&clock, "log").await;
+        let q = QueueName::parse("sale").unwrap();
+        for i in 0..1_001 {
+            store.enter(&q, &id(&format!("m{i}"))).await.unwrap();
+        }
+        for (rank, burst) in [(0u64, 3u32), (99, 1), (100, 3), (999, 2), (1_000, 3)] {
+            let (view, window_ms, _) = store.poll(&q, &id(&format!("m{rank}")), burst).await.unwrap();
+            assert_eq!(view.rank, Some(rank));
+            let tier = polling_tier_seconds(view.rank);
+            assert_eq!(window_ms, (tier * u64::from(burst) * 1000) as i64, "rank {rank}");
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let limit = RateLimit {
+            limit: 3,
+            window_ms: 3_000,
+        };
+        let mut model = SlidingLog::default();
+        for step in 0..300 {
+            let now = clock.advance(rng.random_range(0..1_200));
+            let (_, _, decision) = store.poll(&q, &id("m1"), 3).await.unwrap();
+            let module = store
+                .try_acquire("poll:sale:m1", limit, RateLimiterKind::SlidingLog)
+                .await
+                .unwrap();
+            let expected = model.try_acquire(now, limit);
+            assert_eq!(decision, expected, "step {step} at {now}");
+            assert_eq!(module, expected, "step {step} at {now}");
+        }
+        // A member who is not waiting polls on the 1 s tier, and an unknown queue creates nothing.
+        let (view, window_ms, _) = store.poll(&q, &id("nobody"), 3).await.unwrap();
+        assert_eq!((view.status, window_ms), (MemberStatus::NotEntered, 3_000));
+        let other = QueueName::parse("absent").unwrap();
+        let (view, _, _) = store.poll(&other, &id("m0"), 3).await.unwrap();
+        assert_eq!(view.status, MemberStatus::NotEntered);
+        assert!(store.settings(&other).await.unwrap().is_none());
+        store.purge_prefix().await.unwrap();
+    }
+
+    /// The fast entry and the read-only position agree with the full scripts: FIFO ranks, idempotent
+    /// re-entry, READY only with a token, and an expired token is reported as NOT_ENTERED by the poll, which
+    /// records the clock guard, and is then freed by the expiry step.
+    #[tokio::test]
+    async fn fast_entry_and_position_agree_with_the_full_scripts() {
+        let clock = ManualClock::new(5_000_000);
+        let store = store(&clock, "enter").await;
+        let q = QueueName::parse("sale").unwrap();
+        let first = store.enter(&q, &id("a")).await.unwrap();
+        assert!(
+            matches!(first, EnterOutcome::Entered(_)),
+            "created by the full entry"
+        );
+        for (i, m) in ["b", "c", "d"].iter().enumerate() {
+            match store.enter(&q, &id(m)).await.unwrap() {
+                EnterOutcome::Entered(view) => {
+                    assert_eq!(
+                        (view.rank, view.waiting_count),
+                        (Some(i as u64 + 1), i as u64 + 2)
+                    );
+                }
+                other => panic!("{m}: {other:?}"),
+            }
+        }
+        match store.enter(&q, &id("b")).await.unwrap() {
+            EnterOutcome::AlreadyPresent(view) => assert_eq!(view.rank, Some(1)),
+            other => panic!("{other:?}"),
+        }
+        let secret = TokenSecret::generate().unwrap();
+        let admitted = store.admit(&q, vec![secret.prepare().unwrap()]).await.unwrap();
+        assert_eq!(admitted.admitted, vec![id("a")]);
+        let ready = store.position(&q, &id("a")).await.unwrap();
+        assert_eq!(ready.status, MemberStatus::Ready);
+        assert!(ready.token.is_some());
+        let (polled, _, _) = store.poll(&q, &id("b"), 3).await.unwrap();
+        assert_eq!((polled.status, polled.rank), (MemberStatus::Waiting, Some(0)));
+        // Entering while READY changes nothing (the fast script declines, the full one decides).
+        assert!(matches!(
+            store.enter(&q, &id("a")).await.unwrap(),
+            EnterOutcome::AlreadyPresent(v) if v.status == MemberStatus::Ready
+        ));
+        let token_ttl_ms = store.settings(&q).await.unwrap().unwrap().token_ttl_seconds as i64 * 1000;
+        clock.advance(token_ttl_ms);
+        let (expired, _, _) = store.poll(&q, &id("a"), 3).await.unwrap();
+        assert_eq!(expired.status, MemberStatus::NotEntered);
+        assert!(expired.token.is_none());
+        // The poll recorded the clock guard: going back in time cannot revive the token for a claim.
+        clock.advance(-token_ttl_ms);
+        let (nonce, _) = ready.token.unwrap();
+        let token = digest_of(&secret.token_for(&nonce));
+        let claim = store.claim(&q, &id("a"), &token, &Digest([2; 32])).await.unwrap();
+        assert_eq!(claim, ClaimOutcome::Rejected(ClaimRejection::Expired));
+        assert_eq!(store.expire_due(&q).await.unwrap().tokens_expired, 1);
+        store.purge_prefix().await.unwrap();
     }
 }

@@ -1,35 +1,12 @@
--- Shared prelude of every waiting-room script (prepended in Rust, so each script stays one EVALSHA).
--- KEYS (all carry the hash tag {rg:q:<queue>}, so they live in one slot):
---   1 meta (hash: settings, sequence, counters, budget, estimator, monotonic clock)
---   2 waiting (zset member -> arrival sequence)
---   3 holders (hash member -> READY / CLAIMED / CONSUMED record)
---   4 deadlines (zset member -> next deadline ms)
---   5 arrivals (zset "ms" -> first sequence that arrived in that millisecond)
---   6 admitted (hash second -> members admitted in that second, last 60 s)
--- ARGV: 1 injected now ms ('' = Redis TIME), 2 consumed memory ms, 3..10 default settings; script args from 11.
-local META, WAITING, HOLDERS, DEADLINES, ARRIVALS, ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- Prelude of the waiting-room scripts that write (prepended after queue_base.lua).
+-- ARGV: 1 injected now ms, 2 consumed memory ms, 3..10 default settings; script args from 11.
 local MICRO = 1000000
 local MAX_EXPIRIES = 10000
 local SMOOTHING_MILLIS = 10000.0
 local CONSUMED_MEMORY_MS = tonumber(ARGV[2])
 local SETTING_FIELDS = {'aps', 'rate_milli', 'tick', 'token_ttl', 'claim_ttl', 'max_active', 'paused', 'fail_mode'}
-local STATUS = {N = 0, W = 1, R = 2, C = 3, X = 0}
 
-local function int(x) return string.format('%.0f', x) end
 local function flt(x) return string.format('%.17g', x) end
-
-local function split(s)
-  local out, start = {}, 1
-  while true do
-    local i = string.find(s, '|', start, true)
-    if not i then
-      out[#out + 1] = string.sub(s, start)
-      return out
-    end
-    out[#out + 1] = string.sub(s, start, i - 1)
-    start = i + 1
-  end
-end
 
 -- Constant-time comparison of two hex digests.
 local function ct_eq(a, b)
@@ -41,16 +18,16 @@ local function ct_eq(a, b)
   return diff == 0
 end
 
-local function clock_now()
-  if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 local function hnum(key, field)
   local v = redis.call('HGET', key, field)
   if v then return tonumber(v) end
   return nil
+end
+
+local function state_of(member)
+  local seq = redis.call('ZSCORE', WAITING, member)
+  if seq then return {kind = 'W', seq = tonumber(seq)} end
+  return holder_state(member)
 end
 
 -- The store clock through the queue's monotonic guard: never earlier than the last time this queue used.
@@ -91,26 +68,6 @@ local function ensure_queue(now)
   return true
 end
 
--- Member records: R|nonce|digest|issued|expires|expired-claim, C|nonce|digest|issued|expires|claim|claim-expires,
--- X|claim|at. Digests and nonces are lowercase hex; only hashes of tokens and claim ids are ever stored.
-local function state_of(member)
-  local seq = redis.call('ZSCORE', WAITING, member)
-  if seq then return {kind = 'W', seq = tonumber(seq)} end
-  local raw = redis.call('HGET', HOLDERS, member)
-  if not raw then return {kind = 'N'} end
-  local f = split(raw)
-  if f[1] == 'R' then
-    return {kind = 'R', nonce = f[2], digest = f[3], issued = tonumber(f[4]), expires = tonumber(f[5]),
-      expired_claim = f[6]}
-  elseif f[1] == 'C' then
-    return {kind = 'C', nonce = f[2], digest = f[3], issued = tonumber(f[4]), expires = tonumber(f[5]),
-      claim = f[6], claim_expires = tonumber(f[7])}
-  elseif f[1] == 'X' then
-    return {kind = 'X', claim = f[2], at = tonumber(f[3])}
-  end
-  error('corrupt member record')
-end
-
 local function encode(st)
   if st.kind == 'R' then
     return table.concat({'R', st.nonce, st.digest, int(st.issued), int(st.expires), st.expired_claim}, '|')
@@ -143,10 +100,9 @@ local function set_state(member, old, new, now)
   if new.kind == 'N' then return end
   if new.kind == 'W' then
     redis.call('ZADD', WAITING, 'NX', int(new.seq), member)
-    local last = redis.call('ZRANGE', ARRIVALS, -1, -1)
-    if not last[1] or tonumber(last[1]) ~= now then
-      redis.call('ZADD', ARRIVALS, int(new.seq), int(now))
-    end
+    -- NX: a checkpoint keeps the first sequence of its millisecond (enter_fast.lua adds them too).
+    redis.call('ZADD', ARRIVALS, 'NX', int(new.seq), int(now))
+    redis.call('HSET', META, 'arr_ms', int(now))
     return
   end
   redis.call('HSET', HOLDERS, member, encode(new))
@@ -210,6 +166,7 @@ local function oldest_wait_ms(now)
   local head = redis.call('ZRANGE', WAITING, 0, 0, 'WITHSCORES')
   if not head[1] then
     redis.call('DEL', ARRIVALS)
+    redis.call('HDEL', META, 'arr_ms')
     return 0
   end
   local head_seq = tonumber(head[2])
@@ -224,29 +181,11 @@ local function oldest_wait_ms(now)
   return math.max(now - arrived, 0)
 end
 
--- What a member sees: status, rank, waiting count, token nonce/expiry, last outcome, now, and the settings
--- and measured rates the caller turns into a wait estimate.
+-- What a member sees, for the scripts that just changed it (see view_of).
 local function view(member, now)
   local st = state_of(member)
   local waiting = redis.call('ZCARD', WAITING)
-  local status, rank, nonce, expires, last = STATUS[st.kind], -1, '', 0, 0
-  if st.kind == 'W' then
-    rank = redis.call('ZRANK', WAITING, member)
-  elseif st.kind == 'R' then
-    if now < st.expires then
-      nonce, expires = st.nonce, st.expires
-    else
-      status = 0
-    end
-  elseif st.kind == 'C' then
-    nonce, expires = st.nonce, st.expires
-  elseif st.kind == 'X' then
-    last = 1
-  end
-  local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr')
-  return {status, rank, waiting, nonce, expires, last, now, e[1] or '', e[2] or '', e[3] or '', e[4] or '', e[5] or ''}
-end
-
-local function missing_view(now)
-  return {0, -1, 0, '', 0, 0, now, '', '', '', '', ''}
+  local rank = -1
+  if st.kind == 'W' then rank = redis.call('ZRANK', WAITING, member) end
+  return view_of(st, rank, waiting, now, redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr'))
 end

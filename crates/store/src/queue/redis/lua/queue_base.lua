@@ -1,0 +1,98 @@
+-- Base prelude of every waiting-room script (prepended in Rust, so each script stays one EVALSHA). The hot
+-- scripts (enter_fast.lua, poll.lua) use only this file; every other script also gets queue_common.lua.
+-- KEYS (all carry the hash tag {rg:q:<queue>}, so they live in one slot):
+--   1 meta (hash: settings, sequence, counters, budget, estimator, monotonic clock)
+--   2 waiting (zset member -> arrival sequence)
+--   3 holders (hash member -> READY / CLAIMED / CONSUMED record)
+--   4 deadlines (zset member -> next deadline ms)
+--   5 arrivals (zset "ms" -> first sequence that arrived in that millisecond; the newest ms is also in the
+--     meta field arr_ms, so most entries need not look at this set)
+--   6 admitted (hash second -> members admitted in that second, last 60 s)
+-- ARGV: 1 injected now ms ('' = Redis TIME); the hot scripts' own args from 2. The other scripts also get
+-- 2 consumed memory ms and 3..10 default settings, their own args from 11 (see queue_common.lua).
+local META, WAITING, HOLDERS, DEADLINES, ARRIVALS, ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local STATUS = {N = 0, W = 1, R = 2, C = 3, X = 0}
+
+-- Integers as decimal strings; '%d' is much cheaper than '%.0f' for the integral values scripts handle.
+local function int(x)
+  if x == math.floor(x) and x > -9e15 and x < 9e15 then return string.format('%d', x) end
+  return string.format('%.0f', x)
+end
+
+local function split(s)
+  local out, start = {}, 1
+  while true do
+    local i = string.find(s, '|', start, true)
+    if not i then
+      out[#out + 1] = string.sub(s, start)
+      return out
+    end
+    out[#out + 1] = string.sub(s, start, i - 1)
+    start = i + 1
+  end
+end
+
+local function clock_now()
+  if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Member records: R|nonce|digest|issued|expires|expired-claim, C|nonce|digest|issued|expires|claim|claim-expires,
+-- X|claim|at. Digests and nonces are lowercase hex; only hashes of tokens and claim ids are ever stored.
+-- holder_state reads the record of a member known not to be waiting.
+local function holder_state(member)
+  local raw = redis.call('HGET', HOLDERS, member)
+  if not raw then return {kind = 'N'} end
+  local f = split(raw)
+  if f[1] == 'R' then
+    return {kind = 'R', nonce = f[2], digest = f[3], issued = tonumber(f[4]), expires = tonumber(f[5]),
+      expired_claim = f[6]}
+  elseif f[1] == 'C' then
+    return {kind = 'C', nonce = f[2], digest = f[3], issued = tonumber(f[4]), expires = tonumber(f[5]),
+      claim = f[6], claim_expires = tonumber(f[7])}
+  elseif f[1] == 'X' then
+    return {kind = 'X', claim = f[2], at = tonumber(f[3])}
+  end
+  error('corrupt member record')
+end
+
+-- What a member sees (read_view in waiting.rs): status, rank, waiting count, token nonce/expiry, last outcome,
+-- now, then e[1..5] = the meta fields aps, max_active, paused, ar, cr that the caller turns into a wait estimate.
+local function view_of(st, rank, waiting, now, e)
+  local status, nonce, expires, last = STATUS[st.kind], '', 0, 0
+  if st.kind ~= 'W' then rank = -1 end
+  if st.kind == 'R' then
+    if now < st.expires then
+      nonce, expires = st.nonce, st.expires
+    else
+      status = 0
+    end
+  elseif st.kind == 'C' then
+    nonce, expires = st.nonce, st.expires
+  elseif st.kind == 'X' then
+    last = 1
+  end
+  return {status, rank, waiting, nonce, expires, last, now, e[1] or '', e[2] or '', e[3] or '', e[4] or '', e[5] or ''}
+end
+
+-- The position read (position.lua, poll.lua): one HMGET of the meta hash, ZRANK, ZCARD, and the holder record
+-- only for a member who is not waiting. An unknown queue answers NOT_ENTERED and creates nothing. The queue's
+-- monotonic guard is applied; it is recorded only when the answer depends on a token's expiry (READY,
+-- CLAIMED), so a later claim can never run on an earlier clock than this answer did. A waiting member's
+-- answer does not depend on the time, so the common poll writes nothing to the queue.
+local function read_position(member)
+  local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms')
+  local now = clock_now()
+  if not e[1] then return {0, -1, 0, '', 0, 0, now, '', '', '', '', ''} end
+  local last = tonumber(e[6])
+  if last and last > now then now = last end
+  local waiting = redis.call('ZCARD', WAITING)
+  local rank = redis.call('ZRANK', WAITING, member)
+  if rank then return view_of({kind = 'W'}, rank, waiting, now, e) end
+  local st = holder_state(member)
+  if (st.kind == 'R' or st.kind == 'C') and not (last and last >= now) then
+    redis.call('HSET', META, 'last_ms', int(now))
+  end
+  return view_of(st, -1, waiting, now, e)
+end
