@@ -4,6 +4,7 @@
 //! ask the rankings service and shape the answer.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::http::header;
@@ -14,11 +15,12 @@ use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::{format_hour_key, parse_end_hour, Hour, PeriodKey, PeriodKind, Span, WindowLen};
 use rankgate_core::ranker::RankerName;
+use rankgate_store::queue::StoreError;
 use rankgate_store::ranking::engine::{RankAnswer, RankingQuery, TopPage};
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::rankings::serving::{served_policy_version, Route};
+use crate::rankings::serving::{served_policy_version, Route, Serving};
 
 /// Largest `limit`.
 const MAX_LIMIT: usize = 1000;
@@ -146,6 +148,35 @@ fn from_engine(state: &AppState, key: &str, stale: bool, compute: impl FnOnce() 
     cached(state, key, state.rankings.generations(), compute)
 }
 
+/// Answers a read routed to Redis: from the response cache while the pointer's stamp holds, else by
+/// `read`, whose answer is cached under that stamp. `Err(stale)` sends the read to the engine instead:
+/// `false` when Redis does not serve it (a span not yet published, a rank past the Top-N depth), `true`
+/// when Redis failed.
+async fn from_redis<F, Fut>(state: &AppState, key: &str, stamp: u64, read: F) -> Result<Response, bool>
+where
+    F: FnOnce(Arc<Serving>) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<Value>, StoreError>>,
+{
+    let key = format!("r{key}");
+    let stamps = (stamp, state.rankings.catalog_generation());
+    if let Some(body) = state.rankings.cached_response(&key, stamps) {
+        return Ok(json_response(body));
+    }
+    let serving = state.rankings.serving().expect("routed to redis serving").clone();
+    match read(serving.clone()).await {
+        Ok(Some(value)) => {
+            let body = serialize(&value);
+            state.rankings.cache_response(key, stamps, body.clone());
+            Ok(json_response(body))
+        }
+        Ok(None) => Err(false),
+        Err(error) => {
+            serving.note_unreachable(&error);
+            Err(true)
+        }
+    }
+}
+
 /// Where a read goes: Redis for hot spans when Redis serving is configured, else the engine.
 fn route(state: &AppState, span: &Span) -> Route {
     match state.rankings.serving() {
@@ -193,34 +224,25 @@ pub async fn top(
     let stale = match route(&state, &span.span) {
         // Top-N-only serving: a page past the depth is answered from the source of truth's engine.
         Route::Redis { active, stamp } if active.depth.is_none_or(|depth| offset + limit <= depth) => {
-            let key = format!("r{key}");
-            let stamps = (stamp, state.rankings.catalog_generation());
-            if let Some(body) = state.rankings.cached_response(&key, stamps) {
-                return Ok(json_response(body));
-            }
-            let serving = state.rankings.serving().expect("routed to redis serving");
-            match serving
-                .store()
-                .top(active.generation, ranker, &category, &span.span, offset, limit)
-                .await
-            {
-                Ok(Some(served)) => {
+            let (state, query, span, category) = (&state, &query, &span, &category);
+            let read = |serving: Arc<Serving>| async move {
+                let served = serving
+                    .store()
+                    .top(active.generation, ranker, category, &span.span, offset, limit)
+                    .await?;
+                Ok(served.map(|served| {
                     let page = TopPage {
                         policy_version: served_policy_version(&active, ranker),
                         total: served.total,
                         items: served.items,
                         as_of_millis: active.as_of_millis,
                     };
-                    let body = serialize(&top_body(&state, &query, &span, (offset, limit), page, false));
-                    state.rankings.cache_response(key, stamps, body.clone());
-                    return Ok(json_response(body));
-                }
-                // Not published yet (a new hour has just begun): the engine answers, exactly.
-                Ok(None) => return Ok(json_response(serialize(&engine_body(false)))),
-                Err(error) => {
-                    serving.note_unreachable(&error);
-                    true
-                }
+                    top_body(state, query, span, (offset, limit), page, false)
+                }))
+            };
+            match from_redis(state, &key, stamp, read).await {
+                Ok(response) => return Ok(response),
+                Err(stale) => stale,
             }
         }
         Route::Redis { .. } => false,
@@ -306,21 +328,15 @@ pub async fn rank(
     };
     let stale = match route(&state, &span.span) {
         Route::Redis { active, stamp } => {
-            let key = format!("r{key}");
-            let stamps = (stamp, state.rankings.catalog_generation());
-            if let Some(body) = state.rankings.cached_response(&key, stamps) {
-                return Ok(json_response(body));
-            }
-            let serving = state.rankings.serving().expect("routed to redis serving");
-            match serving
-                .store()
-                .rank(active.generation, ranker, &category, &span.span, &product)
-                .await
-            {
+            let (state, query, span, category, product) = (&state, &query, &span, &category, &product);
+            let read = |serving: Arc<Serving>| async move {
+                let served = serving
+                    .store()
+                    .rank(active.generation, ranker, category, &span.span, product)
+                    .await?;
                 // Top-N-only serving: a product past the depth is answered from the source of truth's engine.
-                Ok(Some(served))
-                    if served.rank.is_some() || active.depth.is_none_or(|d| served.total <= d) =>
-                {
+                let served = served.filter(|s| s.rank.is_some() || active.depth.is_none_or(|d| s.total <= d));
+                Ok(served.map(|served| {
                     let answer = RankAnswer {
                         policy_version: served_policy_version(&active, ranker),
                         rank: served.rank,
@@ -330,15 +346,12 @@ pub async fn rank(
                         total: served.total,
                         as_of_millis: active.as_of_millis,
                     };
-                    let body = serialize(&rank_body(&state, &query, &span, &product, answer, false));
-                    state.rankings.cache_response(key, stamps, body.clone());
-                    return Ok(json_response(body));
-                }
-                Ok(_) => false,
-                Err(error) => {
-                    serving.note_unreachable(&error);
-                    true
-                }
+                    rank_body(state, query, span, product, answer, false)
+                }))
+            };
+            match from_redis(state, &key, stamp, read).await {
+                Ok(response) => return Ok(response),
+                Err(stale) => stale,
             }
         }
         Route::Engine { stale } => stale,

@@ -356,14 +356,12 @@ async fn entries_held_by_a_killed_instance_are_reclaimed_by_another_and_counted_
     loop {
         let pending: redis::streams::StreamPendingReply =
             connection.xpending(&key, "rankgate").await.unwrap();
-        if pending.count() == 300 {
+        // A has read entries it cannot commit (how many depends on when its read ran; the rest were
+        // never delivered): those are held, unacked, by a consumer about to die.
+        if pending.count() > 0 {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "A never read the entries ({} pending)",
-            pending.count()
-        );
+        assert!(Instant::now() < deadline, "A never read the entries");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     a.kill().unwrap(); // SIGKILL

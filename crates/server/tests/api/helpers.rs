@@ -127,3 +127,42 @@ pub fn hour_key(millis: i64) -> String {
     let ts = jiff::Timestamp::from_millisecond(millis).unwrap();
     ts.strftime("%Y%m%d%H").to_string()
 }
+
+/// The shared PostgreSQL the backend tests use (each test in its own schema).
+pub const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+pub fn drop_schema(schema: &str) {
+    let status = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"])
+        .arg(format!(
+            "SET client_min_messages = warning; DROP SCHEMA IF EXISTS {schema} CASCADE"
+        ))
+        .status()
+        .expect("psql runs");
+    assert!(status.success());
+}
+
+/// Drops the test's schema when the test ends, passed or failed.
+pub struct SchemaGuard(pub String);
+
+impl Drop for SchemaGuard {
+    fn drop(&mut self) {
+        drop_schema(&self.0);
+    }
+}
+
+/// Polls `path` until `accept` holds and returns that body; bounded (generously, for slow machines).
+pub async fn read_until(app: &TestApp, path: &str, what: &str, accept: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let body = app.get_json(path).await;
+        if accept(&body) {
+            return body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}; last answer {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -8,8 +8,6 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 
-const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
-
 async fn spawn_instance(schema: &str) -> TestApp {
     let schema = schema.to_string();
     spawn_app_with(move |config| {
@@ -18,24 +16,6 @@ async fn spawn_instance(schema: &str) -> TestApp {
         config.freshness_millis = 200;
     })
     .await
-}
-
-fn drop_schema(schema: &str) {
-    let status = std::process::Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"])
-        .arg(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .status()
-        .expect("psql runs");
-    assert!(status.success());
-}
-
-/// Drops the test's schema when the test ends, passed or failed.
-struct SchemaGuard(String);
-
-impl Drop for SchemaGuard {
-    fn drop(&mut self) {
-        drop_schema(&self.0);
-    }
 }
 
 fn items(body: &Value) -> Value {

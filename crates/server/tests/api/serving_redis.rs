@@ -16,8 +16,6 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 
-const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
-
 /// A `redis-server` owned by the test, killed when dropped.
 struct OwnRedis {
     port: u16,
@@ -84,39 +82,6 @@ fn wait_for<T>(limit: Duration, what: &str, mut probe: impl FnMut() -> Option<T>
         }
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Polls `path` until `accept` holds, returning that body (bounded: generous for slow machines).
-async fn read_until(app: &TestApp, path: &str, what: &str, accept: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let body = app.get_json(path).await;
-        if accept(&body) {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; last answer {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn drop_schema(schema: &str) {
-    let status = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"])
-        .arg(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .status()
-        .expect("psql runs");
-    assert!(status.success());
-}
-
-struct SchemaGuard(String);
-
-impl Drop for SchemaGuard {
-    fn drop(&mut self) {
-        drop_schema(&self.0);
     }
 }
 

@@ -188,7 +188,11 @@ fn detail_value(metrics: &Metrics, carry: f64) -> String {
     )
 }
 
+/// Parses a detail value; empty (not held) is zero metrics and no carry.
 fn parse_detail(raw: &str) -> Result<(Metrics, f64), StoreError> {
+    if raw.is_empty() {
+        return Ok((Metrics::default(), 0.0));
+    }
     let corrupt = || {
         StoreError::Corrupt(format!(
             "serving detail {raw:?} is not 'views likes units sales carry'"
@@ -565,12 +569,7 @@ impl RedisServing {
         while !entries.is_empty() {
             let member = entries.string()?;
             let key: f64 = parse_number(&entries.string()?, "score")?;
-            let detail = details.string()?;
-            let (metrics, carry) = if detail.is_empty() {
-                (Metrics::default(), 0.0)
-            } else {
-                parse_detail(&detail)?
-            };
+            let (metrics, carry) = parse_detail(&details.string()?)?;
             items.push(RankedItem {
                 rank: offset + items.len() + 1,
                 product: ProductId::parse(&member)
@@ -614,12 +613,7 @@ impl RedisServing {
         let total: usize = parse_number(&reply.string()?, "total")?;
         let rank = reply.int()?;
         let key = reply.opt_f64()?;
-        let detail = reply.string()?;
-        let (metrics, carry) = if detail.is_empty() {
-            (Metrics::default(), 0.0)
-        } else {
-            parse_detail(&detail)?
-        };
+        let (metrics, carry) = parse_detail(&reply.string()?)?;
         Ok(Some(ServedRank {
             total,
             rank: usize::try_from(rank).ok().map(|r| r + 1),
