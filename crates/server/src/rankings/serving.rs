@@ -146,16 +146,31 @@ impl Serving {
 
     /// Where a read of `span` goes, given the clock's current hour.
     pub fn route(&self, span: &Span, now_hour: Hour) -> Route {
+        // Spans Redis does not hold are the engine's to answer, fresh, whatever Redis's state.
+        if !is_hot(span, now_hour, &self.zone) {
+            return Route::Engine { stale: false };
+        }
         let view = self.view.read();
         match &view.active {
             _ if self.unreachable.load(Ordering::Acquire) => Route::Engine { stale: true },
             None => Route::Engine { stale: true },
-            Some(_) if !is_hot(span, now_hour, &self.zone) => Route::Engine { stale: false },
             Some(active) => Route::Redis {
                 active: active.clone(),
                 stamp: self.stamp.load(Ordering::Acquire),
             },
         }
+    }
+
+    /// What `/readyz` reports: whether hot reads are stale, and the served generation.
+    pub fn status(&self) -> serde_json::Value {
+        let view = self.view.read();
+        let stale = view.active.is_none() || self.unreachable.load(Ordering::Acquire);
+        serde_json::json!({
+            "store": if self.store.is_cluster() { "redis-cluster" } else { "redis" },
+            "stale": stale,
+            "generation": view.active.as_ref().map(|a| a.generation),
+            "depth": self.depth,
+        })
     }
 
     /// A read could not reach Redis: serve stale until the next successful poll.
@@ -206,9 +221,10 @@ pub async fn run_until_stopped(
     shutdown: CancellationToken,
 ) {
     let tick = Duration::from_millis((freshness_millis / 4).clamp(10, 250));
-    // Long enough that a rebuild of a large dataset rarely outlives it; the holder also renews it right
-    // before switching, so an expired-but-untaken lease is simply taken back.
-    let lease_millis = (tick.as_millis() as u64 * 8).max(10_000);
+    // Short, so a dead publisher is replaced within seconds (until then Redis holds its last data); the
+    // holder renews it every tick and right before switching, so a rebuild that outlives it only loses
+    // its switch if another instance took the lease meanwhile (and then rebuilds itself).
+    let lease_millis = (tick.as_millis() as u64 * 8).max(3_000);
     let mut ticker = tokio::time::interval(tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut publisher = Publisher::default();

@@ -13,10 +13,17 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// Readiness: serving state is loaded and the writer accepts work.
+/// Readiness: serving state is loaded and the writer accepts work; with Redis serving, also its state.
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match state.rankings.barrier().await {
-        Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
+        Ok(()) => {
+            let mut body = json!({ "status": "ready" });
+            // Stale serving is still ready: reads answer from memory, marked `stale: true`.
+            if let Some(serving) = state.rankings.serving() {
+                body["serving"] = serving.status();
+            }
+            (StatusCode::OK, Json(body))
+        }
         Err(error) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({ "status": "unavailable", "error": error.to_string() })),

@@ -189,6 +189,9 @@ async fn redis_serves_rankings_and_its_loss_is_survived_and_repaired() {
         .await;
     assert_eq!(rank["stale"], true);
     assert!(rank["rank"].is_number());
+    let ready = app.get_json("/readyz").await;
+    assert_eq!(ready["status"], "ready", "stale serving is still ready");
+    assert_eq!(ready["serving"]["stale"], true);
 
     // Redis comes back EMPTY on the same port: rankgate notices and rebuilds it from PostgreSQL.
     let redis = OwnRedis::start_on(redis.port);
