@@ -242,7 +242,9 @@ pub async fn run_until_stopped(
                     "publishing rankings to redis failed; will rebuild"
                 );
             }
-            // Whatever was half-written is replaced by a rebuild once Redis answers again.
+            // Whatever was half-written is replaced by a rebuild once Redis answers again, by whichever
+            // instance then holds the lease (warned once: `leader` is re-established on recovery).
+            publisher.leader = false;
             publisher.generation = None;
         }
     }
