@@ -15,7 +15,8 @@
 //!
 //! - `coalesce` counts member writes (sorted-set entries and detail entries) and script calls, and
 //!   compares them with per-event updates of the same keys: an event touching k hot (category, span)
-//!   pairs costs 4k writes (three rankers and the detail) when each event is written on its own.
+//!   pairs costs 4k writes (three rankers and the detail) for a payment, 2k (`popular` and the detail)
+//!   for a view, like or unlike, when each event is written on its own.
 //! - `ingest` reports events/s with each 2,000-event batch committed to PostgreSQL and published to Redis
 //!   before the next one starts, Redis commands per event and round trips per batch.
 //! - `rebuild` ingests N events once (not timed), then times the rebuild path: read the raw event log
@@ -73,6 +74,9 @@ struct Args {
     /// Number of events (seed-lesson workload, truncated or scaled up to this many).
     #[arg(long)]
     events: Option<usize>,
+    /// `ingest` without the Redis publisher: the PostgreSQL-only figure, to see what publishing costs.
+    #[arg(long)]
+    no_publish: bool,
 }
 
 fn workload(args: &Args) -> Vec<Event> {
@@ -151,7 +155,8 @@ async fn connect(url: &str, prefix: &str) -> Arc<RedisServing> {
     .expect("redis reachable")
 }
 
-/// Writes an event would cost on its own: 4 (three rankers + detail) per hot (category, span) it touches.
+/// Writes an event would cost on its own, per hot (category, span) it touches: a payment moves all three
+/// rankers and the detail (4 writes); a view, like or unlike moves `popular` and the detail (2).
 fn per_event_writes(events: &[Event], requests: &[(CategoryOrAll, Span)], zone: &Zone) -> u64 {
     let mut spans_by_category: HashMap<&CategoryOrAll, Vec<&Span>> = HashMap::new();
     for (category, span) in requests {
@@ -170,7 +175,7 @@ fn per_event_writes(events: &[Event], requests: &[(CategoryOrAll, Span)], zone: 
                         .map_or(0, |spans| spans.iter().filter(|s| s.contains(hour, zone)).count())
                 })
                 .sum::<usize>() as u64
-                * 4
+                * if event.kind.is_payment() { 4 } else { 2 }
         })
         .sum()
 }
@@ -260,27 +265,50 @@ async fn ingest(args: &Args, prefix: &str) -> anyhow::Result<()> {
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let publisher = {
         let (engine, store, done, zone) = (engine.clone(), store.clone(), done.clone(), zone.clone());
+        let no_publish = args.no_publish;
         tokio::spawn(async move {
             let mut first = true;
             let mut rounds = 0u64;
+            let (mut in_engine, mut in_redis) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
+            // The server's cadence: a round every freshness / 4 (250 ms by default), or back to back
+            // when a round takes longer.
+            let mut ticker = tokio::time::interval(std::time::Duration::from_millis(250));
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 let finished = done.load(std::sync::atomic::Ordering::Acquire);
+                if no_publish {
+                    if finished {
+                        return 0;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    continue;
+                }
+                if !finished {
+                    ticker.tick().await;
+                }
+                let started = Instant::now();
                 let publications = {
                     let mut engine = engine.write();
                     let requests = hot_requests(&engine, now_hour, &zone);
                     engine.publish(&requests, None, first)
                 };
+                in_engine += started.elapsed();
                 first = false;
                 if !publications.is_empty() {
                     rounds += 1;
+                    let started = Instant::now();
                     store
                         .publish(generation, &publications, &zone, now_hour.start_millis())
                         .await
                         .expect("redis publish");
-                } else {
-                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    in_redis += started.elapsed();
                 }
                 if finished {
+                    println!(
+                        "publisher: {:.2} s collecting changes from the engine (write lock held), {:.2} s in Redis calls",
+                        in_engine.as_secs_f64(),
+                        in_redis.as_secs_f64()
+                    );
                     return rounds;
                 }
             }

@@ -140,9 +140,25 @@ struct SpanState {
     carry_stale: bool,
     /// LRU clock value of the last read; atomic so cached reads can bump it under a shared lock.
     last_used: Arc<AtomicU64>,
-    /// Products re-scored since this span was last handed to the serving store; `None` until it has been
+    /// What changed since this span was last handed to the serving store; `None` until it has been
     /// handed over once (the next publication then writes the whole span).
-    unpublished: Option<HashSet<ProductIdx>>,
+    unpublished: Option<Box<Unpublished>>,
+}
+
+/// Changes not yet published, kept apart per ranker: a view moves a product's `popular` score but not its
+/// `units` or `revenue` one, and only what moved is written to the serving store.
+#[derive(Debug, Clone, Default)]
+struct Unpublished {
+    /// Products whose key (or listing) changed, per ranker.
+    rankings: [HashSet<ProductIdx>; 3],
+    /// Products whose metrics or carry changed.
+    details: HashSet<ProductIdx>,
+}
+
+impl Unpublished {
+    fn is_empty(&self) -> bool {
+        self.details.is_empty() && self.rankings.iter().all(HashSet::is_empty)
+    }
 }
 
 impl SpanState {
@@ -401,7 +417,7 @@ impl Inputs<'_> {
 
     fn rescore_dirty(&self, state: &mut SpanState) {
         if let Some(unpublished) = &mut state.unpublished {
-            unpublished.extend(state.dirty.iter().copied());
+            unpublished.details.extend(state.dirty.iter().copied());
         }
         for product in state.dirty.drain() {
             let metrics = state.metrics.get(&product).copied().unwrap_or_default();
@@ -413,13 +429,22 @@ impl Inputs<'_> {
                     0.0
                 };
                 let ranking = &mut state.rankings[ranker.index()];
-                if is_listed(ranker, &metrics, carry) {
-                    let key = ascending_key(score(ranker, &metrics, carry, &self.policy.weights));
-                    ranking
-                        .insert(member, key)
-                        .expect("scores of finite metrics and weights are never NaN");
-                } else {
-                    ranking.zrem(member);
+                let key = is_listed(ranker, &metrics, carry)
+                    .then(|| ascending_key(score(ranker, &metrics, carry, &self.policy.weights)));
+                if let Some(unpublished) = &mut state.unpublished {
+                    if ranking.zscore(member).map(f64::to_bits) != key.map(f64::to_bits) {
+                        unpublished.rankings[ranker.index()].insert(product);
+                    }
+                }
+                match key {
+                    Some(key) => {
+                        ranking
+                            .insert(member, key)
+                            .expect("scores of finite metrics and weights are never NaN");
+                    }
+                    None => {
+                        ranking.zrem(member);
+                    }
                 }
             }
         }
@@ -996,24 +1021,26 @@ impl RankingEngine {
             };
             self.ensure_span(key);
             let state = self.spans.get_mut(&key).expect("span just ensured");
-            let changed = state.unpublished.replace(HashSet::new());
+            let changed = state.unpublished.replace(Box::default());
             let existing = !everything && changed.is_some();
             let replace = everything || depth.is_some() || changed.is_none();
-            if !everything && changed.as_ref().is_some_and(HashSet::is_empty) {
+            if !everything && changed.as_ref().is_some_and(|c| c.is_empty()) {
                 continue;
             }
             let state = &self.spans[&key];
+            // A product's detail is kept while any ranker lists it (the same rule the sorted sets follow).
             let detail = |p: ProductIdx| -> Option<(Metrics, f64)> {
-                let listed = state.rankings.iter().any(|r| {
-                    r.zscore(self.products.ids[p as usize].as_str().as_bytes())
-                        .is_some()
+                let metrics = state.metrics.get(&p).copied().unwrap_or_default();
+                let carry = state.carry.get(&p).copied().unwrap_or(0.0);
+                let listed = RankerName::ALL.iter().any(|ranker| {
+                    let carry = if *ranker == RankerName::Popular {
+                        carry
+                    } else {
+                        0.0
+                    };
+                    is_listed(*ranker, &metrics, carry)
                 });
-                listed.then(|| {
-                    (
-                        state.metrics.get(&p).copied().unwrap_or_default(),
-                        state.carry.get(&p).copied().unwrap_or(0.0),
-                    )
-                })
+                listed.then_some((metrics, carry))
             };
             let totals = [0, 1, 2].map(|r| state.rankings[r].len());
             let publication = if replace {
@@ -1046,14 +1073,18 @@ impl RankingEngine {
                     details,
                 }
             } else {
-                let mut changed: Vec<ProductIdx> = changed.unwrap_or_default().into_iter().collect();
-                changed.sort_unstable_by(|a, b| {
-                    self.products.ids[*a as usize].cmp(&self.products.ids[*b as usize])
-                });
+                let changed = changed.unwrap_or_default();
+                let by_id = |set: &HashSet<ProductIdx>| -> Vec<ProductIdx> {
+                    let mut products: Vec<ProductIdx> = set.iter().copied().collect();
+                    products.sort_unstable_by(|a, b| {
+                        self.products.ids[*a as usize].cmp(&self.products.ids[*b as usize])
+                    });
+                    products
+                };
                 let rankings = [0, 1, 2].map(|r| {
-                    changed
-                        .iter()
-                        .map(|&p| {
+                    by_id(&changed.rankings[r])
+                        .into_iter()
+                        .map(|p| {
                             let product = &self.products.ids[p as usize];
                             (
                                 product.clone(),
@@ -1062,9 +1093,9 @@ impl RankingEngine {
                         })
                         .collect::<Vec<_>>()
                 });
-                let details = changed
-                    .iter()
-                    .map(|&p| (self.products.ids[p as usize].clone(), detail(p)))
+                let details = by_id(&changed.details)
+                    .into_iter()
+                    .map(|p| (self.products.ids[p as usize].clone(), detail(p)))
                     .collect();
                 SpanPublication {
                     category: category.clone(),
