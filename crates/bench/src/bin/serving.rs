@@ -287,11 +287,8 @@ async fn ingest(args: &Args, prefix: &str) -> anyhow::Result<()> {
                     ticker.tick().await;
                 }
                 let started = Instant::now();
-                let publications = {
-                    let mut engine = engine.write();
-                    let requests = hot_requests(&engine, now_hour, &zone);
-                    engine.publish(&requests, None, first)
-                };
+                let requests = hot_requests(&engine.read(), now_hour, &zone);
+                let publications = RankingEngine::publish_sliced(&engine, &requests, None, first);
                 in_engine += started.elapsed();
                 first = false;
                 if !publications.is_empty() {
@@ -305,7 +302,7 @@ async fn ingest(args: &Args, prefix: &str) -> anyhow::Result<()> {
                 }
                 if finished {
                     println!(
-                        "publisher: {:.2} s collecting changes from the engine (write lock held), {:.2} s in Redis calls",
+                        "publisher: {:.2} s collecting changes from the engine (write lock held one category at a time), {:.2} s in Redis calls",
                         in_engine.as_secs_f64(),
                         in_redis.as_secs_f64()
                     );

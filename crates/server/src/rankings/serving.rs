@@ -34,6 +34,7 @@ use rankgate_core::ids::CategoryOrAll;
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen, Zone};
 use rankgate_core::ranker::RankerName;
 use rankgate_store::clock::Clock;
+use rankgate_store::ranking::engine::RankingEngine;
 use rankgate_store::ranking::redis_serving::{
     span_field, Active, Published, RedisServing, ServingOptions, Stamped,
 };
@@ -321,8 +322,12 @@ async fn publish_changes(
     let engine = service.engine().clone();
     let depth = serving.depth;
     let (publications, as_of) = tokio::task::spawn_blocking(move || {
-        let mut engine = engine.write();
-        (engine.publish(&requests, depth, false), engine.as_of_millis())
+        // asOf first: every slice then includes at least what it claims.
+        let as_of = engine.read().as_of_millis();
+        (
+            RankingEngine::publish_sliced(&engine, &requests, depth, false),
+            as_of,
+        )
     })
     .await?;
     if publications.is_empty() && as_of == publisher.as_of_millis {
@@ -378,11 +383,14 @@ async fn rebuild(
     let engine = service.engine().clone();
     let depth = serving.depth;
     let (publications, as_of, policy) = tokio::task::spawn_blocking(move || {
-        let mut engine = engine.write();
+        let (as_of, policy) = {
+            let engine = engine.read();
+            (engine.as_of_millis(), engine.policy().version)
+        };
         (
-            engine.publish(&requests, depth, true),
-            engine.as_of_millis(),
-            engine.policy().version,
+            RankingEngine::publish_sliced(&engine, &requests, depth, true),
+            as_of,
+            policy,
         )
     })
     .await?;

@@ -1112,6 +1112,23 @@ impl RankingEngine {
         out
     }
 
+    /// [`RankingEngine::publish`] a few spans at a time, holding the write lock for one slice only, so
+    /// the writer's applies interleave with a long publication instead of waiting for all of it. Spans
+    /// changed between slices stay marked and go out in the next round.
+    pub fn publish_sliced(
+        engine: &parking_lot::RwLock<RankingEngine>,
+        spans: &[(CategoryOrAll, Span)],
+        depth: Option<usize>,
+        everything: bool,
+    ) -> Vec<SpanPublication> {
+        /// Spans per lock hold: one category's hot spans.
+        const SLICE: usize = 8;
+        spans
+            .chunks(SLICE)
+            .flat_map(|slice| engine.write().publish(slice, depth, everything))
+            .collect()
+    }
+
     fn product_of(&self, member: &[u8]) -> ProductId {
         let member = std::str::from_utf8(member).expect("members are product ids");
         self.products.ids[self.products.index[member] as usize].clone()
