@@ -211,7 +211,7 @@ fn postgres_migrations_are_versioned_and_idempotent() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2], "every migration applied once");
+    assert_eq!(versions, vec![1, 2, 3], "every migration applied once");
     assert!(
         PostgresSource::connect(&postgres_url(), "Bad-Name").is_err(),
         "schema names are plain identifiers"
@@ -247,5 +247,154 @@ fn postgres_a_killed_connection_is_replaced_and_the_batch_counted_once() {
                 ..Metrics::default()
             }
         )]
+    );
+}
+
+#[test]
+fn postgres_ids_committed_by_another_instance_are_duplicates() {
+    // Each source decides duplicates against its own in-memory set, kept exact by reading what other
+    // writers committed since its cursor. B loads (or first commits) before A writes, so only that feed
+    // can tell B about A's ids.
+    let schema = Schema::new();
+    let mut a = schema.open();
+    let mut b = schema.open();
+    let mut lazy = schema.open(); // never loads: its set is read inside its first commit
+    b.load().unwrap();
+    assert_eq!(
+        lazy.commit_deduped(&batch_of(&[(DAY0, "l1", "p1", views(1))]))
+            .unwrap(),
+        vec![true]
+    );
+    assert_eq!(
+        a.commit_deduped(&batch_of(&[
+            (DAY0, "x", "p1", views(1)),
+            (DAY0, "l1", "p1", views(1))
+        ]))
+        .unwrap(),
+        vec![true, false],
+        "A never loaded either: its first commit reads every stored id"
+    );
+    // The same id at another hour (another day partition): the primary key alone would not catch it.
+    assert_eq!(
+        b.commit_deduped(&batch_of(&[
+            (DAY0 + 30, "x", "p2", views(5)),
+            (DAY0, "y", "p1", views(1))
+        ]))
+        .unwrap(),
+        vec![false, true],
+        "B must see the id A committed after B loaded"
+    );
+    assert_eq!(
+        lazy.commit_deduped(&batch_of(&[
+            (DAY0 + 50, "x", "p1", views(1)),
+            (DAY0, "y", "p1", views(1))
+        ]))
+        .unwrap(),
+        vec![false, false]
+    );
+    // A writer that predates the commit feed (no `seq` in its COPY) is still seen: the column's default.
+    let mut admin = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls).unwrap();
+    admin
+        .execute(
+            &format!(
+                "INSERT INTO \"{}\".processed (hour, id, batch) VALUES ($1, 'old', 0)",
+                schema.0
+            ),
+            &[&DAY0],
+        )
+        .unwrap();
+    assert_eq!(
+        a.commit_deduped(&batch_of(&[(DAY0 + 1, "old", "p1", views(1))]))
+            .unwrap(),
+        vec![false]
+    );
+    // A restart resumes from what load saw.
+    let mut restarted = schema.open();
+    restarted.load().unwrap();
+    assert_eq!(
+        restarted
+            .commit_deduped(&batch_of(&[
+                (DAY0 + 2, "y", "p1", views(1)),
+                (DAY0 + 2, "z", "p1", views(1))
+            ]))
+            .unwrap(),
+        vec![false, true]
+    );
+    assert_eq!(
+        b.commit_deduped(&batch_of(&[(DAY0 + 3, "z", "p1", views(1))]))
+            .unwrap(),
+        vec![false]
+    );
+    let counted: i64 = suite::snapshot(&mut a)
+        .metrics
+        .iter()
+        .map(|(_, _, m)| m.views)
+        .sum();
+    assert_eq!(
+        counted, 4,
+        "l1, x, y and z counted once each (the raw 'old' row carries no metrics)"
+    );
+}
+
+#[test]
+fn postgres_upgrade_from_v2_keeps_every_id() {
+    // A schema written before migration 3: its rows get seq 0 and a loaded source still knows them.
+    let schema = Schema::new();
+    let mut source = schema.open();
+    source
+        .commit(&batch_of(&[
+            (DAY0, "v2a", "p1", views(1)),
+            (DAY0 + 40, "v2b", "p1", views(1)),
+        ]))
+        .unwrap();
+    let mut admin = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "SET search_path TO \"{s}\";
+             DROP INDEX processed_by_seq; ALTER TABLE processed DROP COLUMN seq; DROP SEQUENCE processed_seq;
+             DELETE FROM schema_migrations WHERE version = 3;",
+            s = schema.0
+        ))
+        .unwrap();
+    let mut upgraded = schema.open();
+    let seqs: Vec<i64> = admin
+        .query(
+            &format!("SELECT seq FROM \"{}\".processed ORDER BY id", schema.0),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(seqs, vec![0, 0], "existing rows get 0 without a rewrite");
+    let indexes: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexdef LIKE '%(seq)%'",
+            &[&schema.0],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        indexes, 3,
+        "the parent's index and one per existing day partition"
+    );
+    upgraded.load().unwrap();
+    assert_eq!(
+        upgraded
+            .commit_deduped(&batch_of(&[
+                (DAY0 + 1, "v2a", "p1", views(1)),
+                (DAY0 + 1, "v3", "p1", views(1))
+            ]))
+            .unwrap(),
+        vec![false, true]
+    );
+    let mut lazy = schema.open();
+    assert_eq!(
+        lazy.commit_deduped(&batch_of(&[
+            (DAY0 + 2, "v2b", "p1", views(1)),
+            (DAY0 + 2, "v3", "p1", views(1))
+        ]))
+        .unwrap(),
+        vec![false, false]
     );
 }

@@ -17,13 +17,19 @@
 //!   machine (BENCHMARKS.md, "PostgreSQL source of truth: commit throughput").
 //! - **The database arbitrates duplicates** ([`SourceOfTruth::commit_deduped`]). An id is counted once,
 //!   ever, whatever its event time, but a unique index on a time-partitioned table must include the
-//!   partition key, so `(hour, id)` alone cannot catch the same id at two different hours. Each commit
-//!   therefore takes a per-schema transaction-level advisory lock, looks the batch's ids up in every
-//!   retained partition (through the index on `id`; the commit turns sequential scans off, because the
-//!   planner otherwise scans whole partitions for a 2,000-id lookup), and inserts only the unseen ones;
-//!   metric deltas and raw log rows are applied only for those, in the same transaction. Commits from
-//!   several instances are serialized by the lock, which is what makes the lookup-then-insert exact
-//!   (every writer of these tables holds it); within one instance there is one writer anyway.
+//!   partition key, so `(hour, id)` alone cannot catch the same id at two different hours, and probing
+//!   every day partition's `id` index for every id of a batch costs 2,000 × 31 descents with 30 days
+//!   retained. Instead each source keeps an exact in-memory set of every processed id (`Known`, loaded
+//!   with [`SourceOfTruth::load`] or read inside its first commit) and a cursor in a commit feed: every
+//!   commit takes a per-schema transaction-level advisory lock, draws one `processed_seq` value and
+//!   stores it with each id it inserts (migration 3), and first reads every `processed` row with
+//!   `seq > cursor` (one probe of each partition's `seq` index): what other instances committed since.
+//!   Because every writer draws its `seq` under the lock and commits before releasing it, nothing below
+//!   the newest value is still invisible, so the set is exact when the batch is decided against it;
+//!   only unseen ids are inserted, and metric deltas and raw log rows are applied only for those, in the
+//!   same transaction. The `(hour, id)` primary key stays as a safety net: a repeat it can see aborts
+//!   the commit rather than double counting. Retention drops whole day partitions, and the set forgets
+//!   the ids of every day whose partition is gone (whoever dropped it) at the next `evict`.
 //! - **Raw log packed per (batch, hour)**, as in SQLite: one `event_log` row holds the bodies of every
 //!   event of one batch in one hour, newline-separated (canonical JSON has no raw newline; a body with
 //!   one is refused), keyed by the hour and the first of those ids. A batch thus writes a row per hour,
@@ -35,8 +41,9 @@
 //!   cut is kept until all of it is older (retention is a floor). Metric rows are deleted by range.
 //! - **Restarts**: a failed commit returns an error (nothing acknowledged). On a connection error the
 //!   client reconnects once and retries the whole transaction. Each commit call writes a random token
-//!   with its ids, so a retry whose first attempt did commit (reply lost) recognizes its own rows and
-//!   reports the same outcome instead of counting anything twice.
+//!   with its ids, so a retry whose first attempt did commit (reply lost) recognizes its own rows in the
+//!   commit feed (the cursor only moves past them once a commit's reply arrived) and reports the same
+//!   outcome instead of counting anything twice.
 //! - The raw log is scanned hour by hour and, within an hour, in commit order (`seq` from one sequence,
 //!   assigned in batch order, then the order inside a packed row), as the trait asks.
 //! - Ids and products are `text COLLATE "C"` so ordering is bytewise, as in SQLite; the catalogue and
@@ -151,6 +158,21 @@ ALTER TABLE {s}.product_categories ADD COLUMN change_seq bigint NOT NULL DEFAULT
 CREATE INDEX product_categories_change ON {s}.product_categories (change_seq);
 "#,
     ),
+    (
+        3,
+        // A commit feed of processed ids, so each source keeps an exact in-memory set of them (`Known`)
+        // instead of probing every day partition's id index for every id of a batch. A commit draws one
+        // `processed_seq` value under the write lock and stores it with each id it inserts; another source
+        // reads `seq > its cursor` (one index probe per partition). Rows that existed before this
+        // migration get 0 without a table rewrite (the constant default); every later row gets a value,
+        // also from a binary that predates this migration and leaves the column out (`nextval`).
+        r#"
+CREATE SEQUENCE {s}.processed_seq;
+ALTER TABLE {s}.processed ADD COLUMN seq bigint NOT NULL DEFAULT 0;
+ALTER TABLE {s}.processed ALTER COLUMN seq SET DEFAULT nextval('{s}.processed_seq');
+CREATE INDEX processed_by_seq ON {s}.processed (seq);
+"#,
+    ),
 ];
 
 /// The PostgreSQL source of truth: one connection, one schema.
@@ -160,6 +182,30 @@ pub struct PostgresSource {
     client: Client,
     /// The commit path's statements, prepared once per connection (see [`Statements`]).
     statements: Statements,
+    /// Every processed id of the schema as of `Known::cursor`, from [`SourceOfTruth::load`] or, failing
+    /// that, read inside the first commit. `None` until then.
+    known: Option<Known>,
+}
+
+/// The exact set of processed ids a source has seen, whoever committed them: the dedupe arbiter of
+/// [`SourceOfTruth::commit_deduped`]. Kept exact by the commit feed (migration 3): under the write lock a
+/// commit first reads every `processed` row with `seq > cursor`, i.e. what other writers committed since
+/// (they drew their `seq` under the same lock, so every smaller value is already visible), then decides
+/// against this set. Each id maps to its day partition, so retention can forget what was dropped.
+#[derive(Default)]
+struct Known {
+    ids: hashbrown::HashMap<Box<str>, i64>,
+    /// The largest `processed.seq` whose rows are all in `ids`.
+    cursor: i64,
+}
+
+impl Known {
+    fn learn(&mut self, id: &str, hour: i64, seq: i64) {
+        if !self.ids.contains_key(id) {
+            self.ids.insert(id.into(), hour.div_euclid(PARTITION_HOURS));
+        }
+        self.cursor = self.cursor.max(seq);
+    }
 }
 
 /// Statements prepared once per connection and reused by every commit, so a micro-batch pays neither
@@ -247,6 +293,7 @@ impl PostgresSource {
             schema: schema.to_owned(),
             client,
             statements: Statements::default(),
+            known: None,
         };
         source.migrate()?;
         Ok(source)
@@ -400,16 +447,20 @@ fn insert_metrics(
     Ok(())
 }
 
-/// The dedupe lookup: the batch's ids in every retained partition of `processed`. It must probe each
-/// partition's `id` index (2,000 descents per partition) rather than scan it: a sequential scan grows
-/// with the table (24 ms at 324k ids, 300 ms at 3.6M), so commits set `enable_seqscan = off` locally.
-const LOOKUP_SQL: &str = "SELECT id::text, batch FROM processed WHERE id = ANY($1::text[])";
+/// The commit feed (migration 3): every `processed` row committed after `cursor`, by any writer. One
+/// probe of each partition's `seq` index; commits set `enable_seqscan = off` locally, because a generic
+/// plan for `seq > $1` would otherwise scan whole partitions.
+const SINCE_SQL: &str = "SELECT id::text, hour, seq, batch FROM processed WHERE seq > $1";
+
+/// Every stored id, read once by a source whose set was not loaded (`Known`).
+const ALL_IDS_SQL: &str = "SELECT id::text, hour, seq, batch FROM processed";
 
 /// The new ids go in with binary `COPY`: PostgreSQL then fills heap pages with multi-row inserts (one
-/// WAL record per page instead of per row). Nothing can conflict: under the write lock the lookup
-/// already removed every id that is stored, and in-batch repeats were removed before it, so a unique
-/// violation here would be a bug and fails the whole commit.
-const COPY_PROCESSED_SQL: &str = "COPY processed (hour, id, batch) FROM STDIN (FORMAT binary)";
+/// WAL record per page instead of per row), each with this commit's `processed_seq` value. Nothing can
+/// conflict: under the write lock the exact in-memory set already removed every id that is stored, and
+/// in-batch repeats were removed before it, so a unique violation here would be a bug and fails the
+/// whole commit (the primary key stays as that safety net; it catches a repeat within one hour only).
+const COPY_PROCESSED_SQL: &str = "COPY processed (hour, id, batch, seq) FROM STDIN (FORMAT binary)";
 
 /// Everything else a batch writes, in one statement (one round trip): packed raw log rows, new
 /// memberships, the monotonic meta values, and the metric deltas of rows that already exist, as a plain
@@ -469,12 +520,19 @@ fn pack_log<'a>(batch: &'a CommitBatch, new_index: &[usize]) -> (Vec<i64>, Vec<&
 
 /// One commit attempt: the whole transaction. Returns per event whether this call counted it.
 ///
-/// Round trips: BEGIN; the write lock and day partitions (one simple-protocol batch); the dedupe
-/// lookup; the `COPY` of new ids (two); [`APPLY_SQL`] for everything else; [`INSERT_METRICS_SQL`] if the
-/// batch creates metric rows; COMMIT. The first commit on a connection also prepares the statements.
+/// Round trips: BEGIN; the write lock, day partitions and this commit's `processed_seq` value (one
+/// simple-protocol batch); the commit feed since `known`'s cursor ([`SINCE_SQL`]); the `COPY` of new ids
+/// (two); [`APPLY_SQL`] for everything else; [`INSERT_METRICS_SQL`] if the batch creates metric rows;
+/// COMMIT. The first commit on a connection also prepares the statements, and the first commit of a
+/// source that did not `load` reads every stored id ([`ALL_IDS_SQL`]).
+///
+/// `known` learns what other writers committed as soon as it is read (those rows are committed, whatever
+/// happens to this transaction), and this batch's new ids only once COMMIT succeeded. A retry whose
+/// first attempt committed (reply lost) finds its own rows, by `token`, in the feed after the cursor.
 fn commit_once(
     client: &mut Client,
     statements: &mut Statements,
+    known: &mut Option<Known>,
     lock: &str,
     batch: &CommitBatch,
     token: i64,
@@ -484,32 +542,63 @@ fn commit_once(
     days.sort_unstable();
     days.dedup();
     let days = days.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-    transaction.batch_execute(&format!(
-        "SET LOCAL enable_seqscan = off; {lock}; SELECT ensure_day_partitions('{{{days}}}'::bigint[])"
+    let messages = transaction.simple_query(&format!(
+        "SET LOCAL enable_seqscan = off; {lock}; SELECT ensure_day_partitions('{{{days}}}'::bigint[]);
+         SELECT nextval('processed_seq')"
     ))?;
+    let seq: i64 = messages
+        .iter()
+        .rev()
+        .find_map(|message| match message {
+            ::postgres::SimpleQueryMessage::Row(row) => row.get(0),
+            _ => None,
+        })
+        .ok_or_else(|| corrupt("processed_seq", "nextval returned no row"))?
+        .parse()
+        .map_err(|e| corrupt("processed_seq", e))?;
+    // What other writers committed since this source last looked; all of it on a source's first commit.
+    let (rows, fresh) = match known.as_ref() {
+        Some(set) => {
+            let since = statements.get(&mut transaction, SINCE_SQL)?;
+            (transaction.query(&since, &[&set.cursor])?, None)
+        }
+        None => {
+            transaction.batch_execute("SET LOCAL enable_seqscan = on")?;
+            let rows = transaction.query(ALL_IDS_SQL, &[])?;
+            transaction.batch_execute("SET LOCAL enable_seqscan = off")?;
+            (rows, Some(Known::default()))
+        }
+    };
+    if let Some(fresh) = fresh {
+        *known = Some(fresh);
+    }
+    let set = known.as_mut().expect("set above");
+    let mut ours: HashSet<&str> = HashSet::new();
+    for row in &rows {
+        let id: &str = row.get(0);
+        set.learn(id, row.get(1), row.get(2));
+        if row.get::<_, i64>(3) == token {
+            ours.insert(id);
+        }
+    }
     let mut counted = vec![false; batch.events.len()];
+    if !ours.is_empty() {
+        // An earlier attempt of this very call committed (its reply was lost): report its outcome.
+        let mut reported = HashSet::new();
+        for (flag, (_, id, _)) in counted.iter_mut().zip(&batch.events) {
+            *flag = ours.contains(id.as_str()) && reported.insert(id.as_str());
+        }
+        return Ok(counted);
+    }
     let mut counted_deltas: Option<Vec<(Hour, ProductId, Metrics)>> = None;
     let mut new_index: Vec<usize> = Vec::new();
     if !batch.events.is_empty() {
         let ids: Vec<&str> = batch.events.iter().map(|(_, id, _)| id.as_str()).collect();
-        // First occurrence of each id within the batch; later repeats are never counted.
+        // First occurrence of each id within the batch and not processed before; later repeats never count.
         let mut first = HashSet::with_capacity(ids.len());
-        let mut candidate_index: Vec<usize> = (0..ids.len()).filter(|&i| first.insert(ids[i])).collect();
-        let distinct: Vec<&str> = candidate_index.iter().map(|&i| ids[i]).collect();
-        let lookup = statements.get(&mut transaction, LOOKUP_SQL)?;
-        let mut seen: HashMap<String, i64> = HashMap::new();
-        for row in transaction.query(&lookup, &[&distinct])? {
-            seen.insert(row.get(0), row.get(1));
-        }
-        if seen.values().any(|&batch_token| batch_token == token) {
-            // An earlier attempt of this very call committed (its reply was lost): report its outcome.
-            let mut reported = HashSet::new();
-            for (flag, id) in counted.iter_mut().zip(&ids) {
-                *flag = seen.get(*id) == Some(&token) && reported.insert(*id);
-            }
-            return Ok(counted);
-        }
-        candidate_index.retain(|&i| !seen.contains_key(ids[i]));
+        let candidate_index: Vec<usize> = (0..ids.len())
+            .filter(|&i| first.insert(ids[i]) && !set.ids.contains_key(ids[i]))
+            .collect();
         for &i in &candidate_index {
             counted[i] = true;
         }
@@ -517,10 +606,12 @@ fn commit_once(
         let mut copy_order = candidate_index.clone();
         copy_order.sort_unstable_by(|&a, &b| (batch.events[a].0, ids[a]).cmp(&(batch.events[b].0, ids[b])));
         let copy = statements.get(&mut transaction, COPY_PROCESSED_SQL)?;
-        let mut writer =
-            BinaryCopyInWriter::new(transaction.copy_in(&copy)?, &[Type::INT8, Type::TEXT, Type::INT8]);
+        let mut writer = BinaryCopyInWriter::new(
+            transaction.copy_in(&copy)?,
+            &[Type::INT8, Type::TEXT, Type::INT8, Type::INT8],
+        );
         for &i in &copy_order {
-            writer.write(&[&batch.events[i].0 .0, &ids[i], &token])?;
+            writer.write(&[&batch.events[i].0 .0, &ids[i], &token, &seq])?;
         }
         writer.finish()?;
         new_index = candidate_index;
@@ -620,6 +711,13 @@ fn commit_once(
         )?;
     }
     transaction.commit()?;
+    // Durable: this batch's new ids join the set, and nothing below `seq` is unread (the lock was held).
+    let set = known.as_mut().expect("set above");
+    for &i in &new_index {
+        let (hour, id, _) = &batch.events[i];
+        set.learn(id.as_str(), hour.0, seq);
+    }
+    set.cursor = set.cursor.max(seq);
     Ok(counted)
 }
 
@@ -645,13 +743,16 @@ impl SourceOfTruth for PostgresSource {
         }
         let token: i64 = rand::random();
         let lock = self.write_lock();
-        self.with_reconnect(true, |client, statements| {
-            commit_once(client, statements, &lock, batch, token)
-        })
+        let mut known = self.known.take();
+        let result = self.with_reconnect(true, |client, statements| {
+            commit_once(client, statements, &mut known, &lock, batch, token)
+        });
+        self.known = known;
+        result
     }
 
     fn load(&mut self) -> Result<LoadedState, SourceError> {
-        self.with_reconnect(true, |client, _| {
+        let (state, known) = self.with_reconnect(true, |client, _| {
             let mut transaction = client.build_transaction().read_only(true).isolation_level(::postgres::IsolationLevel::RepeatableRead).start()?;
             let mut state = LoadedState::default();
             for row in transaction.query(
@@ -673,10 +774,15 @@ impl SourceOfTruth for PostgresSource {
                     Category::parse(category).map_err(|e| corrupt("product_categories.category", e))?,
                 ));
             }
-            let mut rows = transaction.query_raw("SELECT id::text FROM processed", std::iter::empty::<&dyn ToSql>())?;
+            // The same snapshot's ids become this source's dedupe set. Its cursor is the largest `seq`
+            // seen: writers draw `seq` under the write lock and commit before releasing it, so every
+            // smaller value this snapshot does not show was never committed.
+            let mut known = Known::default();
+            let mut rows = transaction.query_raw("SELECT id::text, hour, seq FROM processed", std::iter::empty::<&dyn ToSql>())?;
             while let Some(row) = rows.next()? {
                 let id: &str = row.get(0);
                 state.processed_ids.push(EventId::parse(id).map_err(|e| corrupt("processed.id", e))?);
+                known.learn(id, row.get(1), row.get(2));
             }
             drop(rows);
             for row in transaction.query("SELECT key, value FROM meta", &[])? {
@@ -695,8 +801,10 @@ impl SourceOfTruth for PostgresSource {
                 )?
                 .get(0);
             transaction.commit()?;
-            Ok(state)
-        })
+            Ok((state, known))
+        })?;
+        self.known = Some(known);
+        Ok(state)
     }
 
     fn changes_since(&mut self, cursor: i64) -> Result<Option<Changes>, SourceError> {
@@ -782,7 +890,7 @@ impl SourceOfTruth for PostgresSource {
 
     fn evict(&mut self, events_before: Hour, metrics_before: Hour) -> Result<Vec<EventId>, SourceError> {
         let lock = self.write_lock();
-        self.with_reconnect(true, |client, _| {
+        let (mut forgotten, kept) = self.with_reconnect(true, |client, _| {
             let mut transaction = client.transaction()?;
             transaction.batch_execute(&lock)?;
             let expired = |day: i64| (day + 1) * PARTITION_HOURS <= events_before.0;
@@ -803,9 +911,29 @@ impl SourceOfTruth for PostgresSource {
                 }
             }
             transaction.execute("DELETE FROM metrics_hourly WHERE hour < $1", &[&metrics_before.0])?;
+            let kept: HashSet<i64> = partitions(&mut transaction, "processed")?
+                .into_iter()
+                .map(|(day, _)| day)
+                .collect();
             transaction.commit()?;
-            Ok(forgotten)
-        })
+            Ok((forgotten, kept))
+        })?;
+        // The dedupe set forgets every id whose day partition is gone, also when another instance dropped
+        // it; those ids are reported too, so the caller's own set forgets them as well.
+        if let Some(known) = self.known.as_mut() {
+            let reported: HashSet<&str> = forgotten.iter().map(EventId::as_str).collect();
+            let mut gone = Vec::new();
+            known.ids.retain(|id, day| {
+                if !kept.contains(day) && !reported.contains(&**id) {
+                    gone.push(id.clone());
+                }
+                kept.contains(day)
+            });
+            for id in gone {
+                forgotten.push(EventId::parse(&id).map_err(|e| corrupt("processed.id", e))?);
+            }
+        }
+        Ok(forgotten)
     }
 
     fn load_policies(&mut self, ranker: RankerName) -> Result<Option<RankerPolicies>, SourceError> {
