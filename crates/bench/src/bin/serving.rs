@@ -71,7 +71,8 @@ struct Args {
     /// Events per micro-batch.
     #[arg(long, default_value_t = 2000)]
     batch: usize,
-    /// Number of events (seed-lesson workload, truncated or scaled up to this many).
+    /// Number of events (seed-lesson workload truncated or scaled up to this many; with --flash-sale, the
+    /// number of sales in its one hour).
     #[arg(long)]
     events: Option<usize>,
     /// `ingest` without the Redis publisher: the PostgreSQL-only figure, to see what publishing costs.
@@ -81,7 +82,12 @@ struct Args {
 
 fn workload(args: &Args) -> Vec<Event> {
     let raw = if args.flash_sale {
-        flash_sale(&FlashSaleConfig::default())
+        // `--events` scales the sale (same hour, category and 20 products); the seed's is 100,000.
+        let defaults = FlashSaleConfig::default();
+        flash_sale(&FlashSaleConfig {
+            sales: args.events.unwrap_or(defaults.sales),
+            ..defaults
+        })
     } else {
         let end = 1_783_641_600_000; // 2026-07-10T00:00:00Z
         let base = SeedLessonConfig::new(42, end);
