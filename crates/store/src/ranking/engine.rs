@@ -105,11 +105,11 @@ pub struct SpanPublication {
     /// data and needs a rebuild rather than this publication.
     pub existing: bool,
     /// Per ranker, in [`RankerName::ALL`] order: (product, ascending key), `None` to remove the product.
-    pub rankings: [Vec<(ProductId, Option<f64>)>; 3],
+    pub rankings: PublishedRankings,
     /// Listed products per ranker (the whole ranking, also when only its top is published).
     pub totals: [usize; 3],
     /// Per product: its metrics over the span and its popular carry, `None` to forget the product.
-    pub details: Vec<(ProductId, Option<(Metrics, f64)>)>,
+    pub details: PublishedDetails,
 }
 
 impl SpanPublication {
@@ -449,6 +449,26 @@ impl Inputs<'_> {
             }
         }
     }
+}
+
+/// Per ranker: (product, ascending key or `None` to remove), as [`SpanPublication::rankings`] holds them.
+pub type PublishedRankings = [Vec<(ProductId, Option<f64>)>; 3];
+/// (product, metrics and carry or `None` to forget), as [`SpanPublication::details`] holds them.
+pub type PublishedDetails = Vec<(ProductId, Option<(Metrics, f64)>)>;
+
+/// A product's detail in a span while any ranker lists it (the rule the sorted sets follow), else `None`.
+fn published_detail(state: &SpanState, product: ProductIdx) -> Option<(Metrics, f64)> {
+    let metrics = state.metrics.get(&product).copied().unwrap_or_default();
+    let carry = state.carry.get(&product).copied().unwrap_or(0.0);
+    let listed = RankerName::ALL.iter().any(|ranker| {
+        let carry = if *ranker == RankerName::Popular {
+            carry
+        } else {
+            0.0
+        };
+        is_listed(*ranker, &metrics, carry)
+    });
+    listed.then_some((metrics, carry))
 }
 
 /// Orders candidates by product id bytes inside `next_day_carry` while carrying the dense index.
@@ -1022,94 +1042,74 @@ impl RankingEngine {
             self.ensure_span(key);
             let state = self.spans.get_mut(&key).expect("span just ensured");
             let changed = state.unpublished.replace(Box::default());
-            let existing = !everything && changed.is_some();
-            let replace = everything || depth.is_some() || changed.is_none();
             if !everything && changed.as_ref().is_some_and(|c| c.is_empty()) {
                 continue;
             }
             let state = &self.spans[&key];
-            // A product's detail is kept while any ranker lists it (the same rule the sorted sets follow).
-            let detail = |p: ProductIdx| -> Option<(Metrics, f64)> {
-                let metrics = state.metrics.get(&p).copied().unwrap_or_default();
-                let carry = state.carry.get(&p).copied().unwrap_or(0.0);
-                let listed = RankerName::ALL.iter().any(|ranker| {
-                    let carry = if *ranker == RankerName::Popular {
-                        carry
-                    } else {
-                        0.0
-                    };
-                    is_listed(*ranker, &metrics, carry)
-                });
-                listed.then_some((metrics, carry))
+            let (rankings, details) = match &changed {
+                Some(changed) if !everything && depth.is_none() => self.changes_of(state, changed),
+                _ => self.whole(state, depth),
             };
-            let totals = [0, 1, 2].map(|r| state.rankings[r].len());
-            let publication = if replace {
-                let take = depth.unwrap_or(usize::MAX);
-                let rankings = [0, 1, 2].map(|r| {
-                    state.rankings[r]
-                        .iter_from_rank(0)
-                        .take(take)
-                        .map(|(member, key)| (self.product_of(member), Some(key)))
-                        .collect::<Vec<_>>()
-                });
-                let mut members: Vec<&ProductId> =
-                    rankings.iter().flatten().map(|(product, _)| product).collect();
-                members.sort_unstable();
-                members.dedup();
-                let details = members
-                    .into_iter()
-                    .map(|product| {
-                        let idx = self.products.index[product.as_str()];
-                        (product.clone(), detail(idx))
-                    })
-                    .collect();
-                SpanPublication {
-                    category: category.clone(),
-                    span: *span,
-                    replace: true,
-                    existing,
-                    rankings,
-                    totals,
-                    details,
-                }
-            } else {
-                let changed = changed.unwrap_or_default();
-                let by_id = |set: &HashSet<ProductIdx>| -> Vec<ProductIdx> {
-                    let mut products: Vec<ProductIdx> = set.iter().copied().collect();
-                    products.sort_unstable_by(|a, b| {
-                        self.products.ids[*a as usize].cmp(&self.products.ids[*b as usize])
-                    });
-                    products
-                };
-                let rankings = [0, 1, 2].map(|r| {
-                    by_id(&changed.rankings[r])
-                        .into_iter()
-                        .map(|p| {
-                            let product = &self.products.ids[p as usize];
-                            (
-                                product.clone(),
-                                state.rankings[r].zscore(product.as_str().as_bytes()),
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                });
-                let details = by_id(&changed.details)
-                    .into_iter()
-                    .map(|p| (self.products.ids[p as usize].clone(), detail(p)))
-                    .collect();
-                SpanPublication {
-                    category: category.clone(),
-                    span: *span,
-                    replace: false,
-                    existing,
-                    rankings,
-                    totals,
-                    details,
-                }
-            };
-            out.push(publication);
+            out.push(SpanPublication {
+                category: category.clone(),
+                span: *span,
+                replace: everything || depth.is_some() || changed.is_none(),
+                existing: !everything && changed.is_some(),
+                rankings,
+                totals: [0, 1, 2].map(|r| state.rankings[r].len()),
+                details,
+            });
         }
         out
+    }
+
+    /// A span's top `depth` per ranker (all of it when `None`), with the details of every product shown.
+    fn whole(&self, state: &SpanState, depth: Option<usize>) -> (PublishedRankings, PublishedDetails) {
+        let rankings = [0, 1, 2].map(|r| {
+            state.rankings[r]
+                .iter_from_rank(0)
+                .take(depth.unwrap_or(usize::MAX))
+                .map(|(member, key)| (self.product_of(member), Some(key)))
+                .collect::<Vec<_>>()
+        });
+        let mut members: Vec<&ProductId> = rankings.iter().flatten().map(|(product, _)| product).collect();
+        members.sort_unstable();
+        members.dedup();
+        let details = members
+            .into_iter()
+            .map(|product| {
+                let idx = self.products.index[product.as_str()];
+                (product.clone(), published_detail(state, idx))
+            })
+            .collect();
+        (rankings, details)
+    }
+
+    /// The current keys and details of what `changed` names, in product id order.
+    fn changes_of(&self, state: &SpanState, changed: &Unpublished) -> (PublishedRankings, PublishedDetails) {
+        let by_id = |set: &HashSet<ProductIdx>| -> Vec<ProductIdx> {
+            let mut products: Vec<ProductIdx> = set.iter().copied().collect();
+            products
+                .sort_unstable_by(|a, b| self.products.ids[*a as usize].cmp(&self.products.ids[*b as usize]));
+            products
+        };
+        let rankings = [0, 1, 2].map(|r| {
+            by_id(&changed.rankings[r])
+                .into_iter()
+                .map(|p| {
+                    let product = &self.products.ids[p as usize];
+                    (
+                        product.clone(),
+                        state.rankings[r].zscore(product.as_str().as_bytes()),
+                    )
+                })
+                .collect::<Vec<_>>()
+        });
+        let details = by_id(&changed.details)
+            .into_iter()
+            .map(|p| (self.products.ids[p as usize].clone(), published_detail(state, p)))
+            .collect();
+        (rankings, details)
     }
 
     /// [`RankingEngine::publish`] a few spans at a time, holding the write lock for one slice only, so
