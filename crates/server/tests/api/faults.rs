@@ -248,17 +248,8 @@ async fn a_postgres_restart_mid_ingest_loses_nothing_and_counts_nothing_twice() 
     // ...and the server counts every event exactly once: not lost, not doubled by the re-sends.
     wait_for_views(&app, total as i64).await;
 
-    let verify = Command::new(env!("CARGO_BIN_EXE_rankgate"))
-        .args(["verify", "--database", &pg.url(), "--data-dir"])
-        .arg(&app.data_dir)
-        .output()
-        .unwrap();
-    assert!(
-        verify.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&verify.stdout),
-        String::from_utf8_lossy(&verify.stderr)
-    );
+    let data_dir = app.data_dir.display().to_string();
+    assert_verify_passes(&["--database", &pg.url(), "--data-dir", &data_dir]);
     app.stop().await;
 }
 

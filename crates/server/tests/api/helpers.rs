@@ -166,3 +166,18 @@ pub async fn read_until(app: &TestApp, path: &str, what: &str, accept: impl Fn(&
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// Runs `rankgate verify <args>` and fails the test, showing its report, unless it passes.
+pub fn assert_verify_passes(args: &[&str]) {
+    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_rankgate"))
+        .arg("verify")
+        .args(args)
+        .output()
+        .expect("the rankgate binary runs");
+    assert!(
+        verify.status.success(),
+        "rankgate verify {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+}

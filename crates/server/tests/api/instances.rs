@@ -92,23 +92,15 @@ async fn two_instances_count_each_event_once_and_answer_identically() {
         .sum();
     assert_eq!(views, 320, "400 events, one in five a sale");
 
-    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_rankgate"))
-        .args([
-            "verify",
-            "--database",
-            POSTGRES,
-            "--database-schema",
-            &schema,
-            "--data-dir",
-        ])
-        .arg(&a.data_dir)
-        .output()
-        .unwrap();
-    assert!(
-        verify.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verify.stdout)
-    );
+    let data_dir = a.data_dir.display().to_string();
+    assert_verify_passes(&[
+        "--database",
+        POSTGRES,
+        "--database-schema",
+        &schema,
+        "--data-dir",
+        &data_dir,
+    ]);
     a.stop().await;
     b.stop().await;
 }

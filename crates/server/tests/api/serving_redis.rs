@@ -206,18 +206,17 @@ async fn redis_serves_rankings_and_its_loss_is_survived_and_repaired() {
         "rebuilt without an operator"
     );
 
-    let verify = Command::new(env!("CARGO_BIN_EXE_rankgate"))
-        .args(["verify", "--url", &app.address, "--database", POSTGRES])
-        .args(["--database-schema", &schema, "--data-dir"])
-        .arg(&app.data_dir)
-        .output()
-        .unwrap();
-    assert!(
-        verify.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&verify.stdout),
-        String::from_utf8_lossy(&verify.stderr)
-    );
+    let data_dir = app.data_dir.display().to_string();
+    assert_verify_passes(&[
+        "--url",
+        &app.address,
+        "--database",
+        POSTGRES,
+        "--database-schema",
+        &schema,
+        "--data-dir",
+        &data_dir,
+    ]);
     app.stop().await;
 }
 
