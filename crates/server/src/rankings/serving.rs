@@ -8,10 +8,11 @@
 //!   flushed) or when the `popular` policy changed: **rebuilds** — every hot span, whole, into a fresh
 //!   generation beside the served one; checks the totals Redis holds against the engine's; switches the
 //!   pointer (fenced by the lease); lets the old generation expire after the grace period;
-//! - otherwise publishes **changes**: the engine hands over, per hot span, the products re-scored since
-//!   the last publication (one entry per product however many events touched it), one Lua call per
-//!   category; then bumps the pointer's sequence number, which tells every instance to drop its cached
-//!   responses.
+//! - otherwise publishes **changes**: the engine hands over, per hot span and ranker, the products whose
+//!   key moved since the last publication (one entry per product however many events touched it; a view
+//!   moves `popular` and the detail only), taking its lock one category at a time so ingest interleaves;
+//!   one Lua call per category; then bumps the pointer's sequence number, which tells every instance to
+//!   drop its cached responses.
 //!
 //! Hot spans are the current hour, day, ISO week and month and the four windows ending at the current
 //! hour, for `all` and every category. Older spans are answered by each instance's engine, which is
