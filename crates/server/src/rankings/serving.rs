@@ -73,6 +73,8 @@ pub struct Serving {
     owner: String,
     depth: Option<usize>,
     zone: Zone,
+    /// How far Redis's data may trail this instance's newest ingest before reads stop trusting it.
+    max_lag_millis: i64,
     view: RwLock<View>,
     /// Bumped whenever the view changes, so cached responses made under an older pointer are never served.
     stamp: AtomicU64,
@@ -99,6 +101,15 @@ pub fn hot_spans(now_hour: Hour, zone: &Zone) -> Vec<Span> {
             end: now_hour,
         }))
         .collect()
+}
+
+/// Whether served data as of `served` trails the newest ingest `newest` by more than `limit` ms.
+fn lags(served: Option<i64>, newest: Option<i64>, limit: i64) -> bool {
+    match (served, newest) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(served), Some(newest)) => newest - served > limit,
+    }
 }
 
 fn is_hot(span: &Span, now_hour: Hour, zone: &Zone) -> bool {
@@ -130,6 +141,8 @@ impl Serving {
             owner,
             depth: config.serving_depth,
             zone: config.zone.clone(),
+            // Twice the freshness bound: a normal publication round never trails by that much.
+            max_lag_millis: 2 * config.freshness_millis as i64,
             view: RwLock::default(),
             stamp: AtomicU64::new(1),
             unreachable: AtomicBool::new(false),
@@ -147,7 +160,11 @@ impl Serving {
     }
 
     /// Where a read of `span` goes, given the clock's current hour.
-    pub fn route(&self, span: &Span, now_hour: Hour) -> Route {
+    ///
+    /// `engine_as_of` is this instance's newest ingest: when Redis's data is older than that by more than
+    /// [`Serving::max_lag_millis`] (its publisher died and the lease has not moved yet, or a rebuild is
+    /// under way), Redis no longer meets the freshness bound and the engine answers, marked stale.
+    pub fn route(&self, span: &Span, now_hour: Hour, engine_as_of: Option<i64>) -> Route {
         // Spans Redis does not hold are the engine's to answer, fresh, whatever Redis's state.
         if !is_hot(span, now_hour, &self.zone) {
             return Route::Engine { stale: false };
@@ -156,6 +173,9 @@ impl Serving {
         match &view.active {
             _ if self.unreachable.load(Ordering::Acquire) => Route::Engine { stale: true },
             None => Route::Engine { stale: true },
+            Some(active) if lags(active.as_of_millis, engine_as_of, self.max_lag_millis) => {
+                Route::Engine { stale: true }
+            }
             Some(active) => Route::Redis {
                 active: active.clone(),
                 stamp: self.stamp.load(Ordering::Acquire),
@@ -507,5 +527,50 @@ pub fn served_policy_version(active: &Active, ranker: RankerName) -> u32 {
     match ranker {
         RankerName::Popular => active.popular_version,
         RankerName::Units | RankerName::Revenue => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_data_lags_only_beyond_the_limit() {
+        assert!(
+            !lags(Some(1_000), None, 2_000),
+            "nothing ingested here: nothing to trail"
+        );
+        assert!(!lags(Some(1_000), Some(3_000), 2_000), "within the limit");
+        assert!(
+            lags(Some(1_000), Some(3_001), 2_000),
+            "a publisher that stopped publishing"
+        );
+        assert!(
+            lags(None, Some(1), 2_000),
+            "a pointer with no data behind ingested data"
+        );
+        assert!(
+            !lags(Some(5_000), Some(4_000), 2_000),
+            "redis ahead (another instance ingested)"
+        );
+    }
+
+    #[test]
+    fn hot_spans_are_the_current_periods_and_the_windows_ending_now() {
+        let zone = Zone::utc();
+        let now = Hour(500_000);
+        let spans = hot_spans(now, &zone);
+        assert_eq!(spans.len(), 8);
+        assert!(spans.iter().all(|span| is_hot(span, now, &zone)));
+        assert!(!is_hot(
+            &Span::Window {
+                len: WindowLen::D7,
+                end: now.plus(-1)
+            },
+            now,
+            &zone
+        ));
+        let yesterday = PeriodKey::containing(PeriodKind::Daily, now.plus(-24), &zone);
+        assert!(!is_hot(&Span::Period(yesterday), now, &zone));
     }
 }

@@ -180,7 +180,11 @@ where
 /// Where a read goes: Redis for hot spans when Redis serving is configured, else the engine.
 fn route(state: &AppState, span: &Span) -> Route {
     match state.rankings.serving() {
-        Some(serving) => serving.route(span, Hour::from_millis(state.clock.now_millis())),
+        Some(serving) => serving.route(
+            span,
+            Hour::from_millis(state.clock.now_millis()),
+            state.rankings.engine().read().as_of_millis(),
+        ),
         None => Route::Engine { stale: false },
     }
 }
