@@ -134,6 +134,8 @@ struct Scripts {
     limiter_window: Script,
 }
 
+/// Helpers shared by every waiting-room, job and limiter script (integers, `|` records, the clock).
+const UTIL: &str = include_str!("lua/util.lua");
 const QUEUE_BASE: &str = include_str!("lua/queue_base.lua");
 const QUEUE_COMMON: &str = include_str!("lua/queue_common.lua");
 const JOBS_COMMON: &str = include_str!("lua/jobs_common.lua");
@@ -141,11 +143,11 @@ const LIMITER_COMMON: &str = include_str!("lua/limiter_common.lua");
 
 impl Scripts {
     fn new() -> Scripts {
-        let queue = |body: &str| Script::new(&[QUEUE_BASE, QUEUE_COMMON, body].join("\n"));
+        let queue = |body: &str| Script::new(&[UTIL, QUEUE_BASE, QUEUE_COMMON, body].join("\n"));
         // The hot read and entry scripts carry only the base prelude: less Lua to set up on every call.
-        let fast = |body: &str| Script::new(&[QUEUE_BASE, body].join("\n"));
-        let job = |body: &str| Script::new(&[JOBS_COMMON, body].join("\n"));
-        let limiter = |body: &str| Script::new(&[LIMITER_COMMON, body].join("\n"));
+        let fast = |body: &str| Script::new(&[UTIL, QUEUE_BASE, body].join("\n"));
+        let job = |body: &str| Script::new(&[UTIL, JOBS_COMMON, body].join("\n"));
+        let limiter = |body: &str| Script::new(&[UTIL, LIMITER_COMMON, body].join("\n"));
         Scripts {
             enter: queue(include_str!("lua/enter.lua")),
             enter_fast: fast(include_str!("lua/enter_fast.lua")),

@@ -6,29 +6,8 @@
 local READY, PROCESSING, DEAD, RECORDS, PAYLOADS, REASONS, META =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 
-local function int(x) return string.format('%.0f', x) end
-
-local function split(s)
-  local out, start = {}, 1
-  while true do
-    local i = string.find(s, '|', start, true)
-    if not i then
-      out[#out + 1] = string.sub(s, start)
-      return out
-    end
-    out[#out + 1] = string.sub(s, start, i - 1)
-    start = i + 1
-  end
-end
-
 local function guarded_now()
-  local now
-  if ARGV[1] ~= '' then
-    now = tonumber(ARGV[1])
-  else
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
+  local now = clock_now()
   local last = redis.call('HGET', META, 'last_ms')
   if last and tonumber(last) > now then now = tonumber(last) end
   redis.call('HSET', META, 'last_ms', int(now))

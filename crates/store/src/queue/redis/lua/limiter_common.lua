@@ -6,16 +6,8 @@ local LOG, WINDOW, META = KEYS[1], KEYS[2], KEYS[3]
 local LIMIT, WINDOW_MS, BUCKETS = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local TTL_MS = WINDOW_MS * 2 + tonumber(ARGV[5])
 
-local function int(x) return string.format('%.0f', x) end
-
 local function guarded_now()
-  local now
-  if ARGV[1] ~= '' then
-    now = tonumber(ARGV[1])
-  else
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
+  local now = clock_now()
   local last = redis.call('HGET', META, 'last_ms')
   if last and tonumber(last) > now then now = tonumber(last) end
   redis.call('HSET', META, 'last_ms', int(now))

@@ -13,31 +13,6 @@
 local META, WAITING, HOLDERS, DEADLINES, ARRIVALS, ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local STATUS = {N = 0, W = 1, R = 2, C = 3, X = 0}
 
--- Integers as decimal strings; '%d' is much cheaper than '%.0f' for the integral values scripts handle.
-local function int(x)
-  if x == math.floor(x) and x > -9e15 and x < 9e15 then return string.format('%d', x) end
-  return string.format('%.0f', x)
-end
-
-local function split(s)
-  local out, start = {}, 1
-  while true do
-    local i = string.find(s, '|', start, true)
-    if not i then
-      out[#out + 1] = string.sub(s, start)
-      return out
-    end
-    out[#out + 1] = string.sub(s, start, i - 1)
-    start = i + 1
-  end
-end
-
-local function clock_now()
-  if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- Member records: R|nonce|digest|issued|expires|expired-claim, C|nonce|digest|issued|expires|claim|claim-expires,
 -- X|claim|at. Digests and nonces are lowercase hex; only hashes of tokens and claim ids are ever stored.
 -- holder_state reads the record of a member known not to be waiting.
