@@ -5,15 +5,20 @@
 //! figure is printed once: the waiting set's heap bytes divided by the members waiting.
 #![allow(missing_docs)] // criterion_group! generates an undocumented public function.
 
+#[path = "support/fill.rs"]
+mod fill;
+
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use rankgate_core::ids::MemberId;
-use rankgate_core::queue::{QueueName, SettingsPatch};
+use rankgate_core::queue::QueueName;
 use rankgate_store::clock::ManualClock;
 use rankgate_store::queue::embedded::{EmbeddedOptions, EmbeddedStore};
 use rankgate_store::queue::token::TokenSecret;
 use rankgate_store::queue::QueueStore;
+
+use fill::fill_queue;
 
 struct Filled {
     store: Arc<EmbeddedStore>,
@@ -28,28 +33,7 @@ fn fill(runtime: &tokio::runtime::Runtime, waiting: usize) -> Filled {
     let store =
         EmbeddedStore::open(dir.path(), Arc::new(clock.clone()), EmbeddedOptions::default()).expect("open");
     let queue = QueueName::parse("bench").expect("queue");
-    runtime.block_on(async {
-        // Enter in concurrent waves so the group commit batches them, as it does under HTTP load.
-        for chunk in (0..waiting).collect::<Vec<_>>().chunks(10_000) {
-            let mut tasks = tokio::task::JoinSet::new();
-            for i in chunk {
-                let (store, queue) = (Arc::clone(&store), queue.clone());
-                let member = MemberId::parse(&format!("member-{i:08}")).expect("member");
-                tasks.spawn(async move { store.enter(&queue, &member).await.expect("enter") });
-            }
-            while tasks.join_next().await.is_some() {}
-        }
-        // A huge tick budget so every admission bench iteration may pop its 50.
-        let patch = SettingsPatch {
-            admit_per_second: Some(1_000_000.0),
-            ..SettingsPatch::default()
-        };
-        store
-            .update_settings(&queue, &patch)
-            .await
-            .expect("store")
-            .expect("valid");
-    });
+    runtime.block_on(fill_queue(&store, &queue, waiting, 10_000));
     Filled {
         store,
         clock,

@@ -8,15 +8,20 @@
 //! under a per-run prefix that is deleted at the end.
 #![allow(missing_docs)] // criterion_group! generates an undocumented public function.
 
+#[path = "support/fill.rs"]
+mod fill;
+
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use rankgate_core::ids::MemberId;
-use rankgate_core::queue::{QueueName, SettingsPatch};
+use rankgate_core::queue::QueueName;
 use rankgate_store::clock::ManualClock;
 use rankgate_store::queue::redis::{RedisOptions, RedisStore, RedisTime};
 use rankgate_store::queue::token::TokenSecret;
 use rankgate_store::queue::QueueStore;
+
+use fill::fill_queue;
 
 struct Filled {
     store: Arc<RedisStore>,
@@ -39,26 +44,7 @@ fn fill(runtime: &tokio::runtime::Runtime, waiting: usize) -> Filled {
     let store = runtime
         .block_on(RedisStore::connect(&[url()], options))
         .expect("redis for the bench");
-    runtime.block_on(async {
-        for chunk in (0..waiting).collect::<Vec<_>>().chunks(20_000) {
-            let mut tasks = tokio::task::JoinSet::new();
-            for i in chunk {
-                let (store, queue) = (Arc::clone(&store), queue.clone());
-                let member = MemberId::parse(&format!("member-{i:08}")).expect("member");
-                tasks.spawn(async move { store.enter(&queue, &member).await.expect("enter") });
-            }
-            while tasks.join_next().await.is_some() {}
-        }
-        let patch = SettingsPatch {
-            admit_per_second: Some(1_000_000.0),
-            ..SettingsPatch::default()
-        };
-        store
-            .update_settings(&queue, &patch)
-            .await
-            .expect("store")
-            .expect("valid");
-    });
+    runtime.block_on(fill_queue(&store, &queue, waiting, 20_000));
     Filled { store, clock, queue }
 }
 
