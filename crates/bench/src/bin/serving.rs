@@ -37,12 +37,14 @@ use rankgate_bench::workload::{flash_sale, seed_lesson, FlashSaleConfig, SeedLes
 use rankgate_core::event::{Event, ParseLimits};
 use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
-use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen, Zone};
+use rankgate_core::period::{Hour, Span, Zone};
 use rankgate_core::ranker::Policy;
 use rankgate_store::ranking::engine::{EngineConfig, RankingEngine};
 use rankgate_store::ranking::ingest::{IngestConfig, Ingestor};
 use rankgate_store::ranking::postgres::PostgresSource;
-use rankgate_store::ranking::redis_serving::{Active, Published, RedisServing, ServingOptions, Stamped};
+use rankgate_store::ranking::redis_serving::{
+    hot_requests, Active, Published, RedisServing, ServingOptions, Stamped,
+};
 use rankgate_store::ranking::source::SourceOfTruth;
 use rankgate_store::ranking::sqlite::SqliteSource;
 
@@ -103,22 +105,6 @@ fn workload(args: &Args) -> Vec<Event> {
     let limits = ParseLimits::at(i64::MAX / 2);
     raw.iter()
         .map(|e| Event::from_json(&e.to_json(), &limits).expect("workload events are valid"))
-        .collect()
-}
-
-fn hot_requests(engine: &RankingEngine, now_hour: Hour, zone: &Zone) -> Vec<(CategoryOrAll, Span)> {
-    let spans: Vec<Span> = PeriodKind::ALL
-        .iter()
-        .map(|kind| Span::Period(PeriodKey::containing(*kind, now_hour, zone)))
-        .chain(WindowLen::ALL.iter().map(|len| Span::Window {
-            len: *len,
-            end: now_hour,
-        }))
-        .collect();
-    engine
-        .categories()
-        .into_iter()
-        .flat_map(|c| spans.iter().map(move |s| (c.clone(), *s)))
         .collect()
 }
 

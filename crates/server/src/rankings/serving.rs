@@ -32,12 +32,12 @@ use parking_lot::RwLock;
 use tokio_util::sync::CancellationToken;
 
 use rankgate_core::ids::CategoryOrAll;
-use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen, Zone};
+use rankgate_core::period::{Hour, Span, Zone};
 use rankgate_core::ranker::RankerName;
 use rankgate_store::clock::Clock;
 use rankgate_store::ranking::engine::RankingEngine;
 use rankgate_store::ranking::redis_serving::{
-    span_field, Active, Published, RedisServing, ServingOptions, Stamped,
+    self, is_hot, span_field, Active, Published, RedisServing, ServingOptions, Stamped,
 };
 
 use super::RankingService;
@@ -91,31 +91,12 @@ impl std::fmt::Debug for Serving {
     }
 }
 
-/// The hot spans at `now_hour`: the current calendar periods and the windows ending now.
-pub fn hot_spans(now_hour: Hour, zone: &Zone) -> Vec<Span> {
-    PeriodKind::ALL
-        .iter()
-        .map(|kind| Span::Period(PeriodKey::containing(*kind, now_hour, zone)))
-        .chain(WindowLen::ALL.iter().map(|len| Span::Window {
-            len: *len,
-            end: now_hour,
-        }))
-        .collect()
-}
-
 /// Whether served data as of `served` trails the newest ingest `newest` by more than `limit` ms.
 fn lags(served: Option<i64>, newest: Option<i64>, limit: i64) -> bool {
     match (served, newest) {
         (_, None) => false,
         (None, Some(_)) => true,
         (Some(served), Some(newest)) => newest - served > limit,
-    }
-}
-
-fn is_hot(span: &Span, now_hour: Hour, zone: &Zone) -> bool {
-    match span {
-        Span::Period(key) => *key == PeriodKey::containing(key.kind(), now_hour, zone),
-        Span::Window { end, .. } => *end == now_hour,
     }
 }
 
@@ -322,14 +303,9 @@ async fn tick_once(
     Ok(())
 }
 
-/// The hot spans of every category, for the engine.
+/// What a publication round covers: every hot span of every category the engine knows.
 fn hot_requests(service: &RankingService, zone: &Zone, now_millis: i64) -> Vec<(CategoryOrAll, Span)> {
-    let spans = hot_spans(Hour::from_millis(now_millis), zone);
-    let categories = service.engine().read().categories();
-    categories
-        .into_iter()
-        .flat_map(|category| spans.iter().map(move |span| (category.clone(), *span)))
-        .collect()
+    redis_serving::hot_requests(&service.engine().read(), Hour::from_millis(now_millis), zone)
 }
 
 async fn publish_changes(
@@ -553,24 +529,5 @@ mod tests {
             !lags(Some(5_000), Some(4_000), 2_000),
             "redis ahead (another instance ingested)"
         );
-    }
-
-    #[test]
-    fn hot_spans_are_the_current_periods_and_the_windows_ending_now() {
-        let zone = Zone::utc();
-        let now = Hour(500_000);
-        let spans = hot_spans(now, &zone);
-        assert_eq!(spans.len(), 8);
-        assert!(spans.iter().all(|span| is_hot(span, now, &zone)));
-        assert!(!is_hot(
-            &Span::Window {
-                len: WindowLen::D7,
-                end: now.plus(-1)
-            },
-            now,
-            &zone
-        ));
-        let yesterday = PeriodKey::containing(PeriodKind::Daily, now.plus(-24), &zone);
-        assert!(!is_hot(&Span::Period(yesterday), now, &zone));
     }
 }

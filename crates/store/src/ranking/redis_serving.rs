@@ -39,10 +39,10 @@ use redis::Script;
 
 use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
-use rankgate_core::period::{Span, Zone};
+use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen, Zone};
 use rankgate_core::ranker::RankerName;
 
-use super::engine::{RankedItem, SpanPublication};
+use super::engine::{RankedItem, RankingEngine, SpanPublication};
 use crate::queue::StoreError;
 pub use crate::redis_connection::Timeouts;
 use crate::redis_connection::{escape, Connection, Reply};
@@ -172,6 +172,40 @@ pub fn span_field(span: &Span) -> String {
         Span::Period(key) => format!("{}:{key}", key.kind().as_str()),
         Span::Window { len, end } => format!("{}:{}", len.as_str(), end.0),
     }
+}
+
+/// The hot spans at `now_hour`, the ones Redis serves: the current hour, day, ISO week and month, and the
+/// four windows ending at `now_hour`.
+#[must_use]
+pub fn hot_spans(now_hour: Hour, zone: &Zone) -> Vec<Span> {
+    PeriodKind::ALL
+        .iter()
+        .map(|kind| Span::Period(PeriodKey::containing(*kind, now_hour, zone)))
+        .chain(WindowLen::ALL.iter().map(|len| Span::Window {
+            len: *len,
+            end: now_hour,
+        }))
+        .collect()
+}
+
+/// Whether `span` is one of [`hot_spans`] at `now_hour`.
+#[must_use]
+pub fn is_hot(span: &Span, now_hour: Hour, zone: &Zone) -> bool {
+    match span {
+        Span::Period(key) => *key == PeriodKey::containing(key.kind(), now_hour, zone),
+        Span::Window { end, .. } => *end == now_hour,
+    }
+}
+
+/// What a publication round covers: every hot span of `all` and of every category `engine` knows.
+#[must_use]
+pub fn hot_requests(engine: &RankingEngine, now_hour: Hour, zone: &Zone) -> Vec<(CategoryOrAll, Span)> {
+    let spans = hot_spans(now_hour, zone);
+    engine
+        .categories()
+        .into_iter()
+        .flat_map(|category| spans.iter().map(move |span| (category.clone(), *span)))
+        .collect()
 }
 
 fn ranker_slot(ranker: RankerName) -> usize {
@@ -629,5 +663,26 @@ impl RedisServing {
         self.connection
             .purge_matching(&format!("{}{{rk*", self.options.prefix))
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hot_spans_are_the_current_periods_and_the_windows_ending_now() {
+        let zone = Zone::utc();
+        let now = Hour(500_000);
+        let spans = hot_spans(now, &zone);
+        assert_eq!(spans.len(), 8);
+        assert!(spans.iter().all(|span| is_hot(span, now, &zone)));
+        let earlier_window = Span::Window {
+            len: WindowLen::D7,
+            end: now.plus(-1),
+        };
+        assert!(!is_hot(&earlier_window, now, &zone));
+        let yesterday = PeriodKey::containing(PeriodKind::Daily, now.plus(-24), &zone);
+        assert!(!is_hot(&Span::Period(yesterday), now, &zone));
     }
 }
