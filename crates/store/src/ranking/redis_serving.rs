@@ -565,6 +565,24 @@ impl RedisServing {
         Ok(())
     }
 
+    /// A read script's call on one served ranking: KEYS zset, detail hash, totals hash; ARGV[1] the span.
+    fn read_call<'a>(
+        &self,
+        script: &'a Script,
+        generation: u64,
+        ranker: RankerName,
+        category: &CategoryOrAll,
+        span: &Span,
+    ) -> redis::ScriptInvocation<'a> {
+        let keys = self.span_keys(category, span, generation);
+        let mut call = script.prepare_invoke();
+        call.key(&keys[ranker_slot(ranker)])
+            .key(&keys[3])
+            .key(self.totals_key(category, generation))
+            .arg(span_field(span));
+        call
+    }
+
     /// A page of a served ranking, or `None` when `generation` does not serve this span.
     pub async fn top(
         &self,
@@ -575,23 +593,10 @@ impl RedisServing {
         offset: usize,
         limit: usize,
     ) -> Result<Option<ServedPage>, StoreError> {
-        let keys = self.span_keys(category, span, generation);
-        let slot = ranker_slot(ranker);
         let last = offset.saturating_add(limit).saturating_sub(1);
-        let reply: redis::Value = self
-            .connection
-            .invoke(
-                self.scripts
-                    .top
-                    .key(&keys[slot])
-                    .key(&keys[3])
-                    .key(self.totals_key(category, generation))
-                    .arg(span_field(span))
-                    .arg(offset)
-                    .arg(last)
-                    .arg(slot + 1),
-            )
-            .await?;
+        let mut call = self.read_call(&self.scripts.top, generation, ranker, category, span);
+        call.arg(offset).arg(last).arg(ranker_slot(ranker) + 1);
+        let reply: redis::Value = self.connection.invoke(&call).await?;
         if matches!(reply, redis::Value::Nil) {
             return Ok(None);
         }
@@ -625,21 +630,9 @@ impl RedisServing {
         span: &Span,
         product: &ProductId,
     ) -> Result<Option<ServedRank>, StoreError> {
-        let keys = self.span_keys(category, span, generation);
-        let slot = ranker_slot(ranker);
-        let reply: redis::Value = self
-            .connection
-            .invoke(
-                self.scripts
-                    .rank
-                    .key(&keys[slot])
-                    .key(&keys[3])
-                    .key(self.totals_key(category, generation))
-                    .arg(span_field(span))
-                    .arg(product.as_str())
-                    .arg(slot + 1),
-            )
-            .await?;
+        let mut call = self.read_call(&self.scripts.rank, generation, ranker, category, span);
+        call.arg(product.as_str()).arg(ranker_slot(ranker) + 1);
+        let reply: redis::Value = self.connection.invoke(&call).await?;
         if matches!(reply, redis::Value::Nil) {
             return Ok(None);
         }
