@@ -5,16 +5,22 @@
 local queue = os.getenv("QUEUE") or "bench"
 local prefix = os.getenv("QB_PREFIX") or "qb"
 local threads = 0
-local headers = { ["Content-Type"] = "application/json" }
 
 function setup(thread)
   thread:set("tid", threads)
   threads = threads + 1
 end
 
+-- The request is one concatenation instead of wrk.format's table walk, so the load generator, which
+-- shares the machine's cores with the server, spends as little per request as redis-benchmark does.
+local head
 local n = 0
 request = function()
+  if not head then
+    head = "POST /v1/queues/" .. queue .. "/entries HTTP/1.1\r\nHost: " .. wrk.host .. ":" .. wrk.port ..
+      "\r\nContent-Type: application/json\r\nContent-Length: "
+  end
   n = n + 1
-  local body = string.format('{"memberId":"%s-%d-%d"}', prefix, tid, n)
-  return wrk.format("POST", "/v1/queues/" .. queue .. "/entries", headers, body)
+  local body = '{"memberId":"' .. prefix .. "-" .. tid .. "-" .. n .. '"}'
+  return head .. #body .. "\r\n\r\n" .. body
 end

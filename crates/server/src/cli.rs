@@ -127,14 +127,23 @@ fn init_tracing(serving: bool) {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    runtime_with(None)
+}
+
+/// A multi-thread runtime with `workers` worker threads (`None`: one per core).
+fn runtime_with(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    Ok(builder.enable_all().build()?)
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve { overrides } => {
             let config = Config::load(&overrides)?;
-            runtime()?.block_on(async move {
+            runtime_with(config.worker_threads)?.block_on(async move {
                 let app = Application::build(config).await?;
                 tracing::info!(address = %app.local_addr(), "rankgate listening");
                 // On stdout too, so scripts that asked for port 0 learn the real one.

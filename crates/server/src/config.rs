@@ -64,6 +64,8 @@ pub struct Config {
     pub serving_depth: Option<usize>,
     /// How long serving keys outlive their span, and a replaced version stays readable.
     pub serving_grace_millis: i64,
+    /// Async runtime worker threads of `rankgate serve`; `None` = one per core.
+    pub worker_threads: Option<usize>,
 }
 
 impl std::fmt::Debug for Config {
@@ -150,6 +152,7 @@ pub struct FileConfig {
     redis_prefix: Option<String>,
     serving_depth: Option<usize>,
     serving_grace_seconds: Option<i64>,
+    worker_threads: Option<usize>,
 }
 
 /// Values given on the command line or in `RANKGATE_*` variables.
@@ -265,6 +268,10 @@ impl Config {
                 depth => depth,
             },
             serving_grace_millis: file.serving_grace_seconds.unwrap_or(3600).max(1) * 1000,
+            worker_threads: match file.worker_threads {
+                Some(0) => anyhow::bail!("worker_threads must be at least 1 (leave it out for one per core)"),
+                threads => threads,
+            },
         })
     }
 
@@ -280,7 +287,7 @@ impl Config {
 }
 
 /// Top-level keys of the config file.
-const KNOWN_KEYS: [&str; 23] = [
+const KNOWN_KEYS: [&str; 24] = [
     "listen",
     "data_dir",
     "time_zone",
@@ -304,6 +311,7 @@ const KNOWN_KEYS: [&str; 23] = [
     "redis_prefix",
     "serving_depth",
     "serving_grace_seconds",
+    "worker_threads",
 ];
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {

@@ -22,6 +22,7 @@ use redis_servers::{
 };
 
 use rankgate_core::ids::MemberId;
+use rankgate_core::limiter::RateDecision;
 use rankgate_core::queue::{MemberStatus, QueueName, SettingsPatch};
 use rankgate_store::clock::{Clock, ManualClock, SystemClock};
 use rankgate_store::queue::conformance::Backend;
@@ -171,6 +172,90 @@ async fn concurrent_first_entries_across_instances_make_one_position(urls: Vec<S
     assert_eq!(instances[1].stats(&q).await.unwrap().unwrap().waiting, 1);
 }
 
+/// Coalescing: concurrent entries and polls of one queue share script calls and still answer exactly what
+/// one call each would: a member entered twice in one round is entered once, the entered get distinct,
+/// gapless ranks that their later position reads agree with, and of two concurrent polls by one member with
+/// a burst of one, exactly one is allowed.
+async fn coalesced_entries_and_polls_answer_as_one_call_each(urls: Vec<String>) {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: urls.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = open(&urls, &prefix, RedisTime::Injected(Arc::new(clock.clone()))).await;
+    let q = queue("surge");
+    store.enter(&q, &member("first")).await.unwrap();
+    // 300 entries at once: m-0 … m-199, and m-0 … m-99 a second time.
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..300 {
+        let (store, q) = (Arc::clone(&store), q.clone());
+        tasks.spawn(async move {
+            let name = format!("m-{}", i % 200);
+            (name.clone(), store.enter(&q, &member(&name)).await.unwrap())
+        });
+    }
+    let mut entered_rank = std::collections::HashMap::new();
+    let mut already = 0;
+    while let Some(joined) = tasks.join_next().await {
+        let (name, outcome) = joined.unwrap();
+        match outcome {
+            EnterOutcome::Entered(view) => {
+                assert!(
+                    entered_rank.insert(name.clone(), view.rank.unwrap()).is_none(),
+                    "{name} entered twice"
+                );
+            }
+            EnterOutcome::AlreadyPresent(_) => already += 1,
+        }
+    }
+    assert_eq!(entered_rank.len(), 200, "every distinct member entered once");
+    assert_eq!(already, 100, "every repeat answered AlreadyPresent");
+    let mut ranks: Vec<u64> = entered_rank.values().copied().collect();
+    ranks.sort_unstable();
+    assert_eq!(
+        ranks,
+        (1..=200).collect::<Vec<u64>>(),
+        "distinct, gapless ranks after 'first'"
+    );
+    for (name, rank) in &entered_rank {
+        let view = store.position(&q, &member(name)).await.unwrap();
+        assert_eq!(view.rank, Some(*rank), "{name}'s answer agrees with the queue");
+        assert_eq!(view.waiting_count, 201);
+    }
+    // Two concurrent polls per member with a burst of one: one allowed, one limited, per member.
+    let mut polls = tokio::task::JoinSet::new();
+    for i in 0..400 {
+        let (store, q) = (Arc::clone(&store), q.clone());
+        polls.spawn(async move {
+            let name = format!("m-{}", i % 200);
+            let (view, _, decision) = store.poll(&q, &member(&name), 1).await.unwrap();
+            assert_eq!(view.status, MemberStatus::Waiting);
+            (name, matches!(decision, RateDecision::Allowed { .. }))
+        });
+    }
+    let mut allowed = std::collections::HashMap::new();
+    while let Some(joined) = polls.join_next().await {
+        let (name, ok) = joined.unwrap();
+        *allowed.entry(name).or_insert(0) += usize::from(ok);
+    }
+    assert_eq!(allowed.len(), 200);
+    assert!(
+        allowed.values().all(|&n| n == 1),
+        "one allowed poll per member: {allowed:?}"
+    );
+    let c = store.coalescing();
+    assert_eq!(
+        (c.entries, c.polls),
+        (301, 400),
+        "every call went through its lane"
+    );
+    assert!(
+        c.entry_calls < c.entries && c.poll_calls < c.polls,
+        "concurrent calls shared scripts: {c:?}"
+    );
+}
+
 /// Production mode: scripts read Redis `TIME`. Order, tokens and expiries come from the store's clock.
 async fn server_time_orders_and_issues_tokens(urls: Vec<String>) {
     let prefix = unique_prefix();
@@ -284,6 +369,7 @@ macro_rules! on_both {
 on_both!(
     three_instances_share_one_admission_budget,
     concurrent_first_entries_across_instances_make_one_position,
+    coalesced_entries_and_polls_answer_as_one_call_each,
     server_time_orders_and_issues_tokens,
     only_token_hashes_are_stored,
     instances_agree_on_the_shared_secret,

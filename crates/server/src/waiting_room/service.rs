@@ -537,13 +537,17 @@ impl WaitingRoom {
         Ok(())
     }
 
-    /// Publishes queue gauges (length, oldest wait, measured rate, ready, claimed).
+    /// Publishes queue gauges (length, oldest wait, measured rate, ready, claimed) and, on Redis, how the
+    /// hot path's calls were coalesced.
     pub async fn publish_queue_gauges(&self) -> anyhow::Result<()> {
         for queue in self.queues.queues().await? {
             if let Some(stats) = self.queues.stats(&queue).await? {
                 self.remember_fail_mode(&queue, stats.settings.fail_mode);
                 telemetry::queue_gauges(&queue, &stats);
             }
+        }
+        if let Some(redis) = &self.redis {
+            telemetry::redis_coalescing(redis.coalescing());
         }
         Ok(())
     }

@@ -12,8 +12,10 @@
 //! | `rankgate_gate_requests_total` | counter | queue, outcome |
 //! | `rankgate_queue_poll_limited_total` | counter (429s) | queue |
 //! | `rankgate_queue_admission_step_seconds` | histogram | queue |
+//! | `rankgate_queue_redis_script_calls_total`, `rankgate_queue_redis_requests_total` | counter (Redis backend: entries and polls coalesced into script calls) | lane = enter, poll |
 
 use rankgate_core::queue::QueueName;
+use rankgate_store::queue::redis::Coalescing;
 use rankgate_store::queue::{AdmitOutcome, QueueStats};
 
 pub(crate) fn entered(queue: &QueueName) {
@@ -56,4 +58,15 @@ pub(crate) fn queue_gauges(queue: &QueueName, stats: &QueueStats) {
     metrics::gauge!("rankgate_queue_claimed", "queue" => name.clone()).set(stats.claimed as f64);
     metrics::gauge!("rankgate_queue_admitted_per_second", "queue" => name)
         .set(stats.measured_rate.unwrap_or(0.0));
+}
+
+/// The Redis hot path's coalescing so far: requests per script call is the average batch.
+pub(crate) fn redis_coalescing(c: Coalescing) {
+    for (lane, calls, requests) in [
+        ("enter", c.entry_calls, c.entries),
+        ("poll", c.poll_calls, c.polls),
+    ] {
+        metrics::counter!("rankgate_queue_redis_script_calls_total", "lane" => lane).absolute(calls);
+        metrics::counter!("rankgate_queue_redis_requests_total", "lane" => lane).absolute(requests);
+    }
 }

@@ -11,12 +11,14 @@
 //! scripts). The one thing that spans objects, the list of queues, is a plain `SADD` outside the scripts.
 //!
 //! # The hot path: entries and polls
-//! Redis runs scripts on its one thread, so the two requests every member repeats are kept short. `enter`
-//! first runs `enter_fast.lua` (an unknown member: `ZADD NX` + the queue's sequence; a waiting member: read
-//! only); only when the queue does not exist yet or the member holds a token does it decline, untouched, and
-//! `enter.lua` does the full entry. [`RedisStore::poll`] answers a member's poll, position **and** the
-//! per-member poll limit, in one script (`poll.lua`; its log key carries the queue's hash tag). Both carry
-//! only `queue_base.lua`, and a waiting member's poll writes nothing to the queue's keys.
+//! Redis runs scripts on its one thread, so the two requests every member repeats are kept short, and
+//! concurrent ones share a script call (`coalesce.rs`: each round takes every entry, or every poll, that
+//! queued up while the previous round ran, one call per queue). `enter` first runs `enter_fast.lua` (an
+//! unknown member: `ZADD NX` + the queue's sequence; a waiting member: read only); only when the queue does
+//! not exist yet or the member holds a token does it decline, untouched, and `enter.lua` does the full
+//! entry. [`RedisStore::poll`] answers a member's poll, position **and** the per-member poll limit, in one
+//! script (`poll.lua`; the log keys carry the queue's hash tag). Both carry only `queue_base.lua`, and a
+//! waiting member's poll writes nothing to the queue's keys.
 //!
 //! # Key layout (`P` = the configured prefix, e.g. `rankgate:`)
 //! | key | type | holds |
@@ -46,22 +48,27 @@
 //! Rate-limit keys expire once idle (`PEXPIRE`, twice the window plus slack). Consumed members are forgotten
 //! through their deadline. Queue and job keys have no TTL: a queue with people in it must never vanish.
 
+mod coalesce;
 mod jobs;
 mod limiter;
 mod waiting;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use rankgate_core::queue::{FailMode, QueueName, QueueSettings};
 use redis::{Script, ScriptInvocation};
 
 use crate::clock::Clock;
+use crate::queue::waiting::EnterOutcome;
 use crate::queue::StoreError;
 pub use crate::redis_connection::Timeouts;
 use crate::redis_connection::{escape, Connection, Reply};
+use coalesce::Coalescer;
+use rankgate_core::ids::MemberId;
+use waiting::PollAnswer;
 
 /// Where scripts take "now" from.
 #[derive(Clone)]
@@ -175,6 +182,19 @@ impl Scripts {
     }
 }
 
+/// What [`RedisStore::coalescing`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coalescing {
+    /// `enter_fast.lua` calls made.
+    pub entry_calls: u64,
+    /// Entries they answered.
+    pub entries: u64,
+    /// `poll.lua` calls made.
+    pub poll_calls: u64,
+    /// Polls they answered.
+    pub polls: u64,
+}
+
 /// The Redis store: implements [`QueueStore`](crate::queue::QueueStore), [`JobStore`](crate::queue::JobStore)
 /// and [`RateLimiter`](crate::queue::RateLimiter). Cheap to share behind an `Arc`; every instance of the
 /// service opens its own and they agree through Redis.
@@ -189,6 +209,12 @@ pub struct RedisStore {
     /// Test and drill hook: when set, every operation fails as if Redis were unreachable.
     unreachable: AtomicBool,
     cluster: bool,
+    /// This store, for the coalescing lanes' driver tasks (weak: the lanes belong to the store).
+    me: Weak<RedisStore>,
+    /// Concurrent entries, one `enter_fast.lua` call per queue per round.
+    entries: Coalescer<MemberId, EnterOutcome>,
+    /// Concurrent polls (member, poll burst), one `poll.lua` call per queue per round.
+    polls: Coalescer<(MemberId, u32), PollAnswer>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -213,7 +239,7 @@ impl RedisStore {
         let (connection, cluster) = Connection::open(urls, options.timeouts).await?;
         let s = &options.default_settings;
         let default_args = settings_args(s);
-        Ok(Arc::new(RedisStore {
+        Ok(Arc::new_cyclic(|me| RedisStore {
             connection,
             options,
             scripts: Scripts::new(),
@@ -221,7 +247,24 @@ impl RedisStore {
             registered: Mutex::new(HashSet::new()),
             unreachable: AtomicBool::new(false),
             cluster,
+            me: me.clone(),
+            entries: Coalescer::new(RedisStore::enter_batch),
+            polls: Coalescer::new(RedisStore::poll_batch),
         }))
+    }
+
+    /// How concurrent hot-path calls were coalesced so far: script calls made against requests answered,
+    /// for entries and for polls (benchmarks, tests).
+    #[must_use]
+    pub fn coalescing(&self) -> Coalescing {
+        let (entry_calls, entries) = self.entries.counts();
+        let (poll_calls, polls) = self.polls.counts();
+        Coalescing {
+            entry_calls,
+            entries,
+            poll_calls,
+            polls,
+        }
     }
 
     /// Whether this store talks to a Redis Cluster.

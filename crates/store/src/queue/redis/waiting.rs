@@ -7,6 +7,7 @@
 //! read atomically, so they cannot drift from the embedded backend.
 
 use async_trait::async_trait;
+use futures_util::future::BoxFuture;
 use rankgate_core::ids::MemberId;
 use rankgate_core::limiter::RateDecision;
 use rankgate_core::queue::{
@@ -59,7 +60,93 @@ fn read_settings(reply: &mut Reply) -> Result<QueueSettings, StoreError> {
     })
 }
 
-/// Reads the view that `view()` in `queue_common.lua` returns.
+/// What every member's view shares: the clock reading, the waiting count and the meta fields the wait
+/// estimate reads (`batch_head` in `queue_base.lua`).
+struct ViewHead {
+    now_ms: i64,
+    waiting_count: u64,
+    admit_per_second: Option<f64>,
+    max_active: String,
+    paused: bool,
+    estimator: ThroughputEstimator,
+}
+
+impl ViewHead {
+    /// Reads the five meta fields `aps, max_active, paused, ar, cr`.
+    fn read(now_ms: i64, waiting_count: u64, reply: &mut Reply) -> Result<ViewHead, StoreError> {
+        Ok(ViewHead {
+            now_ms,
+            waiting_count,
+            admit_per_second: reply.opt_f64()?,
+            max_active: reply.string()?,
+            paused: reply.string()? == "1",
+            estimator: ThroughputEstimator {
+                admit_rate: reply.opt_f64()?,
+                consume_rate: reply.opt_f64()?,
+                ..ThroughputEstimator::default()
+            },
+        })
+    }
+
+    /// Reads `batch_head`: now, waiting count, then the meta fields.
+    fn read_batch(reply: &mut Reply) -> Result<ViewHead, StoreError> {
+        let now_ms = reply.int()?;
+        let waiting_count = reply.int()?.max(0) as u64;
+        ViewHead::read(now_ms, waiting_count, reply)
+    }
+
+    /// Reads one member's `status, rank, nonce, expires, last` and builds their view.
+    fn member(&self, reply: &mut Reply) -> Result<MemberView, StoreError> {
+        let status = status_of(reply.int()?)?;
+        let rank = u64::try_from(reply.int()?).ok();
+        let nonce = reply.string()?;
+        let expires = reply.int()?;
+        let last_outcome = (reply.int()? == 1).then_some(LastOutcome::Consumed);
+        let token = if nonce.is_empty() {
+            None
+        } else {
+            Some((unhex::<16>(&nonce)?, expires))
+        };
+        Ok(self.view(status, rank, token, last_outcome))
+    }
+
+    /// The view of a member in `status`; the rank counts only while waiting.
+    fn view(
+        &self,
+        status: MemberStatus,
+        rank: Option<u64>,
+        token: Option<([u8; 16], i64)>,
+        last_outcome: Option<LastOutcome>,
+    ) -> MemberView {
+        let rank = if status == MemberStatus::Waiting {
+            rank
+        } else {
+            None
+        };
+        let estimated_wait_seconds = rank.and_then(|rank| {
+            // Only the fields the estimate reads matter here.
+            let settings = QueueSettings {
+                admit_per_second: self.admit_per_second.unwrap_or(0.0),
+                max_active: self.max_active.parse().ok(),
+                paused: self.paused,
+                ..QueueSettings::default()
+            };
+            self.estimator.estimate_wait_seconds(rank, &settings)
+        });
+        MemberView {
+            status,
+            rank,
+            waiting_count: self.waiting_count,
+            token,
+            last_outcome,
+            estimated_wait_seconds,
+            now_ms: self.now_ms,
+        }
+    }
+}
+
+/// Reads the view that `view_of()` in `queue_base.lua` returns: status, rank, waiting count, nonce,
+/// expiry, last outcome, now, then the meta fields.
 fn read_view(mut reply: Reply) -> Result<MemberView, StoreError> {
     let status = status_of(reply.int()?)?;
     let rank = u64::try_from(reply.int()?).ok();
@@ -68,45 +155,13 @@ fn read_view(mut reply: Reply) -> Result<MemberView, StoreError> {
     let expires = reply.int()?;
     let last_outcome = (reply.int()? == 1).then_some(LastOutcome::Consumed);
     let now_ms = reply.int()?;
-    let aps = reply.opt_f64()?;
-    let max_active = reply.string()?;
-    let paused = reply.string()? == "1";
-    let estimator = ThroughputEstimator {
-        admit_rate: reply.opt_f64()?,
-        consume_rate: reply.opt_f64()?,
-        ..ThroughputEstimator::default()
-    };
+    let head = ViewHead::read(now_ms, waiting_count, &mut reply)?;
     let token = if nonce.is_empty() {
         None
     } else {
         Some((unhex::<16>(&nonce)?, expires))
     };
-    let estimated_wait_seconds = match (status, rank) {
-        (MemberStatus::Waiting, Some(rank)) => {
-            // Only the fields the estimate reads matter here.
-            let settings = QueueSettings {
-                admit_per_second: aps.unwrap_or(0.0),
-                max_active: max_active.parse().ok(),
-                paused,
-                ..QueueSettings::default()
-            };
-            estimator.estimate_wait_seconds(rank, &settings)
-        }
-        _ => None,
-    };
-    Ok(MemberView {
-        status,
-        rank: if status == MemberStatus::Waiting {
-            rank
-        } else {
-            None
-        },
-        waiting_count,
-        token,
-        last_outcome,
-        estimated_wait_seconds,
-        now_ms,
-    })
+    Ok(head.view(status, rank, token, last_outcome))
 }
 
 /// Script arguments of a settings patch, in `SETTING_FIELDS` order (`''` / `keep` = unchanged).
@@ -129,38 +184,109 @@ fn patch_args(patch: &SettingsPatch, validated: &QueueSettings) -> Vec<String> {
     ]
 }
 
+/// One poll's answer: the member's view, the limiter window used (ms) and the decision.
+pub(super) type PollAnswer = (MemberView, i64, RateDecision);
+
+/// Reads one member's nine fields of `poll.lua`'s reply.
+fn read_poll(head: &ViewHead, reply: &mut Reply) -> Result<PollAnswer, StoreError> {
+    let view = head.member(reply)?;
+    let window_ms = reply.int()?;
+    let allowed = reply.int()? == 1;
+    let (a, b) = (reply.int()?, reply.int()?);
+    let decision = if allowed {
+        RateDecision::Allowed {
+            remaining: a.clamp(0, i64::from(u32::MAX)) as u32,
+            reset_ms: b,
+        }
+    } else {
+        RateDecision::Limited { retry_after_ms: a }
+    };
+    Ok((view, window_ms, decision))
+}
+
 impl RedisStore {
     /// A member's poll in one script: their position and the per-member poll limit (a sliding log of
     /// `burst` polls per `burst` polling intervals, the interval being the tier of the rank just read, as
     /// `rankgate_core::queue::polling_tier_seconds` gives it). Returns the view, the window used (ms) and
     /// the decision; a refused poll is not recorded. Saves the second round trip (and second script) that
-    /// [`QueueStore::position`] followed by [`RateLimiter::try_acquire`](crate::queue::RateLimiter) costs.
+    /// [`QueueStore::position`] followed by [`RateLimiter::try_acquire`](crate::queue::RateLimiter) costs,
+    /// and concurrent polls of one queue share the script call.
     pub async fn poll(
         &self,
         queue: &QueueName,
         member: &MemberId,
         burst: u32,
-    ) -> Result<(MemberView, i64, RateDecision), StoreError> {
+    ) -> Result<PollAnswer, StoreError> {
         self.check()?;
-        let mut call = self.fast_call(&self.scripts.poll, queue);
-        call.key(self.poll_key(queue, member.as_str()))
-            .arg(member.as_str())
-            .arg(burst.max(1))
-            .arg(super::limiter::IDLE_SLACK_MS);
-        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
-        let view = read_view(reply.array()?)?;
-        let window_ms = reply.int()?;
-        let decision = if reply.int()? == 1 {
-            RateDecision::Allowed {
-                remaining: reply.int()?.clamp(0, i64::from(u32::MAX)) as u32,
-                reset_ms: reply.int()?,
+        self.polls
+            .call(&self.me, queue, (member.clone(), burst.max(1)))
+            .await
+    }
+
+    /// One `poll.lua` call for a round of polls on one queue, answers in order (the poll lane's batch).
+    pub(super) fn poll_batch<'a>(
+        &'a self,
+        queue: &'a QueueName,
+        polls: Vec<(MemberId, u32)>,
+    ) -> BoxFuture<'a, Result<Vec<PollAnswer>, StoreError>> {
+        Box::pin(async move {
+            let mut call = self.fast_call(&self.scripts.poll, queue);
+            call.arg(super::limiter::IDLE_SLACK_MS);
+            for (member, burst) in &polls {
+                call.key(self.poll_key(queue, member.as_str()))
+                    .arg(member.as_str())
+                    .arg(*burst);
             }
-        } else {
-            RateDecision::Limited {
-                retry_after_ms: reply.int()?,
+            let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+            let head = ViewHead::read_batch(&mut reply)?;
+            polls.iter().map(|_| read_poll(&head, &mut reply)).collect()
+        })
+    }
+
+    /// One `enter_fast.lua` call for a round of entries on one queue, answers in order (the entry lane's
+    /// batch). A member the fast script declines gets the full `enter.lua`, in arrival order.
+    pub(super) fn enter_batch<'a>(
+        &'a self,
+        queue: &'a QueueName,
+        members: Vec<MemberId>,
+    ) -> BoxFuture<'a, Result<Vec<EnterOutcome>, StoreError>> {
+        Box::pin(async move {
+            let mut fast = self.fast_call(&self.scripts.enter_fast, queue);
+            for member in &members {
+                fast.arg(member.as_str());
             }
-        };
-        Ok((view, window_ms, decision))
+            let mut reply = Reply::new(self.connection.invoke(&fast).await?)?;
+            let head = ViewHead::read_batch(&mut reply)?;
+            let mut outcomes = Vec::with_capacity(members.len());
+            for member in &members {
+                let code = reply.int()?;
+                if code >= 0 {
+                    let view = head.view(MemberStatus::Waiting, Some((code / 2) as u64), None, None);
+                    outcomes.push(if code % 2 == 1 {
+                        EnterOutcome::Entered(view)
+                    } else {
+                        EnterOutcome::AlreadyPresent(view)
+                    });
+                    continue;
+                }
+                // The queue does not exist yet, or the member holds a token: the full entry decides.
+                let mut call = self.queue_call(&self.scripts.enter, queue);
+                call.arg(member.as_str());
+                let mut full = Reply::new(self.connection.invoke(&call).await?)?;
+                let entered = full.int()? == 1;
+                if full.int()? == 1 {
+                    // The queue was created just now: make sure it is listed even if the registry was lost.
+                    self.register(queue, true).await?;
+                }
+                let view = read_view(full.array()?)?;
+                outcomes.push(if entered {
+                    EnterOutcome::Entered(view)
+                } else {
+                    EnterOutcome::AlreadyPresent(view)
+                });
+            }
+            Ok(outcomes)
+        })
     }
 }
 
@@ -169,28 +295,7 @@ impl QueueStore for RedisStore {
     async fn enter(&self, queue: &QueueName, member: &MemberId) -> Result<EnterOutcome, StoreError> {
         self.check()?;
         self.register(queue, false).await?;
-        let mut fast = self.fast_call(&self.scripts.enter_fast, queue);
-        fast.arg(member.as_str());
-        let mut reply = Reply::new(self.connection.invoke(&fast).await?)?;
-        let mut entered = reply.int()?;
-        if entered == -1 {
-            // The queue does not exist yet, or the member holds a token: the full entry decides.
-            let mut call = self.queue_call(&self.scripts.enter, queue);
-            call.arg(member.as_str());
-            reply = Reply::new(self.connection.invoke(&call).await?)?;
-            entered = reply.int()?;
-        }
-        let entered = entered == 1;
-        if reply.int()? == 1 {
-            // The queue was created just now: make sure it is listed even if the registry was lost.
-            self.register(queue, true).await?;
-        }
-        let view = read_view(reply.array()?)?;
-        Ok(if entered {
-            EnterOutcome::Entered(view)
-        } else {
-            EnterOutcome::AlreadyPresent(view)
-        })
+        self.entries.call(&self.me, queue, member.clone()).await
     }
 
     async fn position(&self, queue: &QueueName, member: &MemberId) -> Result<MemberView, StoreError> {

@@ -1,28 +1,50 @@
--- enter, the hot path: ARGV[2] member. Handles the two common cases with as few commands as possible: a
--- member the queue does not know (ZADD NX + the queue's own sequence, in this one atomic script) and a member
--- already waiting (their position; nothing is written). Anything else (the queue does not exist yet, or the
--- member holds or has just consumed a token) answers {-1} having changed nothing, and the caller runs
--- enter.lua, the full entry, which is itself one atomic script and checks everything again.
--- Returns {entered, 0, view} like enter.lua.
-local member = ARGV[2]
+-- enter, the hot path, for a batch of members: ARGV[2..] members in arrival order (concurrent entries to one
+-- queue share one call; see coalesce.rs). Handles the two common cases with as few commands as possible: a
+-- member the queue does not know (ZADD NX + the queue's own sequence) and a member already waiting (their
+-- position; nothing is written). The whole batch is one atomic script, so a member named twice in it is
+-- entered once. Anything else (the queue does not exist yet, or the member holds or has just consumed a
+-- token) answers {-1} for that member having changed nothing for them, and the caller runs enter.lua, the
+-- full entry, which is itself one atomic script and checks everything again.
+-- Returns batch_head, then one code per member: 2 × rank + 1 entered now, 2 × rank already waiting, or -1
+-- for the full entry. Every member is WAITING, and the head's count is the queue's after the whole batch
+-- (a member's rank does not change while later members join behind them).
 local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms', 'seq', 'arr_ms')
-if not e[1] then return {-1} end
-if redis.call('HEXISTS', HOLDERS, member) == 1 then return {-1} end
+if not e[1] then
+  local out = batch_head(clock_now(), 0, nil)
+  for i = 2, #ARGV do out[#out + 1] = -1 end
+  return out
+end
 local now = clock_now()
 local last = tonumber(e[6])
 if last and last > now then now = last end
 local seq = tonumber(e[7])
-if redis.call('ZADD', WAITING, 'NX', int(seq), member) == 0 then
-  -- Already waiting: their position, and the sequence is not spent.
-  return {0, 0, view_of({kind = 'W'}, redis.call('ZRANK', WAITING, member), redis.call('ZCARD', WAITING), now, e)}
-end
-if tonumber(e[8]) ~= now then
-  -- The first entry of this millisecond: its checkpoint for the oldest-wait gauge (NX keeps the first).
-  redis.call('ZADD', ARRIVALS, 'NX', int(seq), int(now))
-  redis.call('HSET', META, 'seq', int(seq + 1), 'last_ms', int(now), 'arr_ms', int(now))
-else
-  redis.call('HSET', META, 'seq', int(seq + 1), 'last_ms', int(now))
-end
+local first_seq = nil
 local waiting = redis.call('ZCARD', WAITING)
--- Sequences only grow and only entries assign them, so the newcomer is last in line.
-return {1, 0, view_of({kind = 'W'}, waiting - 1, waiting, now, e)}
+local codes = {}
+for i = 2, #ARGV do
+  local member = ARGV[i]
+  if redis.call('HEXISTS', HOLDERS, member) == 1 then
+    codes[i - 1] = -1
+  elseif redis.call('ZADD', WAITING, 'NX', int(seq), member) == 0 then
+    -- Already waiting: their position, and the sequence is not spent.
+    codes[i - 1] = 2 * redis.call('ZRANK', WAITING, member)
+  else
+    -- Sequences only grow and only entries assign them, so the newcomer is last in line.
+    first_seq = first_seq or seq
+    seq = seq + 1
+    waiting = waiting + 1
+    codes[i - 1] = 2 * (waiting - 1) + 1
+  end
+end
+if first_seq then
+  if tonumber(e[8]) ~= now then
+    -- The first entry of this millisecond: its checkpoint for the oldest-wait gauge (NX keeps the first).
+    redis.call('ZADD', ARRIVALS, 'NX', int(first_seq), int(now))
+    redis.call('HSET', META, 'seq', int(seq), 'last_ms', int(now), 'arr_ms', int(now))
+  else
+    redis.call('HSET', META, 'seq', int(seq), 'last_ms', int(now))
+  end
+end
+local out = batch_head(now, waiting, e)
+for i = 1, #codes do out[7 + i] = codes[i] end
+return out

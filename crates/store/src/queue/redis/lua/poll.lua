@@ -1,6 +1,8 @@
--- poll (GET …/entries/{member}): the position and the per-member poll limit in ONE script. ARGV[2] member,
--- [3] polls allowed per window (poll_burst), [4] idle slack of the log key (ms). KEYS[7] is the member's
--- poll log; it carries the queue's hash tag, so the script stays on one slot.
+-- poll (GET …/entries/{member}) for a batch of members: each one's position and per-member poll limit, all
+-- in ONE script (concurrent polls of one queue share one call; see coalesce.rs). ARGV[2] is the idle slack of
+-- the log keys (ms), then a pair per member: ARGV[1 + 2i] the member, ARGV[2 + 2i] the polls they are allowed
+-- per window (poll_burst); KEYS[6 + i] is their poll log. The logs carry the queue's hash tag, so the script
+-- stays on one slot.
 --
 -- The limit is rankgate_core::limiter::SlidingLog, the maths of limiter_log.lua: window (now - window, now],
 -- refused polls are not recorded, the log is capped at the limit, and the key has its own monotonic guard.
@@ -8,48 +10,63 @@
 -- (rankgate_core::queue::polling_tier_seconds: 1 s below rank 100, 3 s below 1000, else 5 s). The log is
 -- one string, "<guard ms>|<t>|<t>…" oldest first, read with GET and written with one SET … PX: a poll
 -- costs two commands for its limit instead of a second script.
--- Returns {view, window ms, 1, remaining, reset ms} or {view, window ms, 0, retry after ms}.
-local v = read_position(ARGV[2])
-local limit = tonumber(ARGV[3])
-local tier = 1
-if v[2] >= 1000 then
-  tier = 5
-elseif v[2] >= 100 then
-  tier = 3
-end
-local window = tier * limit * 1000
-local now = v[7]
--- The recorded polls still inside the window, kept as the strings they were stored as.
-local kept, n, oldest = {}, 0, nil
-local raw = redis.call('GET', KEYS[7])
-if raw then
-  local f = split(raw)
-  local guard = tonumber(f[1])
-  if guard > now then now = guard end
-  for i = 2, #f do
-    local t = tonumber(f[i])
-    if t > now - window then
-      n = n + 1
-      kept[n] = f[i]
-      oldest = oldest or t
+-- Returns batch_head, then nine fields per member: status, rank, token nonce, token expiry, last outcome (as
+-- in view_of), the window (ms), then 1, remaining, reset ms (allowed) or 0, retry after ms, 0 (refused).
+local e, queue_now = read_meta()
+local waiting = e and redis.call('ZCARD', WAITING) or 0
+local slack = tonumber(ARGV[2])
+
+local out = batch_head(queue_now, waiting, e)
+
+local function poll_one(member, limit, log_key)
+  local status, rank, nonce, expires, last = member_position(member, e, queue_now)
+  local tier = 1
+  if rank >= 1000 then
+    tier = 5
+  elseif rank >= 100 then
+    tier = 3
+  end
+  local window = tier * limit * 1000
+  local now = queue_now
+  -- The recorded polls still inside the window, kept as the strings they were stored as.
+  local kept, n, oldest = {}, 0, nil
+  local raw = redis.call('GET', log_key)
+  if raw then
+    local f = split(raw)
+    local guard = tonumber(f[1])
+    if guard > now then now = guard end
+    for i = 2, #f do
+      local t = tonumber(f[i])
+      if t > now - window then
+        n = n + 1
+        kept[n] = f[i]
+        oldest = oldest or t
+      end
     end
   end
-end
-local stamp = int(now)
-local out
-if n >= limit then
-  out = {v, window, 0, math.max(oldest + window - now, 1)}
-else
-  n = n + 1
-  kept[n] = stamp
-  oldest = oldest or now
-  while n > limit do
-    table.remove(kept, 1)
-    n = n - 1
-    oldest = tonumber(kept[1])
+  local stamp = int(now)
+  local allowed, a, b
+  if n >= limit then
+    allowed, a, b = 0, math.max(oldest + window - now, 1), 0
+  else
+    n = n + 1
+    kept[n] = stamp
+    oldest = oldest or now
+    while n > limit do
+      table.remove(kept, 1)
+      n = n - 1
+      oldest = tonumber(kept[1])
+    end
+    allowed, a, b = 1, limit - n, math.max(oldest + window - now, 0)
   end
-  out = {v, window, 1, limit - n, math.max(oldest + window - now, 0)}
+  if n > 0 then stamp = stamp .. '|' .. table.concat(kept, '|') end
+  redis.call('SET', log_key, stamp, 'PX', int(window * 2 + slack))
+  local at = #out
+  out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5] = status, rank, nonce, expires, last
+  out[at + 6], out[at + 7], out[at + 8], out[at + 9] = window, allowed, a, b
 end
-if n > 0 then stamp = stamp .. '|' .. table.concat(kept, '|') end
-redis.call('SET', KEYS[7], stamp, 'PX', int(window * 2 + tonumber(ARGV[4])))
+
+for i = 1, (#ARGV - 2) / 2 do
+  poll_one(ARGV[1 + 2 * i], tonumber(ARGV[2 + 2 * i]), KEYS[6 + i])
+end
 return out

@@ -1,5 +1,5 @@
 -- Base prelude of every waiting-room script (prepended in Rust, so each script stays one EVALSHA). The hot
--- scripts (enter_fast.lua, poll.lua) use only this file; every other script also gets queue_common.lua.
+-- scripts (enter_fast.lua, position.lua, poll.lua) use only this file; every other script also gets queue_common.lua.
 -- KEYS (all carry the hash tag {rg:q:<queue>}, so they live in one slot):
 --   1 meta (hash: settings, sequence, counters, budget, estimator, monotonic clock)
 --   2 waiting (zset member -> arrival sequence)
@@ -32,11 +32,9 @@ local function holder_state(member)
   error('corrupt member record')
 end
 
--- What a member sees (read_view in waiting.rs): status, rank, waiting count, token nonce/expiry, last outcome,
--- now, then e[1..5] = the meta fields aps, max_active, paused, ar, cr that the caller turns into a wait estimate.
-local function view_of(st, rank, waiting, now, e)
+-- Status, token nonce, token expiry and last outcome of a member in state st at `now`.
+local function fields_of(st, now)
   local status, nonce, expires, last = STATUS[st.kind], '', 0, 0
-  if st.kind ~= 'W' then rank = -1 end
   if st.kind == 'R' then
     if now < st.expires then
       nonce, expires = st.nonce, st.expires
@@ -48,26 +46,51 @@ local function view_of(st, rank, waiting, now, e)
   elseif st.kind == 'X' then
     last = 1
   end
+  return status, nonce, expires, last
+end
+
+-- What a member sees (read_view in waiting.rs): status, rank, waiting count, token nonce/expiry, last outcome,
+-- now, then e[1..5] = the meta fields aps, max_active, paused, ar, cr that the caller turns into a wait estimate.
+local function view_of(st, rank, waiting, now, e)
+  local status, nonce, expires, last = fields_of(st, now)
+  if st.kind ~= 'W' then rank = -1 end
   return {status, rank, waiting, nonce, expires, last, now, e[1] or '', e[2] or '', e[3] or '', e[4] or '', e[5] or ''}
 end
 
--- The position read (position.lua, poll.lua): one HMGET of the meta hash, ZRANK, ZCARD, and the holder record
--- only for a member who is not waiting. An unknown queue answers NOT_ENTERED and creates nothing. The queue's
--- monotonic guard is applied; it is recorded only when the answer depends on a token's expiry (READY,
--- CLAIMED), so a later claim can never run on an earlier clock than this answer did. A waiting member's
--- answer does not depend on the time, so the common poll writes nothing to the queue.
-local function read_position(member)
+-- The head of a batch reply (enter_fast.lua, poll.lua; read_batch_head in waiting.rs): what every member of
+-- the batch shares, sent once: now, the waiting count after the batch, and e[1..5] as in view_of.
+local function batch_head(now, waiting, e)
+  if not e then return {now, 0, '', '', '', '', ''} end
+  return {now, waiting, e[1] or '', e[2] or '', e[3] or '', e[4] or '', e[5] or ''}
+end
+
+-- The meta fields a position read needs and the guarded now: e = {aps, max_active, paused, ar, cr, last_ms},
+-- or nil when the queue does not exist. Read once per script, however many members it answers.
+local function read_meta()
   local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms')
   local now = clock_now()
-  if not e[1] then return {0, -1, 0, '', 0, 0, now, '', '', '', '', ''} end
+  if not e[1] then return nil, now end
   local last = tonumber(e[6])
   if last and last > now then now = last end
-  local waiting = redis.call('ZCARD', WAITING)
+  return e, now
+end
+
+-- One member's status, rank (-1 unless waiting), token nonce, token expiry and last outcome, given
+-- read_meta's answer: ZRANK, and the holder record only for a member who is not waiting. An unknown queue
+-- answers NOT_ENTERED and creates nothing. The queue's monotonic guard is recorded only when the answer
+-- depends on a token's expiry (READY, CLAIMED), so a later claim can never run on an earlier clock than this
+-- answer did; e[6] then carries the recorded value, so one script records it once. A waiting member's
+-- answer does not depend on the time, so the common poll writes nothing to the queue.
+local function member_position(member, e, now)
+  if not e then return 0, -1, '', 0, 0 end
   local rank = redis.call('ZRANK', WAITING, member)
-  if rank then return view_of({kind = 'W'}, rank, waiting, now, e) end
+  if rank then return 1, rank, '', 0, 0 end
   local st = holder_state(member)
+  local last = tonumber(e[6])
   if (st.kind == 'R' or st.kind == 'C') and not (last and last >= now) then
     redis.call('HSET', META, 'last_ms', int(now))
+    e[6] = int(now)
   end
-  return view_of(st, -1, waiting, now, e)
+  local status, nonce, expires, done = fields_of(st, now)
+  return status, -1, nonce, expires, done
 end

@@ -1,0 +1,183 @@
+//! Group commit for the hot path: concurrent entries (and polls) share one script call.
+//!
+//! Under a surge, thousands of members enter and poll at once, and each request used to be its own `EVALSHA`:
+//! Redis pays its per-script cost (argument parsing, Lua set-up, the meta-hash read) once per member, and
+//! this process one round trip per member. A [`Coalescer`] is a lane with one driver task: a request drops
+//! its item in, the driver takes **everything that is waiting** (up to [`MAX_BATCH`]), groups it by queue,
+//! runs one batch script per queue (all of a queue's keys share its hash tag, so a batch is legal on a
+//! Cluster), and hands every caller its own answer. While rounds are at Redis the next one fills up, so
+//! batches grow with load by themselves and a lone request is sent at once, never held back for a timer.
+//!
+//! A batch script is atomic and treats its members one after another in arrival order, so it decides
+//! exactly what the same calls one at a time would have: a member named twice is entered once, the later
+//! of two polls sees the earlier in its log, and sequences follow arrival order.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use futures_util::future::{join_all, BoxFuture};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use parking_lot::Mutex;
+use rankgate_core::queue::QueueName;
+use tokio::sync::{mpsc, oneshot};
+
+use super::RedisStore;
+use crate::queue::StoreError;
+
+/// The most members one script call answers: bounds the script's time on Redis's one thread (about
+/// 2 µs per member) and the reply's size.
+pub(super) const MAX_BATCH: usize = 128;
+
+/// Rounds at Redis at once: a second round is sent while the first is being answered, so neither side
+/// waits on the other's network hop; more only splits the batches smaller.
+const MAX_IN_FLIGHT: usize = 2;
+
+/// Runs one queue's batch: one answer per item, in order.
+pub(super) type RunBatch<I, O> =
+    for<'a> fn(&'a RedisStore, &'a QueueName, Vec<I>) -> BoxFuture<'a, Result<Vec<O>, StoreError>>;
+
+type Answer<O> = oneshot::Sender<Result<O, StoreError>>;
+type Waiter<I, O> = (QueueName, I, Answer<O>);
+
+/// One lane of coalesced calls (the store has one for entries and one for polls).
+pub(super) struct Coalescer<I, O> {
+    lane: Mutex<Option<mpsc::UnboundedSender<Waiter<I, O>>>>,
+    run: RunBatch<I, O>,
+    counts: Arc<Counts>,
+}
+
+/// How much coalescing happened: script calls made and items they answered.
+#[derive(Debug, Default)]
+pub(super) struct Counts {
+    pub(super) calls: AtomicU64,
+    pub(super) items: AtomicU64,
+}
+
+impl<I: Send + 'static, O: Send + 'static> Coalescer<I, O> {
+    pub(super) fn new(run: RunBatch<I, O>) -> Coalescer<I, O> {
+        Coalescer {
+            lane: Mutex::new(None),
+            run,
+            counts: Arc::default(),
+        }
+    }
+
+    /// `(script calls, items answered)` so far.
+    pub(super) fn counts(&self) -> (u64, u64) {
+        (
+            self.counts.calls.load(Ordering::Relaxed),
+            self.counts.items.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Queues `item` for the next round and waits for its own answer.
+    pub(super) async fn call(
+        &self,
+        store: &Weak<RedisStore>,
+        queue: &QueueName,
+        item: I,
+    ) -> Result<O, StoreError> {
+        let (answer, answered) = oneshot::channel();
+        let mut waiter = (queue.clone(), item, answer);
+        loop {
+            let lane = self
+                .lane
+                .lock()
+                .get_or_insert_with(|| self.spawn(store.clone()))
+                .clone();
+            match lane.send(waiter) {
+                Ok(()) => break,
+                // The driver is gone (the runtime it ran on shut down): start a new one on ours.
+                Err(mpsc::error::SendError(returned)) => {
+                    waiter = returned;
+                    let mut current = self.lane.lock();
+                    if current.as_ref().is_some_and(|l| l.same_channel(&lane)) {
+                        *current = None;
+                    }
+                }
+            }
+        }
+        answered
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Unavailable("the redis batch was dropped".into())))
+    }
+
+    fn spawn(&self, store: Weak<RedisStore>) -> mpsc::UnboundedSender<Waiter<I, O>> {
+        let (lane, waiters) = mpsc::unbounded_channel();
+        tokio::spawn(drive(store, waiters, self.run, self.counts.clone()));
+        lane
+    }
+}
+
+/// The driver: each round is everything that queued up while earlier rounds ran, sent as soon as fewer
+/// than [`MAX_IN_FLIGHT`] rounds are at Redis.
+async fn drive<I: Send, O: Send>(
+    store: Weak<RedisStore>,
+    mut waiters: mpsc::UnboundedReceiver<Waiter<I, O>>,
+    run: RunBatch<I, O>,
+    counts: Arc<Counts>,
+) {
+    let mut in_flight = FuturesUnordered::new();
+    let mut round = Vec::new();
+    loop {
+        tokio::select! {
+            biased;
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+            received = waiters.recv_many(&mut round, MAX_BATCH), if in_flight.len() < MAX_IN_FLIGHT => {
+                if received == 0 {
+                    break;
+                }
+                // The store owns the lane, so while a waiter exists the store does too.
+                let Some(store) = store.upgrade() else { return };
+                in_flight.push(run_round(store, std::mem::take(&mut round), run, counts.clone()));
+            }
+        }
+    }
+    while in_flight.next().await.is_some() {}
+}
+
+/// One round: one batch script per queue, every caller answered.
+async fn run_round<I, O>(
+    store: Arc<RedisStore>,
+    round: Vec<Waiter<I, O>>,
+    run: RunBatch<I, O>,
+    counts: Arc<Counts>,
+) {
+    let round_len = round.len();
+    let mut by_queue: HashMap<QueueName, (Vec<I>, Vec<Answer<O>>)> = HashMap::new();
+    for (queue, item, answer) in round {
+        let (items, answers) = by_queue.entry(queue).or_default();
+        items.push(item);
+        answers.push(answer);
+    }
+    counts.calls.fetch_add(by_queue.len() as u64, Ordering::Relaxed);
+    counts.items.fetch_add(round_len as u64, Ordering::Relaxed);
+    let store = &*store;
+    join_all(by_queue.into_iter().map(|(queue, (items, answers))| async move {
+        let expected = items.len();
+        let result = run(store, &queue, items).await.and_then(|outputs| {
+            if outputs.len() == expected {
+                Ok(outputs)
+            } else {
+                Err(StoreError::Corrupt(format!(
+                    "a batch of {expected} got {} answers",
+                    outputs.len()
+                )))
+            }
+        });
+        match result {
+            Ok(outputs) => {
+                for (answer, output) in answers.into_iter().zip(outputs) {
+                    let _ = answer.send(Ok(output));
+                }
+            }
+            Err(error) => {
+                for answer in answers {
+                    let _ = answer.send(Err(error.clone()));
+                }
+            }
+        }
+    }))
+    .await;
+}
