@@ -375,6 +375,80 @@ on_both!(
     instances_agree_on_the_shared_secret,
 );
 
+/// Fail-closed without waiting in line: when Redis hangs (SIGSTOP: connections open, nothing answers), a
+/// surge of entries all answer `Unavailable` after the rounds already at Redis time out; the entries queued
+/// behind them are answered at once instead of each round waiting out its own timeout. Service resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_redis_fails_the_whole_backlog_at_once() {
+    let server = LocalRedis::start(1, false);
+    let url = server.urls[0].clone();
+    let port = url.rsplit(':').next().unwrap().to_string();
+    let info = std::process::Command::new("redis-cli")
+        .args(["-p", &port, "info", "server"])
+        .output()
+        .expect("redis-cli");
+    let pid = String::from_utf8_lossy(&info.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("process_id:").map(|p| p.trim().to_string()))
+        .expect("redis reports its pid");
+    let signal = |which: &str| {
+        let status = std::process::Command::new("kill")
+            .args([which, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {which} {pid}");
+    };
+    let options = RedisOptions {
+        prefix: "rgtest:hung:".into(),
+        timeouts: rankgate_store::queue::redis::Timeouts {
+            connect: Duration::from_millis(500),
+            response: Duration::from_millis(500),
+        },
+        ..RedisOptions::default()
+    };
+    let store = RedisStore::connect(std::slice::from_ref(&url), options)
+        .await
+        .unwrap();
+    let q = queue("hung");
+    store.enter(&q, &member("first")).await.unwrap();
+    let before = store.coalescing();
+
+    signal("-STOP");
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..1_200 {
+        let (store, q) = (Arc::clone(&store), q.clone());
+        tasks.spawn(async move { store.enter(&q, &member(&format!("m-{i}"))).await });
+    }
+    let mut failed = 0;
+    while let Some(joined) = tasks.join_next().await {
+        assert!(matches!(joined.unwrap(), Err(StoreError::Unavailable(_))));
+        failed += 1;
+    }
+    signal("-CONT");
+    assert_eq!(
+        failed, 1_200,
+        "every entry answered, none admitted to a hung store"
+    );
+    let during = store.coalescing();
+    let rounds = during.entry_calls - before.entry_calls;
+    // One round at a time would take at least 1,200 / MAX_BATCH = 10 rounds, each its own timeout.
+    assert!(
+        rounds < 6,
+        "the backlog failed with the first rounds, not round by round: {rounds} rounds"
+    );
+
+    wait_until(Duration::from_secs(20), "service resumes", || {
+        let runtime = tokio::runtime::Handle::current();
+        let store = Arc::clone(&store);
+        let q = q.clone();
+        std::thread::spawn(move || runtime.block_on(store.enter(&q, &member("after"))).ok())
+            .join()
+            .ok()
+            .flatten()
+    });
+    server.stop();
+}
+
 /// Fail-closed: when Redis goes away every operation answers `Unavailable` (the gate's 503), and service
 /// resumes by itself once Redis is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

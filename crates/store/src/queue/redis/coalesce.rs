@@ -118,12 +118,20 @@ async fn drive<I: Send, O: Send>(
     run: RunBatch<I, O>,
     counts: Arc<Counts>,
 ) {
-    let mut in_flight = FuturesUnordered::new();
+    let mut in_flight: FuturesUnordered<_> = FuturesUnordered::new();
     let mut round = Vec::new();
     loop {
         tokio::select! {
             biased;
-            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+            Some(outcome) = in_flight.next(), if !in_flight.is_empty() => {
+                if let Err::<(), StoreError>(error) = outcome {
+                    // Redis failed a round (down, or answering too slowly): everyone queued behind it would
+                    // wait out the same timeout a round at a time, so answer them all now (fail closed).
+                    while let Ok((_, _, answer)) = waiters.try_recv() {
+                        let _ = answer.send(Err(error.clone()));
+                    }
+                }
+            }
             received = waiters.recv_many(&mut round, MAX_BATCH), if in_flight.len() < MAX_IN_FLIGHT => {
                 if received == 0 {
                     break;
@@ -137,13 +145,13 @@ async fn drive<I: Send, O: Send>(
     while in_flight.next().await.is_some() {}
 }
 
-/// One round: one batch script per queue, every caller answered.
+/// One round: one batch script per queue, every caller answered. Reports a failure to reach Redis.
 async fn run_round<I, O>(
     store: Arc<RedisStore>,
     round: Vec<Waiter<I, O>>,
     run: RunBatch<I, O>,
     counts: Arc<Counts>,
-) {
+) -> Result<(), StoreError> {
     let round_len = round.len();
     let mut by_queue: HashMap<QueueName, (Vec<I>, Vec<Answer<O>>)> = HashMap::new();
     for (queue, item, answer) in round {
@@ -154,7 +162,7 @@ async fn run_round<I, O>(
     counts.calls.fetch_add(by_queue.len() as u64, Ordering::Relaxed);
     counts.items.fetch_add(round_len as u64, Ordering::Relaxed);
     let store = &*store;
-    join_all(by_queue.into_iter().map(|(queue, (items, answers))| async move {
+    let failures = join_all(by_queue.into_iter().map(|(queue, (items, answers))| async move {
         let expected = items.len();
         let result = run(store, &queue, items).await.and_then(|outputs| {
             if outputs.len() == expected {
@@ -171,13 +179,16 @@ async fn run_round<I, O>(
                 for (answer, output) in answers.into_iter().zip(outputs) {
                     let _ = answer.send(Ok(output));
                 }
+                None
             }
             Err(error) => {
                 for answer in answers {
                     let _ = answer.send(Err(error.clone()));
                 }
+                matches!(error, StoreError::Unavailable(_)).then_some(error)
             }
         }
     }))
     .await;
+    failures.into_iter().flatten().next().map_or(Ok(()), Err)
 }
