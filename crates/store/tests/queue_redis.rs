@@ -41,6 +41,18 @@ async fn open(urls: &[String], prefix: &str, time: RedisTime) -> Arc<RedisStore>
         .unwrap_or_else(|e| panic!("connecting to redis at {urls:?}: {e}"))
 }
 
+/// One store on its own key prefix (the guard deletes its keys), on an injected clock that stands still.
+async fn isolated_store(urls: &[String]) -> (Arc<RedisStore>, KeyCleanup) {
+    let prefix = unique_prefix();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store = open(urls, &prefix, RedisTime::Injected(Arc::new(clock))).await;
+    let cleanup = KeyCleanup {
+        nodes: urls.to_vec(),
+        prefix,
+    };
+    (store, cleanup)
+}
+
 async fn backend_on(urls: Vec<String>) -> Backend {
     let clock = ManualClock::new(1_700_000_000_000);
     let prefix = unique_prefix();
@@ -177,13 +189,7 @@ async fn concurrent_first_entries_across_instances_make_one_position(urls: Vec<S
 /// gapless ranks that their later position reads agree with, and of two concurrent polls by one member with
 /// a burst of one, exactly one is allowed.
 async fn coalesced_entries_and_polls_answer_as_one_call_each(urls: Vec<String>) {
-    let clock = ManualClock::new(1_700_000_000_000);
-    let prefix = unique_prefix();
-    let _cleanup = KeyCleanup {
-        nodes: urls.clone(),
-        prefix: prefix.clone(),
-    };
-    let store = open(&urls, &prefix, RedisTime::Injected(Arc::new(clock.clone()))).await;
+    let (store, _cleanup) = isolated_store(&urls).await;
     let q = queue("surge");
     store.enter(&q, &member("first")).await.unwrap();
     // 300 entries at once: m-0 … m-199, and m-0 … m-99 a second time.
@@ -290,13 +296,7 @@ async fn server_time_orders_and_issues_tokens(urls: Vec<String>) {
 
 /// Only hashes of tokens are stored: the token a member is shown appears nowhere in Redis.
 async fn only_token_hashes_are_stored(urls: Vec<String>) {
-    let clock = ManualClock::new(1_700_000_000_000);
-    let prefix = unique_prefix();
-    let _cleanup = KeyCleanup {
-        nodes: urls.clone(),
-        prefix: prefix.clone(),
-    };
-    let store = open(&urls, &prefix, RedisTime::Injected(Arc::new(clock.clone()))).await;
+    let (store, _cleanup) = isolated_store(&urls).await;
     let q = queue("hashes");
     store.enter(&q, &member("m")).await.unwrap();
     let secret = TokenSecret::generate().unwrap();
@@ -307,7 +307,7 @@ async fn only_token_hashes_are_stored(urls: Vec<String>) {
     let holders: Vec<(String, String)> = if urls.len() > 1 {
         let mut connection = client.unwrap().get_connection().unwrap();
         redis::cmd("HGETALL")
-            .arg(format!("{prefix}{{rg:q:hashes}}:holders"))
+            .arg(format!("{}{{rg:q:hashes}}:holders", store.prefix()))
             .query(&mut connection)
             .unwrap()
     } else {
@@ -316,7 +316,7 @@ async fn only_token_hashes_are_stored(urls: Vec<String>) {
             .get_connection()
             .unwrap();
         redis::cmd("HGETALL")
-            .arg(format!("{prefix}{{rg:q:hashes}}:holders"))
+            .arg(format!("{}{{rg:q:hashes}}:holders", store.prefix()))
             .query(&mut connection)
             .unwrap()
     };
