@@ -79,6 +79,10 @@ enum Command {
         /// Members queued in the flash-sale scene
         #[arg(long, default_value_t = 100_000)]
         flash_sale_members: usize,
+        /// Run the flash-sale scene's waiting room on this Redis (several comma-separated URLs for a
+        /// Cluster) instead of the embedded store; its keys get a prefix of their own, deleted at the end
+        #[arg(long, value_delimiter = ',')]
+        redis: Vec<String>,
     },
     /// Create or upgrade the PostgreSQL schema of --database (also done on every start)
     Migrate {
@@ -239,8 +243,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             data_dir,
             scale,
             flash_sale_members,
+            redis,
         } => {
-            let passed = crate::demo::run_demo(data_dir, scale, flash_sale_members, &mut std::io::stdout())?;
+            let passed = crate::demo::run_demo(
+                data_dir,
+                scale,
+                flash_sale_members,
+                &redis,
+                &mut std::io::stdout(),
+            )?;
             Ok(if passed {
                 ExitCode::SUCCESS
             } else {

@@ -24,6 +24,7 @@ pub fn run_demo(
     data_dir: Option<PathBuf>,
     scale: f64,
     flash_sale_members: usize,
+    redis: &[String],
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<bool> {
     let temporary = tempfile::tempdir()?;
@@ -196,6 +197,7 @@ pub fn run_demo(
         runtime.block_on(crate::waiting_room::run_flash_sale_demo(
             &flash_dir,
             flash_sale_members,
+            redis,
             out,
         ))?;
     }

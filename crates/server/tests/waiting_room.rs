@@ -892,9 +892,37 @@ async fn gate_fails_closed_when_the_store_is_unreachable_and_open_when_configure
 async fn flash_sale_demo_admits_at_the_configured_rate_and_retries_failed_orders() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut out = Vec::new();
-    let report = waiting_room::run_flash_sale_demo(dir.path(), 600, &mut out)
+    let report = waiting_room::run_flash_sale_demo(dir.path(), 600, &[], &mut out)
         .await
         .expect("demo");
+    assert_flash_sale_succeeded(&report, out);
+}
+
+/// The same scene with its waiting room on the Redis at 127.0.0.1:6379, on the demo's simulated clock:
+/// the same outcome, and the demo deletes every key it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn flash_sale_demo_runs_on_redis_and_cleans_up() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut out = Vec::new();
+    let redis = ["redis://127.0.0.1:6379".to_string()];
+    let report = waiting_room::run_flash_sale_demo(dir.path(), 600, &redis, &mut out)
+        .await
+        .expect("demo on redis");
+    let text = String::from_utf8(out.clone()).expect("utf-8");
+    assert!(text.contains("on Redis"), "{text}");
+    assert_flash_sale_succeeded(&report, out);
+    let client = redis::Client::open(redis[0].as_str()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let pattern = format!("rankgate-demo:{}:*", std::process::id());
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg(&pattern)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "the demo deleted its keys: {left:?}");
+}
+
+fn assert_flash_sale_succeeded(report: &waiting_room::FlashSaleReport, out: Vec<u8>) {
     let text = String::from_utf8(out).expect("utf-8");
     assert_eq!(report.admitted, 600, "{text}");
     assert_eq!(report.orders_committed, 600, "one order per member: {text}");

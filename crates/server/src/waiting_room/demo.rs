@@ -16,9 +16,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use futures_util::StreamExt as _;
 use rankgate_core::ids::MemberId;
 use rankgate_core::queue::{MemberStatus, QueueName};
 use rankgate_store::clock::{Clock, ManualClock};
+use rankgate_store::queue::token::TokenSecret;
 
 use super::config::{GateConfig, GateRoute, WaitingRoomConfig};
 use super::service::WaitingRoom;
@@ -26,6 +30,8 @@ use super::service::WaitingRoom;
 /// Simulated clients in flight at once, for the burst and for orders.
 const CONCURRENT_ENTRIES: usize = 64;
 const CONCURRENT_ORDERS: usize = 64;
+/// Polls in flight at once in each simulated second.
+const CONCURRENT_POLLS: usize = 256;
 
 /// What the flash-sale demo measured (simulated time).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -89,6 +95,7 @@ async fn spawn_order_service(attempts: Arc<AtomicU64>) -> anyhow::Result<std::ne
 pub async fn run_flash_sale_demo(
     data_dir: &Path,
     members: usize,
+    redis: &[String],
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<FlashSaleReport> {
     let queue_name = "flash-sale";
@@ -110,10 +117,26 @@ pub async fn run_flash_sale_demo(
             timeout_millis: 10_000,
             max_body_bytes: 65_536,
         }],
+        // A fresh secret of the demo's own, as an operator would configure one for a shared store.
+        token_secret: Some(
+            URL_SAFE_NO_PAD.encode(
+                TokenSecret::generate()
+                    .context("reading the OS random number generator")?
+                    .to_bytes(),
+            ),
+        ),
         ..WaitingRoomConfig::default()
     };
     let clock = ManualClock::new(rankgate_store::clock::SystemClock.now_millis());
-    let room = WaitingRoom::open_embedded(data_dir, config, Arc::new(clock.clone())).await?;
+    let room = if redis.is_empty() {
+        WaitingRoom::open_embedded(data_dir, config, Arc::new(clock.clone())).await?
+    } else {
+        // A key prefix of its own, deleted at the end: the demo never touches anyone's queues.
+        let prefix = format!("rankgate-demo:{}:{}:", std::process::id(), clock.now_millis());
+        WaitingRoom::open_redis_simulated(redis, &prefix, config, Arc::new(clock.clone()))
+            .await
+            .context("opening the demo's waiting room on Redis (check --redis)")?
+    };
     let mut router = super::member_routes(Arc::clone(&room));
     if let Some(gate) = super::gate_routes(Arc::clone(&room)) {
         router = router.merge(gate);
@@ -129,7 +152,12 @@ pub async fn run_flash_sale_demo(
 
     writeln!(
         out,
-        "flash sale: {members} members arrive at once; admitting {admit_per_second}/s through the gate"
+        "flash sale: {members} members arrive at once; admitting {admit_per_second}/s through the gate ({})",
+        if redis.is_empty() {
+            "embedded store"
+        } else {
+            "on Redis"
+        }
     )?;
     let burst_started = std::time::Instant::now();
     let mut shoppers: Vec<Shopper> = Vec::with_capacity(members);
@@ -209,13 +237,26 @@ pub async fn run_flash_sale_demo(
         }
 
         let mut ready_to_order: Vec<(usize, String)> = Vec::new();
+        let mut due_now = Vec::new();
         while let Some(Reverse((due, index))) = polls_due.peek().copied() {
             if due > now {
                 break;
             }
             polls_due.pop();
+            due_now.push(index);
+        }
+        // The shoppers due this second poll at once, as a crowd does (on Redis, concurrent polls share
+        // script calls); their answers are handled in the order they were due.
+        let answers: Vec<_> = futures_util::stream::iter(due_now.into_iter().map(|index| {
+            let (room, queue, member) = (&room, &queue, shoppers[index].member.clone());
+            async move { (index, room.poll(queue, &member).await) }
+        }))
+        .buffered(CONCURRENT_POLLS)
+        .collect()
+        .await;
+        for (index, answer) in answers {
             let shopper = &mut shoppers[index];
-            let (position, _) = match room.poll(&queue, &shopper.member).await {
+            let (position, _) = match answer {
                 Ok(answer) => answer,
                 Err(crate::error::ApiError::TooManyRequests { retry_after_secs, .. }) => {
                     polls_due.push(Reverse((now + retry_after_secs as i64 * 1000, index)));
@@ -324,6 +365,15 @@ pub async fn run_flash_sale_demo(
     )?;
     if let Some(store) = room.embedded_store() {
         store.close();
+    }
+    if let Some(store) = room.redis_store() {
+        // A Cluster spreads the keys over nodes one SCAN does not visit; they expire with no one polling.
+        if !store.is_cluster() {
+            store
+                .purge_prefix()
+                .await
+                .map_err(|e| anyhow::anyhow!("deleting the demo's keys: {e}"))?;
+        }
     }
     Ok(report)
 }

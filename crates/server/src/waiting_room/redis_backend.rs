@@ -46,11 +46,34 @@ impl WaitingRoom {
         config: WaitingRoomConfig,
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Arc<WaitingRoom>> {
+        WaitingRoom::open_redis_timed(urls, prefix, config, clock, RedisTime::Server).await
+    }
+
+    /// [`WaitingRoom::open_redis`] on a simulated clock: the scripts take "now" from `clock` instead of
+    /// Redis `TIME` (the flash-sale demo runs minutes of admissions in seconds). Never for a shared queue:
+    /// instances must agree on one clock.
+    pub async fn open_redis_simulated(
+        urls: &[String],
+        prefix: &str,
+        config: WaitingRoomConfig,
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Arc<WaitingRoom>> {
+        let time = RedisTime::Injected(Arc::clone(&clock));
+        WaitingRoom::open_redis_timed(urls, prefix, config, clock, time).await
+    }
+
+    async fn open_redis_timed(
+        urls: &[String],
+        prefix: &str,
+        config: WaitingRoomConfig,
+        clock: Arc<dyn Clock>,
+        time: RedisTime,
+    ) -> anyhow::Result<Arc<WaitingRoom>> {
         let options = RedisOptions {
             prefix: prefix.to_string(),
             default_settings: config.default_settings()?,
             consumed_memory_ms: config.consumed_memory_seconds as i64 * 1000,
-            time: RedisTime::Server,
+            time,
             ..RedisOptions::default()
         };
         let store = RedisStore::connect(urls, options)

@@ -234,6 +234,12 @@ impl WaitingRoom {
         self.embedded.as_ref()
     }
 
+    /// The Redis store, when running on Redis.
+    #[must_use]
+    pub fn redis_store(&self) -> Option<&Arc<RedisStore>> {
+        self.redis.as_ref()
+    }
+
     /// The job store, for other workers (carry-over, rollovers) that need delayed/retry jobs.
     #[must_use]
     pub fn jobs(&self) -> &Arc<dyn JobStore> {
