@@ -99,14 +99,7 @@ impl ViewHead {
     fn member(&self, reply: &mut Reply) -> Result<MemberView, StoreError> {
         let status = status_of(reply.int()?)?;
         let rank = u64::try_from(reply.int()?).ok();
-        let nonce = reply.string()?;
-        let expires = reply.int()?;
-        let last_outcome = (reply.int()? == 1).then_some(LastOutcome::Consumed);
-        let token = if nonce.is_empty() {
-            None
-        } else {
-            Some((unhex::<16>(&nonce)?, expires))
-        };
+        let (token, last_outcome) = read_token(reply)?;
         Ok(self.view(status, rank, token, last_outcome))
     }
 
@@ -115,7 +108,7 @@ impl ViewHead {
         &self,
         status: MemberStatus,
         rank: Option<u64>,
-        token: Option<([u8; 16], i64)>,
+        token: Option<Token>,
         last_outcome: Option<LastOutcome>,
     ) -> MemberView {
         let rank = if status == MemberStatus::Waiting {
@@ -151,17 +144,26 @@ fn read_view(mut reply: Reply) -> Result<MemberView, StoreError> {
     let status = status_of(reply.int()?)?;
     let rank = u64::try_from(reply.int()?).ok();
     let waiting_count = reply.int()?.max(0) as u64;
+    let (token, last_outcome) = read_token(&mut reply)?;
+    let now_ms = reply.int()?;
+    let head = ViewHead::read(now_ms, waiting_count, &mut reply)?;
+    Ok(head.view(status, rank, token, last_outcome))
+}
+
+/// A member's entry token as the store keeps it: its nonce and expiry (ms).
+type Token = ([u8; 16], i64);
+
+/// Reads `nonce, expires, last`: the member's token if any, and their last outcome.
+fn read_token(reply: &mut Reply) -> Result<(Option<Token>, Option<LastOutcome>), StoreError> {
     let nonce = reply.string()?;
     let expires = reply.int()?;
     let last_outcome = (reply.int()? == 1).then_some(LastOutcome::Consumed);
-    let now_ms = reply.int()?;
-    let head = ViewHead::read(now_ms, waiting_count, &mut reply)?;
     let token = if nonce.is_empty() {
         None
     } else {
         Some((unhex::<16>(&nonce)?, expires))
     };
-    Ok(head.view(status, rank, token, last_outcome))
+    Ok((token, last_outcome))
 }
 
 /// Script arguments of a settings patch, in `SETTING_FIELDS` order (`''` / `keep` = unchanged).
