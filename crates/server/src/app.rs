@@ -90,8 +90,10 @@ pub fn router(state: AppState) -> Router {
     }
     let app = app.layer(DefaultBodyLimit::max(state.config.max_body_bytes));
     // The per-request spans and events of `TraceLayer::new_for_http` are DEBUG: leave the layer out unless
-    // that level is on, as it costs ~10% of a cheap request for records nobody receives. Failures still
-    // reach the log at every level: `ApiError` logs internal errors itself.
+    // that level is on (decided once, at start), as it costs ~10% of a cheap request for records nobody
+    // receives. Its one louder record, an ERROR line per 5xx answer, goes with it: internal errors are
+    // still logged by `ApiError`, while a store outage (503s) shows in `/readyz`, in the background
+    // workers' warnings and in the gate's outcome counters rather than as one line per refused request.
     if tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG) {
         app.layer(TraceLayer::new_for_http())
     } else {

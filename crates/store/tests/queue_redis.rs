@@ -27,7 +27,7 @@ use rankgate_core::queue::{MemberStatus, QueueName, SettingsPatch};
 use rankgate_store::clock::{Clock, ManualClock, SystemClock};
 use rankgate_store::queue::conformance::Backend;
 use rankgate_store::queue::redis::{RedisOptions, RedisStore, RedisTime};
-use rankgate_store::queue::token::TokenSecret;
+use rankgate_store::queue::token::{digest_of, TokenSecret};
 use rankgate_store::queue::{EnterOutcome, QueueStore, RateLimiter, RateLimiterKind, StoreError};
 
 async fn open(urls: &[String], prefix: &str, time: RedisTime) -> Arc<RedisStore> {
@@ -260,6 +260,88 @@ async fn coalesced_entries_and_polls_answer_as_one_call_each(urls: Vec<String>) 
         c.entry_calls < c.entries && c.poll_calls < c.polls,
         "concurrent calls shared scripts: {c:?}"
     );
+}
+
+/// Coalescing keeps arrival order when the fast path declines a member mid-batch: ten members, then one
+/// who already bought (CONSUMED, so only the full entry may put them back in line), then ten more, all in
+/// one round. The consumed member is placed between the two groups, not behind the second. (A
+/// current-thread runtime hands the entries to the lane in spawn order.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_declined_member_keeps_their_place_in_a_coalesced_round() {
+    let urls = vec![STANDALONE_URL.to_string()];
+    let (store, _cleanup) = isolated_store(&urls).await;
+    let q = queue("order");
+    let buyer = member("buyer");
+    store.enter(&q, &buyer).await.unwrap();
+    let secret = TokenSecret::generate().unwrap();
+    let prepared = secret.prepare().unwrap();
+    store.admit(&q, vec![prepared]).await.unwrap();
+    let token = digest_of(&secret.token_for(&prepared.nonce));
+    let claim = digest_of("claim-1");
+    store.claim(&q, &buyer, &token, &claim).await.unwrap();
+    store.consume(&q, &buyer, &claim).await.unwrap();
+
+    let names: Vec<String> = (0..10)
+        .map(|i| format!("a-{i}"))
+        .chain(std::iter::once("buyer".to_string()))
+        .chain((0..10).map(|i| format!("b-{i}")))
+        .collect();
+    let mut tasks = Vec::new();
+    for name in &names {
+        let (store, q, m) = (Arc::clone(&store), q.clone(), member(name));
+        tasks.push(tokio::spawn(async move { store.enter(&q, &m).await.unwrap() }));
+    }
+    let mut ranks = Vec::new();
+    for task in tasks {
+        let outcome = task.await.unwrap();
+        assert!(matches!(outcome, EnterOutcome::Entered(_)), "{outcome:?}");
+        ranks.push(outcome.view().rank.unwrap());
+    }
+    assert_eq!(ranks, (0..21).collect::<Vec<u64>>(), "arrival order of {names:?}");
+    let c = store.coalescing();
+    assert!(c.entry_calls < c.entries, "the entries shared a round: {c:?}");
+}
+
+/// One member's unreadable record fails that member's poll only, not the others coalesced with it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_corrupt_record_fails_only_its_own_poll_in_a_round() {
+    let urls = vec![STANDALONE_URL.to_string()];
+    let (store, _cleanup) = isolated_store(&urls).await;
+    let q = queue("corrupt");
+    for i in 0..10 {
+        store.enter(&q, &member(&format!("m-{i}"))).await.unwrap();
+    }
+    let mut connection = redis::Client::open(STANDALONE_URL)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: i64 = redis::cmd("HSET")
+        .arg(format!("{}{{rg:q:corrupt}}:holders", store.prefix()))
+        .arg("bad")
+        .arg("Z|not a record")
+        .query(&mut connection)
+        .unwrap();
+    let names: Vec<String> = (0..5)
+        .map(|i| format!("m-{i}"))
+        .chain(std::iter::once("bad".to_string()))
+        .chain((5..10).map(|i| format!("m-{i}")))
+        .collect();
+    let mut tasks = Vec::new();
+    for name in &names {
+        let (store, q, m) = (Arc::clone(&store), q.clone(), member(name));
+        tasks.push(tokio::spawn(async move { store.poll(&q, &m, 3).await }));
+    }
+    for (name, task) in names.iter().zip(tasks) {
+        let answer = task.await.unwrap();
+        if name == "bad" {
+            assert!(matches!(answer, Err(StoreError::Corrupt(_))), "{answer:?}");
+        } else {
+            let (view, _, _) = answer.unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(view.status, MemberStatus::Waiting, "{name}");
+        }
+    }
+    let c = store.coalescing();
+    assert!(c.poll_calls < c.polls, "the polls shared a round: {c:?}");
 }
 
 /// Production mode: scripts read Redis `TIME`. Order, tokens and expiries come from the store's clock.

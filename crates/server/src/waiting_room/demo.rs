@@ -137,243 +137,254 @@ pub async fn run_flash_sale_demo(
             .await
             .context("opening the demo's waiting room on Redis (check --redis)")?
     };
-    let mut router = super::member_routes(Arc::clone(&room));
-    if let Some(gate) = super::gate_routes(Arc::clone(&room)) {
-        router = router.merge(gate);
-    }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .context("binding the demo server")?;
-    let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    let client = reqwest::Client::new();
-
-    writeln!(
-        out,
-        "flash sale: {members} members arrive at once; admitting {admit_per_second}/s through the gate ({})",
-        if redis.is_empty() {
-            "embedded store"
-        } else {
-            "on Redis"
+    // The scene, then the clean-up whatever the scene's outcome.
+    let scene: anyhow::Result<FlashSaleReport> = async {
+        let mut router = super::member_routes(Arc::clone(&room));
+        if let Some(gate) = super::gate_routes(Arc::clone(&room)) {
+            router = router.merge(gate);
         }
-    )?;
-    let burst_started = std::time::Instant::now();
-    let mut shoppers: Vec<Shopper> = Vec::with_capacity(members);
-    let mut burst = tokio::task::JoinSet::new();
-    let mut next = 0usize;
-    let mut entered: Vec<Option<(MemberId, u64)>> = vec![None; members];
-    while next < members || !burst.is_empty() {
-        while next < members && burst.len() < CONCURRENT_ENTRIES {
-            let client = client.clone();
-            let url = format!("{base}/v1/queues/{queue_name}/entries");
-            let index = next;
-            burst.spawn(async move {
-                let member = format!("shopper-{index:06}");
-                let body: serde_json::Value = client
-                    .post(url)
-                    .json(&serde_json::json!({ "memberId": member }))
-                    .send()
-                    .await?
-                    .json()
-                    .await?;
-                let estimate = body["estimatedWaitSeconds"].as_u64().unwrap_or(0);
-                anyhow::Ok((
-                    index,
-                    MemberId::parse(&member).expect("valid member id"),
-                    estimate,
-                ))
-            });
-            next += 1;
-        }
-        if let Some(joined) = burst.join_next().await {
-            let (index, member, estimate) = joined.context("entry task")??;
-            entered[index] = Some((member, estimate));
-        }
-    }
-    for (member, estimated_wait_seconds) in entered.into_iter().flatten() {
-        shoppers.push(Shopper {
-            member,
-            estimated_wait_seconds,
-            admitted_at_ms: None,
-            ordered: false,
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding the demo server")?;
+        let base = format!("http://{}", listener.local_addr()?);
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
         });
-    }
-    writeln!(
-        out,
-        "  burst: {} entries over HTTP in {:.2} s",
-        shoppers.len(),
-        burst_started.elapsed().as_secs_f64()
-    )?;
+        let client = reqwest::Client::new();
 
-    let started_ms = clock.now_millis();
-    // Each shopper polls at the interval it is told: a heap of (next poll time, shopper).
-    let mut polls_due: BinaryHeap<Reverse<(i64, usize)>> = (0..shoppers.len())
-        .map(|i| Reverse((started_ms + 1000, i)))
-        .collect();
-    let mut report = FlashSaleReport {
-        members,
-        admit_per_second,
-        ..FlashSaleReport::default()
-    };
-    let mut second = 0u64;
-    let mut last_admission_second = 0u64;
-    let mut committed = 0usize;
-    while committed < shoppers.len() && second < 100_000 {
-        second += 1;
-        clock.advance(1000);
-        let now = clock.now_millis();
-        let admitted_now: u64 = room
-            .admit_due_queues()
-            .await?
-            .iter()
-            .map(|(_, o)| o.admitted.len() as u64)
-            .sum();
-        report.admitted += admitted_now;
-        report.max_admitted_in_one_second = report.max_admitted_in_one_second.max(admitted_now);
-        if admitted_now > 0 {
-            last_admission_second = second;
-        }
-
-        let mut ready_to_order: Vec<(usize, String)> = Vec::new();
-        let mut due_now = Vec::new();
-        while let Some(Reverse((due, index))) = polls_due.peek().copied() {
-            if due > now {
-                break;
+        writeln!(
+            out,
+            "flash sale: {members} members arrive at once; admitting {admit_per_second}/s through the gate ({})",
+            if redis.is_empty() {
+                "embedded store"
+            } else {
+                "on Redis"
             }
-            polls_due.pop();
-            due_now.push(index);
-        }
-        // The shoppers due this second poll at once, as a crowd does (on Redis, concurrent polls share
-        // script calls); their answers are handled in the order they were due.
-        let answers: Vec<_> = futures_util::stream::iter(due_now.into_iter().map(|index| {
-            let (room, queue, member) = (&room, &queue, shoppers[index].member.clone());
-            async move { (index, room.poll(queue, &member).await) }
-        }))
-        .buffered(CONCURRENT_POLLS)
-        .collect()
-        .await;
-        for (index, answer) in answers {
-            let shopper = &mut shoppers[index];
-            let (position, _) = match answer {
-                Ok(answer) => answer,
-                Err(crate::error::ApiError::TooManyRequests { retry_after_secs, .. }) => {
-                    polls_due.push(Reverse((now + retry_after_secs as i64 * 1000, index)));
-                    continue;
-                }
-                Err(error) => return Err(anyhow::anyhow!("poll failed: {error}")),
-            };
-            report.polls += 1;
-            match position.status {
-                MemberStatus::Ready => {
-                    shopper.admitted_at_ms.get_or_insert(now);
-                    ready_to_order.push((index, position.entry_token.unwrap_or_default()));
-                }
-                MemberStatus::Waiting | MemberStatus::Claimed => {
-                    let interval_ms = (position.polling_interval_seconds * 1000.0) as i64;
-                    polls_due.push(Reverse((now + interval_ms.max(1000), index)));
-                }
-                MemberStatus::NotEntered => {}
+        )?;
+        let burst_started = std::time::Instant::now();
+        let mut shoppers: Vec<Shopper> = Vec::with_capacity(members);
+        let mut burst = tokio::task::JoinSet::new();
+        let mut next = 0usize;
+        let mut entered: Vec<Option<(MemberId, u64)>> = vec![None; members];
+        while next < members || !burst.is_empty() {
+            while next < members && burst.len() < CONCURRENT_ENTRIES {
+                let client = client.clone();
+                let url = format!("{base}/v1/queues/{queue_name}/entries");
+                let index = next;
+                burst.spawn(async move {
+                    let member = format!("shopper-{index:06}");
+                    let body: serde_json::Value = client
+                        .post(url)
+                        .json(&serde_json::json!({ "memberId": member }))
+                        .send()
+                        .await?
+                        .json()
+                        .await?;
+                    let estimate = body["estimatedWaitSeconds"].as_u64().unwrap_or(0);
+                    anyhow::Ok((
+                        index,
+                        MemberId::parse(&member).expect("valid member id"),
+                        estimate,
+                    ))
+                });
+                next += 1;
+            }
+            if let Some(joined) = burst.join_next().await {
+                let (index, member, estimate) = joined.context("entry task")??;
+                entered[index] = Some((member, estimate));
             }
         }
-        // Orders go through the gate over HTTP, a bounded number at a time (like the shop's own clients).
-        let mut orders = tokio::task::JoinSet::new();
-        let mut pending = ready_to_order.into_iter();
-        loop {
-            while orders.len() < CONCURRENT_ORDERS {
-                let Some((index, token)) = pending.next() else {
+        for (member, estimated_wait_seconds) in entered.into_iter().flatten() {
+            shoppers.push(Shopper {
+                member,
+                estimated_wait_seconds,
+                admitted_at_ms: None,
+                ordered: false,
+            });
+        }
+        writeln!(
+            out,
+            "  burst: {} entries over HTTP in {:.2} s",
+            shoppers.len(),
+            burst_started.elapsed().as_secs_f64()
+        )?;
+
+        let started_ms = clock.now_millis();
+        // Each shopper polls at the interval it is told: a heap of (next poll time, shopper).
+        let mut polls_due: BinaryHeap<Reverse<(i64, usize)>> = (0..shoppers.len())
+            .map(|i| Reverse((started_ms + 1000, i)))
+            .collect();
+        let mut report = FlashSaleReport {
+            members,
+            admit_per_second,
+            ..FlashSaleReport::default()
+        };
+        let mut second = 0u64;
+        let mut last_admission_second = 0u64;
+        let mut committed = 0usize;
+        while committed < shoppers.len() && second < 100_000 {
+            second += 1;
+            clock.advance(1000);
+            let now = clock.now_millis();
+            let admitted_now: u64 = room
+                .admit_due_queues()
+                .await?
+                .iter()
+                .map(|(_, o)| o.admitted.len() as u64)
+                .sum();
+            report.admitted += admitted_now;
+            report.max_admitted_in_one_second = report.max_admitted_in_one_second.max(admitted_now);
+            if admitted_now > 0 {
+                last_admission_second = second;
+            }
+
+            let mut ready_to_order: Vec<(usize, String)> = Vec::new();
+            let mut due_now = Vec::new();
+            while let Some(Reverse((due, index))) = polls_due.peek().copied() {
+                if due > now {
+                    break;
+                }
+                polls_due.pop();
+                due_now.push(index);
+            }
+            // The shoppers due this second poll at once, as a crowd does (on Redis, concurrent polls share
+            // script calls); their answers are handled in the order they were due.
+            let answers: Vec<_> = futures_util::stream::iter(due_now.into_iter().map(|index| {
+                let (room, queue, member) = (&room, &queue, shoppers[index].member.clone());
+                async move { (index, room.poll(queue, &member).await) }
+            }))
+            .buffered(CONCURRENT_POLLS)
+            .collect()
+            .await;
+            for (index, answer) in answers {
+                let shopper = &mut shoppers[index];
+                let (position, _) = match answer {
+                    Ok(answer) => answer,
+                    Err(crate::error::ApiError::TooManyRequests { retry_after_secs, .. }) => {
+                        polls_due.push(Reverse((now + retry_after_secs as i64 * 1000, index)));
+                        continue;
+                    }
+                    Err(error) => return Err(anyhow::anyhow!("poll failed: {error}")),
+                };
+                report.polls += 1;
+                match position.status {
+                    MemberStatus::Ready => {
+                        shopper.admitted_at_ms.get_or_insert(now);
+                        ready_to_order.push((index, position.entry_token.unwrap_or_default()));
+                    }
+                    MemberStatus::Waiting | MemberStatus::Claimed => {
+                        let interval_ms = (position.polling_interval_seconds * 1000.0) as i64;
+                        polls_due.push(Reverse((now + interval_ms.max(1000), index)));
+                    }
+                    MemberStatus::NotEntered => {}
+                }
+            }
+            // Orders go through the gate over HTTP, a bounded number at a time (like the shop's own clients).
+            let mut orders = tokio::task::JoinSet::new();
+            let mut pending = ready_to_order.into_iter();
+            loop {
+                while orders.len() < CONCURRENT_ORDERS {
+                    let Some((index, token)) = pending.next() else {
+                        break;
+                    };
+                    let (client, url, member) = (
+                        client.clone(),
+                        format!("{base}/orders"),
+                        shoppers[index].member.to_string(),
+                    );
+                    orders.spawn(async move {
+                        let response = client
+                            .post(url)
+                            .header("x-entry-token", token)
+                            .header("x-member-id", member)
+                            .body("{\"sku\":\"limited-edition\"}")
+                            .send()
+                            .await?;
+                        anyhow::Ok((index, response.status().is_success()))
+                    });
+                }
+                let Some(joined) = orders.join_next().await else {
                     break;
                 };
-                let (client, url, member) = (
-                    client.clone(),
-                    format!("{base}/orders"),
-                    shoppers[index].member.to_string(),
-                );
-                orders.spawn(async move {
-                    let response = client
-                        .post(url)
-                        .header("x-entry-token", token)
-                        .header("x-member-id", member)
-                        .body("{\"sku\":\"limited-edition\"}")
-                        .send()
-                        .await?;
-                    anyhow::Ok((index, response.status().is_success()))
-                });
+                let (index, success) = joined.context("order task")??;
+                if success {
+                    shoppers[index].ordered = true;
+                    committed += 1;
+                    report.orders_committed += 1;
+                } else {
+                    // Released by the gate: the shopper tries again on its next poll.
+                    report.orders_failed += 1;
+                    polls_due.push(Reverse((now + 1000, index)));
+                }
             }
-            let Some(joined) = orders.join_next().await else {
-                break;
-            };
-            let (index, success) = joined.context("order task")??;
-            if success {
-                shoppers[index].ordered = true;
-                committed += 1;
-                report.orders_committed += 1;
-            } else {
-                // Released by the gate: the shopper tries again on its next poll.
-                report.orders_failed += 1;
-                polls_due.push(Reverse((now + 1000, index)));
+            if second.is_multiple_of(10) || committed == shoppers.len() {
+                let stats = room.stats(&queue).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+                writeln!(
+                    out,
+                    "  t={second:>4}s  waiting {:>7}  ready {:>5}  admitted/s (measured) {:>8.1}  orders {:>7}  failed+retried {:>5}",
+                    stats.waiting,
+                    stats.ready,
+                    stats.measured_rate.unwrap_or(0.0),
+                    report.orders_committed,
+                    report.orders_failed,
+                )?;
             }
         }
-        if second.is_multiple_of(10) || committed == shoppers.len() {
-            let stats = room.stats(&queue).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-            writeln!(
-                out,
-                "  t={second:>4}s  waiting {:>7}  ready {:>5}  admitted/s (measured) {:>8.1}  orders {:>7}  failed+retried {:>5}",
-                stats.waiting,
-                stats.ready,
-                stats.measured_rate.unwrap_or(0.0),
-                report.orders_committed,
-                report.orders_failed,
-            )?;
+        report.simulated_seconds = second;
+        let admitted: Vec<&Shopper> = shoppers.iter().filter(|s| s.admitted_at_ms.is_some()).collect();
+        if !admitted.is_empty() {
+            let count = admitted.len() as f64;
+            report.mean_estimated_wait_seconds = admitted
+                .iter()
+                .map(|s| s.estimated_wait_seconds as f64)
+                .sum::<f64>()
+                / count;
+            report.mean_actual_wait_seconds = admitted
+                .iter()
+                .map(|s| (s.admitted_at_ms.unwrap_or(started_ms) - started_ms) as f64 / 1000.0)
+                .sum::<f64>()
+                / count;
         }
+        writeln!(
+            out,
+            "  done: {} admitted over {} simulated s ({:.1}/s, at most {} in one second; configured {admit_per_second}/s); \
+             last order at {} s",
+            report.admitted,
+            last_admission_second,
+            report.admitted as f64 / last_admission_second.max(1) as f64,
+            report.max_admitted_in_one_second,
+            report.simulated_seconds,
+        )?;
+        writeln!(
+            out,
+            "  wait: estimated {:.1} s on average at entry, actual {:.1} s (admission seen at the member's next poll)",
+            report.mean_estimated_wait_seconds, report.mean_actual_wait_seconds
+        )?;
+        writeln!(
+            out,
+            "  orders: {} committed, {} failed and retried through the gate; {} polls answered",
+            report.orders_committed, report.orders_failed, report.polls
+        )?;
+        Ok(report)
     }
-    report.simulated_seconds = second;
-    let admitted: Vec<&Shopper> = shoppers.iter().filter(|s| s.admitted_at_ms.is_some()).collect();
-    if !admitted.is_empty() {
-        let count = admitted.len() as f64;
-        report.mean_estimated_wait_seconds = admitted
-            .iter()
-            .map(|s| s.estimated_wait_seconds as f64)
-            .sum::<f64>()
-            / count;
-        report.mean_actual_wait_seconds = admitted
-            .iter()
-            .map(|s| (s.admitted_at_ms.unwrap_or(started_ms) - started_ms) as f64 / 1000.0)
-            .sum::<f64>()
-            / count;
-    }
-    writeln!(
-        out,
-        "  done: {} admitted over {} simulated s ({:.1}/s, at most {} in one second; configured {admit_per_second}/s); \
-         last order at {} s",
-        report.admitted,
-        last_admission_second,
-        report.admitted as f64 / last_admission_second.max(1) as f64,
-        report.max_admitted_in_one_second,
-        report.simulated_seconds,
-    )?;
-    writeln!(
-        out,
-        "  wait: estimated {:.1} s on average at entry, actual {:.1} s (admission seen at the member's next poll)",
-        report.mean_estimated_wait_seconds, report.mean_actual_wait_seconds
-    )?;
-    writeln!(
-        out,
-        "  orders: {} committed, {} failed and retried through the gate; {} polls answered",
-        report.orders_committed, report.orders_failed, report.polls
-    )?;
+    .await;
     if let Some(store) = room.embedded_store() {
         store.close();
     }
     if let Some(store) = room.redis_store() {
-        // A Cluster spreads the keys over nodes one SCAN does not visit; they expire with no one polling.
-        if !store.is_cluster() {
+        if store.is_cluster() {
+            // One SCAN does not visit every node of a Cluster, and queue keys have no TTL.
+            writeln!(
+                out,
+                "  the demo's keys stay on the Cluster under the prefix {:?}; delete them on each node",
+                store.prefix()
+            )?;
+        } else {
             store
                 .purge_prefix()
                 .await
                 .map_err(|e| anyhow::anyhow!("deleting the demo's keys: {e}"))?;
         }
     }
-    Ok(report)
+    scene
 }

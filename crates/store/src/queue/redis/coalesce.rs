@@ -5,22 +5,25 @@
 //! this process one round trip per member. A [`Coalescer`] is a lane with one driver task: a request drops
 //! its item in, the driver takes **everything that is waiting** (up to [`MAX_BATCH`]), groups it by queue,
 //! runs one batch script per queue (all of a queue's keys share its hash tag, so a batch is legal on a
-//! Cluster), and hands every caller its own answer. While rounds are at Redis the next one fills up, so
+//! Cluster), and hands every caller its own answer. While a round is at Redis the next one fills up, so
 //! batches grow with load by themselves and a lone request is sent at once, never held back for a timer.
 //!
-//! A batch script is atomic and treats its members one after another in arrival order, so it decides
-//! exactly what the same calls one at a time would have: a member named twice is entered once, the later
-//! of two polls sees the earlier in its log, and sequences follow arrival order.
+//! Rounds run one at a time, and a batch script is atomic and treats its members one after another in
+//! arrival order, so a member's decision is the one the same calls one at a time would have got: a member
+//! named twice is entered once, the later of two polls sees the earlier in its log, and sequences follow
+//! arrival order (the answers of one batch share one clock reading and the waiting count after the batch).
+//! A caller that gave up before its round is formed (a client that went away) is left out of it.
 //!
-//! When a round cannot reach Redis, everyone already queued behind it is answered with the same error at
-//! once (fail closed, quickly) rather than each round waiting out its own response timeout.
+//! Each caller gets its own result: one member's failure (a record this version cannot read) is that
+//! member's error. When the round itself cannot reach Redis, everyone already queued behind it is answered
+//! with the same error at once (fail closed, quickly) rather than each round waiting out its own response
+//! timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use futures_util::future::{join_all, BoxFuture};
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use parking_lot::Mutex;
 use rankgate_core::queue::QueueName;
 use tokio::sync::{mpsc, oneshot};
@@ -32,13 +35,12 @@ use crate::queue::StoreError;
 /// member measured, so about a millisecond at most) and the reply's size.
 pub(super) const MAX_BATCH: usize = 128;
 
-/// Rounds at Redis at once: a second round is sent while the first is being answered, so neither side
-/// waits on the other's network hop; more only splits the batches smaller.
-const MAX_IN_FLIGHT: usize = 2;
-
-/// Runs one queue's batch: one answer per item, in order.
-pub(super) type RunBatch<I, O> =
-    for<'a> fn(&'a RedisStore, &'a QueueName, Vec<I>) -> BoxFuture<'a, Result<Vec<O>, StoreError>>;
+/// Runs one queue's batch: one answer per item, in order; `Err` when the batch as a whole failed.
+pub(super) type RunBatch<I, O> = for<'a> fn(
+    &'a RedisStore,
+    &'a QueueName,
+    Vec<I>,
+) -> BoxFuture<'a, Result<Vec<Result<O, StoreError>>, StoreError>>;
 
 type Answer<O> = oneshot::Sender<Result<O, StoreError>>;
 type Waiter<I, O> = (QueueName, I, Answer<O>);
@@ -83,14 +85,19 @@ impl<I: Send + 'static, O: Send + 'static> Coalescer<I, O> {
     ) -> Result<O, StoreError> {
         let (answer, answered) = oneshot::channel();
         let mut waiter = (queue.clone(), item, answer);
-        loop {
+        // Twice at most: a second failure means our own runtime is shutting down.
+        for _ in 0..2 {
             let lane = self
                 .lane
                 .lock()
                 .get_or_insert_with(|| self.spawn(store.clone()))
                 .clone();
             match lane.send(waiter) {
-                Ok(()) => break,
+                Ok(()) => {
+                    return answered.await.unwrap_or_else(|_| {
+                        Err(StoreError::Unavailable("the redis batch was dropped".into()))
+                    })
+                }
                 // The driver is gone (the runtime it ran on shut down): start a new one on ours.
                 Err(mpsc::error::SendError(returned)) => {
                     waiter = returned;
@@ -101,9 +108,9 @@ impl<I: Send + 'static, O: Send + 'static> Coalescer<I, O> {
                 }
             }
         }
-        answered
-            .await
-            .unwrap_or_else(|_| Err(StoreError::Unavailable("the redis batch was dropped".into())))
+        Err(StoreError::Unavailable(
+            "the redis batch lane cannot start: the runtime is shutting down".into(),
+        ))
     }
 
     fn spawn(&self, store: Weak<RedisStore>) -> mpsc::UnboundedSender<Waiter<I, O>> {
@@ -113,58 +120,48 @@ impl<I: Send + 'static, O: Send + 'static> Coalescer<I, O> {
     }
 }
 
-/// The driver: each round is everything that queued up while earlier rounds ran, sent as soon as fewer
-/// than [`MAX_IN_FLIGHT`] rounds are at Redis.
+/// The driver: one round at a time, each everything that queued up while the previous one ran.
 async fn drive<I: Send, O: Send>(
     store: Weak<RedisStore>,
     mut waiters: mpsc::UnboundedReceiver<Waiter<I, O>>,
     run: RunBatch<I, O>,
     counts: Arc<Counts>,
 ) {
-    let mut in_flight: FuturesUnordered<_> = FuturesUnordered::new();
     let mut round = Vec::new();
-    loop {
-        tokio::select! {
-            biased;
-            Some(outcome) = in_flight.next(), if !in_flight.is_empty() => {
-                if let Err::<(), StoreError>(error) = outcome {
-                    // Redis failed a round (down, or answering too slowly): everyone queued behind it would
-                    // wait out the same timeout a round at a time, so answer them all now (fail closed).
-                    while let Ok((_, _, answer)) = waiters.try_recv() {
-                        let _ = answer.send(Err(error.clone()));
-                    }
-                }
-            }
-            received = waiters.recv_many(&mut round, MAX_BATCH), if in_flight.len() < MAX_IN_FLIGHT => {
-                if received == 0 {
-                    break;
-                }
-                // The store owns the lane, so while a waiter exists the store does too.
-                let Some(store) = store.upgrade() else { return };
-                in_flight.push(run_round(store, std::mem::take(&mut round), run, counts.clone()));
+    while waiters.recv_many(&mut round, MAX_BATCH).await > 0 {
+        // The store owns the lane, so while a waiter exists the store does too.
+        let Some(store) = store.upgrade() else { return };
+        if let Err(error) = run_round(&store, std::mem::take(&mut round), run, &counts).await {
+            // Redis failed the round (down, or answering too slowly): everyone queued behind it would
+            // wait out the same timeout a round at a time, so answer them all now (fail closed).
+            while let Ok((_, _, answer)) = waiters.try_recv() {
+                let _ = answer.send(Err(error.clone()));
             }
         }
     }
-    while in_flight.next().await.is_some() {}
 }
 
-/// One round: one batch script per queue, every caller answered. Reports a failure to reach Redis.
+/// One round: one batch script per queue, every caller answered. Reports a batch that failed as a whole
+/// because Redis could not be reached.
 async fn run_round<I, O>(
-    store: Arc<RedisStore>,
+    store: &RedisStore,
     round: Vec<Waiter<I, O>>,
     run: RunBatch<I, O>,
-    counts: Arc<Counts>,
+    counts: &Counts,
 ) -> Result<(), StoreError> {
-    let round_len = round.len();
     let mut by_queue: HashMap<QueueName, (Vec<I>, Vec<Answer<O>>)> = HashMap::new();
+    let mut items_sent = 0;
     for (queue, item, answer) in round {
+        if answer.is_closed() {
+            continue;
+        }
         let (items, answers) = by_queue.entry(queue).or_default();
         items.push(item);
         answers.push(answer);
+        items_sent += 1;
     }
     counts.calls.fetch_add(by_queue.len() as u64, Ordering::Relaxed);
-    counts.items.fetch_add(round_len as u64, Ordering::Relaxed);
-    let store = &*store;
+    counts.items.fetch_add(items_sent, Ordering::Relaxed);
     let failures = join_all(by_queue.into_iter().map(|(queue, (items, answers))| async move {
         let expected = items.len();
         let result = run(store, &queue, items).await.and_then(|outputs| {
@@ -180,7 +177,7 @@ async fn run_round<I, O>(
         match result {
             Ok(outputs) => {
                 for (answer, output) in answers.into_iter().zip(outputs) {
-                    let _ = answer.send(Ok(output));
+                    let _ = answer.send(output);
                 }
                 None
             }

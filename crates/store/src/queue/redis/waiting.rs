@@ -95,9 +95,9 @@ impl ViewHead {
         ViewHead::read(now_ms, waiting_count, reply)
     }
 
-    /// Reads one member's `status, rank, nonce, expires, last` and builds their view.
-    fn member(&self, reply: &mut Reply) -> Result<MemberView, StoreError> {
-        let status = status_of(reply.int()?)?;
+    /// Reads one member's `rank, nonce, expires, last` after their `status` and builds their view.
+    fn member(&self, status: i64, reply: &mut Reply) -> Result<MemberView, StoreError> {
+        let status = status_of(status)?;
         let rank = u64::try_from(reply.int()?).ok();
         let (token, last_outcome) = read_token(reply)?;
         Ok(self.view(status, rank, token, last_outcome))
@@ -189,9 +189,19 @@ fn patch_args(patch: &SettingsPatch, validated: &QueueSettings) -> Vec<String> {
 /// One poll's answer: the member's view, the limiter window used (ms) and the decision.
 pub(super) type PollAnswer = (MemberView, i64, RateDecision);
 
-/// Reads one member's nine fields of `poll.lua`'s reply.
-fn read_poll(head: &ViewHead, reply: &mut Reply) -> Result<PollAnswer, StoreError> {
-    let view = head.member(reply)?;
+/// Reads one member's nine fields of `poll.lua`'s reply: their answer, or (status -1) the error their poll
+/// raised in the script, which is theirs alone.
+fn read_poll(head: &ViewHead, reply: &mut Reply) -> Result<Result<PollAnswer, StoreError>, StoreError> {
+    let status = reply.int()?;
+    if status == -1 {
+        let _rank = reply.int()?;
+        let error = reply.string()?;
+        for _ in 0..6 {
+            reply.int()?;
+        }
+        return Ok(Err(StoreError::Corrupt(format!("poll: {error}"))));
+    }
+    let view = head.member(status, reply)?;
     let window_ms = reply.int()?;
     let allowed = reply.int()? == 1;
     let (a, b) = (reply.int()?, reply.int()?);
@@ -203,7 +213,7 @@ fn read_poll(head: &ViewHead, reply: &mut Reply) -> Result<PollAnswer, StoreErro
     } else {
         RateDecision::Limited { retry_after_ms: a }
     };
-    Ok((view, window_ms, decision))
+    Ok(Ok((view, window_ms, decision)))
 }
 
 impl RedisStore {
@@ -230,7 +240,7 @@ impl RedisStore {
         &'a self,
         queue: &'a QueueName,
         polls: Vec<(MemberId, u32)>,
-    ) -> BoxFuture<'a, Result<Vec<PollAnswer>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<Result<PollAnswer, StoreError>>, StoreError>> {
         Box::pin(async move {
             let mut call = self.fast_call(&self.scripts.poll, queue);
             call.arg(super::limiter::IDLE_SLACK_MS);
@@ -245,50 +255,74 @@ impl RedisStore {
         })
     }
 
-    /// One `enter_fast.lua` call for a round of entries on one queue, answers in order (the entry lane's
-    /// batch). A member the fast script declines gets the full `enter.lua`, in arrival order.
+    /// A round of entries on one queue, answers in order (the entry lane's batch): `enter_fast.lua` takes
+    /// members until one needs the full `enter.lua` (a queue's first entry, a token holder); that member
+    /// gets it, and the fast script goes on with the members after them, so arrival order is kept. If a
+    /// step fails, the members already decided keep their answers and the rest get the error.
     pub(super) fn enter_batch<'a>(
         &'a self,
         queue: &'a QueueName,
         members: Vec<MemberId>,
-    ) -> BoxFuture<'a, Result<Vec<EnterOutcome>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<Result<EnterOutcome, StoreError>>, StoreError>> {
         Box::pin(async move {
-            let mut fast = self.fast_call(&self.scripts.enter_fast, queue);
-            for member in &members {
-                fast.arg(member.as_str());
-            }
-            let mut reply = Reply::new(self.connection.invoke(&fast).await?)?;
-            let head = ViewHead::read_batch(&mut reply)?;
-            let mut outcomes = Vec::with_capacity(members.len());
-            for member in &members {
-                let code = reply.int()?;
-                if code >= 0 {
-                    let view = head.view(MemberStatus::Waiting, Some((code / 2) as u64), None, None);
-                    outcomes.push(if code % 2 == 1 {
-                        EnterOutcome::Entered(view)
-                    } else {
-                        EnterOutcome::AlreadyPresent(view)
-                    });
-                    continue;
+            let mut outcomes: Vec<Result<EnterOutcome, StoreError>> = Vec::with_capacity(members.len());
+            while outcomes.len() < members.len() {
+                let rest = &members[outcomes.len()..];
+                if let Err(error) = self.enter_some(queue, rest, &mut outcomes).await {
+                    if outcomes.is_empty() {
+                        return Err(error);
+                    }
+                    outcomes.resize(members.len(), Err(error));
                 }
-                // The queue does not exist yet, or the member holds a token: the full entry decides.
-                let mut call = self.queue_call(&self.scripts.enter, queue);
-                call.arg(member.as_str());
-                let mut full = Reply::new(self.connection.invoke(&call).await?)?;
-                let entered = full.int()? == 1;
-                if full.int()? == 1 {
-                    // The queue was created just now: make sure it is listed even if the registry was lost.
-                    self.register(queue, true).await?;
-                }
-                let view = read_view(full.array()?)?;
-                outcomes.push(if entered {
-                    EnterOutcome::Entered(view)
-                } else {
-                    EnterOutcome::AlreadyPresent(view)
-                });
             }
             Ok(outcomes)
         })
+    }
+
+    /// One `enter_fast.lua` call for `members`, then the full entry for the member it stopped at, if any;
+    /// pushes one outcome per member decided.
+    async fn enter_some(
+        &self,
+        queue: &QueueName,
+        members: &[MemberId],
+        outcomes: &mut Vec<Result<EnterOutcome, StoreError>>,
+    ) -> Result<(), StoreError> {
+        let mut fast = self.fast_call(&self.scripts.enter_fast, queue);
+        for member in members {
+            fast.arg(member.as_str());
+        }
+        let mut reply = Reply::new(self.connection.invoke(&fast).await?)?;
+        let head = ViewHead::read_batch(&mut reply)?;
+        for member in members {
+            // The script answers every member up to and including the one it stops at.
+            let code = reply.int()?;
+            if code >= 0 {
+                let view = head.view(MemberStatus::Waiting, Some((code / 2) as u64), None, None);
+                outcomes.push(Ok(if code % 2 == 1 {
+                    EnterOutcome::Entered(view)
+                } else {
+                    EnterOutcome::AlreadyPresent(view)
+                }));
+                continue;
+            }
+            // The queue does not exist yet, or the member holds a token: the full entry decides.
+            let mut call = self.queue_call(&self.scripts.enter, queue);
+            call.arg(member.as_str());
+            let mut full = Reply::new(self.connection.invoke(&call).await?)?;
+            let entered = full.int()? == 1;
+            if full.int()? == 1 {
+                // The queue was created just now: make sure it is listed even if the registry was lost.
+                self.register(queue, true).await?;
+            }
+            let view = read_view(full.array()?)?;
+            outcomes.push(Ok(if entered {
+                EnterOutcome::Entered(view)
+            } else {
+                EnterOutcome::AlreadyPresent(view)
+            }));
+            return Ok(());
+        }
+        Ok(())
     }
 }
 

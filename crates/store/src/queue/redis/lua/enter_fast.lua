@@ -3,15 +3,16 @@
 -- member the queue does not know (ZADD NX + the queue's own sequence) and a member already waiting (their
 -- position; nothing is written). The whole batch is one atomic script, so a member named twice in it is
 -- entered once. Anything else (the queue does not exist yet, or the member holds or has just consumed a
--- token) answers {-1} for that member having changed nothing for them, and the caller runs enter.lua, the
--- full entry, which is itself one atomic script and checks everything again.
--- Returns batch_head, then one code per member: 2 × rank + 1 entered now, 2 × rank already waiting, or -1
--- for the full entry. Every member is WAITING, and the head's count is the queue's after the whole batch
--- (a member's rank does not change while later members join behind them).
+-- token) STOPS the batch at that member, who gets -1 having changed nothing: the caller runs enter.lua,
+-- the full entry (itself one atomic script that checks everything again), and sends the members after
+-- them again, so nobody behind them in line is entered ahead of them.
+-- Returns batch_head, then one code per member up to the first -1: 2 × rank + 1 entered now, 2 × rank
+-- already waiting, -1 for the full entry. Every member coded is WAITING, and the head's count is the
+-- queue's after the batch (a member's rank does not change while later members join behind them).
 local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms', 'seq', 'arr_ms')
 if not e[1] then
   local out = batch_head(clock_now(), 0, nil)
-  for i = 2, #ARGV do out[#out + 1] = -1 end
+  out[8] = -1
   return out
 end
 local now = clock_now()
@@ -25,6 +26,7 @@ for i = 2, #ARGV do
   local member = ARGV[i]
   if redis.call('HEXISTS', HOLDERS, member) == 1 then
     codes[i - 1] = -1
+    break
   elseif redis.call('ZADD', WAITING, 'NX', int(seq), member) == 0 then
     -- Already waiting: their position, and the sequence is not spent.
     codes[i - 1] = 2 * redis.call('ZRANK', WAITING, member)

@@ -12,6 +12,8 @@
 -- costs two commands for its limit instead of a second script.
 -- Returns batch_head, then nine fields per member: status, rank, token nonce, token expiry, last outcome (as
 -- in view_of), the window (ms), then 1, remaining, reset ms (allowed) or 0, retry after ms, 0 (refused).
+-- A member whose poll raised an error (a record this version cannot read) gets status -1 and the error
+-- text as the nonce; the others are answered as usual.
 local e, queue_now = read_meta()
 local waiting = e and redis.call('ZCARD', WAITING) or 0
 local slack = tonumber(ARGV[2])
@@ -67,6 +69,12 @@ local function poll_one(member, limit, log_key)
 end
 
 for i = 1, (#ARGV - 2) / 2 do
-  poll_one(ARGV[1 + 2 * i], tonumber(ARGV[2 + 2 * i]), KEYS[6 + i])
+  local ok, err = pcall(poll_one, ARGV[1 + 2 * i], tonumber(ARGV[2 + 2 * i]), KEYS[6 + i])
+  if not ok then
+    local at = 7 + (i - 1) * 9
+    for j = #out, at + 1, -1 do out[j] = nil end
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5] = -1, -1, tostring(err), 0, 0
+    out[at + 6], out[at + 7], out[at + 8], out[at + 9] = 0, 0, 0, 0
+  end
 end
 return out

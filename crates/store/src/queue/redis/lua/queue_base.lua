@@ -57,7 +57,7 @@ local function view_of(st, rank, waiting, now, e)
   return {status, rank, waiting, nonce, expires, last, now, e[1] or '', e[2] or '', e[3] or '', e[4] or '', e[5] or ''}
 end
 
--- The head of a batch reply (enter_fast.lua, poll.lua; read_batch_head in waiting.rs): what every member of
+-- The head of a batch reply (enter_fast.lua, poll.lua; ViewHead::read_batch in waiting.rs): what every member of
 -- the batch shares, sent once: now, the waiting count after the batch, and e[1..5] as in view_of.
 local function batch_head(now, waiting, e)
   if not e then return {now, 0, '', '', '', '', ''} end
