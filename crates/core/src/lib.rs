@@ -8,6 +8,7 @@
 //! - [`event`]: behaviour events, parsed and validated exactly as SPEC 1.1 says.
 //! - [`metrics`]: the four hourly metrics an event changes (SPEC 1.2), with overflow-checked arithmetic.
 //! - [`period`]: hours, calendar periods in a time zone, sliding windows, and their keys (SPEC 1.4).
+//! - [`read`]: the one parser of a ranking read's query string (SPEC 1.5), bounds included.
 //! - [`ranker`]: scoring policies and their versions (SPEC 1.3), and the ranking order.
 //! - [`carry`]: the carry-over rule for `popular` daily rankings (SPEC 1.4).
 //! - [`queue`]: waiting-room member states, settings, polling intervals, wait estimates (SPEC 2).
@@ -23,3 +24,4 @@ pub mod metrics;
 pub mod period;
 pub mod queue;
 pub mod ranker;
+pub mod read;

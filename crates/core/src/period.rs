@@ -59,6 +59,10 @@ pub enum PeriodError {
     /// A period key or end hour is malformed or names a date that does not exist.
     #[error("at: {0}")]
     InvalidKey(String),
+    /// A valid key or end hour that lies outside what a read may ask for: older than `metric_retention` or
+    /// more than one period ahead of the server clock ([`ReadableRange`]).
+    #[error("at: {0}")]
+    OutOfRange(String),
     /// An end hour names a local hour skipped by a spring-forward transition.
     #[error("at: no such local hour in {zone} (DST gap)")]
     DstGap {
@@ -82,6 +86,31 @@ pub enum PeriodError {
         /// When the zone uses it (RFC 3339).
         since: String,
     },
+}
+
+impl PeriodError {
+    /// The parameter the error is about: `period`, `window`, `at` or `timezone`.
+    #[must_use]
+    pub fn parameter(&self) -> &'static str {
+        match self {
+            PeriodError::UnknownPeriodKind => "period",
+            PeriodError::UnknownWindow => "window",
+            PeriodError::InvalidKey(_) | PeriodError::OutOfRange(_) | PeriodError::DstGap { .. } => "at",
+            PeriodError::UnknownZone(_) | PeriodError::ZoneNotWholeHours { .. } => "timezone",
+        }
+    }
+}
+
+/// A key as quoted in an error: at most 16 characters, escaped, so a hostile value is not echoed whole.
+fn shown_key(key: &str) -> String {
+    const MAX_SHOWN_CHARS: usize = 16;
+    let mut chars = key.chars();
+    let head: String = chars.by_ref().take(MAX_SHOWN_CHARS).collect();
+    if chars.next().is_some() {
+        format!("{head:?}…")
+    } else {
+        format!("{head:?}")
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -440,9 +469,11 @@ impl PeriodKey {
     /// Parses a key of the given kind: `YYYYMMDDHH`, `YYYYMMDD`, `YYYY'W'ww` (ISO week-year and week
     /// 01–53; week 53 only in years that have it) or `YYYYMM`. Rejects dates that do not exist.
     pub fn parse(kind: PeriodKind, key: &str) -> Result<PeriodKey, PeriodError> {
+        // Quoted in messages: short and escaped, whatever the client sent.
+        let shown = shown_key(key);
         let malformed = || {
             PeriodError::InvalidKey(format!(
-                "must be {} for {kind} periods, got {key:?}",
+                "must be {} for {kind} periods, got {shown}",
                 kind.key_format()
             ))
         };
@@ -468,7 +499,7 @@ impl PeriodKey {
         let year = digits(0..4)?;
         if !(MIN_YEAR..=MAX_YEAR).contains(&year) {
             return Err(PeriodError::InvalidKey(format!(
-                "year must be between 0001 and 9998, got {key:?}"
+                "year must be between 0001 and 9998, got {shown}"
             )));
         }
         let check_month = |month: i64| {
@@ -476,7 +507,7 @@ impl PeriodKey {
                 Ok(month)
             } else {
                 Err(PeriodError::InvalidKey(format!(
-                    "month must be 01 to 12, got {key:?}"
+                    "month must be 01 to 12, got {shown}"
                 )))
             }
         };
@@ -484,7 +515,7 @@ impl PeriodKey {
             if (1..=days_in_month(year, month)).contains(&day) {
                 Ok(day)
             } else {
-                Err(PeriodError::InvalidKey(format!("no such date: {key:?}")))
+                Err(PeriodError::InvalidKey(format!("no such date: {shown}")))
             }
         };
         let (month_or_week, day, hour) = match kind {
@@ -499,7 +530,7 @@ impl PeriodKey {
                 let hour = digits(8..10)?;
                 if hour > 23 {
                     return Err(PeriodError::InvalidKey(format!(
-                        "hour must be 00 to 23, got {key:?}"
+                        "hour must be 00 to 23, got {shown}"
                     )));
                 }
                 (month, day, hour)
@@ -512,7 +543,7 @@ impl PeriodKey {
                 let weeks = iso_weeks_in_year(year);
                 if !(1..=weeks).contains(&week) {
                     return Err(PeriodError::InvalidKey(format!(
-                        "ISO week-year {year:04} has weeks 01 to {weeks}, got {key:?}"
+                        "ISO week-year {year:04} has weeks 01 to {weeks}, got {shown}"
                     )));
                 }
                 (week, 0, 0)
@@ -838,9 +869,144 @@ pub fn format_hour_key(hour: Hour, zone: &Zone) -> String {
     PeriodKey::containing(PeriodKind::Hourly, hour, zone).to_string()
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// What a read may ask for
+// ---------------------------------------------------------------------------------------------------------
+
+/// The spans a read may name, relative to the server clock (SPEC 1.4): nothing older than
+/// `metric_retention`, nothing more than one period ahead (a window's end hour at most one hour ahead).
+///
+/// The bound is what keeps a read's cost proportional to retained data rather than to a number the client
+/// chose: a far-future daily key would otherwise walk the carry chain day by day up to year 9998, and every
+/// distinct far-away key would be one more span to build and cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadableRange {
+    /// The hour the server clock is in.
+    now: Hour,
+    /// The oldest retained hour: a period or window must reach it or later.
+    oldest: Hour,
+}
+
+impl ReadableRange {
+    /// The range for a server clock at `now_millis` keeping metrics for `metric_retention_millis`.
+    #[must_use]
+    pub fn new(now_millis: i64, metric_retention_millis: i64) -> ReadableRange {
+        ReadableRange {
+            now: Hour::from_millis(now_millis),
+            oldest: Hour::from_millis(now_millis.saturating_sub(metric_retention_millis.max(0))),
+        }
+    }
+
+    /// The hour the server clock is in.
+    #[must_use]
+    pub fn now(&self) -> Hour {
+        self.now
+    }
+
+    /// Checks that `span` may be read: a period must still hold a retained hour and start no later than
+    /// the period after the current one; a window's end hour must be retained and at most one hour ahead.
+    pub fn check(&self, span: &Span, zone: &Zone) -> Result<(), PeriodError> {
+        match *span {
+            Span::Period(key) => {
+                let kind = key.kind();
+                let latest = PeriodKey::containing(kind, self.now, zone).next(zone);
+                if key > latest {
+                    return Err(PeriodError::OutOfRange(format!(
+                        "{key} is more than one period ahead of the server clock; the latest {kind} period \
+                         that can be read is {latest}"
+                    )));
+                }
+                let earliest = PeriodKey::containing(kind, self.oldest, zone);
+                if key < earliest {
+                    return Err(PeriodError::OutOfRange(format!(
+                        "{key} is older than metric_retention; the earliest {kind} period that can be read \
+                         is {earliest}"
+                    )));
+                }
+                Ok(())
+            }
+            Span::Window { end, .. } => {
+                let latest = self.now.plus(1);
+                if end > latest {
+                    return Err(PeriodError::OutOfRange(format!(
+                        "{} is more than one hour ahead of the server clock; the latest end hour that can \
+                         be read is {}",
+                        format_hour_key(end, zone),
+                        format_hour_key(latest, zone)
+                    )));
+                }
+                if end < self.oldest {
+                    return Err(PeriodError::OutOfRange(format!(
+                        "{} is older than metric_retention; the earliest end hour that can be read is {}",
+                        format_hour_key(end, zone),
+                        format_hour_key(self.oldest, zone)
+                    )));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const DAY_MILLIS: i64 = 24 * MILLIS_PER_HOUR;
+    /// 2026-07-17T13:05Z.
+    const NOW_MILLIS: i64 = 1_784_293_500_000;
+
+    fn daily(key: &str) -> Span {
+        Span::Period(PeriodKey::parse(PeriodKind::Daily, key).unwrap())
+    }
+
+    #[test]
+    fn at_far_ahead_or_before_retention_is_out_of_range_naming_at() {
+        let readable = ReadableRange::new(NOW_MILLIS, 400 * DAY_MILLIS);
+        let utc = Zone::utc();
+        for span in [
+            daily("99981231"),
+            daily("00010101"),
+            daily("20260719"),
+            daily("20250611"),
+            Span::Period(PeriodKey::parse(PeriodKind::Hourly, "2026071715").unwrap()),
+            Span::Period(PeriodKey::parse(PeriodKind::Monthly, "202609").unwrap()),
+            Span::Window {
+                len: WindowLen::D7,
+                end: parse_end_hour("2026071715", &utc).unwrap(),
+            },
+            Span::Window {
+                len: WindowLen::H1,
+                end: parse_end_hour("9998123123", &utc).unwrap(),
+            },
+        ] {
+            let error = readable.check(&span, &utc).unwrap_err();
+            assert!(matches!(error, PeriodError::OutOfRange(_)), "{span:?}");
+            assert!(error.to_string().starts_with("at: "), "{error}");
+            assert!(!error.to_string().starts_with("at: at"), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_current_and_next_periods_and_the_oldest_retained_one_are_readable() {
+        let readable = ReadableRange::new(NOW_MILLIS, 400 * DAY_MILLIS);
+        let utc = Zone::utc();
+        for span in [
+            daily("20260717"),
+            daily("20260718"),
+            daily("20250612"),
+            Span::Period(PeriodKey::parse(PeriodKind::Hourly, "2026071714").unwrap()),
+            Span::Period(PeriodKey::parse(PeriodKind::Weekly, "2026W30").unwrap()),
+            Span::Period(PeriodKey::parse(PeriodKind::Monthly, "202608").unwrap()),
+            Span::Period(PeriodKey::parse(PeriodKind::Monthly, "202506").unwrap()),
+            Span::Window {
+                len: WindowLen::D30,
+                end: parse_end_hour("2026071714", &utc).unwrap(),
+            },
+        ] {
+            assert_eq!(readable.check(&span, &utc), Ok(()), "{span:?}");
+        }
+    }
 
     #[test]
     fn civil_arithmetic_matches_jiff() {

@@ -287,6 +287,7 @@ async fn run_retention_until_stopped(state: AppState, shutdown: CancellationToke
             .apply_retention(
                 state.config.event_retention_millis,
                 state.config.metric_retention_millis,
+                state.clock.now_millis(),
             )
             .await
         {

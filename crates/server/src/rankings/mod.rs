@@ -197,19 +197,23 @@ impl RankingService {
         Ok(outcomes)
     }
 
-    /// A page of a ranking. Clean spans are answered under the shared lock.
+    /// A page of a ranking. Clean spans are answered under the shared lock; a cold span is built in
+    /// short lock holds ([`RankingEngine::build_span_in_steps`]) so ingest goes on meanwhile. Blocking:
+    /// call it off the async runtime.
     pub fn top(&self, query: &RankingQuery, offset: usize, limit: usize) -> TopPage {
         if let Some(page) = self.engine.read().top_cached(query, offset, limit) {
             return page;
         }
+        RankingEngine::build_span_in_steps(&self.engine, query);
         self.engine.write().top(query, offset, limit)
     }
 
-    /// A product's rank.
+    /// A product's rank; see [`RankingService::top`]. Blocking: call it off the async runtime.
     pub fn rank(&self, query: &RankingQuery, product: &ProductId) -> RankAnswer {
         if let Some(answer) = self.engine.read().rank_cached(query, product) {
             return answer;
         }
+        RankingEngine::build_span_in_steps(&self.engine, query);
         self.engine.write().rank(query, product)
     }
 
@@ -339,12 +343,17 @@ impl RankingService {
         Ok(())
     }
 
-    /// Applies retention relative to the watermark.
+    /// Applies retention relative to the watermark, and drops cached spans no read may ask for any more
+    /// by the server clock at `now_millis` (older than `metric_retention`, or ahead of the next hour).
     pub async fn apply_retention(
         &self,
         event_retention_millis: i64,
         metric_retention_millis: i64,
+        now_millis: i64,
     ) -> anyhow::Result<usize> {
+        let now = Hour::from_millis(now_millis);
+        let oldest = Hour::from_millis(now_millis.saturating_sub(metric_retention_millis));
+        self.engine.write().evict_spans_outside(oldest..now.plus(2));
         self.writer
             .run(move |ingestor| -> anyhow::Result<usize> {
                 let Some(watermark) = ingestor.watermark_millis() else {

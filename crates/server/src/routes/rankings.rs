@@ -1,20 +1,20 @@
 //! Read API: `GET /v1/categories/{category}/top` and `GET /v1/products/{productId}/rank` (SPEC 1.5).
 //!
 //! Handlers parse every parameter into domain types first, so a bad one gets a 400 that names it, then
-//! ask the rankings service and shape the answer.
+//! ask the rankings service and shape the answer. The query string goes through the one read-parameter
+//! parser, [`rankgate_core::read::parse_read_query`], which also bounds `at` by the server clock.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
-use rankgate_core::period::{format_hour_key, parse_end_hour, Hour, PeriodKey, PeriodKind, Span, WindowLen};
-use rankgate_core::ranker::RankerName;
+use rankgate_core::period::{format_hour_key, Hour, Span, Zone};
+use rankgate_core::read::{parse_read_query, ReadContext, ReadEndpoint, ReadRequest};
 use rankgate_store::queue::StoreError;
 use rankgate_store::ranking::engine::{RankAnswer, RankingQuery, TopPage};
 
@@ -22,12 +22,8 @@ use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::rankings::serving::{served_policy_version, Route, Serving};
 
-/// Largest `limit`.
-const MAX_LIMIT: usize = 1000;
-/// Largest `offset + limit`: deep pages are rare and costly; cap them.
-const MAX_DEPTH: usize = 10_000;
-
 /// The span a request named, with the echo fields for the response.
+#[derive(Clone)]
 struct ParsedSpan {
     span: Span,
     echo_name: &'static str,
@@ -35,74 +31,33 @@ struct ParsedSpan {
     at: String,
 }
 
-fn parse_ranker(params: &HashMap<String, String>) -> ApiResult<RankerName> {
-    match params.get("ranker") {
-        None => Ok(RankerName::Popular),
-        Some(name) => RankerName::parse(name).map_err(|e| ApiError::bad_field("ranker", e)),
-    }
-}
-
-fn parse_span(params: &HashMap<String, String>, state: &AppState) -> ApiResult<ParsedSpan> {
-    let zone = &state.config.zone;
-    let now_hour = Hour::from_millis(state.clock.now_millis());
-    match (params.get("period"), params.get("window")) {
-        (Some(_), Some(_)) => Err(ApiError::bad_field(
-            "window",
-            "give either period or window, not both",
-        )),
-        (_, Some(window)) => {
-            let len = WindowLen::parse(window)
-                .map_err(|_| ApiError::bad_field("window", "must be one of 1h, 1d, 7d, 30d"))?;
-            let end = match params.get("at") {
-                Some(at) => parse_end_hour(at, zone).map_err(|e| ApiError::bad_field("at", e))?,
-                None => now_hour,
-            };
-            Ok(ParsedSpan {
-                span: Span::Window { len, end },
+impl ParsedSpan {
+    fn of(span: Span, zone: &Zone) -> ParsedSpan {
+        match span {
+            Span::Period(key) => ParsedSpan {
+                span,
+                echo_name: "period",
+                echo_value: key.kind().as_str().to_string(),
+                at: key.to_string(),
+            },
+            Span::Window { len, end } => ParsedSpan {
+                span,
                 echo_name: "window",
                 echo_value: len.as_str().to_string(),
                 at: format_hour_key(end, zone),
-            })
-        }
-        (period, None) => {
-            let kind = match period {
-                Some(period) => PeriodKind::parse(period).map_err(|_| {
-                    ApiError::bad_field("period", "must be one of hourly, daily, weekly, monthly")
-                })?,
-                None => PeriodKind::Daily,
-            };
-            let key = match params.get("at") {
-                Some(at) => PeriodKey::parse(kind, at).map_err(|e| ApiError::bad_field("at", e))?,
-                None => PeriodKey::containing(kind, now_hour, zone),
-            };
-            Ok(ParsedSpan {
-                span: Span::Period(key),
-                echo_name: "period",
-                echo_value: kind.as_str().to_string(),
-                at: key.to_string(),
-            })
+            },
         }
     }
 }
 
-fn parse_usize(
-    params: &HashMap<String, String>,
-    name: &str,
-    default: usize,
-    range: (usize, usize),
-) -> ApiResult<usize> {
-    let Some(raw) = params.get(name) else {
-        return Ok(default);
+/// Parses a read's query string with the one read-parameter parser, against the server clock.
+fn parse_query(state: &AppState, endpoint: ReadEndpoint, query: Option<&str>) -> ApiResult<ReadRequest> {
+    let context = ReadContext {
+        zone: &state.config.zone,
+        now_millis: state.clock.now_millis(),
+        metric_retention_millis: state.config.metric_retention_millis,
     };
-    raw.parse::<usize>()
-        .ok()
-        .filter(|v| (range.0..=range.1).contains(v))
-        .ok_or_else(|| {
-            ApiError::bad_field(
-                name,
-                format!("must be an integer between {} and {}", range.0, range.1),
-            )
-        })
+    parse_read_query(endpoint, query.unwrap_or(""), &context).map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
 fn parse_category(raw: &str, field: &str) -> ApiResult<CategoryOrAll> {
@@ -125,27 +80,33 @@ fn json_response(body: bytes::Bytes) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// Answers from the response cache, or computes, serializes and caches the answer. `stamps` are read
-/// before computing, so an answer that raced with an ingest is cached under the older stamps and never
-/// served after them.
-fn cached(state: &AppState, key: String, stamps: (u64, u64), compute: impl FnOnce() -> Value) -> Response {
-    if let Some(body) = state.rankings.cached_response(&key, stamps) {
-        return json_response(body);
-    }
-    let body = serialize(&compute());
-    state.rankings.cache_response(key, stamps, body.clone());
-    json_response(body)
-}
-
 fn serialize(value: &Value) -> bytes::Bytes {
     bytes::Bytes::from(serde_json::to_vec(value).expect("JSON values serialize"))
 }
 
 /// An answer from the in-process engine, cached against the engine's generation. `stale` marks answers
 /// given in place of an unreachable serving store; they are cached apart from fresh ones.
-fn from_engine(state: &AppState, key: &str, stale: bool, compute: impl FnOnce() -> Value) -> Response {
+///
+/// A miss is computed on the blocking pool: the engine may have to build a cold span first, and that must
+/// not hold up the async workers (nor, thanks to the step-wise build, the writer's ingest). `stamps` are
+/// read before computing, so an answer that raced with an ingest is cached under the older stamps and
+/// never served after them.
+async fn from_engine(
+    state: &AppState,
+    key: &str,
+    stale: bool,
+    compute: impl FnOnce() -> Value + Send + 'static,
+) -> ApiResult<Response> {
     let key = format!("{}{key}", if stale { 's' } else { 'e' });
-    cached(state, key, state.rankings.generations(), compute)
+    let stamps = state.rankings.generations();
+    if let Some(body) = state.rankings.cached_response(&key, stamps) {
+        return Ok(json_response(body));
+    }
+    let body = tokio::task::spawn_blocking(move || serialize(&compute()))
+        .await
+        .map_err(|error| anyhow::anyhow!("computing a ranking read failed: {error}"))?;
+    state.rankings.cache_response(key, stamps, body.clone());
+    Ok(json_response(body))
 }
 
 /// Answers a read routed to Redis: from the response cache while the pointer's stamp holds, else by
@@ -193,19 +154,12 @@ fn route(state: &AppState, span: &Span) -> Route {
 pub async fn top(
     State(state): State<AppState>,
     Path(category): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
     let category = parse_category(&category, "category")?;
-    let ranker = parse_ranker(&params)?;
-    let span = parse_span(&params, &state)?;
-    let limit = parse_usize(&params, "limit", 20, (1, MAX_LIMIT))?;
-    let offset = parse_usize(&params, "offset", 0, (0, MAX_DEPTH))?;
-    if offset + limit > MAX_DEPTH {
-        return Err(ApiError::bad_field(
-            "offset",
-            format!("offset + limit may not exceed {MAX_DEPTH}"),
-        ));
-    }
+    let request = parse_query(&state, ReadEndpoint::Top, query.as_deref())?;
+    let (ranker, limit, offset) = (request.ranker, request.limit, request.offset);
+    let span = ParsedSpan::of(request.span, &state.config.zone);
     let key = format!(
         "top\u{0}{ranker}\u{0}{category}\u{0}{:?}\u{0}{offset}\u{0}{limit}",
         span.span
@@ -215,15 +169,12 @@ pub async fn top(
         category: category.clone(),
         span: span.span,
     };
-    let engine_body = |stale: bool| {
-        top_body(
-            &state,
-            &query,
-            &span,
-            (offset, limit),
-            state.rankings.top(&query, offset, limit),
-            stale,
-        )
+    let engine_body = {
+        let (state, query, span) = (state.clone(), query.clone(), span.clone());
+        move |stale: bool| {
+            let page = state.rankings.top(&query, offset, limit);
+            top_body(&state, &query, &span, (offset, limit), page, stale)
+        }
     };
     let stale = match route(&state, &span.span) {
         // Top-N-only serving: a page past the depth is answered from the source of truth's engine.
@@ -252,7 +203,7 @@ pub async fn top(
         Route::Redis { .. } => false,
         Route::Engine { stale } => stale,
     };
-    Ok(from_engine(&state, &key, stale, || engine_body(stale)))
+    from_engine(&state, &key, stale, move || engine_body(stale)).await
 }
 
 fn top_body(
@@ -302,15 +253,13 @@ fn top_body(
 pub async fn rank(
     State(state): State<AppState>,
     Path(product): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
     let product = ProductId::parse(&product).map_err(|e| ApiError::bad_field("productId", e))?;
-    let category = match params.get("category") {
-        Some(raw) => parse_category(raw, "category")?,
-        None => CategoryOrAll::All,
-    };
-    let ranker = parse_ranker(&params)?;
-    let span = parse_span(&params, &state)?;
+    let request = parse_query(&state, ReadEndpoint::Rank, query.as_deref())?;
+    let category = request.category.unwrap_or(CategoryOrAll::All);
+    let ranker = request.ranker;
+    let span = ParsedSpan::of(request.span, &state.config.zone);
     let key = format!(
         "rank\u{0}{ranker}\u{0}{category}\u{0}{:?}\u{0}{product}",
         span.span
@@ -320,15 +269,12 @@ pub async fn rank(
         category: category.clone(),
         span: span.span,
     };
-    let engine_body = |stale: bool| {
-        rank_body(
-            &state,
-            &query,
-            &span,
-            &product,
-            state.rankings.rank(&query, &product),
-            stale,
-        )
+    let engine_body = {
+        let (state, query, span, product) = (state.clone(), query.clone(), span.clone(), product.clone());
+        move |stale: bool| {
+            let answer = state.rankings.rank(&query, &product);
+            rank_body(&state, &query, &span, &product, answer, stale)
+        }
     };
     let stale = match route(&state, &span.span) {
         Route::Redis { active, stamp } => {
@@ -360,7 +306,7 @@ pub async fn rank(
         }
         Route::Engine { stale } => stale,
     };
-    Ok(from_engine(&state, &key, stale, || engine_body(stale)))
+    from_engine(&state, &key, stale, move || engine_body(stale)).await
 }
 
 fn rank_body(

@@ -106,6 +106,62 @@ async fn bad_parameters_get_400_naming_the_parameter() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_out_of_bounds_gets_400_naming_at_and_builds_nothing() {
+    let app = spawn_app().await;
+    let now = now_millis();
+    let far_hour = hour_key(now + 48 * 3_600_000);
+    for query in [
+        "/v1/categories/all/top?period=daily&at=99981231".to_string(),
+        "/v1/categories/all/top?period=daily&at=00010101".to_string(),
+        "/v1/categories/all/top?period=hourly&at=9998123123".to_string(),
+        format!("/v1/categories/all/top?period=hourly&at={far_hour}"),
+        "/v1/categories/all/top?window=7d&at=9998123123".to_string(),
+        format!("/v1/categories/all/top?window=1h&at={far_hour}"),
+        "/v1/products/p1/rank?period=monthly&at=999812".to_string(),
+        "/v1/products/p1/rank?period=weekly&at=0001W01".to_string(),
+    ] {
+        let response = app.get(&query).await;
+        assert_eq!(response.status(), 400, "{query}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        let error = body["error"].as_str().unwrap();
+        assert!(
+            error.starts_with("at: ") && !error.starts_with("at: at"),
+            "{query}: {body}"
+        );
+    }
+    assert_eq!(app.rankings().engine().read().cached_cost(), 0);
+    let next_hour = hour_key(now + 3_600_000);
+    for query in [
+        format!(
+            "/v1/categories/all/top?period=daily&at={}",
+            day_key(now + 86_400_000)
+        ),
+        format!("/v1/categories/all/top?window=1h&at={next_hour}"),
+    ] {
+        assert_eq!(app.get(&query).await.status(), 200, "{query}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_with_a_plus_sign_or_a_repeated_parameter_gets_400_naming_it() {
+    let app = spawn_app().await;
+    for (query, parameter) in [
+        ("/v1/categories/all/top?limit=%2B5", "limit"),
+        ("/v1/categories/all/top?limit=+5", "limit"),
+        ("/v1/categories/all/top?offset=%205", "offset"),
+        ("/v1/categories/all/top?limit=5&limit=6", "limit"),
+        ("/v1/categories/all/top?perod=hourly", "perod"),
+        ("/v1/products/p1/rank?category=a&category=b", "category"),
+    ] {
+        let response = app.get(query).await;
+        assert_eq!(response.status(), 400, "{query}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        let error = body["error"].as_str().unwrap();
+        assert!(error.starts_with(&format!("{parameter}: ")), "{query}: {body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn windows_and_periods_follow_event_time_and_late_events_land_in_their_bucket() {
     let app = spawn_app().await;
     let now = now_millis();

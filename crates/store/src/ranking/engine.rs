@@ -25,7 +25,7 @@ use rankgate_core::carry::next_day_carry;
 use rankgate_core::ids::{Category, CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, Zone};
-use rankgate_core::ranker::{ascending_key, is_listed, score, Policy, RankerName};
+use rankgate_core::ranker::{ascending_key, is_listed, score, Policy, PopularWeights, RankerName};
 use rankgate_zset::SortedSet;
 
 /// Dense index of a product in the engine's tables.
@@ -166,9 +166,113 @@ impl SpanState {
         self.dirty.is_empty() && !self.carry_stale
     }
 
-    fn members(&self) -> usize {
-        self.metrics.len()
+    /// What this span counts against `max_cached_members`: its products plus a fixed overhead, so a flood
+    /// of distinct empty spans is bounded by the cap like any other.
+    fn cost(&self) -> usize {
+        SPAN_OVERHEAD_MEMBERS + self.metrics.len()
     }
+}
+
+/// What an empty cached span costs against `max_cached_members`, in member-equivalents: even with no
+/// product its maps, three sorted sets and index entries take about as much memory as a few members.
+pub const SPAN_OVERHEAD_MEMBERS: usize = 4;
+/// What one cached carry day costs against `max_cached_members`, besides one per carried product.
+pub const CARRY_DAY_OVERHEAD_MEMBERS: usize = 1;
+/// Hourly cells a cold build reads per hold of the engine lock: ingest waits at most this long for one.
+const BUILD_CELLS_PER_STEP: usize = 32_768;
+/// Carry days a cold build computes per hold of the engine lock.
+const BUILD_CARRY_DAYS_PER_STEP: usize = 2;
+
+/// A span being built in steps, each under a short hold of the write lock, so ingest runs in between.
+///
+/// Exactness: hours before `scanned_until` are folded into `metrics`, and [`RankingEngine::apply`] adds
+/// every later change of those hours here too; hours from `scanned_until` on are read from the hourly table
+/// when the build gets to them, changes included. So each change is counted exactly once.
+#[derive(Debug)]
+struct SpanBuild {
+    hours: Range<Hour>,
+    /// The daily period for daily spans: only these get carry.
+    day: Option<PeriodKey>,
+    scanned_until: Hour,
+    metrics: HashMap<ProductIdx, Metrics>,
+    /// Set once the span is being scored off the lock: the scorer holds a clone, so a build whose scorer
+    /// went away (strong count 1) can be taken over.
+    scoring: Option<Arc<()>>,
+    /// Carry the scorer used; set with `scoring`.
+    carry: Arc<HashMap<ProductIdx, f64>>,
+    /// Policy version the scorer used; set with `scoring`.
+    scored_version: u32,
+    /// Products whose metrics changed since scoring started: re-scored when the span is installed.
+    changed: HashSet<ProductIdx>,
+    /// The carry the scorer used went stale during scoring.
+    carry_stale: bool,
+}
+
+impl SpanBuild {
+    fn has_scanned(&self, hour: Hour) -> bool {
+        self.hours.start <= hour && hour < self.scanned_until
+    }
+
+    fn note_changed(&mut self, product: ProductIdx) {
+        if self.scoring.is_some() {
+            self.changed.insert(product);
+        }
+    }
+}
+
+/// What a cold build scores off the lock: every product of the span with its metrics and carry.
+struct ScoringInput {
+    key: SpanKey,
+    entries: Vec<(ProductId, Metrics, f64)>,
+    weights: PopularWeights,
+    token: Arc<()>,
+}
+
+impl ScoringInput {
+    /// The three sorted sets, built with no lock held: the costly part of a cold build.
+    fn score(&self) -> [SortedSet; 3] {
+        let mut rankings: [SortedSet; 3] = Default::default();
+        for (product, metrics, carry) in &self.entries {
+            for ranker in RankerName::ALL {
+                let carry = if ranker == RankerName::Popular {
+                    *carry
+                } else {
+                    0.0
+                };
+                if is_listed(ranker, metrics, carry) {
+                    rankings[ranker.index()]
+                        .insert(
+                            product.as_str().as_bytes(),
+                            ascending_key(score(ranker, metrics, carry, &self.weights)),
+                        )
+                        .expect("scores of finite metrics and weights are never NaN");
+                }
+            }
+        }
+        rankings
+    }
+}
+
+/// Where a cold build stands after one step; see [`RankingEngine::build_span_in_steps`].
+enum BuildStep {
+    /// The span is cached: answer from it.
+    Cached,
+    /// More to do: take the lock again.
+    Continue,
+    /// Another reader is scoring this span: wait for it to install.
+    Wait,
+    /// Score this off the lock, then install it.
+    Score(ScoringInput),
+}
+
+/// What a cold build is doing when [`RankingEngine::build_span_in_steps_observed`] calls its observer,
+/// always with no lock held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuildPhase {
+    /// Between two steps that read hours or compute carry.
+    Between,
+    /// Scoring the span's products off the lock, before installing it.
+    Scoring,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -263,6 +367,9 @@ pub struct RankingEngine {
     spans: HashMap<SpanKey, SpanState>,
     spans_by_category: HashMap<CatIdx, Vec<Span>>,
     carry_cache: CarryCache,
+    /// Spans being built in steps by [`RankingEngine::build_span_in_steps`], not yet servable. Few: one
+    /// per concurrent cold read at most, and concurrent reads of one span share its build.
+    builds: HashMap<SpanKey, SpanBuild>,
     /// Start hour of the earliest day with metrics; the carry chain starts there with no carry.
     earliest_day: Option<Hour>,
     as_of_millis: Option<i64>,
@@ -287,6 +394,33 @@ fn add_metrics(into: &mut Metrics, delta: &Metrics) {
         units: into.units.saturating_add(delta.units),
         sales: into.sales.saturating_add(delta.sales),
     });
+}
+
+/// Adds `delta` to `product`'s entry, dropping the entry when it comes back to zero: spans only hold
+/// products with non-zero metrics (a product with none is listed nowhere, or only through its carry).
+fn add_metrics_keeping_nonzero(
+    metrics: &mut HashMap<ProductIdx, Metrics>,
+    product: ProductIdx,
+    delta: &Metrics,
+) {
+    let entry = metrics.entry(product).or_default();
+    add_metrics(entry, delta);
+    if entry.is_zero() {
+        metrics.remove(&product);
+    }
+}
+
+/// Sets `product`'s entry to `total`, or drops it when `total` is zero.
+fn set_metrics_keeping_nonzero(
+    metrics: &mut HashMap<ProductIdx, Metrics>,
+    product: ProductIdx,
+    total: Metrics,
+) {
+    if total.is_zero() {
+        metrics.remove(&product);
+    } else {
+        metrics.insert(product, total);
+    }
 }
 
 /// Read-only inputs every span and carry computation needs; borrowed apart from the mutable caches.
@@ -336,6 +470,50 @@ impl Inputs<'_> {
         totals
     }
 
+    /// Adds the cells of `hours` for `category` into `totals`, hour by hour, stopping before the first
+    /// hour that would take it past `max_cells` cells read (always reading at least one hour). Returns the
+    /// first hour not read: `hours.end` when done.
+    fn aggregate_into(
+        &self,
+        totals: &mut HashMap<ProductIdx, Metrics>,
+        category: CatIdx,
+        hours: Range<Hour>,
+        max_cells: usize,
+    ) -> Hour {
+        let members = (category != ALL).then(|| {
+            self.products
+                .members
+                .get(&category)
+                .map_or(&[][..], Vec::as_slice)
+        });
+        let mut cells_read = 0;
+        for (hour, cells) in self.hours.range(hours.clone()) {
+            if cells_read >= max_cells {
+                return *hour;
+            }
+            match members {
+                // A small category: look its products up instead of scanning every cell of the hour.
+                Some(members) if members.len() < cells.len() => {
+                    for product in members {
+                        if let Some(delta) = cells.get(product) {
+                            add_metrics_keeping_nonzero(totals, *product, delta);
+                        }
+                    }
+                    cells_read += members.len();
+                }
+                _ => {
+                    for (&product, delta) in cells {
+                        if self.products.in_category(product, category) {
+                            add_metrics_keeping_nonzero(totals, product, delta);
+                        }
+                    }
+                    cells_read += cells.len();
+                }
+            }
+        }
+        hours.end
+    }
+
     /// carry(category, day): walks back to the nearest known day, then forward, caching each day.
     fn carry_for(
         &self,
@@ -343,8 +521,21 @@ impl Inputs<'_> {
         category: CatIdx,
         day: PeriodKey,
     ) -> Arc<HashMap<ProductIdx, f64>> {
+        self.carry_for_within(cache, category, day, usize::MAX)
+            .expect("an unlimited budget finishes the chain")
+    }
+
+    /// Like [`Inputs::carry_for`], but computes at most `budget` missing days (oldest first, each cached)
+    /// and returns `None` when more remain: cold builds walk a long chain in short lock holds.
+    fn carry_for_within(
+        &self,
+        cache: &mut CarryCache,
+        category: CatIdx,
+        day: PeriodKey,
+        budget: usize,
+    ) -> Option<Arc<HashMap<ProductIdx, f64>>> {
         let Some(earliest) = self.earliest_day else {
-            return Arc::default();
+            return Some(Arc::default());
         };
         let per_category = cache.entry(category).or_default();
         let mut missing = Vec::new();
@@ -360,8 +551,9 @@ impl Inputs<'_> {
             missing.push(cursor);
             cursor = cursor.prev(self.zone);
         };
+        let finishes = missing.len() <= budget;
         // `cursor` is the day whose carry is `known`; compute each following day from it.
-        for target in missing.into_iter().rev() {
+        for target in missing.into_iter().rev().take(budget) {
             let metrics = self.aggregate(category, cursor.hours(self.zone));
             let mut candidates: Vec<(ProductIdx, Metrics, f64)> = metrics
                 .iter()
@@ -384,7 +576,7 @@ impl Inputs<'_> {
             per_category.insert(target.hours(self.zone).start, known.clone());
             cursor = target;
         }
-        known
+        finishes.then_some(known)
     }
 
     fn build_span(&self, cache: &mut CarryCache, key: SpanKey) -> SpanState {
@@ -493,6 +685,7 @@ impl RankingEngine {
             spans: HashMap::new(),
             spans_by_category: HashMap::new(),
             carry_cache: HashMap::new(),
+            builds: HashMap::new(),
             earliest_day: None,
             as_of_millis: None,
             lru_clock: AtomicU64::new(1),
@@ -589,16 +782,32 @@ impl RankingEngine {
                 new_memberships.push((p, c));
             }
         }
+        // The cached spans of (category, hour), found once per batch rather than once per delta: a batch
+        // mostly touches one or two hours, and a category can have many cached spans.
+        let mut containing: HashMap<(CatIdx, Hour), Vec<Span>> = HashMap::new();
         for (hour, product, delta) in deltas {
             let p = self.products.intern(product);
             add_metrics(self.hours.entry(*hour).or_default().entry(p).or_default(), delta);
             self.note_day_changed(*hour, p);
             let categories = std::iter::once(ALL).chain(self.products.categories[p as usize].iter().copied());
             for category in categories {
-                let Some(spans) = self.spans_by_category.get(&category) else {
-                    continue;
-                };
-                for span in spans {
+                let spans = containing.entry((category, *hour)).or_insert_with(|| {
+                    self.spans_by_category
+                        .get(&category)
+                        .into_iter()
+                        .flatten()
+                        .filter(|span| {
+                            self.spans[&SpanKey {
+                                category,
+                                span: **span,
+                            }]
+                                .hours
+                                .contains(hour)
+                        })
+                        .copied()
+                        .collect()
+                });
+                for span in spans.iter() {
                     let state = self
                         .spans
                         .get_mut(&SpanKey {
@@ -606,34 +815,49 @@ impl RankingEngine {
                             span: *span,
                         })
                         .expect("indexed span");
-                    if state.hours.contains(hour) {
-                        add_metrics(state.metrics.entry(p).or_default(), delta);
-                        state.dirty.insert(p);
+                    add_metrics_keeping_nonzero(&mut state.metrics, p, delta);
+                    state.dirty.insert(p);
+                }
+                for (key, build) in &mut self.builds {
+                    if key.category == category && build.has_scanned(*hour) {
+                        add_metrics_keeping_nonzero(&mut build.metrics, p, delta);
+                        build.note_changed(p);
                     }
                 }
             }
         }
         for (p, c) in new_memberships {
-            // The product's past now counts in `c` too: recompute its totals in every cached span of `c`.
-            if let Some(spans) = self.spans_by_category.get(&c) {
-                for span in spans.clone() {
-                    let key = SpanKey { category: c, span };
-                    let range = self.spans[&key].hours.clone();
-                    let mut total = Metrics::default();
-                    for cells in self.hours.range(range).map(|(_, cells)| cells) {
-                        if let Some(m) = cells.get(&p) {
-                            add_metrics(&mut total, m);
-                        }
+            // The product's past now counts in `c` too: recompute its totals in every cached span of `c`,
+            // and in the part of every span of `c` being built that the build has already read.
+            let sum_over = |hours: Range<Hour>| {
+                let mut total = Metrics::default();
+                for cells in self.hours.range(hours).map(|(_, cells)| cells) {
+                    if let Some(m) = cells.get(&p) {
+                        add_metrics(&mut total, m);
                     }
+                }
+                total
+            };
+            if let Some(spans) = self.spans_by_category.get(&c) {
+                for span in spans {
+                    let key = SpanKey {
+                        category: c,
+                        span: *span,
+                    };
+                    let total = sum_over(self.spans[&key].hours.clone());
                     let state = self.spans.get_mut(&key).expect("indexed span");
-                    state.metrics.insert(p, total);
+                    set_metrics_keeping_nonzero(&mut state.metrics, p, total);
                     state.dirty.insert(p);
                 }
             }
+            for (key, build) in &mut self.builds {
+                if key.category == c {
+                    let total = sum_over(build.hours.start..build.scanned_until);
+                    set_metrics_keeping_nonzero(&mut build.metrics, p, total);
+                    build.note_changed(p);
+                }
+            }
             self.invalidate_carry_after(c, None);
-        }
-        for state in self.spans.values_mut() {
-            state.metrics.retain(|_, m| !m.is_zero());
         }
         if as_of_millis.is_some() {
             self.as_of_millis = as_of_millis.max(self.as_of_millis);
@@ -676,6 +900,9 @@ impl RankingEngine {
             for state in self.spans.values_mut() {
                 state.carry_stale |= state.day_start.is_some();
             }
+            for build in self.builds.values_mut() {
+                build.carry_stale |= build.day.is_some();
+            }
             return;
         }
         let categories: Vec<CatIdx> = std::iter::once(ALL)
@@ -707,6 +934,14 @@ impl RankingEngine {
                     if day_start.is_none_or(|changed| start > changed) {
                         state.carry_stale = true;
                     }
+                }
+            }
+        }
+        let zone = &self.config.zone;
+        for (key, build) in &mut self.builds {
+            if let (true, Some(day)) = (key.category == category, build.day) {
+                if day_start.is_none_or(|changed| day.hours(zone).start > changed) {
+                    build.carry_stale = true;
                 }
             }
         }
@@ -768,6 +1003,8 @@ impl RankingEngine {
 
     fn ensure_span(&mut self, key: SpanKey) -> &SpanState {
         if !self.spans.contains_key(&key) {
+            // A step-wise build of the same span, if any, is superseded by this one.
+            self.builds.remove(&key);
             let mut cache = std::mem::take(&mut self.carry_cache);
             let state = self.inputs().build_span(&mut cache, key);
             self.carry_cache = cache;
@@ -788,34 +1025,247 @@ impl RankingEngine {
         state
     }
 
+    /// What the cached spans and carry days count against `max_cached_members` (see
+    /// [`SPAN_OVERHEAD_MEMBERS`]): an empty span or carry day still costs its overhead.
+    pub fn cached_cost(&self) -> usize {
+        let spans: usize = self.spans.values().map(SpanState::cost).sum();
+        spans + self.carry_cost()
+    }
+
+    /// Number of cached spans (ready to serve; builds in progress not included).
+    pub fn cached_span_count(&self) -> usize {
+        self.spans.len()
+    }
+
+    fn carry_cost(&self) -> usize {
+        self.carry_cache
+            .values()
+            .flat_map(BTreeMap::values)
+            .map(|carry| CARRY_DAY_OVERHEAD_MEMBERS + carry.len())
+            .sum()
+    }
+
+    /// Keeps what is cached within `max_cached_members`: once over the cap, drops least recently used
+    /// spans (never `keep`) down to seven eighths of it, so the sort is paid once per many insertions;
+    /// if carry days alone still exceed that, forgets them (carry is derived, and recomputed on demand).
     fn evict_least_recently_used(&mut self, keep: SpanKey) {
-        let mut cached: usize = self.spans.values().map(SpanState::members).sum();
-        if cached <= self.config.max_cached_members {
+        let cap = self.config.max_cached_members;
+        let mut cached = self.cached_cost();
+        if cached <= cap {
             return;
         }
+        let low_water = cap - cap / 8;
         let mut by_age: Vec<(u64, SpanKey, usize)> = self
             .spans
             .iter()
             .filter(|(key, _)| **key != keep)
-            .map(|(key, state)| {
-                (
-                    state.last_used.load(AtomicOrdering::Relaxed),
-                    *key,
-                    state.members(),
-                )
-            })
+            .map(|(key, state)| (state.last_used.load(AtomicOrdering::Relaxed), *key, state.cost()))
             .collect();
         by_age.sort_unstable_by_key(|(used, _, _)| *used);
-        for (_, key, members) in by_age {
-            if cached <= self.config.max_cached_members {
+        let mut evicted = HashSet::new();
+        for (_, key, cost) in by_age {
+            if cached <= low_water {
                 break;
             }
             self.spans.remove(&key);
-            if let Some(spans) = self.spans_by_category.get_mut(&key.category) {
-                spans.retain(|span| *span != key.span);
-            }
-            cached -= members;
+            evicted.insert(key);
+            cached -= cost;
         }
+        for (category, spans) in &mut self.spans_by_category {
+            spans.retain(|span| {
+                !evicted.contains(&SpanKey {
+                    category: *category,
+                    span: *span,
+                })
+            });
+        }
+        if cached > low_water {
+            // Cached spans hold their own copy of their day's carry, so forgetting the chain loses nothing
+            // that is being served.
+            self.carry_cache.clear();
+        }
+    }
+
+    /// Builds `query`'s span if it is not cached, in steps that each hold the write lock only briefly, so
+    /// ingest ([`RankingEngine::apply`]) and other reads go on while a cold span is built: hours are read a
+    /// slice at a time ([`BUILD_CELLS_PER_STEP`] cells), carry a couple of days at a time, and the sorted
+    /// sets are built with no lock held, then installed with whatever was applied meanwhile re-scored.
+    /// The result equals a build from scratch. Concurrent cold reads of one span share one build.
+    ///
+    /// Blocking: call it off the async runtime. On return the span is usually cached (a flood of other
+    /// builds may have evicted it again; the caller's read then builds it in one hold).
+    pub fn build_span_in_steps(engine: &parking_lot::RwLock<RankingEngine>, query: &RankingQuery) {
+        Self::build_span_in_steps_observed(engine, query, |_| {});
+    }
+
+    /// [`RankingEngine::build_span_in_steps`], calling `observe` between steps, always with no lock
+    /// held: tests use it to apply batches in the middle of a build.
+    pub fn build_span_in_steps_observed(
+        engine: &parking_lot::RwLock<RankingEngine>,
+        query: &RankingQuery,
+        mut observe: impl FnMut(BuildPhase),
+    ) {
+        /// Restarts allowed when retention or eviction drops a build midway, before building in one hold.
+        const MAX_RESTARTS: usize = 8;
+        let Some(key) = engine.read().span_key(query) else {
+            return;
+        };
+        let mut restarts = 0;
+        loop {
+            let step = engine.write().build_step(key, restarts >= MAX_RESTARTS);
+            match step {
+                BuildStep::Cached => return,
+                BuildStep::Continue => observe(BuildPhase::Between),
+                BuildStep::Wait => {
+                    observe(BuildPhase::Between);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                BuildStep::Score(input) => {
+                    let rankings = input.score();
+                    observe(BuildPhase::Scoring);
+                    if !engine.write().install_build(input, rankings) {
+                        restarts += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One step of a cold build, under the write lock. `in_one_hold` finishes the span at once (the
+    /// fallback after repeated restarts).
+    fn build_step(&mut self, key: SpanKey, in_one_hold: bool) -> BuildStep {
+        if self.spans.contains_key(&key) {
+            self.builds.remove(&key);
+            return BuildStep::Cached;
+        }
+        if in_one_hold {
+            self.builds.remove(&key);
+            self.ensure_span(key);
+            return BuildStep::Cached;
+        }
+        let zone = self.config.zone.clone();
+        let build = self.builds.entry(key).or_insert_with(|| {
+            let hours = key.span.hours(&zone);
+            SpanBuild {
+                day: match key.span {
+                    Span::Period(period) if period.kind() == PeriodKind::Daily => Some(period),
+                    _ => None,
+                },
+                scanned_until: hours.start,
+                hours,
+                metrics: HashMap::new(),
+                scoring: None,
+                carry: Arc::default(),
+                scored_version: 0,
+                changed: HashSet::new(),
+                carry_stale: false,
+            }
+        });
+        if let Some(token) = &build.scoring {
+            if Arc::strong_count(token) > 1 {
+                return BuildStep::Wait;
+            }
+            // Its scorer went away without installing: score it again from here.
+            build.scoring = None;
+            build.changed.clear();
+        }
+        if build.scanned_until < build.hours.end {
+            let (from, end) = (build.scanned_until, build.hours.end);
+            let mut metrics = std::mem::take(&mut build.metrics);
+            let scanned_until =
+                self.inputs()
+                    .aggregate_into(&mut metrics, key.category, from..end, BUILD_CELLS_PER_STEP);
+            let build = self.builds.get_mut(&key).expect("build registered");
+            build.metrics = metrics;
+            build.scanned_until = scanned_until;
+            return BuildStep::Continue;
+        }
+        let day = build.day;
+        let carry = match day {
+            Some(day) => {
+                let mut cache = std::mem::take(&mut self.carry_cache);
+                let carry =
+                    self.inputs()
+                        .carry_for_within(&mut cache, key.category, day, BUILD_CARRY_DAYS_PER_STEP);
+                self.carry_cache = cache;
+                match carry {
+                    Some(carry) => carry,
+                    None => return BuildStep::Continue,
+                }
+            }
+            None => Arc::default(),
+        };
+        let token = Arc::new(());
+        let build = self.builds.get_mut(&key).expect("build registered");
+        build.scoring = Some(token.clone());
+        build.carry = carry.clone();
+        build.scored_version = self.policy.version;
+        build.changed.clear();
+        build.carry_stale = false;
+        let products: HashSet<ProductIdx> = build.metrics.keys().chain(carry.keys()).copied().collect();
+        let entries = products
+            .into_iter()
+            .map(|p| {
+                (
+                    self.products.ids[p as usize].clone(),
+                    build.metrics.get(&p).copied().unwrap_or_default(),
+                    carry.get(&p).copied().unwrap_or(0.0),
+                )
+            })
+            .collect();
+        BuildStep::Score(ScoringInput {
+            key,
+            entries,
+            weights: self.policy.weights,
+            token,
+        })
+    }
+
+    /// Installs a span scored off the lock, re-scoring what changed meanwhile. `false` when the build was
+    /// dropped in between (retention, or a rebuild), so the caller starts over.
+    fn install_build(&mut self, input: ScoringInput, rankings: [SortedSet; 3]) -> bool {
+        let key = input.key;
+        if self.spans.contains_key(&key) {
+            self.builds.remove(&key);
+            return true;
+        }
+        let still_ours = self
+            .builds
+            .get(&key)
+            .and_then(|build| build.scoring.as_ref())
+            .is_some_and(|token| Arc::ptr_eq(token, &input.token));
+        if !still_ours {
+            return false;
+        }
+        let build = self.builds.remove(&key).expect("build checked");
+        let mut dirty = build.changed;
+        if build.scored_version != self.policy.version {
+            // Scored under a policy that has since been switched: re-score everyone.
+            dirty.extend(build.metrics.keys().chain(build.carry.keys()).copied());
+        }
+        let state = SpanState {
+            day_start: build.day.map(|d| d.hours(&self.config.zone).start),
+            hours: build.hours,
+            metrics: build.metrics,
+            carry: build.carry,
+            rankings,
+            dirty,
+            carry_stale: build.day.is_some()
+                && (build.carry_stale || build.scored_version != self.policy.version),
+            last_used: Arc::new(AtomicU64::new(0)),
+            unpublished: None,
+        };
+        self.spans.insert(key, state);
+        self.spans_by_category
+            .entry(key.category)
+            .or_default()
+            .push(key.span);
+        self.spans[&key].last_used.store(
+            self.lru_clock.fetch_add(1, AtomicOrdering::Relaxed),
+            AtomicOrdering::Relaxed,
+        );
+        self.evict_least_recently_used(key);
+        true
     }
 
     fn page(&self, state: &SpanState, ranker: RankerName, offset: usize, limit: usize) -> TopPage {
@@ -1138,6 +1588,29 @@ impl RankingEngine {
     pub fn evict_cached_spans(&mut self) {
         self.spans.clear();
         self.spans_by_category.clear();
+        self.builds.clear();
+    }
+
+    /// Drops cached spans that lie wholly outside `readable` (spans that left retention, and spans ahead
+    /// of the clock), so a span cached once is not kept for ever: reads may ask for the next period, and
+    /// it is cheap to build again.
+    pub fn evict_spans_outside(&mut self, readable: Range<Hour>) {
+        let before = self.spans.len();
+        self.spans
+            .retain(|_, state| state.hours.end > readable.start && state.hours.start < readable.end);
+        if self.spans.len() == before {
+            return;
+        }
+        // Answers do not change (an evicted span is rebuilt equal), so the generation stays.
+        let spans = &self.spans;
+        for (category, list) in &mut self.spans_by_category {
+            list.retain(|span| {
+                spans.contains_key(&SpanKey {
+                    category: *category,
+                    span: *span,
+                })
+            });
+        }
     }
 
     /// Drops metrics older than `before` and every cached span or carry that depended on them.
@@ -1153,6 +1626,8 @@ impl RankingEngine {
                 .start
         });
         self.carry_cache.clear();
+        // A build in progress may have read rows that are gone now; its readers start over.
+        self.builds.clear();
         self.spans.retain(|_, state| state.hours.start >= before);
         self.spans_by_category.clear();
         for key in self.spans.keys() {
