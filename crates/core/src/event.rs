@@ -3,11 +3,14 @@
 //!
 //! Ingest happens in two steps, so one bad event never sinks its batch:
 //!
-//! 1. [`split_body`] cuts a request body (a JSON array, a single JSON object, or NDJSON) into [`RawItem`]s.
-//!    Only a JSON body that does not parse at all fails as a whole ([`BodyError`], HTTP 400).
-//! 2. [`Event::from_json`] (or [`RawItem::to_event`]) parses one item into an [`Event`] or an
-//!    [`EventError`] that names the offending field, e.g. `quantity: must be an integer between 1 and
-//!    10000`.
+//! 1. [`split_body`] (or [`split_body_at_most`]) cuts a request body (a JSON array, a single JSON object,
+//!    or NDJSON) into [`RawItem`]s, reading each element or line on its own ([`RawItem::parse`]), so an
+//!    unreadable value (`NaN`, `Infinity`, a bad escape, too deep a nesting) or a key given twice spoils
+//!    only its own item. Only a body whose structure cannot be followed fails as a whole
+//!    ([`BodyError`], HTTP 400).
+//! 2. [`RawItem::to_event`] (or [`Event::from_json`] for a `Value` in hand) parses one item into an
+//!    [`Event`] or an [`EventError`] that names the offending field, e.g. `quantity: must be an integer
+//!    between 1 and 10000`.
 //!
 //! The server clock enters as a value ([`ParseLimits::now_millis`]); nothing here reads a clock.
 
@@ -17,9 +20,11 @@ use jiff::Timestamp;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::ids::{Category, EventId, ProductId};
+use crate::ids::{Category, EventId, IdError, ProductId};
 use crate::metrics::Metrics;
 use crate::period::Hour;
+
+mod split;
 
 /// The most categories one event may list.
 pub const MAX_CATEGORIES: usize = 16;
@@ -129,7 +134,8 @@ pub struct Event {
     pub id: EventId,
     /// What happened.
     pub kind: EventKind,
-    /// Event time, epoch milliseconds (never before 1970). Buckets follow this, not arrival time.
+    /// Event time, epoch milliseconds (on arrival never before 2000-01-01, see
+    /// [`ParseLimits::earliest_millis`]). Buckets follow this, not arrival time.
     pub ts_millis: i64,
     /// The product it happened to.
     pub product: ProductId,
@@ -168,18 +174,36 @@ pub struct ParseLimits {
     pub now_millis: i64,
     /// How far past `now_millis` an event's `ts` may be (default 5 minutes).
     pub max_future_millis: i64,
+    /// The earliest `ts` accepted, epoch milliseconds: [`ParseLimits::EARLIEST_MILLIS`] (2000-01-01) on
+    /// arrival (SPEC 1.1: an earlier value is almost always epoch *seconds*). Reading back a stored log
+    /// uses 0, since events stored before that rule existed were valid then.
+    pub earliest_millis: i64,
 }
 
 impl ParseLimits {
     /// The default tolerance for events stamped in the future: 5 minutes.
     pub const DEFAULT_MAX_FUTURE_MILLIS: i64 = 5 * 60 * 1000;
+    /// 2000-01-01T00:00:00Z in epoch milliseconds: no event on arrival is older (SPEC 1.1).
+    pub const EARLIEST_MILLIS: i64 = 946_684_800_000;
 
-    /// Limits at server time `now_millis` with the default future tolerance.
+    /// Limits at server time `now_millis` with the default future tolerance and earliest time.
     #[must_use]
     pub fn at(now_millis: i64) -> ParseLimits {
         ParseLimits {
             now_millis,
             max_future_millis: Self::DEFAULT_MAX_FUTURE_MILLIS,
+            earliest_millis: Self::EARLIEST_MILLIS,
+        }
+    }
+
+    /// Limits for reading back stored events: they were validated on arrival, under the rules of their
+    /// day, so neither today's clock nor a floor added later applies.
+    #[must_use]
+    pub fn for_stored_events() -> ParseLimits {
+        ParseLimits {
+            now_millis: i64::MAX / 4,
+            max_future_millis: 0,
+            earliest_millis: 0,
         }
     }
 }
@@ -195,12 +219,14 @@ impl Event {
             return Err(EventError::new("event", "must be a JSON object"));
         };
 
-        let id = EventId::parse(required_string(object, "id")?)
-            .map_err(|error| EventError::new("id", error.to_string()))?;
+        let raw_id = required_string(object, "id")?;
+        let id = EventId::parse(raw_id)
+            .map_err(|error| EventError::new("id", describe_id_error(error, raw_id)))?;
         let kind = EventKind::parse(required_string(object, "type")?)?;
         let ts_millis = parse_ts(required(object, "ts")?, limits)?;
-        let product = ProductId::parse(required_string(object, "product_id")?)
-            .map_err(|error| EventError::new("product_id", error.to_string()))?;
+        let raw_product = required_string(object, "product_id")?;
+        let product = ProductId::parse(raw_product)
+            .map_err(|error| EventError::new("product_id", describe_id_error(error, raw_product)))?;
         let categories = parse_categories(optional(object, "categories"))?;
         let payment = parse_payment(object, kind)?;
 
@@ -327,46 +353,106 @@ fn required_string<'a>(object: &'a Map<String, Value>, field: &'static str) -> R
         .ok_or_else(|| EventError::new(field, "must be a string"))
 }
 
+/// An identifier's rule, plus what was wrong with this one when that is not obvious: the byte count of a
+/// string that looks short enough in characters (`é` is two bytes), or where the control character is.
+fn describe_id_error(error: IdError, raw: &str) -> String {
+    match error {
+        IdError::Length { .. } if !raw.is_empty() => {
+            format!("{error} of UTF-8; this one is {} bytes", raw.len())
+        }
+        IdError::ControlCharacter => {
+            let position = raw.chars().position(char::is_control).unwrap_or(0);
+            format!("{error} (U+0000 to U+001F, U+007F to U+009F); character {position} is one")
+        }
+        _ => error.to_string(),
+    }
+}
+
+/// How a `ts` was written, for the hint of a rejection.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum TsForm {
+    Rfc3339,
+    EpochMillis,
+}
+
 fn parse_ts(value: &Value, limits: &ParseLimits) -> Result<i64, EventError> {
     const FORMAT_HINT: &str =
         "must be an RFC 3339 timestamp with an offset (e.g. 2026-07-17T13:05:02.123Z) or integer epoch milliseconds";
-    let (ts_millis, future_hint) = match value {
+    const UNIT_HINT: &str = "ts is epoch milliseconds: is it in microseconds or nanoseconds?";
+    let (ts_millis, form) = match value {
         Value::String(text) => {
-            let timestamp: Timestamp = text.parse().map_err(|_| EventError::new("ts", FORMAT_HINT))?;
+            let timestamp: Timestamp = text.parse().map_err(|_| {
+                if text.trim().parse::<i64>().is_ok() {
+                    EventError::new(
+                        "ts",
+                        format!("{FORMAT_HINT}; send epoch milliseconds as a JSON number, not a string"),
+                    )
+                } else {
+                    EventError::new("ts", FORMAT_HINT)
+                }
+            })?;
             // Floor to whole milliseconds; jiff's range keeps this far inside i64.
             let millis = i64::try_from(timestamp.as_nanosecond().div_euclid(1_000_000))
                 .map_err(|_| EventError::new("ts", FORMAT_HINT))?;
-            (millis, "check the sender's clock and the timestamp's offset")
+            (millis, TsForm::Rfc3339)
         }
-        Value::Number(number) => {
-            let Some(millis) = number.as_i64() else {
-                return Err(if number.is_f64() {
-                    EventError::new(
-                        "ts",
-                        "must be a whole number of epoch milliseconds, not a fraction",
-                    )
-                } else {
-                    // A positive integer beyond i64: far in the future however it is read.
-                    future_error(
-                        limits,
-                        "ts is epoch milliseconds: is it in microseconds or nanoseconds?",
-                    )
-                });
-            };
-            (
-                millis,
-                "ts is epoch milliseconds: is it in microseconds or nanoseconds?",
-            )
-        }
+        Value::Number(number) => match number.as_i64() {
+            Some(millis) => (millis, TsForm::EpochMillis),
+            // A positive integer beyond i64: far in the future however it is read.
+            None if number.is_u64() => return Err(future_error(limits, UNIT_HINT)),
+            None => {
+                return Err(EventError::new(
+                    "ts",
+                    describe_float_ts(number.as_f64().unwrap_or(f64::NAN)),
+                ))
+            }
+        },
         _ => return Err(EventError::new("ts", FORMAT_HINT)),
     };
-    if ts_millis < 0 {
-        return Err(EventError::new("ts", "must not be before 1970-01-01T00:00:00Z"));
+    if ts_millis < limits.earliest_millis.max(0) {
+        return Err(too_early_error(ts_millis, form, limits));
     }
     if ts_millis > limits.now_millis.saturating_add(limits.max_future_millis) {
-        return Err(future_error(limits, future_hint));
+        let hint = match form {
+            TsForm::Rfc3339 => "check the sender's clock and the timestamp's offset",
+            TsForm::EpochMillis => UNIT_HINT,
+        };
+        return Err(future_error(limits, hint));
     }
     Ok(ts_millis)
+}
+
+/// Why a `ts` written as a float (`1.5`, `1784293502123.0`, `1e30`) is refused: only integer epoch
+/// milliseconds are, and a huge one is out of range rather than "a fraction".
+fn describe_float_ts(float: f64) -> String {
+    // 2^63: the first float past i64::MAX.
+    if !float.is_finite() || float.abs() >= 2f64.powi(63) {
+        "is out of range: must be an RFC 3339 timestamp or integer epoch milliseconds, between 2000-01-01 \
+         and the server clock"
+            .to_owned()
+    } else if float.fract() != 0.0 {
+        "must be whole epoch milliseconds, not a fraction".to_owned()
+    } else {
+        "must be integer epoch milliseconds written without a decimal point or exponent (e.g. 1784293502123)"
+            .to_owned()
+    }
+}
+
+fn too_early_error(ts_millis: i64, form: TsForm, limits: &ParseLimits) -> EventError {
+    let earliest = Timestamp::from_millisecond(limits.earliest_millis.max(0))
+        .map_or_else(|_| limits.earliest_millis.to_string(), |t| t.to_string());
+    let latest = limits.now_millis.saturating_add(limits.max_future_millis);
+    let hint = match ts_millis.checked_mul(1_000) {
+        // 1764580000 read as seconds is a plausible time: the usual seconds/milliseconds mix-up.
+        Some(as_seconds)
+            if form == TsForm::EpochMillis && (limits.earliest_millis..=latest).contains(&as_seconds) =>
+        {
+            format!("; {ts_millis} looks like epoch seconds: send milliseconds ({as_seconds})")
+        }
+        _ if form == TsForm::EpochMillis => "; ts is epoch milliseconds".to_owned(),
+        _ => String::new(),
+    };
+    EventError::new("ts", format!("must not be before {earliest}{hint}"))
 }
 
 fn future_error(limits: &ParseLimits, hint: &str) -> EventError {
@@ -446,21 +532,40 @@ fn parse_payment(object: &Map<String, Value>, kind: EventKind) -> Result<Option<
     let quantity = quantity.ok_or_else(|| EventError::new("quantity", "is required for payment events"))?;
     let quantity = integer_between(quantity, 1, u64::from(MAX_QUANTITY))
         .and_then(|quantity| u32::try_from(quantity).ok())
-        .ok_or_else(|| EventError::new("quantity", QUANTITY_RULE))?;
+        .ok_or_else(|| {
+            EventError::new(
+                "quantity",
+                describe_integer_error(quantity, 1, u64::from(MAX_QUANTITY), QUANTITY_RULE),
+            )
+        })?;
 
     let price = price.ok_or_else(|| EventError::new("price", "is required for payment events"))?;
-    let price = integer_between(price, 0, MAX_PRICE).ok_or_else(|| {
-        if price.is_f64() {
-            EventError::new(
-                "price",
-                "must be an integer in the currency's smallest unit, never a float",
-            )
-        } else {
-            EventError::new("price", PRICE_RULE)
-        }
-    })?;
+    let price = integer_between(price, 0, MAX_PRICE)
+        .ok_or_else(|| EventError::new("price", describe_integer_error(price, 0, MAX_PRICE, PRICE_RULE)))?;
 
     Ok(Some(Payment { quantity, price }))
+}
+
+/// `rule`, plus what is wrong with this value: a fraction is "never a float", but a whole number too big
+/// for 64 bits (which serde_json can only hold as a float) or a negative one is out of range.
+fn describe_integer_error(value: &Value, min: u64, max: u64, rule: &str) -> String {
+    match value {
+        Value::Number(number) if number.is_f64() => {
+            let float = number.as_f64().unwrap_or(f64::NAN);
+            #[allow(clippy::cast_precision_loss)] // the bounds are far below 2^53
+            let in_range = (min as f64..=max as f64).contains(&float);
+            if float.fract() != 0.0 {
+                format!("{rule}, never a float")
+            } else if in_range {
+                format!("{rule}, written without a decimal point or exponent")
+            } else {
+                format!("{rule}; this one is out of range")
+            }
+        }
+        Value::Number(_) => format!("{rule}; this one is out of range"),
+        Value::String(_) => format!("{rule}; send a JSON number, not a string"),
+        _ => rule.to_owned(),
+    }
 }
 
 /// A JSON integer (not a float such as `2.0` or `1e3`, not a string) in `min..=max`.
@@ -469,22 +574,77 @@ fn integer_between(value: &Value, min: u64, max: u64) -> Option<u64> {
     (min..=max).contains(&number).then_some(number)
 }
 
-/// One item of an ingest body: either a parsed JSON value or a line that was not valid JSON.
+/// One item of an ingest body: a parsed JSON value, or what the splitter already knows is wrong with it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RawItem {
     /// Parsed JSON, not yet validated as an event (it may not even be an object).
     Value(Value),
-    /// An NDJSON line that is not valid JSON, with the parser's message.
+    /// An array element or NDJSON line that is not valid JSON (`NaN`, `Infinity`, a bad escape, invalid
+    /// UTF-8, nesting deeper than 128), with the parser's message.
     Malformed(String),
+    /// An object that gives `key` twice (SPEC 1.1 rejects it); `value` keeps the first occurrence.
+    DuplicateKey {
+        /// The object as read, for the best-effort `id` of the rejection.
+        value: Value,
+        /// The first key given twice.
+        key: String,
+    },
 }
 
+/// The fields of SPEC 1.1, as the `'static` names an [`EventError`] carries.
+const EVENT_FIELDS: [&str; 7] = [
+    "id",
+    "type",
+    "ts",
+    "product_id",
+    "categories",
+    "quantity",
+    "price",
+];
+
 impl RawItem {
-    /// Validates this item as an event. A malformed line is rejected with field `event`.
+    /// Reads one event's JSON (exactly one value; surrounding whitespace allowed), noticing a key given
+    /// twice. This is how every entry point (HTTP body elements, NDJSON lines, stream messages) reads an
+    /// event, so they share one set of rules.
+    #[must_use]
+    pub fn parse(json: &[u8]) -> RawItem {
+        RawItem::parse_described(json, serde_json::Error::to_string)
+    }
+
+    /// [`RawItem::parse`], with the message of a malformed item written by `describe`.
+    fn parse_described(json: &[u8], describe: impl FnOnce(&serde_json::Error) -> String) -> RawItem {
+        match split::parse_element(json) {
+            Ok(split::Element {
+                value,
+                duplicate_key: None,
+            }) => RawItem::Value(value),
+            Ok(split::Element {
+                value,
+                duplicate_key: Some(key),
+            }) => RawItem::DuplicateKey { value, key },
+            Err(error) => RawItem::Malformed(describe(&error)),
+        }
+    }
+
+    /// Validates this item as an event. A malformed item is rejected with field `event`; a key given
+    /// twice names that key (or `event`, with the key in the message, for a field SPEC 1.1 ignores).
     pub fn to_event(&self, limits: &ParseLimits) -> Result<Event, EventError> {
         match self {
             RawItem::Value(value) => Event::from_json(value, limits),
             RawItem::Malformed(message) => {
                 Err(EventError::new("event", format!("is not valid JSON ({message})")))
+            }
+            RawItem::DuplicateKey { key, .. } => {
+                Err(match EVENT_FIELDS.iter().find(|field| **field == key) {
+                    Some(field) => EventError::new(field, "is given twice; send each key once"),
+                    None => EventError::new(
+                        "event",
+                        format!(
+                            "key {:?} is given twice; send each key once",
+                            cut_to_bytes(key, 64)
+                        ),
+                    ),
+                })
             }
         }
     }
@@ -493,7 +653,7 @@ impl RawItem {
     #[must_use]
     pub fn id(&self) -> Option<String> {
         match self {
-            RawItem::Value(value) => raw_id(value),
+            RawItem::Value(value) | RawItem::DuplicateKey { value, .. } => raw_id(value),
             RawItem::Malformed(_) => None,
         }
     }
@@ -508,46 +668,103 @@ pub enum BodyFormat {
     Ndjson,
 }
 
-/// A body that cannot be split into items at all (HTTP 400).
+/// A body that cannot be split into items at all.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BodyError {
-    /// The JSON body does not parse, or is neither an array nor an object.
+    /// The JSON body's structure cannot be followed, or it is neither an array nor an object (HTTP 400).
     #[error("{0}")]
     NotParseable(String),
+    /// More items than the caller accepts (HTTP 413); the body was not read further.
+    #[error("a batch holds at most {max} events, this one has more; split it")]
+    TooManyItems {
+        /// The caller's limit.
+        max: usize,
+    },
 }
 
-/// Splits an ingest body into items. JSON: an array of objects or a single object. NDJSON: one object per
-/// non-empty line; a line that is not valid JSON becomes [`RawItem::Malformed`] (that item is rejected, the
-/// rest still land). A JSON body that does not parse at all → [`BodyError`].
-///
-/// A leading UTF-8 byte order mark is ignored. NDJSON lines may end in `\r\n`; lines holding only
-/// whitespace are skipped and do not count as items, so item indexes count events, not lines.
+/// Splits an ingest body into items; [`split_body_at_most`] without a limit on their number.
 pub fn split_body(body: &[u8], format: BodyFormat) -> Result<Vec<RawItem>, BodyError> {
+    split_body_at_most(body, format, usize::MAX)
+}
+
+/// Splits an ingest body into at most `max_items` items, each read on its own by [`RawItem::parse`].
+///
+/// JSON: an array of objects or a single object. The array is cut into elements by following only its
+/// structure (strings, brackets, commas), so an element that is not valid JSON (`NaN`, `Infinity`, a
+/// bad escape) becomes [`RawItem::Malformed`] and the others still land. A body whose structure cannot be
+/// followed (never closed, mismatched brackets, an empty element, bytes after the array), an empty body,
+/// or one that is neither an array nor an object → [`BodyError::NotParseable`]. A single object that is
+/// balanced but unreadable is one malformed item, like an array element.
+///
+/// NDJSON: one object per non-empty line; a line that is not valid JSON becomes [`RawItem::Malformed`].
+/// Lines may end in `\r\n`; lines holding only whitespace are skipped and do not count as items, so item
+/// indexes count events, not lines.
+///
+/// A leading UTF-8 byte order mark is ignored. More than `max_items` items → [`BodyError::TooManyItems`],
+/// found before any item is parsed, so an oversized batch costs a scan, not a parse.
+pub fn split_body_at_most(
+    body: &[u8],
+    format: BodyFormat,
+    max_items: usize,
+) -> Result<Vec<RawItem>, BodyError> {
     let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
     match format {
         BodyFormat::Json => {
-            let value: Value = serde_json::from_slice(body)
-                .map_err(|error| BodyError::NotParseable(format!("body is not valid JSON: {error}")))?;
-            match value {
-                Value::Array(items) => Ok(items.into_iter().map(RawItem::Value).collect()),
-                object @ Value::Object(_) => Ok(vec![RawItem::Value(object)]),
-                _ => Err(BodyError::NotParseable(
-                    "body must be a JSON array of event objects or a single event object".to_owned(),
-                )),
-            }
-        }
-        BodyFormat::Ndjson => Ok(body
-            .split(|&byte| byte == b'\n')
-            .enumerate()
-            .filter(|(_, line)| !line.iter().all(u8::is_ascii_whitespace))
-            .map(|(line_index, line)| {
-                let line = line.strip_suffix(b"\r").unwrap_or(line);
-                match serde_json::from_slice::<Value>(line) {
-                    Ok(value) => RawItem::Value(value),
-                    Err(error) => RawItem::Malformed(describe_line_error(line_index + 1, &error)),
+            let not_parseable =
+                |why: String| BodyError::NotParseable(format!("body is not valid JSON: {why}"));
+            let start = split::skip_whitespace(body, 0);
+            let (ranges, end) = match body.get(start) {
+                None => {
+                    return Err(BodyError::NotParseable(
+                        "body is empty; send a JSON array of event objects or one event object".to_owned(),
+                    ))
                 }
-            })
-            .collect()),
+                Some(b'[') => split::array_elements(body, start, max_items).map_err(|error| match error {
+                    split::SplitError::Structure(why) => not_parseable(why),
+                    split::SplitError::TooManyElements(max) => BodyError::TooManyItems { max },
+                })?,
+                Some(b'{') => {
+                    let end = split::value_end(body, start).map_err(not_parseable)?;
+                    if max_items == 0 {
+                        return Err(BodyError::TooManyItems { max: 0 });
+                    }
+                    (std::iter::once(start..end).collect(), end)
+                }
+                Some(_) => {
+                    return Err(BodyError::NotParseable(
+                        "body must be a JSON array of event objects or a single event object".to_owned(),
+                    ))
+                }
+            };
+            let trailing = split::skip_whitespace(body, end);
+            if trailing < body.len() {
+                return Err(not_parseable(format!(
+                    "unexpected bytes at byte {trailing}, after the body's single top-level value"
+                )));
+            }
+            Ok(ranges
+                .into_iter()
+                .map(|range| RawItem::parse(&body[range]))
+                .collect())
+        }
+        BodyFormat::Ndjson => {
+            let lines: Vec<(usize, &[u8])> = body
+                .split(|&byte| byte == b'\n')
+                .enumerate()
+                .filter(|(_, line)| !line.iter().all(|&byte| split::is_whitespace(byte)))
+                .take(max_items.saturating_add(1))
+                .collect();
+            if lines.len() > max_items {
+                return Err(BodyError::TooManyItems { max: max_items });
+            }
+            Ok(lines
+                .into_iter()
+                .map(|(line_index, line)| {
+                    let line = line.strip_suffix(b"\r").unwrap_or(line);
+                    RawItem::parse_described(line, |error| describe_line_error(line_index + 1, error))
+                })
+                .collect())
+        }
     }
 }
 
@@ -559,6 +776,15 @@ fn describe_line_error(line_number: usize, error: &serde_json::Error) -> String 
     format!("line {line_number}, column {}: {message}", error.column())
 }
 
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn cut_to_bytes(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Best-effort `id` string of a raw item, for the `rejected[].id` field in responses.
 ///
 /// Only a string `id` is reported, cut to at most 128 bytes (on a character boundary) so an oversized id
@@ -566,11 +792,7 @@ fn describe_line_error(line_number: usize, error: &serde_json::Error) -> String 
 #[must_use]
 pub fn raw_id(item: &Value) -> Option<String> {
     let id = item.get("id")?.as_str()?;
-    let mut end = id.len().min(EventId::MAX_BYTES);
-    while !id.is_char_boundary(end) {
-        end -= 1;
-    }
-    Some(id[..end].to_owned())
+    Some(cut_to_bytes(id, EventId::MAX_BYTES).to_owned())
 }
 
 #[cfg(test)]
@@ -581,9 +803,9 @@ mod write_json_tests {
     fn write_json_equals_to_json() {
         let limits = ParseLimits::at(1_800_000_000_000);
         for raw in [
-            serde_json::json!({"id": "a\"b\\c\u{1}", "type": "payment_refunded", "ts": 1_700_000_000_123i64,
+            serde_json::json!({"id": "a\"b\\c\u{a0}", "type": "payment_refunded", "ts": 1_700_000_000_123i64,
                 "product_id": "p/ü", "categories": ["x", "y\"z"], "quantity": 3, "price": 0}),
-            serde_json::json!({"id": "v", "type": "product_viewed", "ts": 5, "product_id": "p"}),
+            serde_json::json!({"id": "v", "type": "product_viewed", "ts": 946_684_800_000i64, "product_id": "p"}),
         ] {
             let event = Event::from_json(&raw, &limits).unwrap();
             let mut bytes = Vec::new();

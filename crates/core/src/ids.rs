@@ -106,10 +106,11 @@ macro_rules! impl_identifier {
     };
 }
 
-/// An event's unique id (SPEC 1.1): 1–128 bytes. Counted once, ever; a repeat is a duplicate.
+/// An event's unique id (SPEC 1.1): 1–128 bytes, no control characters. Counted once, ever; a repeat is
+/// a duplicate.
 ///
-/// Any bytes are allowed, control characters included, because the spec puts no other rule on event ids
-/// and producers use whatever their order-line ids look like.
+/// Control characters (C0, DEL, C1) are refused: a NUL cannot be stored in PostgreSQL `text`, and stores
+/// written before SPEC 1.1 said so joined ids with newlines (see `rankgate_store::ranking::packed`).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EventId(Box<str>);
 
@@ -117,9 +118,10 @@ impl EventId {
     /// The longest event id, in bytes.
     pub const MAX_BYTES: usize = 128;
 
-    /// Parses an event id: 1 to 128 bytes.
+    /// Parses an event id: 1 to 128 bytes, no control characters.
     pub fn parse(s: &str) -> Result<EventId, IdError> {
         check_length(s, Self::MAX_BYTES)?;
+        check_no_control_characters(s)?;
         Ok(EventId(s.into()))
     }
 }
@@ -280,6 +282,29 @@ mod tests {
         // Bytes, not characters: 43 three-byte characters are 129 bytes.
         assert!(EventId::parse(&"€".repeat(42)).is_ok());
         assert!(EventId::parse(&"€".repeat(43)).is_err());
+    }
+
+    #[test]
+    fn event_id_with_newline_or_other_control_character_is_refused() {
+        for hostile in [
+            "a\nb",
+            "x\n",
+            "\r",
+            "nul\0",
+            "tab\t",
+            "del\u{7f}",
+            "c1\u{85}",
+            "c1\u{9f}",
+        ] {
+            assert_eq!(
+                EventId::parse(hostile),
+                Err(IdError::ControlCharacter),
+                "{hostile:?}"
+            );
+        }
+        // The edges of the two ranges stay allowed: space, and the first character after C1.
+        assert!(EventId::parse("a b").is_ok());
+        assert!(EventId::parse("\u{a0}").is_ok());
     }
 
     #[test]

@@ -5,7 +5,8 @@
 
 use proptest::prelude::*;
 use rankgate_core::event::{
-    raw_id, split_body, BodyError, BodyFormat, Event, EventError, EventKind, ParseLimits, Payment, RawItem,
+    raw_id, split_body, split_body_at_most, BodyError, BodyFormat, Event, EventError, EventKind, ParseLimits,
+    Payment, RawItem,
 };
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::Hour;
@@ -141,7 +142,7 @@ fn ts_accepts_rfc3339_with_an_offset() {
     // Sub-millisecond precision is floored.
     let fine = parse(&with(view(), "ts", json!("2026-07-17T13:05:02.123999Z"))).unwrap();
     assert_eq!(fine.ts_millis, NOW);
-    assert!(parse(&with(view(), "ts", json!("1970-01-01T00:00:00Z"))).is_ok());
+    assert!(parse(&with(view(), "ts", json!("2000-01-01T00:00:00Z"))).is_ok());
 }
 
 #[test]
@@ -162,7 +163,11 @@ fn ts_rejects_strings_that_are_not_rfc3339_instants() {
 #[test]
 fn ts_accepts_integer_epoch_milliseconds() {
     assert_eq!(parse(&with(view(), "ts", json!(NOW))).unwrap().ts_millis, NOW);
-    assert_eq!(parse(&with(view(), "ts", json!(0))).unwrap().ts_millis, 0);
+    let earliest = ParseLimits::EARLIEST_MILLIS;
+    assert_eq!(
+        parse(&with(view(), "ts", json!(earliest))).unwrap().ts_millis,
+        earliest
+    );
 }
 
 #[test]
@@ -202,8 +207,8 @@ fn ts_more_than_five_minutes_in_the_future_is_rejected_with_a_unit_hint() {
     );
     // The tolerance is configurable and the message follows it.
     let strict = ParseLimits {
-        now_millis: NOW,
         max_future_millis: 60_000,
+        ..ParseLimits::at(NOW)
     };
     let error = Event::from_json(&with(view(), "ts", json!(NOW + 60_001)), &strict).unwrap_err();
     assert!(
@@ -292,9 +297,11 @@ fn quantity_is_an_integer_from_1_to_10000() {
         json!(true),
     ] {
         let error = parse(&with(payment(), "quantity", bad)).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "quantity: must be an integer between 1 and 10000"
+        assert!(
+            error
+                .to_string()
+                .starts_with("quantity: must be an integer between 1 and 10000"),
+            "{error}"
         );
     }
 }
@@ -479,10 +486,11 @@ fn a_json_body_that_does_not_parse_fails_as_a_whole() {
         &b""[..],
         b"   ",
         b"[{\"id\": 1}",
-        b"{\"id\": }",
         b"not json",
         b"[1,]",
         b"{} {}",
+        b"[{}] x",
+        b"[{\"a\": 1}}, {}]",
     ] {
         assert!(
             matches!(
@@ -556,7 +564,7 @@ proptest! {
     fn valid_payments_round_trip_and_their_deltas_fit(
         quantity in 1_u32..=10_000,
         price in 0_u64..=1_000_000_000,
-        ts in 0_i64..=NOW,
+        ts in ParseLimits::EARLIEST_MILLIS..=NOW,
         refund in any::<bool>(),
         // `all` is the reserved name of the whole catalogue, never a category.
         categories in prop::collection::vec("[a-z]{1,8}".prop_filter("`all` is reserved", |c| c != "all"), 0..=16),
@@ -579,5 +587,297 @@ proptest! {
         for item in split_body(text.as_bytes(), BodyFormat::Ndjson).unwrap() {
             let _ = item.to_event(&limits());
         }
+    }
+}
+
+// ---- issue 9: hostile and careless input, one rejected event at a time ----
+
+/// Splits a JSON body and validates every item, as `POST /v1/events` does.
+fn outcomes(body: &[u8], format: BodyFormat) -> Vec<Result<Event, EventError>> {
+    split_body(body, format)
+        .expect("the body's structure is readable")
+        .iter()
+        .map(|item| item.to_event(&limits()))
+        .collect()
+}
+
+#[test]
+fn event_id_with_newline_or_control_character_is_rejected_naming_id() {
+    for hostile in [
+        "a\nb",
+        "x\n",
+        "\r",
+        "nul\u{0}",
+        "\u{1b}[31m",
+        "del\u{7f}",
+        "c1\u{85}",
+    ] {
+        let error = parse(&with(view(), "id", json!(hostile))).unwrap_err();
+        assert_eq!(error.field, "id", "{hostile:?}");
+        assert!(error.message.contains("control characters"), "{error}");
+    }
+    // What is not a control character stays a valid id.
+    assert!(parse(&with(view(), "id", json!("order 17 / line 2 · ü"))).is_ok());
+}
+
+#[test]
+fn an_id_of_128_multibyte_characters_is_rejected_with_its_byte_count() {
+    let error = parse(&with(view(), "id", json!("é".repeat(128)))).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "id: must be 1 to 128 bytes of UTF-8; this one is 256 bytes"
+    );
+    assert!(parse(&with(view(), "id", json!("é".repeat(64)))).is_ok());
+    let error = parse(&with(view(), "product_id", json!("é".repeat(65)))).unwrap_err();
+    assert_eq!(error.field, "product_id");
+    assert!(error.message.ends_with("this one is 130 bytes"), "{error}");
+}
+
+#[test]
+fn categories_with_control_characters_or_too_many_entries_are_rejected() {
+    let error = parse(&with(view(), "categories", json!(["toys", "a\nb"]))).unwrap_err();
+    assert_eq!(error.field, "categories");
+    assert!(
+        error
+            .message
+            .starts_with("entry 1 must not contain control characters"),
+        "{error}"
+    );
+    let many: Vec<String> = (0..100_000).map(|i| format!("c{i}")).collect();
+    let error = parse(&with(view(), "categories", json!(many))).unwrap_err();
+    assert_eq!(error.to_string(), "categories: must have at most 16 entries");
+}
+
+#[test]
+fn ts_before_2000_is_rejected_with_a_hint_that_it_looks_like_seconds() {
+    // Epoch seconds by mistake: 2025-12-01 in seconds is 1970-01-21 in milliseconds.
+    let error = parse(&with(view(), "ts", json!(1_764_580_000))).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "ts: must not be before 2000-01-01T00:00:00Z; 1764580000 looks like epoch seconds: send milliseconds \
+         (1764580000000)"
+    );
+    let just_before = parse(&with(view(), "ts", json!(ParseLimits::EARLIEST_MILLIS - 1))).unwrap_err();
+    assert_eq!(just_before.field, "ts");
+    assert!(
+        just_before.message.ends_with("ts is epoch milliseconds"),
+        "{just_before}"
+    );
+    let text = parse(&with(view(), "ts", json!("1999-12-31T23:59:59Z"))).unwrap_err();
+    assert_eq!(text.to_string(), "ts: must not be before 2000-01-01T00:00:00Z");
+    assert!(parse(&with(view(), "ts", json!("2000-01-01T00:00:00Z"))).is_ok());
+    // Stored events are read back without the floor: they were valid when they arrived.
+    let stored = Event::from_json(&with(view(), "ts", json!(5)), &ParseLimits::for_stored_events()).unwrap();
+    assert_eq!(stored.ts_millis, 5);
+}
+
+#[test]
+fn a_huge_integer_price_is_out_of_range_not_a_float() {
+    for huge in [
+        "100000000000000000000",
+        "18446744073709551616",
+        "1e30",
+        "1000000001",
+        "-1",
+    ] {
+        let body = format!(
+            r#"{{"id":"e","type":"payment_succeeded","ts":{},"product_id":"p","quantity":1,"price":{huge}}}"#,
+            NOW - 1000
+        );
+        let error = outcomes(body.as_bytes(), BodyFormat::Json).remove(0).unwrap_err();
+        assert_eq!(error.field, "price", "{huge}");
+        assert!(
+            error.message.ends_with("this one is out of range"),
+            "{huge}: {error}"
+        );
+        assert!(!error.message.contains("float"), "{huge}: {error}");
+    }
+    let fraction = parse(&with(payment(), "price", json!(12.5))).unwrap_err();
+    assert!(fraction.message.ends_with("never a float"), "{fraction}");
+    let exponent = parse(&with(payment(), "price", json!(1e3))).unwrap_err();
+    assert!(
+        exponent
+            .message
+            .ends_with("written without a decimal point or exponent"),
+        "{exponent}"
+    );
+    let string = parse(&with(payment(), "quantity", json!("2"))).unwrap_err();
+    assert!(
+        string.message.ends_with("send a JSON number, not a string"),
+        "{string}"
+    );
+    let huge_quantity = parse(&with(payment(), "quantity", json!(1e25))).unwrap_err();
+    assert!(
+        huge_quantity.message.ends_with("this one is out of range"),
+        "{huge_quantity}"
+    );
+}
+
+#[test]
+fn ts_1e30_is_out_of_range_not_a_fraction() {
+    let error = parse(&with(view(), "ts", json!(1e30))).unwrap_err();
+    assert_eq!(error.field, "ts");
+    assert!(error.message.starts_with("is out of range"), "{error}");
+    assert!(!error.message.contains("fraction"), "{error}");
+    let float = parse(&with(view(), "ts", json!(1_784_293_502_123.0))).unwrap_err();
+    assert!(
+        float.message.contains("without a decimal point or exponent"),
+        "{float}"
+    );
+    let fraction = parse(&with(view(), "ts", json!(1_784_293_502_123.5))).unwrap_err();
+    assert!(fraction.message.contains("not a fraction"), "{fraction}");
+    let quoted = parse(&with(view(), "ts", json!("1784293502123"))).unwrap_err();
+    assert!(quoted.message.ends_with("not a string"), "{quoted}");
+}
+
+#[test]
+fn a_key_given_twice_rejects_that_event_naming_the_key() {
+    let twice = format!(
+        r#"[{{"id":"e-1","type":"product_viewed","type":"product_liked","ts":{ts},"product_id":"p"}},
+            {{"id":"e-2","type":"product_viewed","ts":{ts},"product_id":"p","note":1,"note":2}},
+            {{"id":"e-3","type":"product_viewed","ts":{ts},"product_id":"p"}}]"#,
+        ts = NOW - 1000
+    );
+    let items = split_body(twice.as_bytes(), BodyFormat::Json).unwrap();
+    let outcomes: Vec<_> = items.iter().map(|item| item.to_event(&limits())).collect();
+    assert_eq!(
+        outcomes[0].as_ref().unwrap_err().to_string(),
+        "type: is given twice; send each key once"
+    );
+    assert_eq!(items[0].id().as_deref(), Some("e-1"));
+    assert_eq!(
+        outcomes[1].as_ref().unwrap_err().to_string(),
+        r#"event: key "note" is given twice; send each key once"#
+    );
+    assert_eq!(outcomes[2].as_ref().unwrap().id.as_str(), "e-3");
+    // The same in NDJSON, and a key spelled with an escape is the same key.
+    let line = format!(
+        r#"{{"id":"e-4","\u0069d":"e-5","type":"product_viewed","ts":{},"product_id":"p"}}"#,
+        NOW
+    );
+    let error = outcomes_of_ndjson(&line).remove(0).unwrap_err();
+    assert_eq!(error.field, "id");
+}
+
+fn outcomes_of_ndjson(body: &str) -> Vec<Result<Event, EventError>> {
+    outcomes(body.as_bytes(), BodyFormat::Ndjson)
+}
+
+#[test]
+fn a_nan_or_infinity_in_an_array_rejects_only_that_event() {
+    let good = |id: &str| {
+        format!(
+            r#"{{"id":"{id}","type":"product_viewed","ts":{},"product_id":"p"}}"#,
+            NOW - 1000
+        )
+    };
+    let body = format!(
+        r#"[{}, {{"id":"bad-1","type":"payment_succeeded","ts":{ts},"product_id":"p","quantity":1,"price":NaN}},
+            {}, {{"id":"bad-2","ts":Infinity}}, -Infinity, {{"id":"bad-3","s":"\x"}}, {}]"#,
+        good("a"),
+        good("b"),
+        good("c"),
+        ts = NOW - 1000
+    );
+    let outcomes = outcomes(body.as_bytes(), BodyFormat::Json);
+    assert_eq!(outcomes.len(), 7);
+    let ok: Vec<&str> = outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().ok())
+        .map(|e| e.id.as_str())
+        .collect();
+    assert_eq!(ok, ["a", "b", "c"]);
+    for index in [1, 3, 4, 5] {
+        let error = outcomes[index].as_ref().unwrap_err();
+        assert_eq!(error.field, "event");
+        assert!(error.message.starts_with("is not valid JSON"), "{error}");
+    }
+    // NDJSON: the same, line by line.
+    let ndjson = format!("{}\n{{\"id\":\"x\",\"price\":NaN}}\r\n{}\n", good("a"), good("b"));
+    let lines = outcomes_of_ndjson(&ndjson);
+    assert!(lines[0].is_ok() && lines[1].is_err() && lines[2].is_ok());
+    // A single object with a bad literal is one rejected event, not an unreadable body.
+    let single = split_body(br#"{"id":"e","price":NaN}"#, BodyFormat::Json).unwrap()[0].to_event(&limits());
+    assert_eq!(single.unwrap_err().field, "event");
+}
+
+#[test]
+fn deeply_nested_json_rejects_only_its_event_at_bounded_cost() {
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let body = format!(r#"[{deep}, {{"id":"x","nested":{deep}}}, {}]"#, view());
+    let outcomes = outcomes(body.as_bytes(), BodyFormat::Json);
+    assert_eq!(outcomes.len(), 3);
+    assert_eq!(outcomes[0].as_ref().unwrap_err().field, "event");
+    let error = outcomes[1].as_ref().unwrap_err();
+    assert!(error.message.contains("recursion limit"), "{error}");
+    assert!(outcomes[2].is_ok());
+    // Never closed: the body as a whole cannot be read.
+    assert!(split_body("[".repeat(1_000_000).as_bytes(), BodyFormat::Json).is_err());
+}
+
+#[test]
+fn a_body_that_is_empty_a_string_or_a_number_is_refused_with_a_clear_message() {
+    for (body, expected) in [
+        (&b""[..], "body is empty"),
+        (b" \r\n", "body is empty"),
+        (b"\xEF\xBB\xBF", "body is empty"),
+        (
+            b"\"events\"",
+            "body must be a JSON array of event objects or a single event object",
+        ),
+        (b"42", "body must be a JSON array"),
+        (b"null", "body must be a JSON array"),
+    ] {
+        let Err(BodyError::NotParseable(message)) = split_body(body, BodyFormat::Json) else {
+            panic!("{body:?} should not parse");
+        };
+        assert!(message.starts_with(expected), "{body:?}: {message}");
+    }
+}
+
+#[test]
+fn a_batch_over_the_limit_is_refused_before_any_event_is_parsed() {
+    let body = format!("[{}]", ["1"; 11].join(","));
+    assert_eq!(
+        split_body_at_most(body.as_bytes(), BodyFormat::Json, 10),
+        Err(BodyError::TooManyItems { max: 10 })
+    );
+    assert_eq!(
+        split_body_at_most(body.as_bytes(), BodyFormat::Json, 11)
+            .unwrap()
+            .len(),
+        11
+    );
+    let ndjson = "{}\n\n{}\r\n{}\n";
+    assert_eq!(
+        split_body_at_most(ndjson.as_bytes(), BodyFormat::Ndjson, 2),
+        Err(BodyError::TooManyItems { max: 2 })
+    );
+    assert_eq!(
+        split_body_at_most(ndjson.as_bytes(), BodyFormat::Ndjson, 3)
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+proptest! {
+    /// Whatever surrounds it, a good event in an array is read as the same event, and a value spoiled by
+    /// a non-JSON literal is rejected on its own.
+    #[test]
+    fn good_events_survive_any_bad_neighbours(
+        bad in prop::sample::select(vec!["NaN", "Infinity", "-Infinity", "nan", "0x10", "01", "1.", "\"\\q\"", "tru"]),
+        before in 0_usize..3,
+        after in 0_usize..3,
+    ) {
+        let mut elements: Vec<String> = Vec::new();
+        for i in 0..before { elements.push(with(view(), "id", json!(format!("b{i}"))).to_string()); }
+        elements.push(format!(r#"{{"id":"bad","ts":{bad}}}"#));
+        for i in 0..after { elements.push(with(view(), "id", json!(format!("a{i}"))).to_string()); }
+        let body = format!("[{}]", elements.join(","));
+        let outcomes = outcomes(body.as_bytes(), BodyFormat::Json);
+        prop_assert_eq!(outcomes.len(), before + after + 1);
+        prop_assert!(outcomes[before].is_err());
+        prop_assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), before + after);
     }
 }

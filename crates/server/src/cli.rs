@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use rankgate_core::event::{split_body, BodyFormat, Event, ParseLimits, RawItem};
+use rankgate_core::event::{split_body, BodyFormat, Event, ParseLimits};
 use rankgate_core::ids::ProductId;
 use rankgate_core::period::Hour;
 use rankgate_store::ranking::recompute::BatchModel;
@@ -398,17 +398,13 @@ fn submit_chunk(
 ) -> anyhow::Result<crate::rankings::writer::PendingOutcomes> {
     let now = jiff::Timestamp::now().as_millisecond();
     let limits = ParseLimits {
-        now_millis: now,
         max_future_millis: config.max_future_millis,
+        ..ParseLimits::at(now)
     };
     let items = split_body(chunk, BodyFormat::Ndjson).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut events: Vec<Event> = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        let parsed = match item {
-            RawItem::Value(value) => Event::from_json(value, &limits).map_err(|e| e.to_string()),
-            RawItem::Malformed(message) => Err(format!("event: not valid JSON: {message}")),
-        };
-        match parsed {
+        match item.to_event(&limits) {
             Ok(event) => events.push(event),
             Err(error) => {
                 summary.counts.rejected += 1;

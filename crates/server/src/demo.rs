@@ -40,8 +40,8 @@ pub fn run_demo(
     let started = Instant::now();
     let workload = seed_lesson(&SeedLessonConfig::new(42, now - 60_000).with_scale(scale));
     let limits = ParseLimits {
-        now_millis: now,
         max_future_millis: config.max_future_millis,
+        ..ParseLimits::at(now)
     };
     let events: Vec<Event> = workload
         .iter()

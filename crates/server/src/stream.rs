@@ -24,7 +24,7 @@ use redis::streams::{
 use redis::AsyncCommands;
 use tokio_util::sync::CancellationToken;
 
-use rankgate_core::event::{Event, ParseLimits};
+use rankgate_core::event::{ParseLimits, RawItem};
 use rankgate_store::clock::Clock;
 
 use crate::rankings::RankingService;
@@ -158,18 +158,17 @@ impl StreamConsumer {
     async fn handle(&mut self, entries: Vec<StreamId>) -> anyhow::Result<BatchReport> {
         let now = self.clock.now_millis();
         let limits = ParseLimits {
-            now_millis: now,
             max_future_millis: self.max_future_millis,
+            ..ParseLimits::at(now)
         };
         let mut events = Vec::with_capacity(entries.len());
         let mut poison = Vec::new();
         for entry in &entries {
             let parsed = match entry.get::<String>("event") {
                 None => Err("event: the entry has no `event` field".to_string()),
-                Some(body) => match serde_json::from_str::<serde_json::Value>(&body) {
-                    Err(error) => Err(format!("event: not valid JSON: {error}")),
-                    Ok(value) => Event::from_json(&value, &limits).map_err(|e| e.to_string()),
-                },
+                Some(body) => RawItem::parse(body.as_bytes())
+                    .to_event(&limits)
+                    .map_err(|e| e.to_string()),
             };
             match parsed {
                 Ok(event) => events.push(event),

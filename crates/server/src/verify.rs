@@ -115,10 +115,7 @@ fn categories_of(model: &BatchModel) -> Vec<CategoryOrAll> {
 /// Reads every raw event of the log.
 pub fn read_event_log(source: &mut dyn SourceOfTruth) -> anyhow::Result<Vec<Event>> {
     // Stored events were validated on arrival; don't re-apply the future check against today's clock.
-    let limits = ParseLimits {
-        now_millis: i64::MAX / 4,
-        max_future_millis: 0,
-    };
+    let limits = ParseLimits::for_stored_events();
     let mut events = Vec::new();
     let mut failure = None;
     source.scan_event_log(&mut |_, body| match serde_json::from_slice(body) {

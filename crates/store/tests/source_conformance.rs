@@ -77,6 +77,7 @@ both_backends!(
     scan_event_log_order,
     replace_metrics_replaces,
     evict_drops_old_events_and_metrics,
+    hostile_ids_round_trip_a_reopen,
 );
 
 #[test]

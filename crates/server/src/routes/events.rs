@@ -1,4 +1,11 @@
-//! `POST /v1/events`: JSON array, single object or NDJSON (SPEC 1.6).
+//! `POST /v1/events`: JSON array, single object or NDJSON (SPEC 1.6), plain or gzip-compressed.
+//!
+//! The handler only decodes the HTTP layer (content type, content coding) and counts outcomes; how a
+//! body becomes events is `rankgate_core::event` ([`split_body_at_most`], [`RawItem::to_event`]), the
+//! same code `rankgate ingest FILE` and the stream consumer use. Decoding and parsing are pure CPU work
+//! on up to `max_body_bytes`, so they run on the blocking pool, not on an async worker.
+
+use std::io::Read;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -6,7 +13,7 @@ use axum::http::{header, HeaderMap};
 use axum::Json;
 use serde::Serialize;
 
-use rankgate_core::event::{raw_id, split_body, BodyFormat, Event, ParseLimits, RawItem};
+use rankgate_core::event::{split_body_at_most, BodyError, BodyFormat, Event, ParseLimits};
 use rankgate_store::ranking::ingest::EventOutcome;
 
 use crate::app::AppState;
@@ -50,6 +57,103 @@ fn body_format(headers: &HeaderMap) -> ApiResult<BodyFormat> {
     }
 }
 
+/// How the body was compressed (`Content-Encoding`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum ContentCoding {
+    Identity,
+    Gzip,
+}
+
+fn content_coding(headers: &HeaderMap) -> ApiResult<ContentCoding> {
+    let Some(value) = headers.get(header::CONTENT_ENCODING) else {
+        return Ok(ContentCoding::Identity);
+    };
+    let unsupported = |shown: &str| {
+        ApiError::UnsupportedMediaType(format!(
+            "content-encoding `{shown}` is not supported; send the body uncompressed or with content-encoding gzip"
+        ))
+    };
+    let text = value.to_str().map_err(|_| unsupported("(not ASCII)"))?;
+    // A list names the codings in the order they were applied; identity steps change nothing.
+    let codings: Vec<String> = text
+        .split(',')
+        .map(|coding| coding.trim().to_ascii_lowercase())
+        .filter(|coding| !coding.is_empty() && coding != "identity")
+        .collect();
+    match codings.as_slice() {
+        [] => Ok(ContentCoding::Identity),
+        [coding] if coding == "gzip" || coding == "x-gzip" => Ok(ContentCoding::Gzip),
+        _ => Err(unsupported(text.trim())),
+    }
+}
+
+/// The body as its sender wrote it. A gzip body is inflated to at most `max_bytes` (the limit a plain
+/// body has), so a small body that inflates to gigabytes costs `max_bytes` of memory and the time to
+/// inflate that much, then gets 413.
+fn decode_body(body: Bytes, coding: ContentCoding, max_bytes: usize) -> ApiResult<Bytes> {
+    match coding {
+        ContentCoding::Identity => Ok(body),
+        ContentCoding::Gzip => {
+            let limit = u64::try_from(max_bytes).unwrap_or(u64::MAX).saturating_add(1);
+            let mut inflated = Vec::with_capacity(body.len().saturating_mul(4).min(max_bytes));
+            flate2::read::MultiGzDecoder::new(&body[..])
+                .take(limit)
+                .read_to_end(&mut inflated)
+                .map_err(|error| {
+                    ApiError::BadRequest(format!(
+                        "body: is not valid gzip ({error}); send it uncompressed or gzip it whole"
+                    ))
+                })?;
+            if inflated.len() > max_bytes {
+                return Err(ApiError::PayloadTooLarge(format!(
+                    "body: inflates to more than {max_bytes} bytes (the body limit); split the batch"
+                )));
+            }
+            Ok(Bytes::from(inflated))
+        }
+    }
+}
+
+/// The valid events of a body, each with its index in the batch, and the rejections.
+struct ParsedBatch {
+    valid: Vec<Event>,
+    positions: Vec<usize>,
+    rejected: Vec<Rejection>,
+}
+
+fn parse_batch(
+    body: &[u8],
+    format: BodyFormat,
+    max_batch: usize,
+    limits: &ParseLimits,
+) -> ApiResult<ParsedBatch> {
+    let items = split_body_at_most(body, format, max_batch).map_err(|error| match error {
+        BodyError::TooManyItems { max } => ApiError::PayloadTooLarge(format!(
+            "a batch holds at most {max} events, this one has more; split it"
+        )),
+        BodyError::NotParseable(message) => ApiError::BadRequest(format!("body: {message}")),
+    })?;
+    let mut batch = ParsedBatch {
+        valid: Vec::with_capacity(items.len()),
+        positions: Vec::with_capacity(items.len()),
+        rejected: Vec::new(),
+    };
+    for (index, item) in items.iter().enumerate() {
+        match item.to_event(limits) {
+            Ok(event) => {
+                batch.valid.push(event);
+                batch.positions.push(index);
+            }
+            Err(error) => batch.rejected.push(Rejection {
+                index,
+                id: item.id(),
+                error: error.to_string(),
+            }),
+        }
+    }
+    Ok(batch)
+}
+
 /// Validates and ingests a batch; 200 means every accepted event is durable.
 pub async fn post_events(
     State(state): State<AppState>,
@@ -57,41 +161,22 @@ pub async fn post_events(
     body: Bytes,
 ) -> ApiResult<Json<IngestResponse>> {
     let format = body_format(&headers)?;
-    let items = split_body(&body, format).map_err(|e| ApiError::BadRequest(format!("body: {e}")))?;
-    if items.len() > state.config.max_batch {
-        return Err(ApiError::PayloadTooLarge(format!(
-            "a batch holds at most {} events, this one has {}; split it",
-            state.config.max_batch,
-            items.len()
-        )));
-    }
+    let coding = content_coding(&headers)?;
     let limits = ParseLimits {
-        now_millis: state.clock.now_millis(),
         max_future_millis: state.config.max_future_millis,
+        ..ParseLimits::at(state.clock.now_millis())
     };
-    let mut rejected = Vec::new();
-    let mut valid: Vec<Event> = Vec::with_capacity(items.len());
-    let mut positions = Vec::with_capacity(items.len());
-    for (index, item) in items.iter().enumerate() {
-        match item {
-            RawItem::Value(value) => match Event::from_json(value, &limits) {
-                Ok(event) => {
-                    valid.push(event);
-                    positions.push(index);
-                }
-                Err(error) => rejected.push(Rejection {
-                    index,
-                    id: raw_id(value),
-                    error: error.to_string(),
-                }),
-            },
-            RawItem::Malformed(message) => rejected.push(Rejection {
-                index,
-                id: None,
-                error: format!("event: not valid JSON: {message}"),
-            }),
-        }
-    }
+    let (max_body_bytes, max_batch) = (state.config.max_body_bytes, state.config.max_batch);
+    let ParsedBatch {
+        valid,
+        positions,
+        mut rejected,
+    } = tokio::task::spawn_blocking(move || {
+        let body = decode_body(body, coding, max_body_bytes)?;
+        parse_batch(&body, format, max_batch, &limits)
+    })
+    .await
+    .map_err(|error| ApiError::Internal(anyhow::anyhow!("parsing an ingest body: {error}")))??;
     let mut response = IngestResponse {
         accepted: 0,
         duplicates: 0,

@@ -414,6 +414,58 @@ pub fn replace_metrics_replaces(open: Factory<'_>) {
     assert!(snapshot(source.as_mut()).metrics.is_empty());
 }
 
+/// Ids that a packed or text encoding could trip on (quotes, backslashes, brackets, separators spelled
+/// out, a line separator, 128 bytes of two-byte characters) read back exactly after a reopen, with their
+/// canonical bodies, and retention forgets exactly the old ones (issue 9, defect 1).
+pub fn hostile_ids_round_trip_a_reopen(open: Factory<'_>) {
+    let long = "é".repeat(64);
+    let day0 = [
+        "quote\"d",
+        "back\\slash",
+        "a\\nb",
+        "[,]",
+        "{\"id\":\"x\"}",
+        long.as_str(),
+    ];
+    let day1 = ["\u{2028}sep\u{2029}", "tab\\t\u{a0}end", "€"];
+    let events: Vec<TestEvent<'_>> = day0
+        .iter()
+        .map(|id| (DAY0 + 1, *id, "p1", views(1)))
+        .chain(day1.iter().map(|id| (DAY0 + 25, *id, "p2", views(1))))
+        .collect();
+    let mut batch = batch_of(&events);
+    for (_, id, body) in &mut batch.events {
+        *body = serde_json::to_vec(&serde_json::json!({ "id": id.as_str() })).expect("canonical body");
+    }
+    let mut source = open();
+    source.commit(&batch).expect("commit");
+    let sorted = |ids: &[&str]| {
+        let mut ids: Vec<String> = ids.iter().map(|id| (*id).to_owned()).collect();
+        ids.sort();
+        ids
+    };
+    let seen = snapshot(open().as_mut());
+    assert_eq!(seen.processed, sorted(&[&day0[..], &day1[..]].concat()));
+    let logged: Vec<(i64, Vec<u8>)> = batch
+        .events
+        .iter()
+        .map(|(hour, _, body)| (hour.0, body.clone()))
+        .collect();
+    assert_eq!(
+        seen.log, logged,
+        "bodies come back byte for byte, in commit order"
+    );
+    let mut forgotten: Vec<String> = open()
+        .evict(Hour(DAY0 + 24), Hour(0))
+        .expect("evict")
+        .into_iter()
+        .map(|id| id.as_str().to_owned())
+        .collect();
+    forgotten.sort();
+    assert_eq!(forgotten, sorted(&day0));
+    assert_eq!(snapshot(open().as_mut()).processed, sorted(&day1));
+}
+
 /// Retention: at a day boundary exactly the older events and ids go (and are returned); metric rows
 /// go by hour. At a cut inside a day, a backend may keep more (retention is a floor) but never less,
 /// and whatever it reports forgotten is gone.

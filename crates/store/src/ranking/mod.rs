@@ -6,12 +6,13 @@
 //! ranking from raw events alone, as the reference the incremental path is compared with.
 //!
 //! Two sources of truth implement one trait: [`sqlite`] (embedded, one process) and [`postgres`] (shared
-//! by several instances). [`conformance`] is the one suite both must pass. [`redis_serving`] holds the hot
+//! by several instances); [`packed`] is how one SQLite raw-log row holds many events. [`conformance`] is the one suite both must pass. [`redis_serving`] holds the hot
 //! rankings in Redis for every instance to read.
 
 pub mod conformance;
 pub mod engine;
 pub mod ingest;
+pub mod packed;
 pub mod postgres;
 pub mod recompute;
 pub mod redis_serving;

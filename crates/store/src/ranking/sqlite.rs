@@ -3,10 +3,11 @@
 //! Layout choices, measured on this kind of machine (see MEASUREMENTS.md):
 //! - The raw event log doubles as the processed-id set, and is written **one row per (batch, hour)**, not
 //!   one per event: `event_log` is keyed by `(hour, seq)` and a row holds the ids and canonical bodies of
-//!   every event of that batch in that hour, newline-separated. New rows append (hours and batch numbers
-//!   only grow, apart from late events), and a 2,000-event batch costs a handful of B-tree inserts instead
-//!   of 2,000. Dedupe lookups are answered from an in-memory set rebuilt from the `ids` column at start,
-//!   never from disk.
+//!   every event of that batch in that hour, each length-prefixed ([`super::packed`]; rows written
+//!   before, newline-joined, are marked `format` 0 and still read exactly). New rows append (hours and
+//!   batch numbers only grow, apart from late events), and a 2,000-event batch costs a handful of B-tree
+//!   inserts instead of 2,000. Dedupe lookups are answered from an in-memory set rebuilt from the `ids`
+//!   column at start, never from disk.
 //! - Retention drops whole hour ranges, which are contiguous key ranges in both big tables.
 //! - `synchronous=NORMAL` in WAL mode: a commit survives a process crash (SIGKILL), which is the failure
 //!   the acknowledgement promises to survive; a power loss may lose the last transactions.
@@ -20,6 +21,7 @@ use rankgate_core::metrics::Metrics;
 use rankgate_core::period::Hour;
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 
+use super::packed::{self, RowFormat};
 use super::source::{CommitBatch, LoadedState, RankerPolicies, SourceError, SourceOfTruth};
 
 const SCHEMA: &str = "
@@ -28,6 +30,7 @@ CREATE TABLE IF NOT EXISTS event_log (
     seq    INTEGER NOT NULL,
     ids    TEXT    NOT NULL,
     bodies BLOB    NOT NULL,
+    format INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (hour, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS metrics_hourly (
@@ -91,6 +94,7 @@ impl SqliteSource {
         // Checkpoint the WAL in bigger steps: a page rewritten by many batches is copied back once.
         connection.pragma_update(None, "wal_autocheckpoint", 8192)?;
         connection.execute_batch(SCHEMA)?;
+        add_event_log_format_column(&connection)?;
         let next_seq: i64 =
             connection.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM event_log", [], |row| {
                 row.get(0)
@@ -113,6 +117,43 @@ impl SqliteSource {
     }
 }
 
+/// Gives a database created before packed rows were length-prefixed its `format` column. Its rows get
+/// the default 0 ([`RowFormat::NewlineJoined`]), and so do rows an older binary inserts later, since it
+/// names no `format`: whoever wrote a row, its marker is right.
+fn add_event_log_format_column(connection: &Connection) -> Result<(), SourceError> {
+    let has_format = connection
+        .prepare("SELECT 1 FROM pragma_table_info('event_log') WHERE name = 'format'")?
+        .exists([])?;
+    if !has_format {
+        connection.execute_batch("ALTER TABLE event_log ADD COLUMN format INTEGER NOT NULL DEFAULT 0")?;
+    }
+    Ok(())
+}
+
+/// The event ids of one `event_log` row (columns: `format`, `ids`, and `bodies` for old rows only).
+///
+/// An id of an old row that today's rules refuse is left out: no event can carry it any more, so it
+/// needs no dedupe. In a row written today every id must parse.
+fn read_row_ids(row: &rusqlite::Row<'_>, into: &mut Vec<EventId>) -> Result<(), SourceError> {
+    let format = RowFormat::from_column(row.get(0)?).map_err(|e| corrupt("event_log.format", e))?;
+    let ids = row
+        .get_ref(1)?
+        .as_bytes()
+        .map_err(|e| corrupt("event_log.ids", e))?;
+    let bodies = match row.get_ref(2)? {
+        rusqlite::types::ValueRef::Null => None,
+        value => Some(value.as_bytes().map_err(|e| corrupt("event_log.bodies", e))?),
+    };
+    for id in packed::ids(format, ids, bodies).map_err(|e| corrupt("event_log.ids", e))? {
+        match EventId::parse(&id) {
+            Ok(id) => into.push(id),
+            Err(_) if format == RowFormat::NewlineJoined => {}
+            Err(error) => return Err(corrupt("event_log.ids", error)),
+        }
+    }
+    Ok(())
+}
+
 fn read_metrics(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Metrics> {
     Ok(Metrics {
         views: row.get(first)?,
@@ -130,20 +171,23 @@ impl SourceOfTruth for SqliteSource {
     fn commit(&mut self, batch: &CommitBatch) -> Result<(), SourceError> {
         let transaction = self.connection.transaction()?;
         {
-            let mut by_hour: std::collections::BTreeMap<Hour, (String, Vec<u8>)> = Default::default();
+            let mut by_hour: std::collections::BTreeMap<Hour, (Vec<u8>, Vec<u8>)> = Default::default();
             for (hour, id, body) in &batch.events {
                 let (ids, bodies) = by_hour.entry(*hour).or_default();
-                if !ids.is_empty() {
-                    ids.push('\n');
-                    bodies.push(b'\n');
-                }
-                ids.push_str(id.as_str());
-                bodies.extend_from_slice(body);
+                packed::push_entry(ids, id.as_str().as_bytes());
+                packed::push_entry(bodies, body);
             }
-            let mut insert_events = transaction
-                .prepare_cached("INSERT INTO event_log (hour, seq, ids, bodies) VALUES (?1, ?2, ?3, ?4)")?;
+            let mut insert_events = transaction.prepare_cached(
+                "INSERT INTO event_log (hour, seq, ids, bodies, format) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
             for (hour, (ids, bodies)) in &by_hour {
-                insert_events.execute(params![hour.0, self.next_seq, ids, bodies])?;
+                insert_events.execute(params![
+                    hour.0,
+                    self.next_seq,
+                    ids,
+                    bodies,
+                    RowFormat::LengthPrefixed.column()
+                ])?;
             }
             let mut upsert_metrics = transaction.prepare_cached(
                 "INSERT INTO metrics_hourly (hour, product, views, likes, units, sales)
@@ -212,18 +256,12 @@ impl SourceOfTruth for SqliteSource {
         }
         drop(rows);
         drop(statement);
-        let mut statement = self.connection.prepare("SELECT ids FROM event_log")?;
+        let mut statement = self
+            .connection
+            .prepare("SELECT format, ids, CASE WHEN format = 0 THEN bodies END FROM event_log")?;
         let mut rows = statement.query([])?;
         while let Some(row) = rows.next()? {
-            let ids = row
-                .get_ref(0)?
-                .as_str()
-                .map_err(|e| corrupt("event_log.ids", e))?;
-            for id in ids.split('\n') {
-                state
-                    .processed_ids
-                    .push(EventId::parse(id).map_err(|e| corrupt("event_log.ids", e))?);
-            }
+            read_row_ids(row, &mut state.processed_ids)?;
         }
         drop(rows);
         drop(statement);
@@ -235,16 +273,16 @@ impl SourceOfTruth for SqliteSource {
     fn scan_event_log(&mut self, visit: &mut dyn FnMut(Hour, &[u8])) -> Result<(), SourceError> {
         let mut statement = self
             .connection
-            .prepare("SELECT hour, bodies FROM event_log ORDER BY hour, seq")?;
+            .prepare("SELECT hour, format, bodies FROM event_log ORDER BY hour, seq")?;
         let mut rows = statement.query([])?;
         while let Some(row) = rows.next()? {
             let hour = Hour(row.get(0)?);
+            let format = RowFormat::from_column(row.get(1)?).map_err(|e| corrupt("event_log.format", e))?;
             let bodies = row
-                .get_ref(1)?
+                .get_ref(2)?
                 .as_bytes()
                 .map_err(|e| corrupt("event_log.bodies", e))?;
-            // Canonical bodies are single-line JSON (string escapes keep newlines out).
-            for body in bodies.split(|b| *b == b'\n') {
+            for body in packed::bodies(format, bodies).map_err(|e| corrupt("event_log.bodies", e))? {
                 visit(hour, body);
             }
         }
@@ -277,16 +315,12 @@ impl SourceOfTruth for SqliteSource {
         let transaction = self.connection.transaction()?;
         let mut forgotten = Vec::new();
         {
-            let mut statement = transaction.prepare("SELECT ids FROM event_log WHERE hour < ?1")?;
+            let mut statement = transaction.prepare(
+                "SELECT format, ids, CASE WHEN format = 0 THEN bodies END FROM event_log WHERE hour < ?1",
+            )?;
             let mut rows = statement.query(params![events_before.0])?;
             while let Some(row) = rows.next()? {
-                let ids = row
-                    .get_ref(0)?
-                    .as_str()
-                    .map_err(|e| corrupt("event_log.ids", e))?;
-                for id in ids.split('\n') {
-                    forgotten.push(EventId::parse(id).map_err(|e| corrupt("event_log.ids", e))?);
-                }
+                read_row_ids(row, &mut forgotten)?;
             }
         }
         transaction.execute("DELETE FROM event_log WHERE hour < ?1", params![events_before.0])?;
