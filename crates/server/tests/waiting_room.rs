@@ -936,3 +936,122 @@ fn assert_flash_sale_succeeded(report: &waiting_room::FlashSaleReport, out: Vec<
     );
     assert!(text.contains("admitted/s"), "{text}");
 }
+
+/// An upstream that commits the order (counts it) as soon as it reads the request, then answers 201 only
+/// after `answer_after`; `answered` counts the answers it has sent.
+async fn spawn_slow_committing_upstream(
+    committed: Arc<AtomicUsize>,
+    answered: Arc<AtomicUsize>,
+    answer_after: Duration,
+) -> SocketAddr {
+    use axum::routing::post;
+    let router = axum::Router::new().route(
+        "/orders",
+        post(move || {
+            let (committed, answered) = (Arc::clone(&committed), Arc::clone(&answered));
+            async move {
+                committed.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(answer_after).await;
+                answered.fetch_add(1, Ordering::SeqCst);
+                (axum::http::StatusCode::CREATED, "order placed")
+            }
+        }),
+    );
+    serve(router).await
+}
+
+/// Waits (bounded) until `counter` reaches `at_least`.
+async fn wait_for_count(counter: &AtomicUsize, at_least: usize, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while counter.load(Ordering::SeqCst) < at_least {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Defect 2 of issue 9: a client that hung up after the upstream took its order used to cancel the gate's
+/// bookkeeping (it ran inside the request future hyper drops); the claim then expired back to READY after
+/// `claim_ttl` and the same token bought a second order. Now the claim is consumed on the upstream's 2xx
+/// whether or not anybody is left to read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_hanging_up_mid_order_still_consumes_the_token_and_buys_one_order() {
+    use tokio::io::AsyncWriteExt as _;
+    let committed = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let upstream = spawn_slow_committing_upstream(
+        Arc::clone(&committed),
+        Arc::clone(&answered),
+        Duration::from_millis(800),
+    )
+    .await;
+    let config = WaitingRoomConfig {
+        claim_ttl_seconds: 1,
+        gates: vec![GateConfig {
+            queue: "sale".into(),
+            upstream: format!("http://{upstream}"),
+            routes: vec![GateRoute {
+                method: "POST".into(),
+                path: "/orders".into(),
+                prefix: false,
+            }],
+            timeout_millis: 30_000,
+            max_body_bytes: 65_536,
+        }],
+        ..test_config()
+    };
+    let app = spawn_app(config).await;
+    app.enter("sale", "m-1").await;
+    app.tick(0).await;
+    let token = app.token_of("sale", "m-1").await;
+
+    let address = app.base.trim_start_matches("http://").to_string();
+    let mut client = tokio::net::TcpStream::connect(&address).await.expect("connect");
+    let body = "{\"sku\":\"A\"}";
+    let request = format!(
+        "POST /orders HTTP/1.1\r\nhost: {address}\r\nx-member-id: m-1\r\nx-entry-token: {token}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(request.as_bytes()).await.expect("send");
+    wait_for_count(&committed, 1, "the upstream to commit the order").await;
+    drop(client);
+    wait_for_count(&answered, 1, "the upstream to answer").await;
+
+    // The consume follows the upstream's answer; nobody is there to read it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let position = app.position("sale", "m-1").await;
+        if position["lastOutcome"] == "CONSUMED" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the token was never consumed after the client hung up: {position}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Past claim_ttl nothing comes back to READY, and the token buys nothing more.
+    app.clock.advance(5_000);
+    app.room.expire_due_everywhere().await.expect("expiry");
+    app.tick(0).await;
+    assert_eq!(app.position("sale", "m-1").await["status"], "NOT_ENTERED");
+    let second = app
+        .client
+        .post(format!("{}/orders", app.base))
+        .header("x-member-id", "m-1")
+        .header("x-entry-token", &token)
+        .body(body)
+        .send()
+        .await
+        .expect("second order");
+    assert_eq!(second.status(), 401, "one token, one order");
+    assert_eq!(
+        committed.load(Ordering::SeqCst),
+        1,
+        "the upstream took exactly one order"
+    );
+}

@@ -6,6 +6,11 @@
 //! failed order never burns the member's admission. The upstream's answer (status, headers, body) is
 //! passed back unchanged; the entry token is stripped before forwarding so the upstream never sees it.
 //!
+//! The bookkeeping (claim → forward → consume/release) runs in a detached task, not in the request future:
+//! hyper drops that future when the client hangs up, and an order the upstream committed must still
+//! consume its token (issue 9, defect 2). "2xx" is decided on the upstream's status line; the body then
+//! streams back to whoever is still there.
+//!
 //! When the store cannot be reached the gate fails closed (503) unless the queue's `fail_mode` is `open`,
 //! in which case it forwards without a claim.
 
@@ -153,14 +158,57 @@ async fn handle(room: Arc<WaitingRoom>, table: Arc<MethodTable>, request: Reques
     };
     let body = match axum::body::to_bytes(body, gate.max_body_bytes).await {
         Ok(bytes) => bytes,
-        Err(_) => {
+        Err(error) if is_length_limit(&error) => {
             return error_response(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "body: larger than the gate forwards",
+                &format!(
+                    "body: larger than the {} bytes the gate forwards",
+                    gate.max_body_bytes
+                ),
             )
+        }
+        // Nothing is claimed yet: a body the client never finished (timeout, hang-up) costs no token.
+        Err(error) => {
+            return ApiError::BadRequest(format!("body: could not be read ({error}); send it again"))
+                .into_response()
         }
     };
 
+    // Claim → forward → consume/release runs in a task of its own: hyper drops this handler's future when
+    // the client hangs up, and a bookkeeping step cut there would leave the claim to expire back to READY
+    // after the upstream committed the order, so the same token could buy a second one. The task owns
+    // everything it needs and finishes whatever the client does; this handler only waits for its answer.
+    let order = tokio::spawn(gated_order(room, gate, parts, member, token, body));
+    match order.await {
+        Ok(response) => response,
+        Err(error) => {
+            ApiError::Internal(anyhow::anyhow!("the gate's order task failed: {error}")).into_response()
+        }
+    }
+}
+
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        if current.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = current.source();
+    }
+    false
+}
+
+/// Claims the token, forwards the request, then consumes (upstream 2xx) or releases (anything else).
+/// Runs detached from the client's connection (see [`handle`]).
+async fn gated_order(
+    room: Arc<WaitingRoom>,
+    gate: Arc<Gate>,
+    parts: axum::http::request::Parts,
+    member: MemberId,
+    token: String,
+    body: Bytes,
+) -> Response {
+    let queue = gate.queue.clone();
     let claim_id = match room.claim(&queue, &member, &token).await {
         Ok(granted) => Some(granted.claim_id),
         Err(ApiError::Unavailable(message)) => match room.fail_mode_when_unreachable(&queue) {
@@ -277,15 +325,16 @@ async fn forward(
             )
         }
     };
-    let upstream = request.send().await.map_err(fail)?;
-    let status = upstream.status();
-    let headers = upstream.headers().clone();
-    // Read the whole body before deciding: a connection dropped mid-body is a failed order.
-    let bytes = upstream.bytes().await.map_err(fail)?;
-    let mut response = Response::new(Body::from(bytes));
-    *response.status_mut() = status;
-    for (name, value) in &headers {
-        if HOP_BY_HOP.contains(&name.as_str()) {
+    // The status line is the upstream's verdict: a 2xx means the order committed, whatever happens to the
+    // body afterwards, so the token is consumed on it (by the caller) and the body streams back as it
+    // comes. A body cut after a 2xx still consumed the token: the upstream said it took the order. Its
+    // `Content-Length` is kept so that a cut body shows the client a truncated answer, not a short one.
+    let upstream: axum::http::Response<reqwest::Body> = request.send().await.map_err(fail)?.into();
+    let (upstream, upstream_body) = upstream.into_parts();
+    let mut response = Response::new(Body::new(upstream_body));
+    *response.status_mut() = upstream.status;
+    for (name, value) in &upstream.headers {
+        if HOP_BY_HOP.contains(&name.as_str()) && name != "content-length" {
             continue;
         }
         if let Ok(name) = HeaderName::from_bytes(name.as_str().as_bytes()) {
