@@ -7,6 +7,7 @@
 #
 #   scripts/schemathesis.sh              # CI: about two minutes
 #   scripts/schemathesis.sh 900          # a longer run: 15 minutes of generation
+#   scripts/schemathesis.sh 60 --include-path-regex '^/v1/queues'   # extra arguments go to schemathesis
 #
 # Uses $RANKGATE_BIN, else target/debug/rankgate (built when missing). Installs schemathesis into the venv
 # $RANKGATE_VENV (default /opt/rankgate-venv) when it is missing there. The report (JUnit and a pytest file
@@ -16,6 +17,7 @@ cd "$(dirname "$0")/.."
 
 SCHEMATHESIS_VERSION=4.32.5
 seconds="${1:-100}"
+shift || true
 venv="${RANKGATE_VENV:-/opt/rankgate-venv}"
 bin="${RANKGATE_BIN:-target/debug/rankgate}"
 admin_key="schemathesis-admin-key"
@@ -36,7 +38,10 @@ report="target/schemathesis"
 mkdir -p "$report"
 server_pid=""
 cleanup() {
-  if [ -n "$server_pid" ]; then kill -9 "$server_pid" 2>/dev/null || true; fi
+  if [ -n "$server_pid" ]; then
+    kill -9 "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -136,7 +141,7 @@ status=0
   --header "Authorization: Bearer $admin_key" \
   --max-examples 30 --max-time "$seconds" --workers 2 --seed 9 --request-timeout 20 \
   --suppress-health-check all --warnings off --generation-database :memory: --no-color \
-  --report junit,pytest --report-dir "$report" || status=$?
+  --report junit,pytest --report-dir "$report" "$@" || status=$?
 if [ "$status" -ne 0 ]; then
   tail -n 40 "$work/server.err" >&2 || true
   echo "schemathesis found failures (exit $status); report in $report/" >&2
