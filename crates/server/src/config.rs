@@ -219,8 +219,16 @@ impl Config {
             .or(file.time_zone)
             .unwrap_or_else(|| "UTC".into());
         let zone = Zone::parse(&zone_name).map_err(|e| anyhow::anyhow!("time_zone: {e}"))?;
-        let max_lateness_millis = file.max_lateness_hours.unwrap_or(35 * 24) * HOUR_MILLIS;
-        let event_retention_millis = file.event_retention_hours.unwrap_or(35 * 24) * HOUR_MILLIS;
+        let max_lateness_millis = millis_of(
+            "max_lateness_hours",
+            file.max_lateness_hours.unwrap_or(35 * 24),
+            HOUR_MILLIS,
+        )?;
+        let event_retention_millis = millis_of(
+            "event_retention_hours",
+            file.event_retention_hours.unwrap_or(35 * 24),
+            HOUR_MILLIS,
+        )?;
         anyhow::ensure!(
             event_retention_millis >= max_lateness_millis,
             "event_retention_hours must be at least max_lateness_hours, or a late event could be counted twice"
@@ -238,10 +246,14 @@ impl Config {
                 .or(file.data_dir)
                 .unwrap_or_else(|| "./rankgate-data".into()),
             zone,
-            max_future_millis: file.max_future_seconds.unwrap_or(300) * 1000,
+            max_future_millis: millis_of("max_future_seconds", file.max_future_seconds.unwrap_or(300), 1000)?,
             max_lateness_millis,
             event_retention_millis,
-            metric_retention_millis: file.metric_retention_days.unwrap_or(400) * 24 * HOUR_MILLIS,
+            metric_retention_millis: millis_of(
+                "metric_retention_days",
+                file.metric_retention_days.unwrap_or(400),
+                24 * HOUR_MILLIS,
+            )?,
             max_batch: file.max_batch.unwrap_or(10_000),
             max_body_bytes: file.max_body_bytes.unwrap_or(16 * 1024 * 1024),
             freshness_millis: file.freshness_millis.unwrap_or(1000),
@@ -267,7 +279,11 @@ impl Config {
                 }
                 depth => depth,
             },
-            serving_grace_millis: file.serving_grace_seconds.unwrap_or(3600).max(1) * 1000,
+            serving_grace_millis: millis_of(
+                "serving_grace_seconds",
+                file.serving_grace_seconds.unwrap_or(3600).max(1),
+                1000,
+            )?,
             worker_threads: match file.worker_threads {
                 Some(0) => anyhow::bail!("worker_threads must be at least 1 (leave it out for one per core)"),
                 threads => threads,
@@ -284,6 +300,18 @@ impl Config {
         };
         Config::merge(FileConfig::default(), &overrides).expect("defaults are valid")
     }
+}
+
+/// A duration given in whole `unit_millis` as milliseconds. A negative one, or one whose milliseconds do not
+/// fit an `i64` (it would wrap into a negative or tiny bound in a release build), is refused naming `key`.
+fn millis_of(key: &str, value: i64, unit_millis: i64) -> anyhow::Result<i64> {
+    anyhow::ensure!(value >= 0, "{key} must not be negative, got {value}");
+    value.checked_mul(unit_millis).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{key} is too large: at most {}, got {value}",
+            i64::MAX / unit_millis
+        )
+    })
 }
 
 /// Top-level keys of the config file.
@@ -372,6 +400,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("event_retention_hours"), "{error}");
+    }
+
+    #[test]
+    fn config_durations_that_overflow_or_are_negative_are_refused_naming_the_key() {
+        // Found writing the config-file fuzz target: `max_lateness_hours = 9223372036854775807` overflowed the
+        // multiplication to milliseconds (a panic in debug builds, a wrapped bound in release builds).
+        for (text, key) in [
+            ("max_lateness_hours = 9223372036854775807", "max_lateness_hours"),
+            (
+                "event_retention_hours = 9223372036854775807",
+                "event_retention_hours",
+            ),
+            ("metric_retention_days = 106751991167301", "metric_retention_days"),
+            ("max_future_seconds = 9223372036854775807", "max_future_seconds"),
+            (
+                "serving_grace_seconds = 9223372036854775807",
+                "serving_grace_seconds",
+            ),
+            ("max_future_seconds = -1", "max_future_seconds"),
+            ("max_lateness_hours = -5", "max_lateness_hours"),
+            ("metric_retention_days = -1", "metric_retention_days"),
+        ] {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            let error = Config::merge(file, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(error.starts_with(key), "{text}: {error}");
+        }
+        let file: FileConfig = toml::from_str("metric_retention_days = 106751991167").unwrap();
+        assert!(
+            Config::merge(file, &Overrides::default()).is_ok(),
+            "the largest that fits is accepted"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod admin;
 mod crash;
 mod events;
 mod faults;
+mod hostile;
 mod instances;
 mod ops;
 mod rankings;
