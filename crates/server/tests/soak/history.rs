@@ -100,6 +100,56 @@ pub struct History {
     pub faults: Vec<Fault>,
 }
 
+/// A member seen READY for the first time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub member: String,
+    pub token: String,
+    /// When the store admitted it (store ms): the token's expiry minus its lifetime.
+    pub admitted_ms: i64,
+    /// When the client first saw it READY (µs).
+    pub seen_us: i64,
+}
+
+impl History {
+    /// The admission events: each member's first READY observation, in order of admission.
+    pub fn admissions(&self, token_ttl_ms: i64) -> Vec<Admission> {
+        let mut first: BTreeMap<&str, &Record> = BTreeMap::new();
+        for record in &self.records {
+            if let Outcome::Position(Observed {
+                status: Status::Ready,
+                token: Some(_),
+                token_expires_ms: Some(_),
+                ..
+            }) = &record.outcome
+            {
+                let slot = first.entry(&record.member).or_insert(record);
+                if record.end_us < slot.end_us {
+                    *slot = record;
+                }
+            }
+        }
+        let mut events: Vec<Admission> = first
+            .into_values()
+            .filter_map(|r| match &r.outcome {
+                Outcome::Position(Observed {
+                    token: Some(token),
+                    token_expires_ms: Some(expires),
+                    ..
+                }) => Some(Admission {
+                    member: r.member.clone(),
+                    token: token.clone(),
+                    admitted_ms: expires - token_ttl_ms,
+                    seen_us: r.end_us,
+                }),
+                _ => None,
+            })
+            .collect();
+        events.sort_by_key(|a| (a.admitted_ms, a.seen_us));
+        events
+    }
+}
+
 /// The queue settings the checker judges against.
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {
@@ -589,6 +639,15 @@ fn check_rate(
         );
     }
     report.add("rate windows checked (observed admissions)", windows);
+    let mut peak = 0usize;
+    let mut from = 0usize;
+    for to in 0..admitted.len() {
+        while admitted[to].0 - admitted[from].0 >= 1000 {
+            from += 1;
+        }
+        peak = peak.max(to - from + 1);
+    }
+    report.add("peak observed admissions within 1 s", peak);
 
     // 2. The store's per-second counts: any run of k whole seconds holds at most rate × k + slack.
     let seconds: Vec<(i64, u64)> = history.admitted_by_second.iter().map(|(s, n)| (*s, *n)).collect();
@@ -612,6 +671,10 @@ fn check_rate(
         }
     }
     report.add("rate windows checked (store per-second counts)", runs);
+    report.add(
+        "peak store-counted admissions in one second",
+        seconds.iter().map(|(_, n)| *n as usize).max().unwrap_or(0),
+    );
     report.add(
         "store-counted admissions",
         seconds.iter().map(|(_, n)| *n as usize).sum(),
@@ -855,6 +918,11 @@ mod tests {
         assert!(report.violations.is_empty(), "{}", report.summary());
         assert_eq!(report.counts["ended consumed"], 3);
         assert_eq!(report.counts["FIFO pairs checked"], 3);
+        let admissions = clean().admissions(BUDGET.token_ttl_ms);
+        let order: Vec<&str> = admissions.iter().map(|a| a.member.as_str()).collect();
+        assert_eq!(order, ["a", "b", "c"]);
+        assert_eq!(admissions[1].admitted_ms, store_ms(1200));
+        assert_eq!(admissions[1].token, "tok-b");
     }
 
     #[test]

@@ -630,47 +630,55 @@ async fn three_instances_on_one_redis_survive_a_kill_and_a_pause_with_every_inva
         Arc::clone(&monitor_done),
     ));
 
-    // The faults, mid-surge: SIGKILL one instance and restart it; then pause Redis for 3 s.
-    pause(3000).await;
-    let killed_at = now_us();
-    {
-        let instances = Arc::clone(&instances);
+    // The faults, mid-surge: SIGKILL one instance and restart it; then pause Redis for 3 s, and while it
+    // is paused SIGKILL the same instance again, so requests it had already sent reach Redis only after
+    // their sender died; restart it once Redis is back (an instance cannot start without its store).
+    let kill = |instances: &Arc<Mutex<Vec<Instance>>>| {
+        let instances = Arc::clone(instances);
         tokio::task::spawn_blocking(move || instances.lock()[KILLED].kill())
-            .await
-            .expect("kill");
-    }
-    pause(2000).await;
-    let address = {
-        let instances = Arc::clone(&instances);
+    };
+    let restart = |instances: &Arc<Mutex<Vec<Instance>>>| {
+        let instances = Arc::clone(instances);
         tokio::task::spawn_blocking(move || {
             let mut instances = instances.lock();
             instances[KILLED].restart();
             instances[KILLED].address.clone()
         })
-        .await
-        .expect("restart")
     };
-    ctx.addresses.write()[KILLED] = address;
+    pause(3000).await;
+    let killed_at = now_us();
+    kill(&instances).await.expect("kill");
+    pause(2000).await;
+    ctx.addresses.write()[KILLED] = restart(&instances).await.expect("restart");
     let restarted_at = now_us();
     pause(2000).await;
     let paused_at = now_us();
     redis.pause();
-    pause(3000).await;
+    pause(1000).await;
+    let killed_again_at = now_us();
+    kill(&instances).await.expect("kill");
+    pause(2000).await;
     redis.resume();
     let resumed_at = now_us();
-    {
-        let mut history = ctx.history.lock();
-        history.faults.push(Fault {
+    ctx.addresses.write()[KILLED] = restart(&instances).await.expect("restart");
+    let restarted_again_at = now_us();
+    ctx.history.lock().faults.extend([
+        Fault {
             what: format!("instance {KILLED} SIGKILLed, then restarted"),
             from_us: killed_at,
             to_us: restarted_at,
-        });
-        history.faults.push(Fault {
+        },
+        Fault {
             what: "redis SIGSTOPped, then SIGCONTed".into(),
             from_us: paused_at,
             to_us: resumed_at,
-        });
-    }
+        },
+        Fault {
+            what: format!("instance {KILLED} SIGKILLed while redis was paused, restarted after"),
+            from_us: killed_again_at,
+            to_us: restarted_again_at,
+        },
+    ]);
 
     // The drain: members finish by themselves once admitted (each ends consumed, left or expired); the
     // bound stops the rest wherever they are.
@@ -736,6 +744,7 @@ async fn three_instances_on_one_redis_survive_a_kill_and_a_pause_with_every_inva
         token_ttl_ms: TOKEN_TTL_S * 1000,
     };
     let report = history::check(&history, &budget);
+    let admissions = history.admissions(budget.token_ttl_ms);
     let mut ops: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
     for record in &history.records {
         let name = format!("{:?}", record.op);
@@ -749,9 +758,11 @@ async fn three_instances_on_one_redis_survive_a_kill_and_a_pause_with_every_inva
         *ops.entry(format!("{name} {kind}")).or_default() += 1;
     }
     eprintln!(
-        "soak: {} members, {} history records, {} upstream orders, drained after {:.1} s{}",
+        "soak: {} members, {} history records, {} admission events, {} upstream orders, drained after \
+         {:.1} s{}",
         MEMBERS,
         history.records.len(),
+        admissions.len(),
         history.orders.len(),
         drained_after.as_secs_f64(),
         if bounded { " (stopped by the bound)" } else { "" }
