@@ -1,9 +1,10 @@
 //! A soak of the waiting room with faults (issue 9): three `rankgate serve` processes on one Redis this
 //! test owns, under a bounded surge of members who enter, poll, claim, consume, release, order through the
 //! `[[gate]]` proxy, leave, let tokens expire and hang up mid-request, while one instance is SIGKILLed and
-//! restarted and Redis is paused (SIGSTOP) for a few seconds and resumed. Every operation goes into a
-//! history ([`history`]); the invariant checker then judges it: nobody admitted twice, nobody lost, no
-//! token consumed twice, the admission rate within budget, admission in entry order.
+//! restarted, and Redis is paused (SIGSTOP) for a few seconds, the same instance killed again meanwhile,
+//! and resumed. Every operation goes into a history ([`history`]); the invariant checker then judges it:
+//! nobody admitted twice, nobody lost, no token consumed twice, the admission rate within budget,
+//! admission in entry order. The run prints the history's size, the invariants and what it counted.
 //!
 //! The test never asserts timings: the machine may be slow, so every wait is bounded generously and every
 //! rule is an invariant that holds however long things take. The seed of the member plan is printed, and
@@ -328,7 +329,7 @@ async fn member_life(ctx: Arc<Ctx>, mut plan: Plan) {
                     for _ in 0..20 {
                         match ctx.leave(&id, plan.instance()).await.outcome {
                             Outcome::Status(204) => return,
-                            // Admitted meanwhile: leaving a READY member is refused; let it expire.
+                            // Refused only while a claim is in flight, which a leaver never makes.
                             Outcome::Status(409) => return,
                             _ => pause(300).await,
                         }
@@ -801,7 +802,7 @@ async fn three_instances_on_one_redis_survive_a_kill_and_a_pause_with_every_inva
     // The soak must actually have exercised what it claims to.
     let admitted = report.counts["admission events observed (first READY)"];
     assert!(admitted > MEMBERS / 2, "only {admitted} admissions observed");
-    assert!(report.counts["FIFO pairs checked"] > 1000);
+    assert!(report.counts["FIFO pairs checked"] > MEMBERS);
     assert!(
         !history.admitted_by_second.is_empty(),
         "the store's admission counts were never read"
