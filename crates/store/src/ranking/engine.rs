@@ -370,6 +370,8 @@ pub struct RankingEngine {
     /// Spans being built in steps by [`RankingEngine::build_span_in_steps`], not yet servable. Few: one
     /// per concurrent cold read at most, and concurrent reads of one span share its build.
     builds: HashMap<SpanKey, SpanBuild>,
+    /// Hourly cells a build step reads ([`BUILD_CELLS_PER_STEP`]; tests make it tiny).
+    build_cells_per_step: usize,
     /// Start hour of the earliest day with metrics; the carry chain starts there with no carry.
     earliest_day: Option<Hour>,
     as_of_millis: Option<i64>,
@@ -686,11 +688,18 @@ impl RankingEngine {
             spans_by_category: HashMap::new(),
             carry_cache: HashMap::new(),
             builds: HashMap::new(),
+            build_cells_per_step: BUILD_CELLS_PER_STEP,
             earliest_day: None,
             as_of_millis: None,
             lru_clock: AtomicU64::new(1),
             generation: 0,
         }
+    }
+
+    /// Sets how many hourly cells one step of a cold build reads under the lock (at least one hour is read
+    /// per step whatever the value). Tests set it to 1, so batches land between every hour of a build.
+    pub fn set_build_cells_per_step(&mut self, cells: usize) {
+        self.build_cells_per_step = cells;
     }
 
     /// The active `popular` policy.
@@ -1172,9 +1181,12 @@ impl RankingEngine {
         if build.scanned_until < build.hours.end {
             let (from, end) = (build.scanned_until, build.hours.end);
             let mut metrics = std::mem::take(&mut build.metrics);
-            let scanned_until =
-                self.inputs()
-                    .aggregate_into(&mut metrics, key.category, from..end, BUILD_CELLS_PER_STEP);
+            let scanned_until = self.inputs().aggregate_into(
+                &mut metrics,
+                key.category,
+                from..end,
+                self.build_cells_per_step,
+            );
             let build = self.builds.get_mut(&key).expect("build registered");
             build.metrics = metrics;
             build.scanned_until = scanned_until;
