@@ -14,7 +14,14 @@
 //! bytes) is exactly the ranking order (score descending, product id ascending).
 //!
 //! Spans are created on first read from the hourly table, then kept incrementally; a bounded number of
-//! members stays cached, least recently used spans are dropped first.
+//! members stays cached, least recently used spans are dropped first. Every span counts against that
+//! bound, an empty one too ([`SPAN_OVERHEAD_MEMBERS`]), and so does every cached carry day.
+//!
+//! # Cold spans
+//! A read of a span that is not cached builds it with [`RankingEngine::build_span_in_steps`]: the hours
+//! are read a slice at a time and the sorted sets are built with no lock held, so ingest's
+//! [`RankingEngine::apply`] never waits for more than one slice. `apply` feeds the part already read, so
+//! the installed span is exactly what a build from scratch would give.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
@@ -1116,18 +1123,28 @@ impl RankingEngine {
     ) {
         /// Restarts allowed when retention or eviction drops a build midway, before building in one hold.
         const MAX_RESTARTS: usize = 8;
+        /// Steps allowed before building in one hold: reading a month of hours takes at most 744 and the
+        /// carry chain of a year's retention about 200, so only a build that ingest keeps undoing (late
+        /// events invalidating the carry it just computed, batch after batch) gets there; it then finishes
+        /// in one hold rather than never.
+        const MAX_STEPS: usize = 4_096;
         let Some(key) = engine.read().span_key(query) else {
             return;
         };
-        let mut restarts = 0;
+        let (mut restarts, mut steps) = (0, 0);
         loop {
-            let step = engine.write().build_step(key, restarts >= MAX_RESTARTS);
+            let step = engine
+                .write()
+                .build_step(key, restarts >= MAX_RESTARTS || steps > MAX_STEPS);
             match step {
                 BuildStep::Cached => return,
-                BuildStep::Continue => observe(BuildPhase::Between),
+                BuildStep::Continue => {
+                    steps += 1;
+                    observe(BuildPhase::Between);
+                }
                 BuildStep::Wait => {
                     observe(BuildPhase::Between);
-                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    std::thread::sleep(std::time::Duration::from_millis(2));
                 }
                 BuildStep::Score(input) => {
                     let rankings = input.score();
