@@ -102,19 +102,24 @@ impl Default for PopularWeights {
 
 /// The largest `carryTopN` accepted; carry is a seed, not a copy of the ranking.
 pub const MAX_CARRY_TOP_N: u32 = 10_000;
+/// The largest weight accepted. With metrics below 2^63 every term of the `popular` score then stays
+/// below 10^25, so no score can overflow to infinity (and no `inf - inf` can make a NaN score).
+pub const MAX_WEIGHT: f64 = 1_000_000.0;
 
 impl PopularWeights {
-    /// Checks that every weight is usable: finite weights, a carry ratio in [0, 1], a bounded top N.
+    /// Checks that every weight is usable: weights between 0 and [`MAX_WEIGHT`] (a negative one would rank
+    /// the least popular first; a huge one could overflow a score), a carry ratio in [0, 1], a bounded
+    /// top N.
     pub fn validate(&self) -> Result<(), RankerError> {
         for (field, value) in [
             ("weights.view", self.view),
             ("weights.like", self.like),
             ("weights.sales", self.sales),
         ] {
-            if !value.is_finite() {
+            if !(value.is_finite() && (0.0..=MAX_WEIGHT).contains(&value)) {
                 return Err(RankerError::InvalidWeight(
                     field,
-                    "must be a finite number".into(),
+                    format!("must be a number between 0 and {MAX_WEIGHT}, got {value}"),
                 ));
             }
         }
@@ -260,5 +265,37 @@ mod tests {
         };
         assert!(bad.validate().unwrap_err().to_string().starts_with("carryRatio"));
         assert!(PopularWeights::default().validate().is_ok());
+    }
+
+    #[test]
+    fn negative_infinite_or_huge_weights_are_refused_so_no_score_can_be_nan() {
+        for (view, like, sales) in [
+            (-0.1, 0.2, 0.7),
+            (0.1, f64::INFINITY, 0.7),
+            (0.1, 0.2, f64::NEG_INFINITY),
+            (1e300, 0.2, 0.7),
+            (0.1, 2e6, 0.7),
+        ] {
+            let weights = PopularWeights {
+                view,
+                like,
+                sales,
+                ..PopularWeights::default()
+            };
+            let error = weights.validate().unwrap_err().to_string();
+            assert!(error.starts_with("weights."), "{error}");
+        }
+        // At the bounds, the largest metrics still give a finite score.
+        let weights = PopularWeights {
+            view: MAX_WEIGHT,
+            like: MAX_WEIGHT,
+            sales: MAX_WEIGHT,
+            carry_ratio: 1.0,
+            ..PopularWeights::default()
+        };
+        assert!(weights.validate().is_ok());
+        let metrics = m(i64::MAX, i64::MAX, i64::MAX, i64::MAX);
+        assert!(popular_score(0.0, &metrics, &weights).is_finite());
+        assert!(popular_score(0.0, &m(i64::MAX, i64::MIN, 0, 0), &weights).is_finite());
     }
 }

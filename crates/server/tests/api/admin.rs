@@ -112,6 +112,37 @@ async fn invalid_weights_get_400_naming_the_field_and_unknown_rankers_404() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_or_huge_weights_get_400_naming_the_weight() {
+    let app = spawn_app().await;
+    let url = format!("{}/v1/admin/rankers/popular", app.address);
+    for (body, field) in [
+        (r#"{"weights":{"view":-0.1}}"#, "weights.view"),
+        (r#"{"weights":{"like":1e300}}"#, "weights.like"),
+        (r#"{"weights":{"sales":1e400}}"#, ""),
+        (r#"{"carryTopN":1000000}"#, "carryTopN"),
+    ] {
+        let response = app
+            .client
+            .put(&url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{body}");
+        let error: Value = response.json().await.unwrap();
+        assert!(
+            error["error"].as_str().unwrap().starts_with(field),
+            "{body}: {error}"
+        );
+    }
+    assert_eq!(
+        app.get_json("/v1/admin/rankers/popular").await["activeVersion"],
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_endpoints_need_the_admin_key_when_configured() {
     let app = spawn_app_with(|config| with_keys(config, &["admin-secret"], &[])).await;
     let url = format!("{}/v1/admin/rankers/popular", app.address);

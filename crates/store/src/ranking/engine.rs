@@ -14,7 +14,14 @@
 //! bytes) is exactly the ranking order (score descending, product id ascending).
 //!
 //! Spans are created on first read from the hourly table, then kept incrementally; a bounded number of
-//! members stays cached, least recently used spans are dropped first.
+//! members stays cached, least recently used spans are dropped first. Every span counts against that
+//! bound, an empty one too ([`SPAN_OVERHEAD_MEMBERS`]), and so does every cached carry day.
+//!
+//! # Cold spans
+//! A read of a span that is not cached builds it with [`RankingEngine::build_span_in_steps`]: the hours
+//! are read a slice at a time and the sorted sets are built with no lock held, so ingest's
+//! [`RankingEngine::apply`] never waits for more than one slice. `apply` feeds the part already read, so
+//! the installed span is exactly what a build from scratch would give.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
@@ -370,6 +377,8 @@ pub struct RankingEngine {
     /// Spans being built in steps by [`RankingEngine::build_span_in_steps`], not yet servable. Few: one
     /// per concurrent cold read at most, and concurrent reads of one span share its build.
     builds: HashMap<SpanKey, SpanBuild>,
+    /// Hourly cells a build step reads ([`BUILD_CELLS_PER_STEP`]; tests make it tiny).
+    build_cells_per_step: usize,
     /// Start hour of the earliest day with metrics; the carry chain starts there with no carry.
     earliest_day: Option<Hour>,
     as_of_millis: Option<i64>,
@@ -686,11 +695,18 @@ impl RankingEngine {
             spans_by_category: HashMap::new(),
             carry_cache: HashMap::new(),
             builds: HashMap::new(),
+            build_cells_per_step: BUILD_CELLS_PER_STEP,
             earliest_day: None,
             as_of_millis: None,
             lru_clock: AtomicU64::new(1),
             generation: 0,
         }
+    }
+
+    /// Sets how many hourly cells one step of a cold build reads under the lock (at least one hour is read
+    /// per step whatever the value). Tests set it to 1, so batches land between every hour of a build.
+    pub fn set_build_cells_per_step(&mut self, cells: usize) {
+        self.build_cells_per_step = cells;
     }
 
     /// The active `popular` policy.
@@ -1107,18 +1123,28 @@ impl RankingEngine {
     ) {
         /// Restarts allowed when retention or eviction drops a build midway, before building in one hold.
         const MAX_RESTARTS: usize = 8;
+        /// Steps allowed before building in one hold: reading a month of hours takes at most 744 and the
+        /// carry chain of a year's retention about 200, so only a build that ingest keeps undoing (late
+        /// events invalidating the carry it just computed, batch after batch) gets there; it then finishes
+        /// in one hold rather than never.
+        const MAX_STEPS: usize = 4_096;
         let Some(key) = engine.read().span_key(query) else {
             return;
         };
-        let mut restarts = 0;
+        let (mut restarts, mut steps) = (0, 0);
         loop {
-            let step = engine.write().build_step(key, restarts >= MAX_RESTARTS);
+            let step = engine
+                .write()
+                .build_step(key, restarts >= MAX_RESTARTS || steps > MAX_STEPS);
             match step {
                 BuildStep::Cached => return,
-                BuildStep::Continue => observe(BuildPhase::Between),
+                BuildStep::Continue => {
+                    steps += 1;
+                    observe(BuildPhase::Between);
+                }
                 BuildStep::Wait => {
                     observe(BuildPhase::Between);
-                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    std::thread::sleep(std::time::Duration::from_millis(2));
                 }
                 BuildStep::Score(input) => {
                     let rankings = input.score();
@@ -1172,9 +1198,12 @@ impl RankingEngine {
         if build.scanned_until < build.hours.end {
             let (from, end) = (build.scanned_until, build.hours.end);
             let mut metrics = std::mem::take(&mut build.metrics);
-            let scanned_until =
-                self.inputs()
-                    .aggregate_into(&mut metrics, key.category, from..end, BUILD_CELLS_PER_STEP);
+            let scanned_until = self.inputs().aggregate_into(
+                &mut metrics,
+                key.category,
+                from..end,
+                self.build_cells_per_step,
+            );
             let build = self.builds.get_mut(&key).expect("build registered");
             build.metrics = metrics;
             build.scanned_until = scanned_until;
