@@ -399,3 +399,31 @@ fn postgres_upgrade_from_v2_keeps_every_id() {
         vec![false, false]
     );
 }
+
+#[test]
+fn postgres_event_id_with_newline_stored_before_spec_1_1_neither_stops_a_start_nor_retention() {
+    let schema = Schema::new();
+    let mut source = schema.open();
+    source
+        .commit(&batch_of(&[
+            (DAY0, "e1", "p1", views(1)),
+            (DAY0, "e2", "p1", views(1)),
+        ]))
+        .expect("commit");
+    // The old binary accepted any id: make one of the stored ids what it would have written.
+    let mut client = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls).expect("connect");
+    client
+        .batch_execute(&format!(
+            "UPDATE \"{}\".processed SET id = 'a' || chr(10) || 'b' WHERE id = 'e1'",
+            schema.0
+        ))
+        .expect("update");
+    let state = schema.open().load().expect("a start still loads");
+    let ids: Vec<&str> = state.processed_ids.iter().map(|id| id.as_str()).collect();
+    assert_eq!(ids, ["e2"], "the id no event can carry any more needs no dedupe");
+    let forgotten = schema
+        .open()
+        .evict(Hour(DAY0 + 48), Hour(0))
+        .expect("retention still runs");
+    assert_eq!(forgotten.iter().map(|id| id.as_str()).collect::<Vec<_>>(), ["e2"]);
+}

@@ -32,7 +32,9 @@
 //!   the ids of every day whose partition is gone (whoever dropped it) at the next `evict`.
 //! - **Raw log packed per (batch, hour)**, as in SQLite: one `event_log` row holds the bodies of every
 //!   event of one batch in one hour, newline-separated (canonical JSON has no raw newline; a body with
-//!   one is refused), keyed by the hour and the first of those ids. A batch thus writes a row per hour,
+//!   one is refused), keyed by the hour and the first of those ids. Unlike SQLite's old rows, ids are
+//!   never joined: `processed` keeps one `text` row per id, so an id cannot move a boundary (and a NUL,
+//!   which `text` cannot hold, is refused by `EventId` since SPEC 1.1). A batch thus writes a row per hour,
 //!   not per event; `processed` keeps one row per id for the exact dedupe. Rows written one per event
 //!   (before this layout) read back the same way, so no migration was needed.
 //! - **Time partitions**: `processed` and `event_log` are `PARTITION BY RANGE (hour)`, one partition per
@@ -721,6 +723,19 @@ fn commit_once(
     Ok(counted)
 }
 
+/// A stored `processed.id`. One with a control character was accepted before SPEC 1.1 refused them;
+/// no event can carry it again, so it needs no place in a caller's dedupe set (`None`) and must not
+/// stop a start or a retention run. (Such ids are one row each here, so they never corrupted the log as
+/// SQLite's newline-joined rows did; the raw log packs only bodies, which are canonical JSON and never
+/// hold a raw newline.)
+fn stored_event_id(id: &str) -> Result<Option<EventId>, SourceError> {
+    match EventId::parse(id) {
+        Ok(id) => Ok(Some(id)),
+        Err(rankgate_core::ids::IdError::ControlCharacter) => Ok(None),
+        Err(error) => Err(corrupt("processed.id", error)),
+    }
+}
+
 fn parse_product(value: &str, what: &str) -> Result<ProductId, SourceError> {
     ProductId::parse(value).map_err(|e| corrupt(what, e))
 }
@@ -781,7 +796,7 @@ impl SourceOfTruth for PostgresSource {
             let mut rows = transaction.query_raw("SELECT id::text, hour, seq FROM processed", std::iter::empty::<&dyn ToSql>())?;
             while let Some(row) = rows.next()? {
                 let id: &str = row.get(0);
-                state.processed_ids.push(EventId::parse(id).map_err(|e| corrupt("processed.id", e))?);
+                state.processed_ids.extend(stored_event_id(id)?);
                 known.learn(id, row.get(1), row.get(2));
             }
             drop(rows);
@@ -901,7 +916,7 @@ impl SourceOfTruth for PostgresSource {
                 }
                 for row in transaction.query(&format!("SELECT id::text FROM \"{name}\""), &[])? {
                     let id: &str = row.get(0);
-                    forgotten.push(EventId::parse(id).map_err(|e| corrupt("processed.id", e))?);
+                    forgotten.extend(stored_event_id(id)?);
                 }
                 transaction.batch_execute(&format!("DROP TABLE \"{name}\""))?;
             }
@@ -930,7 +945,7 @@ impl SourceOfTruth for PostgresSource {
                 kept.contains(day)
             });
             for id in gone {
-                forgotten.push(EventId::parse(&id).map_err(|e| corrupt("processed.id", e))?);
+                forgotten.extend(stored_event_id(&id)?);
             }
         }
         Ok(forgotten)
