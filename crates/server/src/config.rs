@@ -409,6 +409,32 @@ mod tests {
     }
 
     #[test]
+    fn http_limits_come_from_the_file_and_default_when_absent() {
+        let defaults = Config::merge(FileConfig::default(), &Overrides::default()).unwrap();
+        assert_eq!(
+            (
+                defaults.http.header_timeout_millis,
+                defaults.http.body_timeout_millis,
+                defaults.http.max_connections
+            ),
+            (10_000, 30_000, 4_096)
+        );
+        let file: FileConfig = toml::from_str(
+            "http_header_timeout_millis = 500\nhttp_body_timeout_millis = 700\nmax_connections = 9",
+        )
+        .unwrap();
+        let config = Config::merge(file, &Overrides::default()).unwrap();
+        assert_eq!(
+            (
+                config.http.header_timeout_millis,
+                config.http.body_timeout_millis,
+                config.http.max_connections
+            ),
+            (500, 700, 9)
+        );
+    }
+
+    #[test]
     fn debug_never_shows_keys() {
         let overrides = Overrides {
             admin_keys: Some(vec!["topsecret".into()]),
