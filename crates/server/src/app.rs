@@ -18,6 +18,7 @@ use rankgate_store::clock::{Clock, SystemClock};
 
 use crate::auth::{require_admin, require_ingest};
 use crate::config::Config;
+use crate::edge::{self, HttpLimits};
 use crate::rankings::serving::{self, Serving};
 use crate::rankings::{lock_data_dir, RankingService};
 use crate::routes::{admin, catalog, events, ops, rankings};
@@ -88,17 +89,32 @@ pub fn router(state: AppState) -> Router {
     if let Some(gate) = waiting_room::gate_routes(state.waiting_room.clone()) {
         app = app.merge(gate);
     }
-    let app = app.layer(DefaultBodyLimit::max(state.config.max_body_bytes));
+    let app = app
+        .fallback(edge::unknown_route)
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes));
     // The per-request spans and events of `TraceLayer::new_for_http` are DEBUG: leave the layer out unless
     // that level is on (decided once, at start), as it costs ~10% of a cheap request for records nobody
     // receives. Its one louder record, an ERROR line per 5xx answer, goes with it: internal errors are
     // still logged by `ApiError`, while a store outage (503s) shows in `/readyz`, in the background
     // workers' warnings and in the gate's outcome counters rather than as one line per refused request.
-    if tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG) {
+    let app = if tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG) {
         app.layer(TraceLayer::new_for_http())
     } else {
         app
-    }
+    };
+    // The edge wraps the router as one service rather than each route (`Router::layer`): it must see the
+    // answers the router makes itself, such as a 405 with its `Allow` header.
+    let edge = tower::ServiceBuilder::new()
+        .layer(middleware::from_fn_with_state(
+            Duration::from_millis(state.config.http.body_timeout_millis.max(1)),
+            edge::require_body_within,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.config.max_body_bytes,
+            edge::answer_errors_as_json,
+        ))
+        .service(app);
+    Router::new().fallback_service(edge)
 }
 
 /// A built, bound, not yet serving rankgate.
@@ -230,9 +246,13 @@ impl Application {
             shutdown_signal().await;
             signal_shutdown.cancel();
         });
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await?;
+        let http = &self.state.config.http;
+        let limits = HttpLimits {
+            header_timeout: Duration::from_millis(http.header_timeout_millis.max(1)),
+            body_timeout: Duration::from_millis(http.body_timeout_millis.max(1)),
+            max_connections: http.max_connections.max(1),
+        };
+        edge::serve_until_stopped(self.listener, self.router, limits, shutdown).await;
         for worker in self.workers {
             let _ = worker.await;
         }

@@ -2,7 +2,8 @@
 //!
 //! Flags and environment variables share one layer through clap (`#[arg(env)]`), so a flag wins over
 //! its variable, and both win over the file. Secrets (bearer keys) are hashed as soon as they are read
-//! and never printed: [`Config`]'s `Debug` shows only how many keys there are.
+//! and never printed: [`Config`]'s `Debug` shows only how many keys there are. `--help` never shows the
+//! values of `RANKGATE_*` variables (a Redis or PostgreSQL URL may hold a password).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -66,6 +67,33 @@ pub struct Config {
     pub serving_grace_millis: i64,
     /// Async runtime worker threads of `rankgate serve`; `None` = one per core.
     pub worker_threads: Option<usize>,
+    /// Listener bounds: header and body deadlines, connection limit.
+    pub http: HttpConfig,
+}
+
+/// The HTTP listener's bounds (issue 9, defect 6); see [`crate::edge`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct HttpConfig {
+    /// `http_header_timeout_millis`: a request head must arrive within this; also the keep-alive idle
+    /// timeout.
+    #[serde(rename = "http_header_timeout_millis")]
+    pub header_timeout_millis: u64,
+    /// `http_body_timeout_millis`: a request body must arrive in full within this of its head (408).
+    #[serde(rename = "http_body_timeout_millis")]
+    pub body_timeout_millis: u64,
+    /// `max_connections`: connections served at once; past it a connection waits briefly, then 503.
+    pub max_connections: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            header_timeout_millis: 10_000,
+            body_timeout_millis: 30_000,
+            max_connections: 4_096,
+        }
+    }
 }
 
 impl std::fmt::Debug for Config {
@@ -153,22 +181,24 @@ pub struct FileConfig {
     serving_depth: Option<usize>,
     serving_grace_seconds: Option<i64>,
     worker_threads: Option<usize>,
+    #[serde(flatten)]
+    http: HttpConfig,
 }
 
 /// Values given on the command line or in `RANKGATE_*` variables.
 #[derive(Debug, Default, Clone, clap::Args)]
 pub struct Overrides {
     /// Address to listen on [default: 127.0.0.1:8080]
-    #[arg(long, env = "RANKGATE_LISTEN")]
+    #[arg(long, hide_env_values = true, env = "RANKGATE_LISTEN")]
     pub listen: Option<SocketAddr>,
     /// Data directory of the embedded stores [default: ./rankgate-data]
-    #[arg(long, env = "RANKGATE_DATA_DIR")]
+    #[arg(long, hide_env_values = true, env = "RANKGATE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// TOML configuration file
-    #[arg(long, env = "RANKGATE_CONFIG")]
+    #[arg(long, hide_env_values = true, env = "RANKGATE_CONFIG")]
     pub config: Option<PathBuf>,
     /// IANA time zone of calendar periods, whole-hour offsets only [default: UTC]
-    #[arg(long, env = "RANKGATE_TIME_ZONE")]
+    #[arg(long, hide_env_values = true, env = "RANKGATE_TIME_ZONE")]
     pub time_zone: Option<String>,
     /// Comma-separated admin bearer keys (never logged)
     #[arg(
@@ -182,13 +212,13 @@ pub struct Overrides {
     #[arg(long, env = "RANKGATE_DATABASE", hide_env_values = true)]
     pub database: Option<String>,
     /// PostgreSQL schema for rankgate's tables [default: rankgate]
-    #[arg(long, env = "RANKGATE_DATABASE_SCHEMA")]
+    #[arg(long, hide_env_values = true, env = "RANKGATE_DATABASE_SCHEMA")]
     pub database_schema: Option<String>,
     /// Redis for waiting-room state and serving rankings: one URL, or comma-separated Cluster node URLs
-    #[arg(long, env = "RANKGATE_REDIS", value_delimiter = ',')]
+    #[arg(long, hide_env_values = true, env = "RANKGATE_REDIS", value_delimiter = ',')]
     pub redis: Option<Vec<String>>,
     /// Also ingest from a Redis stream: redis://host:port/<stream key> (consumer group `rankgate`)
-    #[arg(long, env = "RANKGATE_STREAM")]
+    #[arg(long, hide_env_values = true, env = "RANKGATE_STREAM")]
     pub stream: Option<String>,
     /// Comma-separated ingest bearer keys (never logged)
     #[arg(
@@ -288,6 +318,7 @@ impl Config {
                 Some(0) => anyhow::bail!("worker_threads must be at least 1 (leave it out for one per core)"),
                 threads => threads,
             },
+            http: file.http,
         })
     }
 
@@ -315,7 +346,7 @@ fn millis_of(key: &str, value: i64, unit_millis: i64) -> anyhow::Result<i64> {
 }
 
 /// Top-level keys of the config file.
-const KNOWN_KEYS: [&str; 24] = [
+const KNOWN_KEYS: [&str; 27] = [
     "listen",
     "data_dir",
     "time_zone",
@@ -340,6 +371,9 @@ const KNOWN_KEYS: [&str; 24] = [
     "serving_depth",
     "serving_grace_seconds",
     "worker_threads",
+    "http_header_timeout_millis",
+    "http_body_timeout_millis",
+    "max_connections",
 ];
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -432,6 +466,32 @@ mod tests {
         assert!(
             Config::merge(file, &Overrides::default()).is_ok(),
             "the largest that fits is accepted"
+        );
+    }
+
+    #[test]
+    fn http_limits_come_from_the_file_and_default_when_absent() {
+        let defaults = Config::merge(FileConfig::default(), &Overrides::default()).unwrap();
+        assert_eq!(
+            (
+                defaults.http.header_timeout_millis,
+                defaults.http.body_timeout_millis,
+                defaults.http.max_connections
+            ),
+            (10_000, 30_000, 4_096)
+        );
+        let file: FileConfig = toml::from_str(
+            "http_header_timeout_millis = 500\nhttp_body_timeout_millis = 700\nmax_connections = 9",
+        )
+        .unwrap();
+        let config = Config::merge(file, &Overrides::default()).unwrap();
+        assert_eq!(
+            (
+                config.http.header_timeout_millis,
+                config.http.body_timeout_millis,
+                config.http.max_connections
+            ),
+            (500, 700, 9)
         );
     }
 

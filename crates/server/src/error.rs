@@ -23,6 +23,9 @@ pub enum ApiError {
     /// 409: the request conflicts with the current state (e.g. a token already claimed).
     #[error("{0}")]
     Conflict(String),
+    /// 408: the request did not arrive in time (its body, past `http_body_timeout_millis`).
+    #[error("{0}")]
+    RequestTimeout(String),
     /// 413: the body or batch is too large.
     #[error("{0}")]
     PayloadTooLarge(String),
@@ -59,6 +62,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -78,7 +82,7 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let mut response = (status, Json(serde_json::json!({ "error": message }))).into_response();
+        let mut response = json_error(status, &message);
         if let ApiError::TooManyRequests {
             retry_after_secs,
             headers,
@@ -101,6 +105,23 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+/// The body of every error answer.
+#[derive(Debug, serde::Serialize)]
+pub struct ErrorBody<'a> {
+    /// What was wrong, naming the field, and what to do next.
+    pub error: &'a str,
+}
+
+/// An error answer in the one shape, `{"error": message}`.
+pub fn json_error(status: StatusCode, message: &str) -> Response {
+    (status, Json(ErrorBody { error: message })).into_response()
+}
+
+/// Marks an answer that must reach the client as it is, even an error that is not JSON: the gate's
+/// upstream answers (SPEC 2.4 passes them back unchanged).
+#[derive(Debug, Clone, Copy)]
+pub struct PassThrough;
 
 /// The result type of every handler.
 pub type ApiResult<T> = Result<T, ApiError>;

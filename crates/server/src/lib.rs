@@ -4,6 +4,8 @@
 //! - [`config`]: defaults → TOML file → `RANKGATE_*` variables → flags; bearer keys hashed on load.
 //! - [`app`]: `Application::build` / `run_until_stopped`, the router and the background refresher.
 //! - [`rankings`]: the rankings service (engine, writer thread with group commit, policies, catalogue).
+//! - [`edge`]: the listener and the edge of the router: connection limit, header and body deadlines,
+//!   every error answered as JSON.
 //! - [`routes`]: one module per route group; thin handlers.
 //! - [`auth`]: bearer-key middleware for admin and ingest.
 //! - [`error`]: the one `ApiError` every handler returns.
@@ -18,6 +20,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod edge;
 pub mod error;
 pub mod rankings;
 pub mod routes;

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use rankgate_core::event::{ParseLimits, RawItem};
 use rankgate_store::clock::Clock;
+use rankgate_store::redact::{redact_url, scrub_credentials};
 
 use crate::rankings::RankingService;
 
@@ -54,7 +55,12 @@ impl StreamConfig {
         let (base, key) = url
             .rsplit_once('/')
             .filter(|(base, key)| base.contains("://") && !base.ends_with('/') && !key.is_empty())
-            .with_context(|| format!("--stream {url}: expected redis://host:port/<stream key>"))?;
+            .with_context(|| {
+                format!(
+                    "--stream {}: expected redis://host:port/<stream key>",
+                    redact_url(url)
+                )
+            })?;
         Ok(StreamConfig {
             redis_url: base.to_string(),
             key: key.to_string(),
@@ -97,11 +103,20 @@ impl StreamConsumer {
         clock: Arc<dyn Clock>,
         max_future_millis: i64,
     ) -> anyhow::Result<StreamConsumer> {
-        let client = redis::Client::open(config.redis_url.as_str()).context("stream: bad Redis URL")?;
-        let mut connection = client
-            .get_multiplexed_tokio_connection()
-            .await
-            .with_context(|| format!("stream: connecting to {}", config.redis_url))?;
+        let client = redis::Client::open(config.redis_url.as_str()).map_err(|error| {
+            anyhow::anyhow!(
+                "stream: bad Redis URL {}: {}",
+                redact_url(&config.redis_url),
+                scrub_credentials(&error.to_string(), &config.redis_url)
+            )
+        })?;
+        let mut connection = client.get_multiplexed_tokio_connection().await.map_err(|error| {
+            anyhow::anyhow!(
+                "stream: connecting to {}: {}",
+                redact_url(&config.redis_url),
+                scrub_credentials(&error.to_string(), &config.redis_url)
+            )
+        })?;
         let created: redis::RedisResult<()> = connection
             .xgroup_create_mkstream(&config.key, &config.group, "0")
             .await;

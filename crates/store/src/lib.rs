@@ -6,10 +6,12 @@
 //!   rate limiter: traits and the embedded backend.
 //! - [`ranking`]: the rankings sources of truth (SQLite, PostgreSQL), the in-process ranking engine and the
 //!   Redis serving store.
+//! - [`redact`]: credentials out of messages: `redact_url` for every connection string shown.
 //! - `redis_connection`: one connection type over standalone Redis and Redis Cluster, shared by the Redis
 //!   backends.
 
 pub mod clock;
 pub mod queue;
 pub mod ranking;
+pub mod redact;
 mod redis_connection;

@@ -15,6 +15,16 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, RedisError, ScriptInvocation};
 
 use crate::queue::StoreError;
+use crate::redact::{redact_url, scrub_credentials};
+
+/// `error` with the credentials of every URL in `urls` removed from its message.
+fn scrubbed(error: StoreError, urls: &[String]) -> StoreError {
+    let scrub = |message: String| urls.iter().fold(message, |m, url| scrub_credentials(&m, url));
+    match error {
+        StoreError::Unavailable(message) => StoreError::Unavailable(scrub(message)),
+        StoreError::Corrupt(message) => StoreError::Corrupt(scrub(message)),
+    }
+}
 
 /// How long connecting, and each request, may take before it counts as "Redis unreachable".
 #[derive(Debug, Clone, Copy)]
@@ -75,13 +85,21 @@ impl Connection {
 
     /// Connects to one standalone server.
     pub(crate) async fn standalone(url: &str, timeouts: Timeouts) -> Result<Connection, StoreError> {
-        let client = redis::Client::open(url).map_err(|e| StoreError::Unavailable(format!("{url}: {e}")))?;
+        let unavailable = |message: String| StoreError::Unavailable(scrub_credentials(&message, url));
+        let client =
+            redis::Client::open(url).map_err(|e| unavailable(format!("{}: {e}", redact_url(url))))?;
         let connection = Connection::Standalone {
             client,
             current: Mutex::new(None),
             timeouts,
         };
-        connection.standalone_connection().await?;
+        connection
+            .standalone_connection()
+            .await
+            .map_err(|error| match error {
+                StoreError::Unavailable(message) => unavailable(format!("{}: {message}", redact_url(url))),
+                other => other,
+            })?;
         Ok(connection)
     }
 
@@ -92,8 +110,11 @@ impl Connection {
             .response_timeout(timeouts.response)
             .retries(2)
             .build()
-            .map_err(|e| store_error(&e))?;
-        let connection = client.get_async_connection().await.map_err(|e| store_error(&e))?;
+            .map_err(|e| scrubbed(store_error(&e), urls))?;
+        let connection = client
+            .get_async_connection()
+            .await
+            .map_err(|e| scrubbed(store_error(&e), urls))?;
         Ok(Connection::Cluster(connection))
     }
 

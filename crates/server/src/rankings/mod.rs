@@ -258,15 +258,27 @@ impl RankingService {
     }
 
     /// Stores catalogue entries durably, then serves them.
-    pub async fn put_catalog(&self, entries: Vec<(ProductId, serde_json::Value)>) -> anyhow::Result<()> {
-        let stored = entries.clone();
-        self.writer
-            .run(move |ingestor| ingestor.source_mut().put_catalog(&stored))
-            .await??;
-        self.catalog.write().extend(entries);
-        self.catalog_generation
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Ok(())
+    ///
+    /// Runs as a task of its own: a caller dropped between the two steps (an HTTP client hanging up)
+    /// would otherwise leave entries stored but not served until the next restart.
+    pub async fn put_catalog(
+        self: &Arc<Self>,
+        entries: Vec<(ProductId, serde_json::Value)>,
+    ) -> anyhow::Result<()> {
+        let service = Arc::clone(self);
+        tokio::spawn(async move {
+            let stored = entries.clone();
+            service
+                .writer
+                .run(move |ingestor| ingestor.source_mut().put_catalog(&stored))
+                .await??;
+            service.catalog.write().extend(entries);
+            service
+                .catalog_generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            Ok(())
+        })
+        .await?
     }
 
     /// The `popular` ranker's policy state.
@@ -302,15 +314,26 @@ impl RankingService {
         let Some(previous) = self.popular.lock().policies.previous else {
             return Ok(None);
         };
-        self.switch_to(previous, true).await?;
+        self.switch_to_detached(previous, true).await?;
         Ok(Some(previous.version))
     }
 
     /// Rebuilds every cached ranking from the source of truth under the active policy, then switches.
     pub async fn rebuild(self: &Arc<Self>) -> anyhow::Result<u32> {
         let active = self.popular.lock().policies.active;
-        self.switch_to(active, true).await?;
+        self.switch_to_detached(active, true).await?;
         Ok(active.version)
+    }
+
+    /// [`RankingService::switch_to`] in a task of its own, so a caller dropped mid-switch (an HTTP client
+    /// hanging up) cannot leave the stored policies saying one version while the engine serves another.
+    async fn switch_to_detached(
+        self: &Arc<Self>,
+        policy: Policy,
+        is_rollback_or_rebuild: bool,
+    ) -> anyhow::Result<()> {
+        let service = Arc::clone(self);
+        tokio::spawn(async move { service.switch_to(policy, is_rollback_or_rebuild).await }).await?
     }
 
     async fn switch_to(self: &Arc<Self>, policy: Policy, is_rollback_or_rebuild: bool) -> anyhow::Result<()> {

@@ -2,6 +2,7 @@
 //!
 //! The catalogue only decorates rankings; unknown products still rank.
 
+use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::Json;
 use serde_json::{Map, Value};
@@ -57,9 +58,17 @@ pub fn parse_entry(body: &Value) -> ApiResult<Value> {
 pub async fn put_product(
     State(state): State<AppState>,
     Path(product): Path<String>,
-    Json(body): Json<Value>,
+    body: Bytes,
 ) -> ApiResult<Json<Value>> {
     let product = ProductId::parse(&product).map_err(|e| ApiError::bad_field("productId", e))?;
+    // Parsed here rather than by axum's `Json` extractor, whose rejections are plain text (and 422 for a
+    // wrong type) where every error must be a JSON 400 naming what is wrong.
+    let body: Value = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_field(
+            "body",
+            format!("not valid JSON ({e}); send an object with name, brand, price and image"),
+        )
+    })?;
     let entry = parse_entry(&body)?;
     state
         .rankings

@@ -23,7 +23,7 @@ use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use axum::{Json, Router};
+use axum::Router;
 use rankgate_core::ids::MemberId;
 use rankgate_core::queue::{FailMode, QueueName};
 
@@ -120,7 +120,7 @@ fn gate_from(config: &GateConfig) -> Option<Gate> {
 }
 
 fn error_response(status: StatusCode, message: &str) -> Response {
-    (status, Json(serde_json::json!({ "error": message }))).into_response()
+    crate::error::json_error(status, message)
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -333,6 +333,7 @@ async fn forward(
     let (upstream, upstream_body) = upstream.into_parts();
     let mut response = Response::new(Body::new(upstream_body));
     *response.status_mut() = upstream.status;
+    response.extensions_mut().insert(crate::error::PassThrough);
     for (name, value) in &upstream.headers {
         if HOP_BY_HOP.contains(&name.as_str()) && name != "content-length" {
             continue;

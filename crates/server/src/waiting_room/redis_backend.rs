@@ -79,7 +79,13 @@ impl WaitingRoom {
         let store = RedisStore::connect(urls, options)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("connecting to redis at {urls:?}"))?;
+            .with_context(|| {
+                let shown: Vec<String> = urls
+                    .iter()
+                    .map(|u| rankgate_store::redact::redact_url(u))
+                    .collect();
+                format!("connecting to redis at {shown:?}")
+            })?;
         let secret = match configured_secret(&config)? {
             Some(secret) => secret,
             None => {

@@ -4,6 +4,7 @@ mod helpers;
 
 mod admin;
 mod crash;
+mod edge;
 mod events;
 mod faults;
 mod hostile;

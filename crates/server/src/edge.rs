@@ -1,0 +1,312 @@
+//! The HTTP edge: what stands between a client's socket and the router (issue 9, defects 6 and 13).
+//!
+//! - **Connections** are accepted under `max_connections`. Past it, a new connection waits briefly
+//!   ([`OVERFLOW_WAIT`]) for a slot and is otherwise answered `503` JSON; far past it (more than
+//!   [`OVERFLOW_CONNECTIONS`] already waiting) it is closed at once, so a flood costs no more than that.
+//! - **Headers** must arrive within `http_header_timeout_millis` (hyper's header-read timeout), else the
+//!   connection is closed. hyper starts that clock whenever it waits for a request head, so it is also
+//!   how long an idle keep-alive connection is kept.
+//! - **Bodies** must arrive in full within `http_body_timeout_millis` of their headers, else `408` JSON.
+//!   The deadline covers reading the request only, never writing the response, so long answers (a
+//!   stream, a slow gated order) are not cut.
+//! - **Every error is JSON.** axum's extractor rejections (a body over the limit, a bad percent-escape in
+//!   a path, a wrong content type) and the router's own `405` are plain text or empty; one middleware
+//!   rewrites any error answer that is not JSON into the one [`ApiError`] shape, keeping its status and
+//!   headers (`Allow`, `Retry-After`). Unknown routes get a JSON `404` from the router's fallback. Only
+//!   answers marked [`PassThrough`] (the gate's upstream answers) reach the client as they are.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
+
+use crate::error::{json_error, ApiError, PassThrough};
+
+/// How long a connection past `max_connections` waits for a slot before it is answered 503.
+pub const OVERFLOW_WAIT: Duration = Duration::from_millis(100);
+/// Connections past `max_connections` that may wait (or be answered 503) at once; more are closed.
+pub const OVERFLOW_CONNECTIONS: usize = 256;
+/// How long shutdown waits for requests in flight before it drops their connections.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// The bounds the listener enforces.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// A request head must arrive within this (also the keep-alive idle timeout).
+    pub header_timeout: Duration,
+    /// A request body must arrive in full within this of its head.
+    pub body_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+}
+
+/// Serves `router` on `listener` under `limits` until `shutdown` is cancelled, then lets requests in
+/// flight finish (at most [`SHUTDOWN_GRACE`]).
+pub async fn serve_until_stopped(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    shutdown: CancellationToken,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let overflow = Arc::new(Semaphore::new(OVERFLOW_CONNECTIONS));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let refusal = refusal_router(limits.max_connections);
+    let graceful = GracefulShutdown::new();
+    loop {
+        let stream = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(error) => {
+                    wait_after_accept_error(&error).await;
+                    continue;
+                }
+            },
+        };
+        if let Ok(slot) = Arc::clone(&slots).try_acquire_owned() {
+            spawn_connection(&http, graceful.watcher(), stream, router.clone(), slot);
+            continue;
+        }
+        let Ok(waiting) = Arc::clone(&overflow).try_acquire_owned() else {
+            // Far past the limit: closing costs nothing, answering would cost a task per connection.
+            drop(stream);
+            continue;
+        };
+        let (slots, http, watcher) = (Arc::clone(&slots), http.clone(), graceful.watcher());
+        let (router, refusal) = (router.clone(), refusal.clone());
+        tokio::spawn(async move {
+            match tokio::time::timeout(OVERFLOW_WAIT, slots.acquire_owned()).await {
+                Ok(Ok(slot)) => {
+                    drop(waiting);
+                    spawn_connection(&http, watcher, stream, router, slot);
+                }
+                _ => {
+                    let mut http = http;
+                    http.keep_alive(false);
+                    spawn_connection(&http, watcher, stream, refusal, waiting);
+                }
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace_secs = SHUTDOWN_GRACE.as_secs(),
+            "requests still in flight after the shutdown grace; dropping their connections"
+        );
+    }
+}
+
+/// Serves one connection on a task of its own; `permit` is held until the connection ends.
+fn spawn_connection(
+    http: &hyper::server::conn::http1::Builder,
+    watcher: Watcher,
+    stream: TcpStream,
+    router: Router,
+    permit: OwnedSemaphorePermit,
+) {
+    let service = TowerToHyperService::new(
+        router.map_request(|request: Request<hyper::body::Incoming>| request.map(Body::new)),
+    );
+    let connection = watcher.watch(http.serve_connection(TokioIo::new(stream), service));
+    tokio::spawn(async move {
+        // Errors here are the client's (reset, header timeout, malformed request): nothing to report.
+        let _ = connection.await;
+        drop(permit);
+    });
+}
+
+/// The router connections past the limit get: one 503 JSON answer, then the connection closes.
+fn refusal_router(max_connections: usize) -> Router {
+    Router::new().fallback(move || async move {
+        let mut response = ApiError::Unavailable(format!(
+            "the server is serving its limit of {max_connections} connections (max_connections); \
+             retry in a moment"
+        ))
+        .into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        response
+    })
+}
+
+/// After a failed accept: a per-connection error (the peer gave up) needs no pause; running out of file
+/// descriptors does, or the loop would spin.
+async fn wait_after_accept_error(error: &std::io::Error) {
+    use std::io::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset | ErrorKind::ConnectionRefused
+    ) {
+        return;
+    }
+    tracing::warn!(error = %error, "accepting a connection failed; pausing accepts for a second");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// Middleware: a request body must arrive in full within `deadline` of the request head, or the
+/// answer is 408 (and the connection closes). Bodiless requests (every read) pay nothing.
+pub async fn require_body_within(State(deadline): State<Duration>, request: Request, next: Next) -> Response {
+    if request.body().is_end_stream() {
+        return next.run(request).await;
+    }
+    let expired = Arc::new(AtomicBool::new(false));
+    let request = {
+        let expired = Arc::clone(&expired);
+        request.map(|body| {
+            Body::new(DeadlineBody {
+                inner: body,
+                deadline: Box::pin(tokio::time::sleep(deadline)),
+                expired,
+            })
+        })
+    };
+    let response = next.run(request).await;
+    if !expired.load(Ordering::Acquire) {
+        return response;
+    }
+    let mut response = ApiError::RequestTimeout(format!(
+        "body: not received within {} ms (http_body_timeout_millis); send the whole request at once",
+        deadline.as_millis()
+    ))
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// A request body that fails once its deadline passes. The deadline is fixed when the head arrives,
+/// not reset per chunk, so trickling a byte at a time does not keep a connection forever.
+struct DeadlineBody {
+    inner: Body,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// Tells [`require_body_within`] to answer 408 whatever the handler made of the failed read.
+    expired: Arc<AtomicBool>,
+}
+
+/// The error a [`DeadlineBody`] read returns.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive in time")]
+struct BodyDeadlineExceeded;
+
+impl HttpBody for DeadlineBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            this.expired.store(true, Ordering::Release);
+            return Poll::Ready(Some(Err(axum::Error::new(BodyDeadlineExceeded))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Router fallback: an unknown route is a JSON 404.
+pub async fn unknown_route(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound(format!(
+        "no route for {method} {}; the routes are listed in /openapi.json",
+        uri.path()
+    ))
+}
+
+/// Middleware: any error answer that is not JSON (an extractor rejection, the router's 405) becomes
+/// the one `{"error": …}` shape with the same status and headers. `max_body_bytes` words the 413.
+pub async fn answer_errors_as_json(
+    State(max_body_bytes): State<usize>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error())
+        || is_json(&response)
+        || response.extensions().get::<PassThrough>().is_some()
+    {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // Rejection texts are one short line; more than this is not a rejection worth quoting.
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_string())
+        .unwrap_or_default();
+    let message = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => format!(
+            "body: larger than the {max_body_bytes}-byte limit (max_body_bytes); send it in smaller parts"
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allowed = parts
+                .headers
+                .get(header::ALLOW)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            format!("method: {method} is not allowed on this route; use {allowed}")
+        }
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => format!("content-type: {text}"),
+        _ if text.is_empty() => format!(
+            "{}; see /openapi.json",
+            status.canonical_reason().unwrap_or("request refused")
+        ),
+        _ => format!("{text}; see /openapi.json"),
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::CONTENT_TYPE);
+    let answer = json_error(status, &message);
+    let (answer_parts, answer_body) = answer.into_parts();
+    parts.headers.extend(answer_parts.headers);
+    Response::from_parts(parts, answer_body)
+}
+
+fn is_json(response: &Response) -> bool {
+    response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let essence = v.split(';').next().unwrap_or("").trim();
+            essence == "application/json" || essence.ends_with("+json")
+        })
+}

@@ -1,0 +1,340 @@
+//! The HTTP edge under hostile clients (issue 9): header and body deadlines, the connection limit,
+//! every error answered as JSON, and no secret in `--help` or a failed connect's message.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use crate::helpers::*;
+
+/// The test's host:port of an app.
+fn host_of(app: &TestApp) -> String {
+    app.address.trim_start_matches("http://").to_string()
+}
+
+/// Reads until the server closes the connection (bounded); returns what it sent.
+async fn read_until_closed(stream: &mut TcpStream, within: Duration) -> Option<Vec<u8>> {
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buffer)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(answer),
+            Ok(Ok(n)) => answer.extend_from_slice(&buffer[..n]),
+        }
+    }
+}
+
+/// Asserts a raw HTTP answer has `status`, a JSON content type and an `error` string.
+fn assert_raw_json_error(raw: &[u8], status: u16) {
+    let text = String::from_utf8_lossy(raw).to_string();
+    assert!(
+        text.starts_with(&format!("HTTP/1.1 {status}")),
+        "expected {status}: {text}"
+    );
+    let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{text}"
+    );
+    let body: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+    assert!(body["error"].is_string(), "{text}");
+}
+
+/// The server answers others while a hostile client is held off.
+async fn assert_still_serving(app: &TestApp) {
+    assert_eq!(app.get_json("/healthz").await["status"], "ok");
+}
+
+/// Defect 6 of issue 9: a client trickling header lines used to hold its connection forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_trickling_header_lines_is_disconnected_after_the_header_timeout() {
+    let app = spawn_app_with(|config| config.http.header_timeout_millis = 300).await;
+    let mut slow = TcpStream::connect(host_of(&app)).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut closed = false;
+    while Instant::now() < deadline {
+        // A new header line every 50 ms, forever: never the blank line that ends the head.
+        if slow.write_all(b"x-slow: 1\r\n").await.is_err() {
+            closed = true;
+            break;
+        }
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(Duration::from_millis(50), slow.read(&mut byte)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                closed = true;
+                break;
+            }
+            Ok(Ok(_)) => panic!("the server answered a request whose head never ended"),
+            Err(_) => {}
+        }
+        assert_still_serving(&app).await;
+    }
+    assert!(closed, "the trickling client was never disconnected");
+    assert_still_serving(&app).await;
+}
+
+/// Defect 6 of issue 9: a client declaring a body it never sends used to hold its connection forever;
+/// now it gets a JSON 408 once the body deadline passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_body_never_sent_gets_408_json_after_the_body_timeout() {
+    let app = spawn_app_with(|config| config.http.body_timeout_millis = 300).await;
+    let mut slow = TcpStream::connect(host_of(&app)).await.unwrap();
+    let head = format!(
+        "POST /v1/events HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n[",
+        host_of(&app)
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    assert_still_serving(&app).await;
+    let answer = read_until_closed(&mut slow, Duration::from_secs(30))
+        .await
+        .expect("the server gave up on the body and closed the connection");
+    assert_raw_json_error(&answer, 408);
+    assert_still_serving(&app).await;
+}
+
+/// Defect 6 of issue 9: connections past `max_connections` get a JSON 503, and a freed slot serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_max_connections_get_503_json_until_a_slot_frees() {
+    let app = spawn_app_with(|config| config.http.max_connections = 2).await;
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        idle.push(TcpStream::connect(host_of(&app)).await.unwrap());
+    }
+    // Both slots are held by the idle connections once the server has accepted them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        let response = reqwest::Client::new()
+            .get(format!("{}/healthz", app.address))
+            .send()
+            .await
+            .unwrap();
+        if response.status() == 503 {
+            break response;
+        }
+        assert!(Instant::now() < deadline, "the limit never applied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(refused.headers()["content-type"], "application/json");
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("max_connections"),
+        "{body}"
+    );
+    drop(idle);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let response = reqwest::Client::new()
+            .get(format!("{}/healthz", app.address))
+            .send()
+            .await
+            .unwrap();
+        if response.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a freed slot never served again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Defect 13 of issue 9: rejections by the framework (body limit, bad percent-escape, bad JSON, unknown
+/// route, wrong method) used to be plain text or empty; every error answer is now `{"error": …}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_answer_is_json_even_framework_rejections() {
+    let app = spawn_app_with(|config| config.max_body_bytes = 1024).await;
+    let client = &app.client;
+    let url = |path: &str| format!("{}{path}", app.address);
+    let big = format!("[{}]", vec!["{}"; 600].join(","));
+    let requests = vec![
+        (
+            "oversize ingest",
+            client
+                .post(url("/v1/events"))
+                .header("content-type", "application/json")
+                .body(big.clone()),
+            413,
+        ),
+        (
+            "oversize catalogue",
+            client
+                .put(url("/v1/products/p1"))
+                .header("content-type", "application/json")
+                .body(big.clone()),
+            413,
+        ),
+        (
+            "oversize ranker",
+            client.put(url("/v1/admin/rankers/popular")).body(big.clone()),
+            413,
+        ),
+        (
+            "oversize entry",
+            client.post(url("/v1/queues/sale/entries")).body(big),
+            413,
+        ),
+        (
+            "bad percent escape",
+            client.get(url("/v1/categories/%FF/top")),
+            400,
+        ),
+        (
+            "bad percent escape in a product",
+            client.get(url("/v1/products/%C3%28/rank")),
+            400,
+        ),
+        (
+            "bad JSON catalogue",
+            client
+                .put(url("/v1/products/p1"))
+                .header("content-type", "application/json")
+                .body("{nope"),
+            400,
+        ),
+        (
+            "wrong type catalogue",
+            client
+                .put(url("/v1/products/p1"))
+                .header("content-type", "application/json")
+                .body("[1]"),
+            400,
+        ),
+        (
+            "bad JSON ingest",
+            client
+                .post(url("/v1/events"))
+                .header("content-type", "application/json")
+                .body("{nope"),
+            400,
+        ),
+        (
+            "bad JSON ranker",
+            client.put(url("/v1/admin/rankers/popular")).body("{nope"),
+            400,
+        ),
+        (
+            "bad JSON entry",
+            client.post(url("/v1/queues/sale/entries")).body("{nope"),
+            400,
+        ),
+        (
+            "bad JSON claim",
+            client.post(url("/v1/queues/sale/tokens/claim")).body("{nope"),
+            400,
+        ),
+        ("unknown route", client.get(url("/v1/nope")), 404),
+        ("wrong method", client.delete(url("/healthz")), 405),
+        ("wrong method on ingest", client.get(url("/v1/events")), 405),
+    ];
+    for (what, request, status) in requests {
+        let response = request.send().await.unwrap();
+        let got = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string());
+        let text = response.text().await.unwrap();
+        assert_eq!(got, status, "{what}: {text}");
+        assert_eq!(
+            content_type.as_deref(),
+            Some("application/json"),
+            "{what}: {text}"
+        );
+        let body: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("{what}: not JSON: {text}"));
+        let error = body["error"].as_str().unwrap_or_else(|| panic!("{what}: {text}"));
+        assert!(!error.is_empty(), "{what}");
+        if status == 405 {
+            assert!(
+                error.contains("GET"),
+                "{what}: a 405 names the allowed methods: {error}"
+            );
+        }
+    }
+}
+
+/// A URL with a password, for the secret tests.
+const REDIS_WITH_PASSWORD: &str = "redis://:s3cret@127.0.0.1:1";
+const POSTGRES_WITH_PASSWORD: &str = "postgres://u:s3cret@127.0.0.1:1/x";
+
+fn rankgate() -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rankgate"));
+    command.env_remove("RANKGATE_LOG");
+    command
+}
+
+/// Defect 9 of issue 9: `serve --help` printed `RANKGATE_REDIS=redis://:password@…`.
+#[test]
+fn serve_help_does_not_show_secret_env_values() {
+    let output = rankgate()
+        .args(["serve", "--help"])
+        .env("RANKGATE_REDIS", REDIS_WITH_PASSWORD)
+        .env("RANKGATE_STREAM", format!("{REDIS_WITH_PASSWORD}/events"))
+        .env("RANKGATE_DATABASE", POSTGRES_WITH_PASSWORD)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(text.contains("RANKGATE_REDIS"), "{text}");
+    assert!(!text.contains("s3cret"), "{text}");
+}
+
+/// Defect 9 of issue 9: a failed connect quoted the URL, password included, in its error.
+#[test]
+fn a_failed_connect_does_not_show_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let stream = format!("{REDIS_WITH_PASSWORD}/events");
+    let runs: [&[&str]; 4] = [
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir,
+            "--redis",
+            REDIS_WITH_PASSWORD,
+        ],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir,
+            "--database",
+            POSTGRES_WITH_PASSWORD,
+        ],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir,
+            "--stream",
+            &stream,
+        ],
+        &["migrate", "--database", POSTGRES_WITH_PASSWORD],
+    ];
+    for args in runs {
+        let output = rankgate().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        assert!(
+            !output.status.success(),
+            "{args:?} cannot connect: {stdout}{stderr}"
+        );
+        assert!(stderr.contains("error"), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("s3cret") && !stdout.contains("s3cret"),
+            "{args:?}: {stdout}{stderr}"
+        );
+    }
+}
