@@ -28,9 +28,19 @@ fuzz_target!(|data: &[u8]| {
     let Ok(config) = Config::load(&overrides) else {
         return;
     };
-    assert!(config.event_retention_millis >= config.max_lateness_millis, "{config:?}");
-    assert!(config.max_lateness_millis >= 0, "negative lateness accepted: {}", config.max_lateness_millis);
+    assert!(
+        config.event_retention_millis >= config.max_lateness_millis,
+        "{config:?}"
+    );
+    assert!(
+        config.max_lateness_millis >= 0,
+        "negative lateness accepted: {}",
+        config.max_lateness_millis
+    );
     assert!(config.metric_retention_millis >= 0, "negative retention accepted");
-    assert!(config.max_future_millis >= 0, "negative max_future_seconds accepted");
+    assert!(
+        config.max_future_millis >= 0,
+        "negative max_future_seconds accepted"
+    );
     assert!(config.serving_grace_millis >= 1000);
 });

@@ -14,17 +14,28 @@ use rankgate_core::event::{split_body, BodyFormat, Event, ParseLimits};
 const NOW_MILLIS: i64 = 1_796_083_200_000;
 
 fn valid_id(id: &str) {
-    assert!((1..=128).contains(&id.len()), "accepted id of {} bytes: {id:?}", id.len());
+    assert!(
+        (1..=128).contains(&id.len()),
+        "accepted id of {} bytes: {id:?}",
+        id.len()
+    );
     // SPEC 1.1: an id holds no control characters. Event ids fail this until `EventId::parse` refuses them
     // (issue 9 defect 1, helper `ingest`/`durability`); product ids and categories already hold it.
-    assert!(!id.chars().any(char::is_control), "accepted id with a control character: {id:?}");
+    assert!(
+        !id.chars().any(char::is_control),
+        "accepted id with a control character: {id:?}"
+    );
 }
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, body)) = data.split_first() else {
         return;
     };
-    let format = if selector % 2 == 0 { BodyFormat::Json } else { BodyFormat::Ndjson };
+    let format = if selector % 2 == 0 {
+        BodyFormat::Json
+    } else {
+        BodyFormat::Ndjson
+    };
     let Ok(items) = split_body(body, format) else {
         return;
     };
@@ -42,7 +53,10 @@ fuzz_target!(|data: &[u8]| {
             assert!((1..=64).contains(&category.as_str().len()));
             assert_ne!(category.as_str(), "all");
         }
-        assert!(event.categories.windows(2).all(|pair| pair[0] < pair[1]), "categories not sorted unique");
+        assert!(
+            event.categories.windows(2).all(|pair| pair[0] < pair[1]),
+            "categories not sorted unique"
+        );
         assert!(event.ts_millis >= 0 && event.ts_millis <= NOW_MILLIS + limits.max_future_millis);
         assert_eq!(event.payment.is_some(), event.kind.is_payment());
 

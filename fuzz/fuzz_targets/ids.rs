@@ -24,10 +24,21 @@ where
         return;
     };
     assert_eq!(id.to_string(), raw, "an accepted id is not its input");
-    assert!((1..=max_bytes).contains(&raw.len()), "accepted {} bytes: {raw:?}", raw.len());
-    assert!(!raw.chars().any(char::is_control), "accepted a control character: {raw:?}");
+    assert!(
+        (1..=max_bytes).contains(&raw.len()),
+        "accepted {} bytes: {raw:?}",
+        raw.len()
+    );
+    assert!(
+        !raw.chars().any(char::is_control),
+        "accepted a control character: {raw:?}"
+    );
     assert_eq!(T::from_str(raw).ok().as_ref(), Some(&id));
-    assert_eq!(from_serde.as_ref(), Some(&id), "serde refuses {raw:?}, which parse accepts");
+    assert_eq!(
+        from_serde.as_ref(),
+        Some(&id),
+        "serde refuses {raw:?}, which parse accepts"
+    );
     assert_eq!(serde_json::to_string(&id).expect("an id serializes"), json);
 }
 
@@ -58,6 +69,10 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(queue) = QueueName::parse(raw) {
         assert_eq!(queue.as_str(), raw);
         assert!((1..=QueueName::MAX_BYTES).contains(&raw.len()));
-        assert!(raw.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b)), "{raw:?}");
+        assert!(
+            raw.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b)),
+            "{raw:?}"
+        );
     }
 });

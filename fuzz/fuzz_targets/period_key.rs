@@ -22,7 +22,12 @@ fn zones() -> &'static [Zone] {
     })
 }
 
-const KINDS: [PeriodKind; 4] = [PeriodKind::Hourly, PeriodKind::Daily, PeriodKind::Weekly, PeriodKind::Monthly];
+const KINDS: [PeriodKind; 4] = [
+    PeriodKind::Hourly,
+    PeriodKind::Daily,
+    PeriodKind::Weekly,
+    PeriodKind::Monthly,
+];
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, key)) = data.split_first() else {
@@ -36,7 +41,11 @@ fuzz_target!(|data: &[u8]| {
 
     if let Ok(hour) = parse_end_hour(key, zone) {
         let formatted = format_hour_key(hour, zone);
-        assert_eq!(parse_end_hour(&formatted, zone).ok(), Some(hour), "end hour {key:?} → {formatted:?}");
+        assert_eq!(
+            parse_end_hour(&formatted, zone).ok(),
+            Some(hour),
+            "end hour {key:?} → {formatted:?}"
+        );
     }
 
     let Ok(period) = PeriodKey::parse(kind, key) else {
@@ -50,13 +59,20 @@ fuzz_target!(|data: &[u8]| {
     let hours = period.hours(zone);
     assert!(hours.start <= hours.end, "{key}: hours run backwards in {zone}");
     if hours.start < hours.end {
-        assert_eq!(PeriodKey::containing(kind, hours.start, zone), period, "{key} in {zone}");
+        assert_eq!(
+            PeriodKey::containing(kind, hours.start, zone),
+            period,
+            "{key} in {zone}"
+        );
         let last = hours.end.plus(-1);
         assert_eq!(PeriodKey::containing(kind, last, zone), period, "{key} in {zone}");
     }
     let (next, prev) = (period.next(zone), period.prev(zone));
     assert_eq!((next.kind(), prev.kind()), (kind, kind));
-    assert!(next >= period && prev <= period, "{key}: next {next}, prev {prev} in {zone}");
+    assert!(
+        next >= period && prev <= period,
+        "{key}: next {next}, prev {prev} in {zone}"
+    );
     assert_eq!(PeriodKey::parse(kind, &next.to_string()), Ok(next));
     assert_eq!(PeriodKey::parse(kind, &prev.to_string()), Ok(prev));
 });

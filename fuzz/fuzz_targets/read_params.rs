@@ -73,16 +73,32 @@ fn harness() -> &'static Harness {
 }
 
 async fn send(router: &Router, request: Request<Body>) -> (StatusCode, Vec<u8>) {
-    let response = router.clone().oneshot(request).await.expect("the router is infallible");
+    let response = router
+        .clone()
+        .oneshot(request)
+        .await
+        .expect("the router is infallible");
     let status = response.status();
-    let body = response.into_body().collect().await.expect("a body").to_bytes().to_vec();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("a body")
+        .to_bytes()
+        .to_vec();
     (status, body)
 }
 
 /// Percent-encodes what may not appear raw in a URI path segment.
 fn path_segment(raw: &[u8]) -> String {
     raw.iter()
-        .map(|&b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .map(|&b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
         .collect()
 }
 
@@ -90,18 +106,35 @@ fn path_segment(raw: &[u8]) -> String {
 /// encodes the rest.
 fn query(raw: &[u8]) -> String {
     raw.iter()
-        .map(|&b| if b.is_ascii_graphic() && b != b'#' { (b as char).to_string() } else { format!("%{b:02X}") })
+        .map(|&b| {
+            if b.is_ascii_graphic() && b != b'#' {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
         .collect()
 }
 
 fn get(harness: &Harness, uri: &str) -> Option<(StatusCode, Value)> {
     let request = Request::get(uri).body(Body::empty()).ok()?;
     let (status, body) = harness.runtime.block_on(send(&harness.router, request));
-    assert!(!status.is_server_error(), "GET {uri} → {status}: {}", String::from_utf8_lossy(&body));
-    let value: Value = serde_json::from_slice(&body)
-        .unwrap_or_else(|_| panic!("GET {uri} → {status} with a non-JSON body: {}", String::from_utf8_lossy(&body)));
+    assert!(
+        !status.is_server_error(),
+        "GET {uri} → {status}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    let value: Value = serde_json::from_slice(&body).unwrap_or_else(|_| {
+        panic!(
+            "GET {uri} → {status} with a non-JSON body: {}",
+            String::from_utf8_lossy(&body)
+        )
+    });
     if !status.is_success() {
-        assert!(value["error"].is_string(), "GET {uri} → {status} without an error string: {value}");
+        assert!(
+            value["error"].is_string(),
+            "GET {uri} → {status} without an error string: {value}"
+        );
     }
     Some((status, value))
 }
@@ -131,12 +164,28 @@ fuzz_target!(|data: &[u8]| {
         (_, Value::String(window)) => ("window", window),
         _ => panic!("GET {uri} → 200 without period or window: {body}"),
     };
-    let at = body["at"].as_str().unwrap_or_else(|| panic!("GET {uri} → 200 without at: {body}"));
-    let mut again = format!("{path}?{name}={value}&at={at}&ranker={}", body["ranker"].as_str().unwrap_or("popular"));
+    let at = body["at"]
+        .as_str()
+        .unwrap_or_else(|| panic!("GET {uri} → 200 without at: {body}"));
+    let mut again = format!(
+        "{path}?{name}={value}&at={at}&ranker={}",
+        body["ranker"].as_str().unwrap_or("popular")
+    );
     if !top {
-        again.push_str(&format!("&category={}", path_segment(body["category"].as_str().unwrap_or("all").as_bytes())));
+        again.push_str(&format!(
+            "&category={}",
+            path_segment(body["category"].as_str().unwrap_or("all").as_bytes())
+        ));
     }
     let (status, echo) = get(harness, &again).expect("a valid URI");
-    assert_eq!(status, StatusCode::OK, "GET {uri} echoed a span that {again} refuses: {echo}");
-    assert_eq!((&echo[name], &echo["at"]), (&body[name], &body["at"]), "GET {again} after {uri}");
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "GET {uri} echoed a span that {again} refuses: {echo}"
+    );
+    assert_eq!(
+        (&echo[name], &echo["at"]),
+        (&body[name], &body["at"]),
+        "GET {again} after {uri}"
+    );
 });
