@@ -260,6 +260,14 @@ impl WaitingRoom {
         secret: TokenSecret,
     ) -> anyhow::Result<WaitingRoom> {
         config.default_settings()?;
+        anyhow::ensure!(
+            config.max_queues >= 1,
+            "[waiting_room] max_queues must be at least 1"
+        );
+        anyhow::ensure!(
+            config.forget_idle_queues_after_seconds >= 60,
+            "[waiting_room] forget_idle_queues_after_seconds must be at least 60"
+        );
         for gate in &config.gates {
             QueueName::parse(&gate.queue)
                 .map_err(|e| anyhow::anyhow!("[[gate]] queue {:?}: {e}", gate.queue))?;
