@@ -19,7 +19,7 @@ use super::service::{configured_token_secret, WaitingRoom};
 
 /// What a start on Redis without a token secret is told.
 pub(crate) const MISSING_SECRET: &str = "the waiting room on Redis needs a token secret shared by every \
-instance and kept out of Redis: set waiting_room.token_secret_file (or RANKGATE_TOKEN_SECRET_FILE) to a file \
+instance and kept out of Redis: set --token-secret-file (RANKGATE_TOKEN_SECRET_FILE, waiting_room.token_secret_file) to a file \
 outside the data directory holding 32 random bytes in URL-safe base64 (e.g. `openssl rand 32 | basenc \
 --base64url > /etc/rankgate/token-secret`), or waiting_room.token_secret (RANKGATE_TOKEN_SECRET) to that value";
 
