@@ -26,8 +26,10 @@ trap cleanup EXIT
 cat > "$WORK/rankgate.toml" <<TOML
 redis_prefix = "$PREFIX"
 TOML
+# --redis needs a token secret kept outside Redis and the data dir (32 random bytes, URL-safe base64).
+head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' > "$WORK/token-secret"
 "$BIN/rankgate" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data" --config "$WORK/rankgate.toml" \
-  --redis redis://127.0.0.1:6379 >"$WORK/serve.log" 2>&1 &
+  --token-secret-file "$WORK/token-secret" --redis redis://127.0.0.1:6379 >"$WORK/serve.log" 2>&1 &
 SERVER=$!
 URL="http://127.0.0.1:$PORT/v1/categories/cat0/top?window=7d&limit=50"
 for _ in $(seq 1 600); do

@@ -45,7 +45,14 @@ pub fn prometheus_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            // Series idle this long are dropped, so those of deleted and forgotten queues do not pile up
+            // (defect 4; see waiting_room::telemetry).
+            let recorder = PrometheusBuilder::new()
+                .idle_timeout(
+                    metrics_util::MetricKindMask::ALL,
+                    Some(waiting_room::SERIES_IDLE_TIMEOUT),
+                )
+                .build_recorder();
             let handle = recorder.handle();
             // Another recorder may already be installed (e.g. by an embedding test); keep serving ours.
             let _ = metrics::set_global_recorder(recorder);

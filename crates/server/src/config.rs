@@ -228,6 +228,12 @@ pub struct Overrides {
         value_delimiter = ','
     )]
     pub ingest_keys: Option<Vec<String>>,
+    /// Waiting-room token secret, 32 bytes in URL-safe base64 (never logged; prefer --token-secret-file)
+    #[arg(long, env = "RANKGATE_TOKEN_SECRET", hide_env_values = true)]
+    pub token_secret: Option<String>,
+    /// File holding the waiting-room token secret, outside the data directory; required with --redis
+    #[arg(long, env = "RANKGATE_TOKEN_SECRET_FILE")]
+    pub token_secret_file: Option<PathBuf>,
 }
 
 const HOUR_MILLIS: i64 = 3_600_000;
@@ -265,6 +271,11 @@ impl Config {
         );
         let mut waiting_room = file.waiting_room;
         waiting_room.gates.extend(file.gate);
+        // A secret from the command line or the environment replaces the file's, in whichever form.
+        if overrides.token_secret.is_some() || overrides.token_secret_file.is_some() {
+            waiting_room.token_secret = overrides.token_secret.clone();
+            waiting_room.token_secret_file = overrides.token_secret_file.clone();
+        }
         Ok(Config {
             listen: overrides
                 .listen

@@ -1055,3 +1055,271 @@ async fn client_hanging_up_mid_order_still_consumes_the_token_and_buys_one_order
         "the upstream took exactly one order"
     );
 }
+
+/// Defect 5: `PUT {"admitPerSecond":1000000,"tickMillis":3600000}` answered 200, and the next tick tried
+/// to prepare billions of tokens. Every setting is bounded, rate × tick above 100,000 members per tick is
+/// refused, and absurd JSON (negative, huge, floats for integers, duplicate keys) gets 400 naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_that_make_one_tick_enormous_are_refused_naming_the_field() {
+    let app = spawn_app(test_config()).await;
+    for (body, field) in [
+        (r#"{"admitPerSecond":1000000,"tickMillis":3600000}"#, "tickMillis"),
+        (
+            r#"{"admitPerSecond":1000000,"tickMillis":1000}"#,
+            "admitPerSecond",
+        ),
+        (r#"{"admitPerSecond":200000}"#, "admitPerSecond"),
+        (r#"{"tickMillis":-5}"#, "tickMillis"),
+        (r#"{"tickMillis":1000.5}"#, "tickMillis"),
+        (r#"{"tickMillis":1e3}"#, "tickMillis"),
+        (r#"{"tokenTtlSeconds":99999999999999999999}"#, "tokenTtlSeconds"),
+        (r#"{"claimTtlSeconds":86401}"#, "claimTtlSeconds"),
+        (r#"{"maxActive":18446744073709551615}"#, "maxActive"),
+        (r#"{"paused":true,"paused":false}"#, "paused"),
+    ] {
+        let response = app
+            .client
+            .put(format!("{}/v1/admin/queues/sale", app.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("put");
+        assert_eq!(response.status(), 400, "{body}");
+        let error: Value = response.json().await.expect("json error");
+        let message = error["error"].as_str().expect("the one error shape");
+        assert!(message.starts_with(field), "{body}: {message}");
+    }
+    let queues: Value = app.get_json("/v1/admin/queues").await;
+    assert_eq!(queues["queues"], json!([]), "a refused PUT creates nothing");
+    // A duplicate memberId is refused too, rather than one of the two being picked silently.
+    let response = app
+        .client
+        .post(format!("{}/v1/queues/sale/entries", app.base))
+        .header("content-type", "application/json")
+        .body(r#"{"memberId":"a","memberId":"b"}"#)
+        .send()
+        .await
+        .expect("enter");
+    assert_eq!(response.status(), 400);
+    // At the cap, a tick prepares only what it can use: min(per tick, waiting, room).
+    let response = app
+        .put_settings("sale", json!({ "admitPerSecond": 100000, "tickMillis": 1000 }))
+        .await;
+    assert_eq!(response.status(), 200);
+    for i in 0..3 {
+        app.enter("sale", &format!("m-{i}")).await;
+    }
+    let outcome = app.room.admit_queue_now(&queue_name("sale")).await.expect("tick");
+    assert_eq!(outcome.admitted.len(), 3);
+}
+
+/// Defect 4: the 1,001st new queue gets 429 naming `max_queues`; existing queues still take entries;
+/// admins list and delete queues (204, then 404), and deleting makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_after_max_queues_gets_429_and_admins_delete_queues() {
+    let app = spawn_app(test_config()).await;
+    for i in 0..1_000 {
+        app.enter(&format!("junk-{i:04}"), "m").await;
+    }
+    let response = app
+        .post("/v1/queues/one-too-many/entries", json!({ "memberId": "m" }))
+        .await;
+    assert_eq!(response.status(), 429);
+    let error: Value = response.json().await.expect("json error");
+    assert!(
+        error["error"].as_str().expect("error").starts_with("max_queues"),
+        "{error}"
+    );
+    app.enter("junk-0001", "someone-else").await;
+    let listed = app.get_json("/v1/admin/queues").await;
+    assert_eq!(listed["queues"].as_array().expect("list").len(), 1_000);
+    let delete = |queue: &'static str| {
+        let client = app.client.clone();
+        let url = format!("{}/v1/admin/queues/{queue}", app.base);
+        async move { client.delete(url).send().await.expect("delete").status() }
+    };
+    assert_eq!(delete("junk-0000").await, 204);
+    assert_eq!(delete("junk-0000").await, 404);
+    assert_eq!(delete("never-was").await, 404);
+    app.enter("one-too-many", "m").await;
+    assert_eq!(
+        app.position("junk-0000", "m").await["status"],
+        "NOT_ENTERED",
+        "its members went with it"
+    );
+}
+
+/// Defect 4: a thousand idle queues took idle CPU from 0.4% to 13% because every tick visited every
+/// queue (preparing tokens and committing). Now the workers ask the store once per round for the active
+/// queues and touch no idle one: counted through a store wrapper, not with a stopwatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_idle_queues_cost_no_store_calls_per_tick() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = ManualClock::new(START_MS);
+    let inner =
+        EmbeddedStore::open(dir.path(), Arc::new(clock.clone()), options_for_many_queues()).expect("open");
+    let counting = Arc::new(CountingStore {
+        inner: inner.clone(),
+        calls: AtomicUsize::new(0),
+    });
+    let room = Arc::new(
+        WaitingRoom::from_stores(
+            counting.clone(),
+            inner.clone(),
+            inner.clone(),
+            Arc::new(clock.clone()),
+            test_config(),
+            TokenSecret::generate().expect("rng"),
+        )
+        .expect("room"),
+    );
+    use rankgate_store::queue::QueueStore as _;
+    let m = rankgate_core::ids::MemberId::parse("m").unwrap();
+    for i in 0..1_000 {
+        let q = queue_name(&format!("idle-{i:04}"));
+        inner.enter(&q, &m).await.unwrap();
+        inner.leave(&q, &m).await.unwrap();
+    }
+    let busy = queue_name("busy");
+    inner.enter(&busy, &m).await.unwrap();
+    // The first round admits the one member of the one busy queue.
+    room.admit_due_queues().await.expect("tick");
+    for _ in 0..10 {
+        clock.advance(1_000);
+        counting.calls.store(0, Ordering::SeqCst);
+        let ticked = room.admit_due_queues().await.expect("tick");
+        room.expire_due_everywhere().await.expect("expiry");
+        room.publish_queue_gauges().await.expect("gauges");
+        // One active_queues() per worker, plus the busy queue's own calls (it holds a READY token).
+        let calls = counting.calls.load(Ordering::SeqCst);
+        assert!(
+            calls <= 3 + 6,
+            "{calls} store calls for one round over 1,001 queues"
+        );
+        assert!(ticked.iter().all(|(q, _)| *q == busy), "{ticked:?}");
+    }
+}
+
+/// Room for the thousand idle queues and the busy one.
+fn options_for_many_queues() -> EmbeddedOptions {
+    EmbeddedOptions {
+        max_queues: 2_000,
+        ..EmbeddedOptions::default()
+    }
+}
+
+fn queue_name(raw: &str) -> rankgate_core::queue::QueueName {
+    rankgate_core::queue::QueueName::parse(raw).unwrap()
+}
+
+/// A [`QueueStore`](rankgate_store::queue::QueueStore) that counts every call before passing it on.
+struct CountingStore {
+    inner: Arc<EmbeddedStore>,
+    calls: AtomicUsize,
+}
+
+mod counting {
+    use super::*;
+    use rankgate_core::ids::MemberId;
+    use rankgate_core::queue::{Digest, QueueName, QueueSettings, SettingsError, SettingsPatch};
+    use rankgate_store::queue::{
+        AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome,
+        LeaveOutcome, MemberView, QueueStats, QueueStore, ReleaseOutcome, StoreError, TokenCandidate,
+    };
+
+    macro_rules! counted {
+        ($self:ident, $call:expr) => {{
+            $self.calls.fetch_add(1, Ordering::SeqCst);
+            $call.await
+        }};
+    }
+
+    #[async_trait::async_trait]
+    impl QueueStore for CountingStore {
+        async fn enter(&self, q: &QueueName, m: &MemberId) -> Result<EnterOutcome, StoreError> {
+            counted!(self, self.inner.enter(q, m))
+        }
+        async fn position(&self, q: &QueueName, m: &MemberId) -> Result<MemberView, StoreError> {
+            counted!(self, self.inner.position(q, m))
+        }
+        async fn leave(&self, q: &QueueName, m: &MemberId) -> Result<LeaveOutcome, StoreError> {
+            counted!(self, self.inner.leave(q, m))
+        }
+        async fn admit(&self, q: &QueueName, t: Vec<TokenCandidate>) -> Result<AdmitOutcome, StoreError> {
+            counted!(self, self.inner.admit(q, t))
+        }
+        async fn expire_due(&self, q: &QueueName) -> Result<ExpiryOutcome, StoreError> {
+            counted!(self, self.inner.expire_due(q))
+        }
+        async fn claim(
+            &self,
+            q: &QueueName,
+            m: &MemberId,
+            t: &Digest,
+            c: &Digest,
+        ) -> Result<ClaimOutcome, StoreError> {
+            counted!(self, self.inner.claim(q, m, t, c))
+        }
+        async fn consume(
+            &self,
+            q: &QueueName,
+            m: &MemberId,
+            c: &Digest,
+        ) -> Result<ConsumeOutcome, StoreError> {
+            counted!(self, self.inner.consume(q, m, c))
+        }
+        async fn release(
+            &self,
+            q: &QueueName,
+            m: &MemberId,
+            c: &Digest,
+        ) -> Result<ReleaseOutcome, StoreError> {
+            counted!(self, self.inner.release(q, m, c))
+        }
+        async fn settings(&self, q: &QueueName) -> Result<Option<QueueSettings>, StoreError> {
+            counted!(self, self.inner.settings(q))
+        }
+        async fn update_settings(
+            &self,
+            q: &QueueName,
+            p: &SettingsPatch,
+        ) -> Result<Result<QueueSettings, SettingsError>, StoreError> {
+            counted!(self, self.inner.update_settings(q, p))
+        }
+        async fn stats(&self, q: &QueueName) -> Result<Option<QueueStats>, StoreError> {
+            counted!(self, self.inner.stats(q))
+        }
+        async fn queues(&self) -> Result<Vec<QueueName>, StoreError> {
+            counted!(self, self.inner.queues())
+        }
+        async fn active_queues(&self) -> Result<Vec<QueueName>, StoreError> {
+            counted!(self, self.inner.active_queues())
+        }
+        async fn admission_preview(&self, q: &QueueName) -> Result<Option<AdmissionPreview>, StoreError> {
+            counted!(self, self.inner.admission_preview(q))
+        }
+        async fn delete_queue(&self, q: &QueueName) -> Result<bool, StoreError> {
+            counted!(self, self.inner.delete_queue(q))
+        }
+        async fn forget_if_idle(&self, q: &QueueName, idle_ms: i64) -> Result<bool, StoreError> {
+            counted!(self, self.inner.forget_if_idle(q, idle_ms))
+        }
+        async fn ping(&self) -> Result<(), StoreError> {
+            counted!(self, self.inner.ping())
+        }
+    }
+}
+
+impl TestApp {
+    async fn get_json(&self, path: &str) -> Value {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("get");
+        assert_eq!(response.status(), 200, "{path}");
+        response.json().await.expect("json")
+    }
+}

@@ -29,6 +29,10 @@ pub struct ThroughputEstimator {
     pub last_step_ms: Option<i64>,
     /// Orders consumed since the last admission step.
     pub consumed_since_step: u64,
+    /// Members admitted by steps in the same millisecond as the last one (a tick admitted in several
+    /// bounded chunks): they count toward the next step's sample instead of being lost.
+    #[serde(default)]
+    pub admitted_since_step: u64,
     /// Admissions per second over the last minute: `(unix second, count)`, at most 60 entries.
     pub per_second: Vec<(i64, u64)>,
 }
@@ -56,16 +60,20 @@ impl ThroughputEstimator {
             self.per_second.retain(|(s, _)| *s > second - 60);
         }
         if let Some(last) = self.last_step_ms {
+            let admitted = self.admitted_since_step + admitted;
             if now_ms > last {
                 let elapsed = (now_ms - last) as f64;
                 if backlog {
                     self.admit_rate =
                         Some(fold(self.admit_rate, admitted as f64 * 1000.0 / elapsed, elapsed));
                 }
+                self.admitted_since_step = 0;
                 let consumed = self.consumed_since_step as f64 * 1000.0 / elapsed;
                 self.consume_rate = Some(fold(self.consume_rate, consumed, elapsed));
                 self.consumed_since_step = 0;
                 self.last_step_ms = Some(now_ms);
+            } else {
+                self.admitted_since_step = admitted;
             }
         } else {
             self.last_step_ms = Some(now_ms);
@@ -139,6 +147,24 @@ mod tests {
         let estimate = estimator.estimate_wait_seconds(999, &settings).unwrap();
         assert!((10..=11).contains(&estimate), "{estimate}");
         assert_eq!(estimator.admitted_last_minute(now - 1000), 6000);
+    }
+
+    /// A tick admitted in bounded chunks (several steps in one millisecond) measures the same rate as one
+    /// step that admitted the whole tick.
+    #[test]
+    fn a_tick_admitted_in_chunks_measures_the_whole_tick() {
+        let mut whole = ThroughputEstimator::default();
+        let mut chunked = ThroughputEstimator::default();
+        for second in 0..30 {
+            let now = second * 1000;
+            whole.record_admission_step(now, 3000, true);
+            for _ in 0..3 {
+                chunked.record_admission_step(now, 1000, true);
+            }
+        }
+        let (whole, chunked) = (whole.admit_rate.unwrap(), chunked.admit_rate.unwrap());
+        assert!((whole - 3000.0).abs() < 1.0, "{whole}");
+        assert!((chunked - whole).abs() < 1.0, "{chunked} vs {whole}");
     }
 
     #[test]

@@ -94,9 +94,11 @@ pub enum MemberState {
     Ready {
         /// The token.
         token: IssuedToken,
-        /// The last claim on this token that was released automatically, so a late consume for an order
-        /// that did commit is still honoured instead of letting the token buy a second order.
-        expired_claim: Option<Digest>,
+        /// The last claim on this token, ended unconsumed (released by the gate, or automatically after
+        /// `claim_ttl`). A late consume for it is still honoured, so an order that did commit after all
+        /// never lets the token buy a second one; a repeated release of it is a no-op. Any other claim id
+        /// is unknown to both (defect 15: release used to accept any id here while consume refused it).
+        ended_claim: Option<Digest>,
     },
     /// An order is in flight with this token.
     Claimed {
@@ -151,12 +153,10 @@ pub enum ClaimRejection {
 /// Why a consume was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ConsumeRejection {
-    /// No claim with this id holds the member's token.
+    /// No claim with this id holds, or last held, the member's token (also when the token was consumed
+    /// by a different claim: an id that is not the claim's is unknown, for consume and release alike).
     #[error("no such claim")]
     UnknownClaim,
-    /// The token was consumed by a different claim.
-    #[error("the entry token was consumed by another claim")]
-    ConsumedByAnotherClaim,
 }
 
 /// Why a release was refused.
@@ -226,7 +226,7 @@ impl MemberState {
         match self {
             MemberState::Waiting { .. } => Ok(MemberState::Ready {
                 token,
-                expired_claim: None,
+                ended_claim: None,
             }),
             other => Err(other.clone()),
         }
@@ -278,7 +278,7 @@ impl MemberState {
                 true,
             )),
             MemberState::Ready {
-                expired_claim: Some(expired),
+                ended_claim: Some(expired),
                 ..
             } if expired.matches(claim_digest) => Ok((
                 MemberState::Consumed {
@@ -287,19 +287,14 @@ impl MemberState {
                 },
                 true,
             )),
-            MemberState::Consumed { claim, .. } => {
-                if claim.matches(claim_digest) {
-                    Ok((self.clone(), false))
-                } else {
-                    Err(ConsumeRejection::ConsumedByAnotherClaim)
-                }
-            }
+            MemberState::Consumed { claim, .. } if claim.matches(claim_digest) => Ok((self.clone(), false)),
             _ => Err(ConsumeRejection::UnknownClaim),
         }
     }
 
     /// The order failed: CLAIMED goes back to READY if the token is still valid, else to NOT_ENTERED.
-    /// Releasing a claim that is no longer held is a no-op, so retries are safe.
+    /// Releasing the claim that last ended on a READY token again is a no-op, so retries are safe; any
+    /// other claim id is unknown, exactly as [`MemberState::consume`] sees it.
     pub fn release(
         &self,
         claim_digest: &Digest,
@@ -307,25 +302,29 @@ impl MemberState {
     ) -> Result<(MemberState, ReleasedTo), ReleaseRejection> {
         match self {
             MemberState::Claimed { token, claim } if claim.digest.matches(claim_digest) => {
-                Ok(Self::after_release(token, None, now_ms))
+                Ok(Self::after_release(token, Some(claim.digest), now_ms))
             }
-            MemberState::Claimed { .. } => Err(ReleaseRejection::UnknownClaim),
-            MemberState::Ready { .. } => Ok((self.clone(), ReleasedTo::AlreadyReleased)),
-            MemberState::Consumed { .. } => Err(ReleaseRejection::AlreadyConsumed),
-            MemberState::NotEntered | MemberState::Waiting { .. } => Err(ReleaseRejection::UnknownClaim),
+            MemberState::Ready {
+                ended_claim: Some(ended),
+                ..
+            } if ended.matches(claim_digest) => Ok((self.clone(), ReleasedTo::AlreadyReleased)),
+            MemberState::Consumed { claim, .. } if claim.matches(claim_digest) => {
+                Err(ReleaseRejection::AlreadyConsumed)
+            }
+            _ => Err(ReleaseRejection::UnknownClaim),
         }
     }
 
     fn after_release(
         token: &IssuedToken,
-        expired_claim: Option<Digest>,
+        ended_claim: Option<Digest>,
         now_ms: i64,
     ) -> (MemberState, ReleasedTo) {
         if token.is_valid_at(now_ms) {
             (
                 MemberState::Ready {
                     token: *token,
-                    expired_claim,
+                    ended_claim,
                 },
                 ReleasedTo::Ready,
             )
@@ -429,7 +428,7 @@ mod tests {
         );
         assert_eq!(
             consumed.consume(&digest(8), 21),
-            Err(ConsumeRejection::ConsumedByAnotherClaim)
+            Err(ConsumeRejection::UnknownClaim)
         );
         assert_eq!(
             consumed.claim(&digest(1), claim, 22),
@@ -487,7 +486,7 @@ mod tests {
     fn tokens_expire_and_leave_is_refused_only_in_flight() {
         let ready = MemberState::Ready {
             token: token(1, 100),
-            expired_claim: None,
+            ended_claim: None,
         };
         assert_eq!(ready.expire_token(99), None);
         assert_eq!(ready.expire_token(100), Some(MemberState::NotEntered));
@@ -500,6 +499,61 @@ mod tests {
             },
         };
         assert_eq!(claimed.leave(), Err(LeaveRejection::ClaimInFlight));
+    }
+
+    /// Defect 15: release answered 204 for any claim id while READY, where consume with the same id gave
+    /// 404. In every state, an id that is not the current (or last ended) claim is unknown to both.
+    #[test]
+    fn release_accepts_any_claim_id_while_ready_is_fixed_both_agree_in_every_state() {
+        let token = token(1, 1000);
+        let claim = Claim {
+            digest: digest(9),
+            expires_at_ms: 500,
+        };
+        let states = [
+            MemberState::NotEntered,
+            MemberState::Waiting { seq: 3 },
+            MemberState::Ready {
+                token,
+                ended_claim: None,
+            },
+            MemberState::Ready {
+                token,
+                ended_claim: Some(digest(9)),
+            },
+            MemberState::Claimed { token, claim },
+            MemberState::Consumed {
+                claim: digest(9),
+                at_ms: 10,
+            },
+        ];
+        for state in &states {
+            let stranger = digest(42);
+            assert_eq!(
+                state.release(&stranger, 10),
+                Err(ReleaseRejection::UnknownClaim),
+                "{state:?}"
+            );
+            assert_eq!(
+                state.consume(&stranger, 10),
+                Err(ConsumeRejection::UnknownClaim),
+                "{state:?}"
+            );
+            // The claim the state knows is known to both.
+            let known = digest(9);
+            let release_knows = state.release(&known, 10) != Err(ReleaseRejection::UnknownClaim);
+            let consume_knows = state.consume(&known, 10) != Err(ConsumeRejection::UnknownClaim);
+            assert_eq!(release_knows, consume_knows, "{state:?}");
+        }
+        // A released claim's retry is a no-op, not a 404.
+        let claimed = MemberState::Claimed { token, claim };
+        let (ready, to) = claimed.release(&digest(9), 10).unwrap();
+        assert_eq!(to, ReleasedTo::Ready);
+        assert_eq!(
+            ready.release(&digest(9), 11).unwrap().1,
+            ReleasedTo::AlreadyReleased
+        );
+        assert_eq!(ready.release(&digest(8), 11), Err(ReleaseRejection::UnknownClaim));
     }
 
     #[derive(Debug, Clone)]

@@ -58,8 +58,8 @@ pub enum SettingsError {
     /// `admitPerSecond` is not a finite number in (0, 1,000,000].
     #[error("admitPerSecond: must be a positive number of at most 1000000")]
     AdmitPerSecond,
-    /// `tickMillis` is outside 1..=3,600,000.
-    #[error("tickMillis: must be between 1 and 3600000")]
+    /// `tickMillis` is outside [`QueueSettings::TICK_MILLIS`].
+    #[error("tickMillis: must be a whole number of milliseconds between 10 and 60000")]
     TickMillis,
     /// `tokenTtlSeconds` is outside 1..=604,800 (a week).
     #[error("tokenTtlSeconds: must be between 1 and 604800")]
@@ -67,9 +67,16 @@ pub enum SettingsError {
     /// `claimTtlSeconds` is outside 1..=86,400 (a day).
     #[error("claimTtlSeconds: must be between 1 and 86400")]
     ClaimTtlSeconds,
-    /// `maxActive` is 0 (use `null` for no cap).
-    #[error("maxActive: must be at least 1, or null for no cap")]
+    /// `maxActive` is 0 or above [`QueueSettings::MAX_ACTIVE_LIMIT`] (use `null` for no cap).
+    #[error("maxActive: must be between 1 and 10000000, or null for no cap")]
     MaxActive,
+    /// `admitPerSecond × tickMillis` would admit more than [`QueueSettings::MAX_MEMBERS_PER_TICK`] in one
+    /// tick: one tick's token preparation and pop would stall the service (defect 5).
+    #[error(
+        "admitPerSecond: admitPerSecond × tickMillis / 1000 must be at most 100000 members per tick; \
+         lower admitPerSecond or tickMillis"
+    )]
+    MembersPerTick,
 }
 
 impl SettingsError {
@@ -82,11 +89,28 @@ impl SettingsError {
             SettingsError::TokenTtlSeconds => "tokenTtlSeconds",
             SettingsError::ClaimTtlSeconds => "claimTtlSeconds",
             SettingsError::MaxActive => "maxActive",
+            SettingsError::MembersPerTick => "admitPerSecond",
         }
     }
 }
 
 impl QueueSettings {
+    /// The most members one tick may admit (SPEC 2.1): `admit_per_second × tick` above this is refused.
+    pub const MAX_MEMBERS_PER_TICK: u64 = 100_000;
+    /// Allowed `tickMillis`: the scheduler looks every 50 ms by default, so a shorter tick means nothing, and
+    /// a tick longer than a minute turns the rate into rare floods.
+    pub const TICK_MILLIS: std::ops::RangeInclusive<u64> = 10..=60_000;
+    /// Largest `maxActive`; a bigger cap is no cap (and must stay exact as a Lua number).
+    pub const MAX_ACTIVE_LIMIT: u64 = 10_000_000;
+
+    /// Members one tick admits at most: `admit_per_second × tick`, rounded up, at least one.
+    #[must_use]
+    pub fn members_per_tick(&self) -> u64 {
+        (self.admit_rate_milli().saturating_mul(self.tick_millis))
+            .div_ceil(1_000_000)
+            .max(1)
+    }
+
     /// Checks every rule of SPEC 2.1.
     pub fn validate(&self) -> Result<(), SettingsError> {
         if !(self.admit_per_second.is_finite() && self.admit_per_second > 0.0 && self.admit_per_second <= 1e6)
@@ -97,7 +121,7 @@ impl QueueSettings {
         if self.admit_rate_milli() == 0 {
             return Err(SettingsError::AdmitPerSecond);
         }
-        if !(1..=3_600_000).contains(&self.tick_millis) {
+        if !Self::TICK_MILLIS.contains(&self.tick_millis) {
             return Err(SettingsError::TickMillis);
         }
         if !(1..=604_800).contains(&self.token_ttl_seconds) {
@@ -106,8 +130,14 @@ impl QueueSettings {
         if !(1..=86_400).contains(&self.claim_ttl_seconds) {
             return Err(SettingsError::ClaimTtlSeconds);
         }
-        if self.max_active == Some(0) {
+        if self
+            .max_active
+            .is_some_and(|cap| cap == 0 || cap > Self::MAX_ACTIVE_LIMIT)
+        {
             return Err(SettingsError::MaxActive);
+        }
+        if self.members_per_tick() > Self::MAX_MEMBERS_PER_TICK {
+            return Err(SettingsError::MembersPerTick);
         }
         Ok(())
     }
@@ -241,12 +271,49 @@ mod tests {
             (r#"{"tokenTtlSeconds": 0}"#, "tokenTtlSeconds"),
             (r#"{"claimTtlSeconds": 0}"#, "claimTtlSeconds"),
             (r#"{"maxActive": 0}"#, "maxActive"),
+            (r#"{"maxActive": 10000001}"#, "maxActive"),
+            (r#"{"tickMillis": 3600000}"#, "tickMillis"),
+            (r#"{"tickMillis": 5}"#, "tickMillis"),
+            (r#"{"tokenTtlSeconds": 604801}"#, "tokenTtlSeconds"),
+            (r#"{"claimTtlSeconds": 86401}"#, "claimTtlSeconds"),
+            (r#"{"admitPerSecond": 1e7}"#, "admitPerSecond"),
         ] {
             let patch: SettingsPatch = serde_json::from_str(json).unwrap();
             let error = settings.apply(&patch).unwrap_err();
             assert_eq!(error.field(), field, "{json}");
             assert_eq!(settings, QueueSettings::default());
         }
+    }
+
+    /// Defect 5: `{"admitPerSecond":1000000,"tickMillis":3600000}` was accepted, and one tick then tried to
+    /// prepare 3.6 billion tokens. Rate × tick above 100,000 members is refused, naming the rate, whichever
+    /// of the two a patch changes; exactly 100,000 is allowed.
+    #[test]
+    fn a_rate_times_tick_above_100000_members_per_tick_is_refused() {
+        let mut settings = QueueSettings::default();
+        for json in [
+            r#"{"admitPerSecond": 1000000, "tickMillis": 60000}"#,
+            r#"{"admitPerSecond": 100001}"#,
+            r#"{"admitPerSecond": 2000, "tickMillis": 60000}"#,
+        ] {
+            let patch: SettingsPatch = serde_json::from_str(json).unwrap();
+            let error = settings.apply(&patch).unwrap_err();
+            assert_eq!(error, SettingsError::MembersPerTick, "{json}");
+            assert_eq!(error.field(), "admitPerSecond");
+            assert!(error.to_string().contains("100000 members per tick"), "{error}");
+            assert_eq!(
+                settings,
+                QueueSettings::default(),
+                "an invalid patch changes nothing"
+            );
+        }
+        let at_the_cap: SettingsPatch =
+            serde_json::from_str(r#"{"admitPerSecond": 100000, "tickMillis": 1000}"#).unwrap();
+        settings.apply(&at_the_cap).unwrap();
+        assert_eq!(settings.members_per_tick(), 100_000);
+        // With the rate at the cap, a longer tick is refused too.
+        let longer: SettingsPatch = serde_json::from_str(r#"{"tickMillis": 1001}"#).unwrap();
+        assert_eq!(settings.apply(&longer), Err(SettingsError::MembersPerTick));
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use rankgate_core::queue::{FailMode, SettingsPatch};
@@ -17,7 +18,7 @@ use crate::error::{ApiError, ApiResult};
 pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
     Router::new()
         .route("/v1/admin/queues", get(list))
-        .route("/v1/admin/queues/{queue}", get(show).put(update))
+        .route("/v1/admin/queues/{queue}", get(show).put(update).delete(remove))
         .with_state(room)
 }
 
@@ -95,6 +96,13 @@ async fn show(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -
         map.insert("measuredAdmitPerSecond".into(), json!(stats.measured_rate));
     }
     Ok(Json(body))
+}
+
+/// `DELETE /v1/admin/queues/{queue}`: 204, or 404 for a queue that does not exist.
+async fn remove(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -> ApiResult<StatusCode> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    room.delete_queue(&queue).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn list(State(room): State<Arc<WaitingRoom>>) -> ApiResult<Json<Value>> {

@@ -10,8 +10,11 @@
 //! fail_mode = "closed"         # or "open": the gate forwards unclaimed requests while the store is down
 //! poll_burst = 3               # polls allowed per `poll_burst × polling interval` window before 429
 //! consumed_memory_seconds = 3600
-//! # token_secret = "<43 chars of URL-safe base64>"  # share between instances; else generated in the data dir
+//! # token_secret_file = "/etc/rankgate/token-secret"  # 43 chars of URL-safe base64 (32 bytes); required
+//! # token_secret = "<43 chars of URL-safe base64>"     # with --redis (one of the two); outside the data dir
 //! fsync_every_commit = false   # true: survive power loss, not just a process restart
+//! max_queues = 1000            # queues first entries may create; beyond, an entry into a new queue gets 429
+//! forget_idle_queues_after_seconds = 3600  # auto-created queues idle this long are forgotten
 //!
 //! [[gate]]
 //! queue = "summer-sale"
@@ -24,8 +27,9 @@
 use rankgate_core::queue::{FailMode, QueueSettings};
 use serde::Deserialize;
 
-/// Settings from the config file: `[waiting_room]` defaults and `[[gate]]` routes.
-#[derive(Debug, Clone, Deserialize)]
+/// Settings from the config file: `[waiting_room]` defaults and `[[gate]]` routes. `Debug` never shows
+/// the token secret.
+#[derive(Clone, Deserialize)]
 #[serde(default)]
 pub struct WaitingRoomConfig {
     /// Default `admit_per_second` of new queues.
@@ -45,15 +49,38 @@ pub struct WaitingRoomConfig {
     pub poll_burst: u32,
     /// How long a consumed member is reported with `lastOutcome: CONSUMED` (s).
     pub consumed_memory_seconds: u64,
-    /// Token secret (URL-safe base64 of 32 bytes). Instances sharing a store must share it; when absent
-    /// the embedded backend generates one in `<data_dir>/queue.secret`.
+    /// Token secret (URL-safe base64 of 32 bytes). Instances sharing a store must share it; when neither
+    /// this nor `token_secret_file` is given, the embedded backend generates one in
+    /// `<data_dir>/queue.secret`, and the Redis backend refuses to start (SPEC 2.3). Never printed.
     pub token_secret: Option<String>,
+    /// A file holding the token secret (URL-safe base64 of 32 bytes, surrounding whitespace ignored); keep
+    /// it outside the data directory and out of backups of the store.
+    pub token_secret_file: Option<std::path::PathBuf>,
+    /// Most queues that first entries may create (SPEC 2.1); beyond, an entry into a new queue gets 429.
+    /// An admin PUT may create queues beyond it.
+    pub max_queues: usize,
+    /// Queues created by an entry (never PUT by an admin) that stay empty (nobody waiting, READY, CLAIMED
+    /// or remembered as consumed) and untouched this long are forgotten (s).
+    pub forget_idle_queues_after_seconds: u64,
     /// Fsync every commit of the embedded queue database.
     pub fsync_every_commit: bool,
     /// How often the scheduler checks whether a queue's tick is due (ms).
     pub scheduler_poll_millis: u64,
     /// Reverse-proxy gates (the top-level `[[gate]]` tables).
     pub gates: Vec<GateConfig>,
+}
+
+impl std::fmt::Debug for WaitingRoomConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitingRoomConfig")
+            .field("admit_per_second", &self.admit_per_second)
+            .field("tick_millis", &self.tick_millis)
+            .field("max_queues", &self.max_queues)
+            .field("token_secret", &self.token_secret.as_ref().map(|_| "(hidden)"))
+            .field("token_secret_file", &self.token_secret_file)
+            .field("gates", &self.gates.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for WaitingRoomConfig {
@@ -69,6 +96,9 @@ impl Default for WaitingRoomConfig {
             poll_burst: 3,
             consumed_memory_seconds: 3600,
             token_secret: None,
+            token_secret_file: None,
+            max_queues: rankgate_store::queue::DEFAULT_MAX_QUEUES,
+            forget_idle_queues_after_seconds: 3600,
             fsync_every_commit: false,
             scheduler_poll_millis: 50,
             gates: Vec::new(),

@@ -26,13 +26,48 @@ pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
         .with_state(room)
 }
 
-/// Parses a JSON object body.
+/// Parses a JSON object body. A key given twice is refused, naming it: which of two `memberId`s or two
+/// `admitPerSecond`s was meant cannot be guessed, and serde_json would silently keep the last.
 pub(crate) fn json_object(body: &Bytes) -> ApiResult<serde_json::Map<String, Value>> {
     match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(map)) => Ok(map),
+        Ok(Value::Object(map)) => {
+            if let Some(key) = duplicate_top_level_key(body) {
+                return Err(ApiError::bad_field(
+                    &key,
+                    "given twice in the body; give each field once",
+                ));
+            }
+            Ok(map)
+        }
         Ok(_) => Err(ApiError::BadRequest("body: must be a JSON object".into())),
         Err(e) => Err(ApiError::BadRequest(format!("body: invalid JSON ({e})"))),
     }
+}
+
+/// The first key that appears twice at the top level of a JSON object (the body is known to be valid
+/// JSON). Reads the keys only; values are skipped with `IgnoredAny`.
+fn duplicate_top_level_key(body: &[u8]) -> Option<String> {
+    struct Keys(Option<String>);
+    impl<'de> serde::de::Visitor<'de> for &mut Keys {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                if !seen.insert(key.to_string()) && self.0.is_none() {
+                    self.0 = Some(key.into_owned());
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut keys = Keys(None);
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    serde::Deserializer::deserialize_map(&mut deserializer, &mut keys).ok()?;
+    keys.0
 }
 
 /// A required string field; `missing` builds the error when it is absent (400 or 401 by endpoint).

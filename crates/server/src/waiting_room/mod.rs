@@ -31,6 +31,7 @@ use std::sync::Arc;
 pub use self::config::{GateConfig, GateRoute, WaitingRoomConfig};
 pub use self::demo::{run_flash_sale_demo, FlashSaleReport};
 pub use self::service::{ClaimGranted, Position, WaitingRoom};
+pub use self::telemetry::SERIES_IDLE_TIMEOUT;
 
 /// `/v1/queues/...`: member endpoints (SPEC 2.2) and the token service (SPEC 2.4).
 pub fn member_routes(room: Arc<WaitingRoom>) -> axum::Router {

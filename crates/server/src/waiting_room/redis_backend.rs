@@ -3,37 +3,25 @@
 //!
 //! Scripts read Redis `TIME`, so instances agree on order and expiry whatever their own clocks say; the
 //! room's `clock` still paces this instance's scheduler loop. Every instance must derive the same entry
-//! tokens, so they need the same token secret: `token_secret` from the config when given (recommended:
-//! then a Redis dump holds only nonces and token hashes and can forge nothing); otherwise the first
-//! instance generates one and stores it in Redis with `SET NX`, and every instance reads back that one.
+//! tokens, so they need the same token secret, and it must not live in Redis (SPEC 2.3: a dump would then
+//! yield every live token; defect 7 found it there, under `{rg}:token-secret`). So `token_secret` or
+//! `token_secret_file` is required here and a start without one fails, saying what to set. Redis holds
+//! only nonces and token hashes and can forge nothing.
 
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
 use rankgate_store::clock::Clock;
 use rankgate_store::queue::redis::{RedisOptions, RedisStore, RedisTime};
-use rankgate_store::queue::token::TokenSecret;
 
 use super::config::WaitingRoomConfig;
-use super::service::WaitingRoom;
+use super::service::{configured_token_secret, WaitingRoom};
 
-/// Name of the shared secret in Redis (`<prefix>{rg}:token-secret`).
-const SHARED_SECRET: &str = "token-secret";
-
-fn configured_secret(config: &WaitingRoomConfig) -> anyhow::Result<Option<TokenSecret>> {
-    let Some(encoded) = &config.token_secret else {
-        return Ok(None);
-    };
-    let bytes = URL_SAFE_NO_PAD
-        .decode(encoded.trim())
-        .context("waiting_room.token_secret: not URL-safe base64")?;
-    let bytes: [u8; 32] = bytes
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("waiting_room.token_secret: must be 32 bytes"))?;
-    Ok(Some(TokenSecret::from_bytes(bytes)))
-}
+/// What a start on Redis without a token secret is told.
+pub(crate) const MISSING_SECRET: &str = "the waiting room on Redis needs a token secret shared by every \
+instance and kept out of Redis: set --token-secret-file (RANKGATE_TOKEN_SECRET_FILE, waiting_room.token_secret_file) to a file \
+outside the data directory holding 32 random bytes in URL-safe base64 (e.g. `openssl rand 32 | basenc \
+--base64url > /etc/rankgate/token-secret`), or waiting_room.token_secret (RANKGATE_TOKEN_SECRET) to that value";
 
 impl WaitingRoom {
     /// Opens the waiting room on Redis. `urls`: one URL for a standalone server (a cluster node is
@@ -69,11 +57,13 @@ impl WaitingRoom {
         clock: Arc<dyn Clock>,
         time: RedisTime,
     ) -> anyhow::Result<Arc<WaitingRoom>> {
+        let secret = configured_token_secret(&config)?.ok_or_else(|| anyhow::anyhow!(MISSING_SECRET))?;
         let options = RedisOptions {
             prefix: prefix.to_string(),
             default_settings: config.default_settings()?,
             consumed_memory_ms: config.consumed_memory_seconds as i64 * 1000,
             time,
+            max_queues: config.max_queues,
             ..RedisOptions::default()
         };
         let store = RedisStore::connect(urls, options)
@@ -86,25 +76,6 @@ impl WaitingRoom {
                     .collect();
                 format!("connecting to redis at {shown:?}")
             })?;
-        let secret = match configured_secret(&config)? {
-            Some(secret) => secret,
-            None => {
-                let candidate = TokenSecret::generate().context("reading the OS random number generator")?;
-                let shared = store
-                    .get_or_init_shared(SHARED_SECRET, &candidate.to_bytes())
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e}"))
-                    .context("agreeing on the token secret through redis")?;
-                let bytes: [u8; 32] = shared
-                    .try_into()
-                    .map_err(|_| anyhow::anyhow!("the token secret stored in redis is not 32 bytes"))?;
-                tracing::warn!(
-                    "waiting_room.token_secret is not configured: using a secret shared through redis; \
-                     configure one so a redis dump alone cannot forge entry tokens"
-                );
-                TokenSecret::from_bytes(bytes)
-            }
-        };
         let mut room =
             WaitingRoom::from_stores(store.clone(), store.clone(), store.clone(), clock, config, secret)?;
         room.redis = Some(store);
@@ -119,49 +90,91 @@ mod tests {
     use rankgate_core::queue::{MemberStatus, QueueName};
     use rankgate_store::clock::SystemClock;
 
-    /// Two instances opened on the same Redis without a configured secret agree on one secret: a token
-    /// admitted through one is shown identically by the other, and a member entered on one is seen by both.
+    /// A config with a fixed token secret, as every instance sharing a Redis must have.
+    pub(crate) fn config_with_secret() -> WaitingRoomConfig {
+        WaitingRoomConfig {
+            token_secret: Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into()),
+            ..WaitingRoomConfig::default()
+        }
+    }
+
+    /// Defect 7: with no configured secret the first instance wrote one into Redis (`{rg}:token-secret`),
+    /// so a Redis dump yielded every live token. Now a start on Redis without `token_secret` /
+    /// `token_secret_file` fails and says what to set, and nothing secret is written to Redis.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn token_secret_in_redis_is_gone_a_start_without_one_fails_clearly() {
+        let prefix = format!("rgtest:room-nokey:{}:", std::process::id());
+        let urls = vec!["redis://127.0.0.1:6379".to_string()];
+        let error = WaitingRoom::open_redis(
+            &urls,
+            &prefix,
+            WaitingRoomConfig::default(),
+            Arc::new(SystemClock),
+        )
+        .await
+        .expect_err("no secret, no start");
+        let message = format!("{error:#}");
+        assert!(message.contains("token_secret_file"), "{message}");
+        assert!(message.contains("RANKGATE_TOKEN_SECRET"), "{message}");
+        // With a secret it starts, and neither the start nor an admission writes a secret key.
+        let room = WaitingRoom::open_redis(&urls, &prefix, config_with_secret(), Arc::new(SystemClock))
+            .await
+            .expect("redis at 127.0.0.1:6379");
+        let q = QueueName::parse("sale").unwrap();
+        room.enter(&q, &MemberId::parse("m-1").unwrap()).await.unwrap();
+        room.admit_queue_now(&q).await.unwrap();
+        let mut connection = redis::Client::open(urls[0].as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        assert!(!keys.is_empty(), "the queue's keys are there");
+        assert!(
+            keys.iter().all(|key| !key[prefix.len()..].contains("secret")),
+            "no secret in redis: {keys:?}"
+        );
+        // A secret given both inline and as a file is refused rather than guessed at.
+        let both = WaitingRoomConfig {
+            token_secret_file: Some("/nonexistent".into()),
+            ..config_with_secret()
+        };
+        let error = WaitingRoom::open_redis(&urls, &prefix, both, Arc::new(SystemClock))
+            .await
+            .expect_err("ambiguous secret");
+        assert!(format!("{error:#}").contains("both set"), "{error:#}");
+        room.redis.clone().unwrap().purge_prefix().await.unwrap();
+    }
+
+    /// Two instances with the same configured secret share queue and tokens: a token admitted through one
+    /// is shown identically by the other.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_instances_on_one_redis_share_queue_and_tokens() {
         let prefix = format!("rgtest:room:{}:", std::process::id());
         let urls = vec!["redis://127.0.0.1:6379".to_string()];
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let a = WaitingRoom::open_redis(&urls, &prefix, WaitingRoomConfig::default(), Arc::clone(&clock))
+        let a = WaitingRoom::open_redis(&urls, &prefix, config_with_secret(), Arc::clone(&clock))
             .await
             .expect("redis at 127.0.0.1:6379");
-        let b = WaitingRoom::open_redis(&urls, &prefix, WaitingRoomConfig::default(), clock)
+        let b = WaitingRoom::open_redis(&urls, &prefix, config_with_secret(), clock)
             .await
             .unwrap();
         let q = QueueName::parse("shared").unwrap();
         let m = MemberId::parse("m-1").unwrap();
         a.enter(&q, &m).await.unwrap();
-        let secret = TokenSecret::generate().unwrap();
-        a.queues.admit(&q, vec![secret.prepare().unwrap()]).await.unwrap();
+        a.admit_queue_now(&q).await.unwrap();
         let (seen_by_a, _) = a.poll(&q, &m).await.unwrap();
-        let seen_by_b = b.queues.position(&q, &m).await.unwrap();
+        let (seen_by_b, _) = b.poll(&q, &m).await.unwrap();
         assert_eq!(seen_by_a.status, MemberStatus::Ready);
         assert_eq!(seen_by_b.status, MemberStatus::Ready);
-        let token_a = seen_by_a.entry_token.expect("a READY member is shown its token");
-        let (nonce, _) = seen_by_b.token.unwrap();
-        // Both rooms derived their secret from the one value stored in Redis.
-        let store = RedisStore::connect(
-            &urls,
-            RedisOptions {
-                prefix: prefix.clone(),
-                ..RedisOptions::default()
-            },
-        )
-        .await
-        .unwrap();
-        let shared: [u8; 32] = store
-            .get_or_init_shared(SHARED_SECRET, &[0u8; 32])
-            .await
-            .unwrap()
-            .try_into()
-            .unwrap();
-        assert_eq!(TokenSecret::from_bytes(shared).token_for(&nonce), token_a);
+        assert!(seen_by_a.entry_token.is_some());
+        assert_eq!(seen_by_a.entry_token, seen_by_b.entry_token);
         assert!(
-            store.purge_prefix().await.unwrap() > 0,
+            a.redis.clone().unwrap().purge_prefix().await.unwrap() > 0,
             "this test's keys are removed"
         );
     }
@@ -177,9 +190,17 @@ mod tests {
             poll_burst: 3,
             ..WaitingRoomConfig::default()
         };
-        let room = WaitingRoom::open_redis(&urls, &prefix, config, Arc::new(SystemClock))
-            .await
-            .expect("redis at 127.0.0.1:6379");
+        let room = WaitingRoom::open_redis(
+            &urls,
+            &prefix,
+            WaitingRoomConfig {
+                poll_burst: config.poll_burst,
+                ..config_with_secret()
+            },
+            Arc::new(SystemClock),
+        )
+        .await
+        .expect("redis at 127.0.0.1:6379");
         assert!(room.redis.is_some(), "the one-script poll is used");
         let q = QueueName::parse("sale").unwrap();
         let m = MemberId::parse("eager").unwrap();

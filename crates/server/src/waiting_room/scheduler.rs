@@ -1,4 +1,6 @@
-//! Background workers: the admission scheduler, token/claim expiry and queue gauges.
+//! Background workers: the admission scheduler, token/claim expiry, queue gauges and the janitor that
+//! forgets idle auto-created queues. The first three visit only active queues (somebody waiting or a
+//! token outstanding), found with one store call per round, so an idle queue costs nothing per tick.
 //!
 //! Every instance runs all of them. That is safe because each step is one atomic store operation and the
 //! admission budget lives in the store (limitation 3): four schedulers ticking together admit what one
@@ -17,6 +19,9 @@ use super::service::WaitingRoom;
 const EXPIRY_SWEEP_EVERY: Duration = Duration::from_millis(250);
 /// How often queue gauges are refreshed.
 const GAUGES_EVERY: Duration = Duration::from_secs(1);
+/// How often the janitor looks for idle auto-created queues to forget: O(queues) work, so once a minute
+/// rather than every tick.
+const JANITOR_EVERY: Duration = Duration::from_secs(60);
 
 impl WaitingRoom {
     /// Spawns the admission scheduler, the expiry sweeper and the gauge publisher; they stop when
@@ -41,9 +46,16 @@ impl WaitingRoom {
             spawn_loop(
                 "gauges",
                 Arc::clone(self),
-                shutdown,
+                shutdown.clone(),
                 GAUGES_EVERY,
                 |room| async move { room.publish_queue_gauges().await },
+            ),
+            spawn_loop(
+                "janitor",
+                Arc::clone(self),
+                shutdown,
+                JANITOR_EVERY,
+                |room| async move { room.forget_idle_queues().await.map(|_| ()) },
             ),
         ]
     }
@@ -70,7 +82,14 @@ where
                 () = shutdown.cancelled() => return,
                 _ = interval.tick() => {}
             }
-            match step(Arc::clone(&room)).await {
+            // A step is abandoned at shutdown rather than awaited: every store call in it is one atomic
+            // step, so dropping it between calls loses nothing, and SIGTERM is honoured at once even in
+            // the middle of a long admission tick (defect 5).
+            let result = tokio::select! {
+                () = shutdown.cancelled() => return,
+                result = step(Arc::clone(&room)) => result,
+            };
+            match result {
                 Ok(()) => {
                     if failing {
                         tracing::info!(worker = name, "waiting-room worker recovered");

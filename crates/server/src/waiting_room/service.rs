@@ -17,8 +17,8 @@ use rand::Rng as _;
 use rankgate_core::ids::MemberId;
 use rankgate_core::limiter::{RateDecision, RateLimit};
 use rankgate_core::queue::{
-    polling_interval_seconds, polling_tier_seconds, AdmissionBudget, ClaimRejection, ConsumeRejection,
-    FailMode, MemberStatus, QueueName, QueueSettings, ReleaseRejection, SettingsPatch,
+    polling_interval_seconds, polling_tier_seconds, ClaimRejection, ConsumeRejection, FailMode, MemberStatus,
+    QueueName, QueueSettings, ReleaseRejection, SettingsPatch,
 };
 use rankgate_store::clock::Clock;
 use rankgate_store::queue::embedded::{EmbeddedOptions, EmbeddedStore};
@@ -113,8 +113,22 @@ fn store_error(error: StoreError) -> ApiError {
             ApiError::Unavailable("the waiting room is unavailable; try again shortly".into())
         }
         StoreError::Corrupt(message) => ApiError::Internal(anyhow::anyhow!(message)),
+        StoreError::TooManyQueues { max_queues } => ApiError::TooManyRequests {
+            message: format!(
+                "max_queues: this waiting room already has {max_queues} queues, the most an entry may \
+                 create; enter an existing queue, or ask an admin to configure this one (PUT \
+                 /v1/admin/queues/{{queue}}) or delete an unused one"
+            ),
+            retry_after_secs: 60,
+            headers: Vec::new(),
+        },
     }
 }
+
+/// Most tokens one admission call is offered: each call is one bounded store step (one script on Redis,
+/// one lock hold in the embedded store), so a tick of 100,000 admissions is a hundred short steps with
+/// everyone else's requests served in between, and a shutdown is honoured between them.
+const ADMIT_CHUNK: u64 = 1_000;
 
 /// RFC 3339 for a store-clock millisecond.
 pub(crate) fn rfc3339(ms: i64) -> String {
@@ -123,17 +137,61 @@ pub(crate) fn rfc3339(ms: i64) -> String {
         .unwrap_or_default()
 }
 
+/// The token secret the config gives (`token_secret` or `token_secret_file`), if any. Errors name the
+/// setting and never show the secret.
+pub(crate) fn configured_token_secret(config: &WaitingRoomConfig) -> anyhow::Result<Option<TokenSecret>> {
+    let (encoded, source) = match (&config.token_secret, &config.token_secret_file) {
+        (Some(_), Some(_)) => anyhow::bail!(
+            "waiting_room.token_secret and waiting_room.token_secret_file are both set; keep one"
+        ),
+        (Some(inline), None) => (inline.clone(), "waiting_room.token_secret".to_string()),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("waiting_room.token_secret_file: reading {}", path.display()))?;
+            (
+                text,
+                format!("waiting_room.token_secret_file ({})", path.display()),
+            )
+        }
+        (None, None) => return Ok(None),
+    };
+    let bytes = URL_SAFE_NO_PAD
+        .decode(encoded.trim().trim_end_matches('='))
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "{source}: not URL-safe base64 (make one with `openssl rand 32 | basenc --base64url`)"
+            )
+        })?;
+    let bytes: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("{source}: must decode to exactly 32 bytes"))?;
+    Ok(Some(TokenSecret::from_bytes(bytes)))
+}
+
+/// The embedded backend's secret: the configured one, else `<data_dir>/queue.secret` (generated on the
+/// first start, so a single instance starts with no configuration). That file sits next to the store it
+/// protects, so a backup of the data directory holds both (SPEC 2.3): a warning says so at every start.
 fn load_or_create_secret(config: &WaitingRoomConfig, data_dir: &Path) -> anyhow::Result<TokenSecret> {
-    if let Some(encoded) = &config.token_secret {
-        let bytes = URL_SAFE_NO_PAD
-            .decode(encoded.trim())
-            .context("waiting_room.token_secret: not URL-safe base64")?;
-        let bytes: [u8; 32] = bytes
-            .try_into()
-            .map_err(|_| anyhow::anyhow!("waiting_room.token_secret: must be 32 bytes"))?;
-        return Ok(TokenSecret::from_bytes(bytes));
+    if let Some(secret) = configured_token_secret(config)? {
+        if let Some(path) = &config.token_secret_file {
+            if let (Ok(file), Ok(dir)) = (path.canonicalize(), data_dir.canonicalize()) {
+                if file.starts_with(&dir) {
+                    tracing::warn!(
+                        file = %path.display(),
+                        "waiting_room.token_secret_file is inside the data directory: a backup of the \
+                         data directory then holds the secret with the tokens it protects; move it out"
+                    );
+                }
+            }
+        }
+        return Ok(secret);
     }
     let path = data_dir.join("queue.secret");
+    tracing::warn!(
+        file = %path.display(),
+        "waiting_room.token_secret_file is not set: entry tokens are derived from a secret kept in the data \
+         directory, next to the queue store; set token_secret_file to a file outside it for production"
+    );
     if let Ok(existing) = std::fs::read(&path) {
         let bytes: [u8; 32] = existing
             .try_into()
@@ -175,6 +233,7 @@ impl WaitingRoom {
             default_settings: config.default_settings()?,
             consumed_memory_ms: config.consumed_memory_seconds as i64 * 1000,
             fsync_every_commit: config.fsync_every_commit,
+            max_queues: config.max_queues,
         };
         let secret = load_or_create_secret(&config, data_dir)?;
         let dir = data_dir.to_path_buf();
@@ -201,6 +260,14 @@ impl WaitingRoom {
         secret: TokenSecret,
     ) -> anyhow::Result<WaitingRoom> {
         config.default_settings()?;
+        anyhow::ensure!(
+            config.max_queues >= 1,
+            "[waiting_room] max_queues must be at least 1"
+        );
+        anyhow::ensure!(
+            config.forget_idle_queues_after_seconds >= 60,
+            "[waiting_room] forget_idle_queues_after_seconds must be at least 60"
+        );
         for gate in &config.gates {
             QueueName::parse(&gate.queue)
                 .map_err(|e| anyhow::anyhow!("[[gate]] queue {:?}: {e}", gate.queue))?;
@@ -401,7 +468,6 @@ impl WaitingRoom {
             ConsumeOutcome::Rejected(ConsumeRejection::UnknownClaim) => Err(ApiError::NotFound(
                 "claimId: no such claim for this member".into(),
             )),
-            ConsumeOutcome::Rejected(rejection) => Err(ApiError::Conflict(rejection.to_string())),
         }
     }
 
@@ -474,15 +540,17 @@ impl WaitingRoom {
         self.fail_modes.lock().insert(queue.clone(), mode);
     }
 
-    /// One admission step for `queue` now, whether or not its tick is due. Prepares a full tick's worth of
-    /// tokens; the store uses as many as the global budget allows.
+    /// One admission tick for `queue` now, whether or not its tick is due. Prepares only the tokens the
+    /// step can use, `min(per tick, waiting, room under max_active)` (defect 5: it used to prepare a full
+    /// tick's worth, 3.6 billion for a rate of 1,000,000/s and a one-hour tick), and hands them to the
+    /// store in chunks of [`ADMIT_CHUNK`]. A queue with nobody waiting and no token outstanding is left
+    /// alone (defect 4).
     pub async fn admit_queue_now(&self, queue: &QueueName) -> anyhow::Result<AdmitOutcome> {
-        let settings = match self.queues.settings(queue).await? {
-            Some(settings) => settings,
-            None => return Ok(AdmitOutcome::default()),
+        let Some(preview) = self.queues.admission_preview(queue).await? else {
+            return Ok(AdmitOutcome::default());
         };
-        self.remember_fail_mode(queue, settings.fail_mode);
-        if settings.paused {
+        self.remember_fail_mode(queue, preview.settings.fail_mode);
+        if preview.settings.paused {
             // Still expire: a paused queue's tokens and claims keep their lifetimes.
             let expired = self.queues.expire_due(queue).await?;
             telemetry::token_event(queue, "expired", expired.tokens_expired);
@@ -490,29 +558,66 @@ impl WaitingRoom {
             return Ok(AdmitOutcome {
                 tokens_expired: expired.tokens_expired,
                 claims_expired: expired.claims_expired,
+                waiting: preview.waiting,
+                outstanding: preview.outstanding,
                 ..AdmitOutcome::default()
             });
         }
-        let per_tick = (AdmissionBudget::capacity_micro(&settings) as u64).div_ceil(1_000_000) as usize;
-        let mut tokens = Vec::with_capacity(per_tick);
-        for _ in 0..per_tick {
-            tokens.push(
-                self.secret
-                    .prepare()
-                    .context("reading the OS random number generator")?,
-            );
-        }
         let started = std::time::Instant::now();
-        let outcome = self.queues.admit(queue, tokens).await?;
-        telemetry::admission_step(queue, &outcome, started.elapsed());
-        Ok(outcome)
+        let mut remaining = preview.tokens_needed();
+        let mut total = AdmitOutcome::default();
+        loop {
+            let offered = remaining.min(ADMIT_CHUNK);
+            let tokens = self.prepare_tokens(offered as usize).await?;
+            let step = self.queues.admit(queue, tokens).await?;
+            let admitted = step.admitted.len() as u64;
+            total.admitted.extend(step.admitted);
+            total.tokens_expired += step.tokens_expired;
+            total.claims_expired += step.claims_expired;
+            total.waiting = step.waiting;
+            total.outstanding = step.outstanding;
+            remaining = remaining.saturating_sub(admitted);
+            // Fewer admitted than offered: the budget, the room or the line is spent for this tick.
+            if remaining == 0 || admitted < offered {
+                break;
+            }
+        }
+        telemetry::admission_step(queue, &total, started.elapsed());
+        Ok(total)
     }
 
-    /// Runs the tick of every queue whose tick is due on this instance (store clock); returns what each did.
+    /// `count` fresh tokens. A large batch is made on a blocking thread: thousands of HMACs would hold an
+    /// async worker for milliseconds.
+    async fn prepare_tokens(
+        &self,
+        count: usize,
+    ) -> anyhow::Result<Vec<rankgate_store::queue::TokenCandidate>> {
+        let secret = self.secret.clone();
+        let prepare = move || -> anyhow::Result<Vec<_>> {
+            (0..count)
+                .map(|_| secret.prepare().context("reading the OS random number generator"))
+                .collect()
+        };
+        if count <= 64 {
+            return prepare();
+        }
+        tokio::task::spawn_blocking(prepare)
+            .await
+            .context("preparing entry tokens")?
+    }
+
+    /// Runs the tick of every active queue whose tick is due on this instance (store clock); returns what
+    /// each did. Only queues with somebody waiting or a token outstanding are visited, found in one store
+    /// call, so a thousand idle queues cost one call per round, not a thousand.
     pub async fn admit_due_queues(&self) -> anyhow::Result<Vec<(QueueName, AdmitOutcome)>> {
         let now = self.clock.now_millis();
         let mut done = Vec::new();
-        for queue in self.queues.queues().await? {
+        let active = self.queues.active_queues().await?;
+        // Forget the tick times of queues that went idle, so this map stays as small as the active set.
+        self.next_tick_ms
+            .lock()
+            .retain(|queue, _| active.binary_search(queue).is_ok());
+        for queue in active {
             let due = self
                 .next_tick_ms
                 .lock()
@@ -521,21 +626,26 @@ impl WaitingRoom {
             if !due {
                 continue;
             }
-            let outcome = self.admit_queue_now(&queue).await?;
             let tick = self
                 .queues
                 .settings(&queue)
                 .await?
                 .map_or(1000, |s| s.tick_millis as i64);
+            let outcome = self.admit_queue_now(&queue).await?;
+            if outcome.waiting == 0 && outcome.outstanding == 0 {
+                // Idle now: the store took it out of the active set; its gauges read 0 from here.
+                telemetry::queue_gone(&queue);
+            }
             self.next_tick_ms.lock().insert(queue.clone(), now + tick);
             done.push((queue, outcome));
         }
         Ok(done)
     }
 
-    /// Expires due tokens and claims in every queue.
+    /// Expires due tokens and claims in every active queue (an idle queue has nothing to expire but
+    /// remembered consumed members, which the janitor forgets).
     pub async fn expire_due_everywhere(&self) -> anyhow::Result<()> {
-        for queue in self.queues.queues().await? {
+        for queue in self.queues.active_queues().await? {
             let expired = self.queues.expire_due(&queue).await?;
             telemetry::token_event(&queue, "expired", expired.tokens_expired);
             telemetry::token_event(&queue, "claim_expired", expired.claims_expired);
@@ -543,10 +653,47 @@ impl WaitingRoom {
         Ok(())
     }
 
+    /// The janitor's round: forgets every auto-created queue idle for `forget_idle_queues_after_seconds`
+    /// (and, on Redis, puts any busy queue missing from the active set back). O(queues), but once a
+    /// minute, not every tick. Returns the queues forgotten.
+    pub async fn forget_idle_queues(&self) -> anyhow::Result<Vec<QueueName>> {
+        let idle_ms = self.config.forget_idle_queues_after_seconds as i64 * 1000;
+        let mut forgotten = Vec::new();
+        for queue in self.queues.queues().await? {
+            if self.queues.forget_if_idle(&queue, idle_ms).await? {
+                self.forget_local_state(&queue);
+                forgotten.push(queue);
+            }
+        }
+        if !forgotten.is_empty() {
+            tracing::info!(count = forgotten.len(), "forgot idle auto-created queues");
+        }
+        Ok(forgotten)
+    }
+
+    /// `DELETE /v1/admin/queues/{queue}`: the queue and everyone in it. 404 for an unknown queue.
+    pub async fn delete_queue(&self, queue: &QueueName) -> ApiResult<()> {
+        if !self.queues.delete_queue(queue).await.map_err(store_error)? {
+            return Err(ApiError::NotFound(format!("queue: {queue} does not exist")));
+        }
+        self.forget_local_state(queue);
+        tracing::info!(queue = %queue, "queue deleted by an admin");
+        Ok(())
+    }
+
+    /// Drops what this instance keeps about a queue that no longer exists (and zeroes its gauges).
+    fn forget_local_state(&self, queue: &QueueName) {
+        self.next_tick_ms.lock().remove(queue);
+        self.fail_modes.lock().remove(queue);
+        telemetry::queue_gone(queue);
+    }
+
     /// Publishes queue gauges (length, oldest wait, measured rate, ready, claimed) and, on Redis, how the
     /// hot path's calls were coalesced.
+    /// Only active queues are looked at (one stats call each); a queue that went idle keeps its last
+    /// values until the exporter drops series idle for a while (see `telemetry`).
     pub async fn publish_queue_gauges(&self) -> anyhow::Result<()> {
-        for queue in self.queues.queues().await? {
+        for queue in self.queues.active_queues().await? {
             if let Some(stats) = self.queues.stats(&queue).await? {
                 self.remember_fail_mode(&queue, stats.settings.fail_mode);
                 telemetry::queue_gauges(&queue, &stats);

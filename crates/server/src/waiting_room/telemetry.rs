@@ -13,10 +13,20 @@
 //! | `rankgate_queue_poll_limited_total` | counter (429s) | queue |
 //! | `rankgate_queue_admission_step_seconds` | histogram | queue |
 //! | `rankgate_queue_redis_script_calls_total`, `rankgate_queue_redis_requests_total` | counter (Redis backend: entries and polls coalesced into script calls) | lane = enter, poll |
+//!
+//! # Bounded series (defect 4)
+//! Series carry the queue's name, and anyone can name a queue, so the number of series is bounded three
+//! ways: at most `max_queues` queues exist at once; gauges are refreshed only for active queues (and
+//! zeroed when a queue goes idle, is deleted or forgotten); and the exporter drops every series not
+//! updated for [`SERIES_IDLE_TIMEOUT`], so the series of a queue that is gone disappear from `/metrics`
+//! (a rarely moving counter then restarts from 0 when it next moves, which Prometheus reads as a reset).
 
 use rankgate_core::queue::QueueName;
 use rankgate_store::queue::redis::Coalescing;
 use rankgate_store::queue::{AdmitOutcome, QueueStats};
+
+/// Series not updated for this long are dropped by the exporter (wired in `app::prometheus_handle`).
+pub const SERIES_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 pub(crate) fn entered(queue: &QueueName) {
     metrics::counter!("rankgate_queue_entered_total", "queue" => queue.to_string()).increment(1);
@@ -58,6 +68,20 @@ pub(crate) fn queue_gauges(queue: &QueueName, stats: &QueueStats) {
     metrics::gauge!("rankgate_queue_claimed", "queue" => name.clone()).set(stats.claimed as f64);
     metrics::gauge!("rankgate_queue_admitted_per_second", "queue" => name)
         .set(stats.measured_rate.unwrap_or(0.0));
+}
+
+/// A queue that went idle, or is gone: its gauges read 0 (and, left alone, age out of the exporter).
+pub(crate) fn queue_gone(queue: &QueueName) {
+    let name = queue.to_string();
+    for gauge in [
+        "rankgate_queue_waiting",
+        "rankgate_queue_oldest_wait_seconds",
+        "rankgate_queue_ready",
+        "rankgate_queue_claimed",
+        "rankgate_queue_admitted_per_second",
+    ] {
+        metrics::gauge!(gauge, "queue" => name.clone()).set(0.0);
+    }
 }
 
 /// The Redis hot path's coalescing so far: requests per script call is the average batch.

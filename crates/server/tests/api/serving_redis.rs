@@ -92,6 +92,8 @@ async fn spawn_serving(schema: &str, redis_url: &str, depth: Option<usize>) -> T
         config.database_schema = schema;
         config.redis = vec![redis_url];
         config.redis_prefix = "rgtest:serving:".into();
+        // Required with Redis (defect 7): the secret never lives in Redis.
+        config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
         config.freshness_millis = 200;
         config.serving_depth = depth;
     })

@@ -37,6 +37,8 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
         move |config| {
             config.redis = vec!["redis://127.0.0.1:6379".into()];
             config.redis_prefix = prefix;
+            // Required with Redis (defect 7): the secret never lives in Redis.
+            config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
         }
     })
     .await;
@@ -126,5 +128,33 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
         .await
         .unwrap();
     assert_eq!(consumed.status(), 204);
+    // Defect 15 on Redis: a claim id that is not the member's is unknown to release as to consume.
+    for op in ["release", "consume"] {
+        let stranger = app
+            .client
+            .post(format!("{queue}/tokens/{op}"))
+            .json(&json!({ "memberId": "m-1", "claimId": "not-a-claim" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stranger.status(), 404, "{op}");
+    }
+    // SPEC 2.1 on Redis: the admin lists and deletes the queue; a second delete is 404.
+    let listed: Value = app
+        .client
+        .get(format!("{}/v1/admin/queues", app.address))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["queues"], json!(["sale"]));
+    for expected in [204, 404] {
+        let deleted = app.client.delete(&settings).send().await.unwrap();
+        assert_eq!(deleted.status(), expected);
+    }
+    let gone = app.client.get(&settings).send().await.unwrap();
+    assert_eq!(gone.status(), 404);
     app.stop().await;
 }

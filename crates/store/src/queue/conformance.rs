@@ -50,6 +50,12 @@ macro_rules! queue_conformance_suite {
             admission_budget_is_global_across_schedulers,
             admission_pops_and_issues_tokens_in_one_step,
             one_token_buys_one_order,
+            release_and_consume_agree_on_claim_ids,
+            only_busy_queues_are_active,
+            first_entries_create_at_most_max_queues,
+            deleted_queues_are_gone_with_their_members,
+            idle_auto_created_queues_are_forgotten,
+            ten_thousand_due_tokens_expire_in_bounded_steps,
             abandoned_claims_are_released_after_claim_ttl,
             expired_tokens_free_their_slot_under_max_active,
             leave_removes_waiting_and_ready_members,
@@ -295,6 +301,253 @@ pub async fn one_token_buys_one_order(backend: Backend) {
     let view = backend.queues.position(&q, &m).await.unwrap();
     assert_eq!(view.status, MemberStatus::NotEntered);
     assert_eq!(view.last_outcome, Some(super::waiting::LastOutcome::Consumed));
+}
+
+/// Defect 15: release answered 204 for any claim id while READY, where consume with the same id gave 404.
+/// Now, in every state, an id that is not the current claim (or the one that last ended on the token) is
+/// unknown to both, and the ones they know, they agree on.
+pub async fn release_and_consume_agree_on_claim_ids(backend: Backend) {
+    let q = queue("claim-ids");
+    let secret = TokenSecret::generate().unwrap();
+    let m = member("buyer");
+    let stranger = digest_of("never-issued");
+    let unknown_to_both = |release: ReleaseOutcome, consume: ConsumeOutcome, state: &str| {
+        assert_eq!(
+            release,
+            ReleaseOutcome::Rejected(ReleaseRejection::UnknownClaim),
+            "release while {state}"
+        );
+        assert_eq!(
+            consume,
+            ConsumeOutcome::Rejected(ConsumeRejection::UnknownClaim),
+            "consume while {state}"
+        );
+    };
+    let probe = |state: &'static str| {
+        let store = Arc::clone(&backend.queues);
+        let (q, m) = (q.clone(), m.clone());
+        async move {
+            let release = store.release(&q, &m, &stranger).await.unwrap();
+            let consume = store.consume(&q, &m, &stranger).await.unwrap();
+            unknown_to_both(release, consume, state);
+        }
+    };
+    probe("not entered").await;
+    backend.queues.enter(&q, &m).await.unwrap();
+    probe("waiting").await;
+    backend.queues.admit(&q, tokens(&secret, 1)).await.unwrap();
+    probe("ready").await;
+    let token = digest_of(&ready_token(&backend, &secret, &q, &m).await);
+    let (_, claim) = new_claim_id().unwrap();
+    assert!(matches!(
+        backend.queues.claim(&q, &m, &token, &claim).await.unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    probe("claimed").await;
+    assert_eq!(
+        backend.queues.release(&q, &m, &claim).await.unwrap(),
+        ReleaseOutcome::Released(ReleasedTo::Ready)
+    );
+    probe("ready after a release").await;
+    assert_eq!(
+        backend.queues.release(&q, &m, &claim).await.unwrap(),
+        ReleaseOutcome::Released(ReleasedTo::AlreadyReleased),
+        "a repeated release of the same claim is a no-op"
+    );
+    // The released claim is still known: a late consume for it is honoured (one token, one order).
+    assert_eq!(
+        backend.queues.consume(&q, &m, &claim).await.unwrap(),
+        ConsumeOutcome::Consumed
+    );
+    probe("consumed").await;
+    assert_eq!(
+        backend.queues.release(&q, &m, &claim).await.unwrap(),
+        ReleaseOutcome::Rejected(ReleaseRejection::AlreadyConsumed)
+    );
+}
+
+/// Defect 4: only queues with somebody waiting or a token outstanding are active; an idle queue (created
+/// by an admin PUT, or emptied) is not, so the scheduler never visits it. The store keeps the set in step
+/// with its own transitions.
+pub async fn only_busy_queues_are_active(backend: Backend) {
+    let secret = TokenSecret::generate().unwrap();
+    let idle = queue("active-idle");
+    let busy = queue("active-busy");
+    let patch = SettingsPatch {
+        paused: Some(false),
+        ..SettingsPatch::default()
+    };
+    backend
+        .queues
+        .update_settings(&idle, &patch)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!backend.queues.active_queues().await.unwrap().contains(&idle));
+    let m = member("m-1");
+    backend.queues.enter(&busy, &m).await.unwrap();
+    assert_eq!(backend.queues.active_queues().await.unwrap(), vec![busy.clone()]);
+    // READY is still work (its token expires); consumed is not.
+    backend.queues.admit(&busy, tokens(&secret, 5)).await.unwrap();
+    assert_eq!(backend.queues.active_queues().await.unwrap(), vec![busy.clone()]);
+    let token = digest_of(&ready_token(&backend, &secret, &busy, &m).await);
+    let (_, claim) = new_claim_id().unwrap();
+    backend.queues.claim(&busy, &m, &token, &claim).await.unwrap();
+    backend.queues.consume(&busy, &m, &claim).await.unwrap();
+    // The next admission step finds it empty and the store takes it out.
+    let step = backend.queues.admit(&busy, Vec::new()).await.unwrap();
+    assert_eq!((step.waiting, step.outstanding), (0, 0));
+    assert!(backend.queues.active_queues().await.unwrap().is_empty());
+    let preview = backend.queues.admission_preview(&busy).await.unwrap().unwrap();
+    assert_eq!(
+        (preview.waiting, preview.outstanding, preview.tokens_needed()),
+        (0, 0, 0)
+    );
+    // A new entry makes it active again.
+    backend.queues.enter(&busy, &member("m-2")).await.unwrap();
+    assert_eq!(backend.queues.active_queues().await.unwrap(), vec![busy.clone()]);
+    let preview = backend.queues.admission_preview(&busy).await.unwrap().unwrap();
+    assert_eq!(preview.tokens_needed(), 1, "min(per tick, waiting, room)");
+}
+
+/// Defect 4: first entries may create at most `max_queues` queues (the conformance backends use the
+/// default, 1,000); the next new queue is refused with `TooManyQueues`, existing queues still take
+/// entries, and an admin PUT may still create one. Deleting a queue makes room.
+pub async fn first_entries_create_at_most_max_queues(backend: Backend) {
+    let m = member("m-1");
+    for i in 0..super::DEFAULT_MAX_QUEUES {
+        backend
+            .queues
+            .enter(&queue(&format!("cap-{i:04}")), &m)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        backend.queues.queues().await.unwrap().len(),
+        super::DEFAULT_MAX_QUEUES
+    );
+    let one_too_many = queue("cap-one-too-many");
+    match backend.queues.enter(&one_too_many, &m).await {
+        Err(super::StoreError::TooManyQueues { max_queues }) => {
+            assert_eq!(max_queues, super::DEFAULT_MAX_QUEUES);
+        }
+        other => panic!("expected TooManyQueues, got {other:?}"),
+    }
+    assert_eq!(
+        backend.queues.settings(&one_too_many).await.unwrap(),
+        None,
+        "nothing created"
+    );
+    backend
+        .queues
+        .enter(&queue("cap-0007"), &member("m-2"))
+        .await
+        .unwrap();
+    backend
+        .queues
+        .update_settings(&queue("cap-admin"), &SettingsPatch::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(backend.queues.delete_queue(&queue("cap-0001")).await.unwrap());
+    assert!(backend.queues.delete_queue(&queue("cap-0002")).await.unwrap());
+    backend.queues.enter(&one_too_many, &m).await.unwrap();
+}
+
+/// SPEC 2.1: an admin deletes a queue with everyone in it; it is gone from every listing and reads as
+/// absent, a second delete says it did not exist, and a new entry starts a fresh queue.
+pub async fn deleted_queues_are_gone_with_their_members(backend: Backend) {
+    let secret = TokenSecret::generate().unwrap();
+    let q = queue("to-delete");
+    for i in 0..30 {
+        backend
+            .queues
+            .enter(&q, &member(&format!("m-{i}")))
+            .await
+            .unwrap();
+    }
+    backend.queues.admit(&q, tokens(&secret, 10)).await.unwrap();
+    assert!(backend.queues.delete_queue(&q).await.unwrap());
+    assert!(!backend.queues.delete_queue(&q).await.unwrap(), "already gone");
+    assert!(!backend.queues.queues().await.unwrap().contains(&q));
+    assert!(!backend.queues.active_queues().await.unwrap().contains(&q));
+    assert_eq!(backend.queues.settings(&q).await.unwrap(), None);
+    assert_eq!(backend.queues.stats(&q).await.unwrap(), None);
+    let view = backend.queues.position(&q, &member("m-0")).await.unwrap();
+    assert_eq!(view.status, MemberStatus::NotEntered);
+    let again = backend.queues.enter(&q, &member("m-20")).await.unwrap();
+    assert_eq!((again.view().rank, again.view().waiting_count), (Some(0), 1));
+    assert!(backend.queues.queues().await.unwrap().contains(&q));
+}
+
+/// Defect 4: an auto-created queue nobody is in is forgotten once idle for the period; a queue an admin
+/// configured, or one somebody waits in, is kept.
+pub async fn idle_auto_created_queues_are_forgotten(backend: Backend) {
+    let auto = queue("forget-auto");
+    let managed = queue("forget-managed");
+    let waiting = queue("forget-waiting");
+    let m = member("m-1");
+    backend.queues.enter(&auto, &m).await.unwrap();
+    backend.queues.leave(&auto, &m).await.unwrap();
+    backend
+        .queues
+        .update_settings(&managed, &SettingsPatch::default())
+        .await
+        .unwrap()
+        .unwrap();
+    backend.queues.enter(&waiting, &m).await.unwrap();
+    let hour = 3_600_000;
+    assert!(
+        !backend.queues.forget_if_idle(&auto, hour).await.unwrap(),
+        "not idle long enough"
+    );
+    backend.clock.advance(hour);
+    assert!(backend.queues.forget_if_idle(&auto, hour).await.unwrap());
+    assert!(!backend.queues.forget_if_idle(&managed, hour).await.unwrap());
+    assert!(!backend.queues.forget_if_idle(&waiting, hour).await.unwrap());
+    let listed = backend.queues.queues().await.unwrap();
+    assert!(!listed.contains(&auto) && listed.contains(&managed) && listed.contains(&waiting));
+    assert_eq!(backend.queues.settings(&auto).await.unwrap(), None);
+    assert_eq!(backend.queues.position(&waiting, &m).await.unwrap().rank, Some(0));
+}
+
+/// Defect 17: expiring ten thousand due tokens happens in bounded steps, yet one `expire_due` call
+/// still expires them all.
+pub async fn ten_thousand_due_tokens_expire_in_bounded_steps(backend: Backend) {
+    let secret = TokenSecret::generate().unwrap();
+    let q = queue("mass-expiry");
+    let patch = SettingsPatch {
+        admit_per_second: Some(100_000.0),
+        token_ttl_seconds: Some(60),
+        ..SettingsPatch::default()
+    };
+    backend.queues.update_settings(&q, &patch).await.unwrap().unwrap();
+    for i in 0..10_000 {
+        backend
+            .queues
+            .enter(&q, &member(&format!("m-{i}")))
+            .await
+            .unwrap();
+    }
+    let mut admitted = 0;
+    for _ in 0..10 {
+        // A second's budget is 100,000: each step admits all 1,000 tokens it is offered.
+        backend.clock.advance(1_000);
+        admitted += backend
+            .queues
+            .admit(&q, tokens(&secret, 1_000))
+            .await
+            .unwrap()
+            .admitted
+            .len();
+    }
+    assert_eq!(admitted, 10_000);
+    backend.clock.advance(60_000);
+    let expired = backend.queues.expire_due(&q).await.unwrap();
+    assert_eq!(expired.tokens_expired, 10_000);
+    assert!(!expired.more_due);
+    let stats = backend.queues.stats(&q).await.unwrap().unwrap();
+    assert_eq!((stats.ready, stats.waiting), (0, 0));
 }
 
 /// SPEC 2.4: a claim neither consumed nor released within `claim_ttl` goes back to READY by itself.

@@ -34,8 +34,8 @@ pub mod waiting;
 pub use jobs::{ClaimedJob, DeadJob, JobCounts, JobStore, NackOutcome, NewJob};
 pub use limiter::{RateLimiter, RateLimiterKind};
 pub use waiting::{
-    AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome,
-    MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
+    AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome,
+    LeaveOutcome, MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
 
 /// Why a store operation failed. Business outcomes (wrong token, already claimed…) are not errors; they are
@@ -48,4 +48,14 @@ pub enum StoreError {
     /// Stored data is not what this version expects.
     #[error("queue store data is corrupt: {0}")]
     Corrupt(String),
+    /// A first entry would create a queue beyond the store's `max_queues` (defect 4). Not a failure of
+    /// the store: the HTTP layer answers 429 naming the limit.
+    #[error("max_queues: {max_queues} queues exist already")]
+    TooManyQueues {
+        /// The configured limit.
+        max_queues: usize,
+    },
 }
+
+/// The default of `max_queues` (SPEC 2.1).
+pub const DEFAULT_MAX_QUEUES: usize = 1_000;

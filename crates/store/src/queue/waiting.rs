@@ -95,6 +95,8 @@ pub struct ExpiryOutcome {
     pub tokens_expired: u64,
     /// Claims released automatically (back to READY, or freed if the token expired too).
     pub claims_expired: u64,
+    /// The step stopped at its bound with more deadlines due: call again (defect 17, bounded steps).
+    pub more_due: bool,
 }
 
 /// Result of [`QueueStore::claim`].
@@ -148,7 +150,46 @@ pub struct QueueStats {
     pub measured_rate: Option<f64>,
 }
 
+/// What an admission step needs to know beforehand, to prepare no more tokens than it can use (defect 5:
+/// a tick used to prepare `admit_per_second × tick` tokens whether or not anybody waited).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmissionPreview {
+    /// Current settings.
+    pub settings: QueueSettings,
+    /// Members waiting.
+    pub waiting: u64,
+    /// READY + CLAIMED.
+    pub outstanding: u64,
+}
+
+impl AdmissionPreview {
+    /// Tokens worth preparing for the next step: `min(per tick, waiting, room under max_active)`, or 0
+    /// while paused. The store may still use fewer (the global budget decides).
+    #[must_use]
+    pub fn tokens_needed(&self) -> u64 {
+        if self.settings.paused {
+            return 0;
+        }
+        let per_tick = self
+            .settings
+            .members_per_tick()
+            .min(QueueSettings::MAX_MEMBERS_PER_TICK);
+        let room = self
+            .settings
+            .max_active
+            .map_or(u64::MAX, |cap| cap.saturating_sub(self.outstanding));
+        per_tick.min(self.waiting).min(room)
+    }
+}
+
 /// The waiting room's storage. Every method is one atomic step on the store and uses the store's clock.
+///
+/// # Queue lifecycle (defect 4)
+/// A queue exists from its first entry (up to the store's `max_queues`; a first entry beyond that fails
+/// with [`StoreError::TooManyQueues`]) or an admin PUT. Only **active** queues ([`QueueStore::active_queues`]:
+/// somebody waiting, or a token outstanding) need the scheduler; an idle queue costs nothing per tick.
+/// Auto-created queues that stay idle are forgotten ([`QueueStore::forget_if_idle`]); admins delete any
+/// queue ([`QueueStore::delete_queue`]).
 #[async_trait]
 pub trait QueueStore: Send + Sync + 'static {
     /// Enters `member` (creating the queue with default settings if needed) and returns its position.
@@ -211,6 +252,22 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// Every queue that exists.
     async fn queues(&self) -> Result<Vec<QueueName>, StoreError>;
+
+    /// The queues the scheduler must visit: members waiting or tokens outstanding (READY / CLAIMED). One
+    /// call, whatever the number of queues. May list a queue that just went idle (a visit is harmless);
+    /// never misses one that has had work for longer than a scheduler round.
+    async fn active_queues(&self) -> Result<Vec<QueueName>, StoreError>;
+
+    /// Settings and counts that size the next admission step; `None` for a queue that does not exist.
+    async fn admission_preview(&self, queue: &QueueName) -> Result<Option<AdmissionPreview>, StoreError>;
+
+    /// Deletes the queue with everyone in it (members, tokens, claims, settings). `false` if it did not exist.
+    async fn delete_queue(&self, queue: &QueueName) -> Result<bool, StoreError>;
+
+    /// Forgets `queue` if it was created by an entry (never configured by an admin PUT), nobody is in it
+    /// (waiting, READY, CLAIMED, or a remembered consumed member) and nothing happened in it for `idle_ms`.
+    /// Returns whether it was forgotten.
+    async fn forget_if_idle(&self, queue: &QueueName, idle_ms: i64) -> Result<bool, StoreError>;
 
     /// Checks the store can be reached.
     async fn ping(&self) -> Result<(), StoreError>;

@@ -33,8 +33,8 @@ use self::persist::{committed, MemberRow, Writer};
 use self::waiting::QueueState;
 use crate::clock::Clock;
 use crate::queue::waiting::{
-    AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LeaveOutcome, MemberView,
-    QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
+    AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LeaveOutcome,
+    MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
 use crate::queue::StoreError;
 
@@ -51,6 +51,8 @@ pub struct EmbeddedOptions {
     /// `true`: fsync every commit (survives power loss). `false` (default): WAL with `synchronous=NORMAL`,
     /// which survives a process crash or restart and fsyncs at checkpoints.
     pub fsync_every_commit: bool,
+    /// Most queues a first entry may create (an admin PUT may create more).
+    pub max_queues: usize,
 }
 
 impl Default for EmbeddedOptions {
@@ -59,6 +61,7 @@ impl Default for EmbeddedOptions {
             default_settings: QueueSettings::default(),
             consumed_memory_ms: 3_600_000,
             fsync_every_commit: false,
+            max_queues: crate::queue::DEFAULT_MAX_QUEUES,
         }
     }
 }
@@ -147,21 +150,73 @@ impl EmbeddedStore {
         self.queues.read().get(queue).cloned()
     }
 
-    fn existing_or_create(&self, queue: &QueueName) -> Arc<Mutex<QueueState>> {
+    /// The queue's state, created with the default settings if it does not exist. A first entry may not
+    /// create more than `max_queues` queues (defect 4); an admin PUT may.
+    fn existing_or_create(
+        &self,
+        queue: &QueueName,
+        creation: Creation,
+    ) -> Result<Arc<Mutex<QueueState>>, StoreError> {
         if let Some(existing) = self.existing(queue) {
-            return existing;
+            return Ok(existing);
         }
         let mut queues = self.queues.write();
+        if let Some(existing) = queues.get(queue) {
+            return Ok(Arc::clone(existing));
+        }
+        if creation == Creation::ByEntry && queues.len() >= self.options.max_queues {
+            return Err(StoreError::TooManyQueues {
+                max_queues: self.options.max_queues,
+            });
+        }
         let now_ms = self.clock.now_millis();
-        Arc::clone(queues.entry(queue.clone()).or_insert_with(|| {
-            Arc::new(Mutex::new(QueueState::new(
-                queue.clone(),
-                self.options.default_settings.clone(),
-                now_ms,
-                self.options.consumed_memory_ms,
-            )))
-        }))
+        let state = Arc::new(Mutex::new(QueueState::new(
+            queue.clone(),
+            self.options.default_settings.clone(),
+            now_ms,
+            self.options.consumed_memory_ms,
+        )));
+        queues.insert(queue.clone(), Arc::clone(&state));
+        Ok(state)
     }
+
+    /// Removes `queue` from the map when `condition` holds for its state (checked under both locks, so no
+    /// operation slips in between), marks the state deleted and persists the deletion. `false` if the queue
+    /// does not exist or the condition refused.
+    async fn remove_queue_if(
+        &self,
+        queue: &QueueName,
+        condition: impl FnOnce(&mut QueueState, &mut Vec<persist::Write>) -> bool,
+    ) -> Result<bool, StoreError> {
+        let (removed, pending) = {
+            let mut queues = self.queues.write();
+            let Some(state) = queues.get(queue).cloned() else {
+                return Ok(false);
+            };
+            let mut q = state.lock();
+            let mut writes = Vec::new();
+            let removed = condition(&mut q, &mut writes);
+            if removed {
+                queues.remove(queue);
+                q.deleted = true;
+                writes.push(persist::Write::DeleteQueue {
+                    name: queue.as_str().to_string(),
+                });
+            } else if writes.is_empty() {
+                return Ok(false);
+            }
+            (removed, self.writer.submit(writes))
+        };
+        committed(pending).await?;
+        Ok(removed)
+    }
+}
+
+/// Who is creating a queue: a first entry is held to `max_queues`, an admin PUT is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Creation {
+    ByEntry,
+    ByAdmin,
 }
 
 fn load_queues(
@@ -171,7 +226,7 @@ fn load_queues(
 ) -> rusqlite::Result<HashMap<QueueName, Arc<Mutex<QueueState>>>> {
     let mut queues = HashMap::new();
     let mut statement =
-        connection.prepare("SELECT name, settings, next_seq, budget, estimator FROM queues")?;
+        connection.prepare("SELECT name, settings, next_seq, budget, estimator, managed FROM queues")?;
     let rows = statement.query_map([], |row| {
         Ok((
             row.get::<_, String>(0)?,
@@ -179,11 +234,12 @@ fn load_queues(
             row.get::<_, i64>(2)?,
             row.get::<_, String>(3)?,
             row.get::<_, String>(4)?,
+            row.get::<_, bool>(5)?,
         ))
     })?;
     let mut states: HashMap<String, QueueState> = HashMap::new();
     for row in rows {
-        let (name, settings, next_seq, budget, estimator) = row?;
+        let (name, settings, next_seq, budget, estimator, managed) = row?;
         let Ok(queue_name) = QueueName::parse(&name) else {
             continue;
         };
@@ -191,6 +247,7 @@ fn load_queues(
             serde_json::from_str(&settings).unwrap_or_else(|_| options.default_settings.clone());
         let mut state = QueueState::new(queue_name, settings, now_ms, options.consumed_memory_ms);
         state.next_seq = next_seq.max(0) as u64;
+        state.managed = managed;
         if let Ok(budget) = serde_json::from_str(&budget) {
             state.budget = budget;
         }
@@ -243,9 +300,13 @@ fn load_queues(
 impl QueueStore for EmbeddedStore {
     async fn enter(&self, queue: &QueueName, member: &MemberId) -> Result<EnterOutcome, StoreError> {
         self.check()?;
-        let state = self.existing_or_create(queue);
-        let (outcome, pending) = {
+        let (outcome, pending) = loop {
+            let state = self.existing_or_create(queue, Creation::ByEntry)?;
             let mut q = state.lock();
+            if q.deleted {
+                // Deleted between the lookup and the lock: enter the queue that exists now, if any.
+                continue;
+            }
             let now_ms = q.observe_now(self.clock.now_millis());
             let current = q.state_of(member.as_str());
             let (next, used_seq) = current.enter(q.next_seq);
@@ -263,7 +324,7 @@ impl QueueStore for EmbeddedStore {
             };
             // Even a no-op entry waits for the batch in flight: a concurrent first entry that created this
             // position may not have committed yet, and "entered" must mean durable for both callers.
-            (outcome, self.writer.submit(writes))
+            break (outcome, self.writer.submit(writes));
         };
         committed(pending).await?;
         Ok(outcome)
@@ -295,6 +356,9 @@ impl QueueStore for EmbeddedStore {
         };
         let (outcome, pending) = {
             let mut q = state.lock();
+            if q.deleted {
+                return Ok(LeaveOutcome::NotPresent);
+            }
             let now_ms = q.observe_now(self.clock.now_millis());
             let current = q.state_of(member.as_str());
             match current {
@@ -328,6 +392,9 @@ impl QueueStore for EmbeddedStore {
         };
         let (outcome, pending) = {
             let mut q = state.lock();
+            if q.deleted {
+                return Ok(AdmitOutcome::default());
+            }
             let now_ms = q.observe_now(self.clock.now_millis());
             let mut writes = Vec::new();
             let expired = q.expire_due(now_ms, &mut writes);
@@ -376,18 +443,30 @@ impl QueueStore for EmbeddedStore {
         let Some(state) = self.existing(queue) else {
             return Ok(ExpiryOutcome::default());
         };
-        let (outcome, pending) = {
-            let mut q = state.lock();
-            let now_ms = q.observe_now(self.clock.now_millis());
-            let mut writes = Vec::new();
-            let outcome = q.expire_due(now_ms, &mut writes);
-            if writes.is_empty() {
-                return Ok(outcome);
+        let mut total = ExpiryOutcome::default();
+        // Bounded steps, each under the lock anew, so ten thousand due members never hold the queue's lock
+        // (and every entry and poll behind it) for one long stretch.
+        loop {
+            let (step, pending) = {
+                let mut q = state.lock();
+                if q.deleted {
+                    return Ok(total);
+                }
+                let now_ms = q.observe_now(self.clock.now_millis());
+                let mut writes = Vec::new();
+                let step = q.expire_due(now_ms, &mut writes);
+                if writes.is_empty() {
+                    return Ok(total);
+                }
+                (step, self.writer.submit(writes))
+            };
+            committed(pending).await?;
+            total.tokens_expired += step.tokens_expired;
+            total.claims_expired += step.claims_expired;
+            if !step.more_due {
+                return Ok(total);
             }
-            (outcome, self.writer.submit(writes))
-        };
-        committed(pending).await?;
-        Ok(outcome)
+        }
     }
 
     async fn claim(
@@ -405,6 +484,11 @@ impl QueueStore for EmbeddedStore {
         };
         let (outcome, pending) = {
             let mut q = state.lock();
+            if q.deleted {
+                return Ok(ClaimOutcome::Rejected(
+                    rankgate_core::queue::ClaimRejection::NoToken,
+                ));
+            }
             let now_ms = q.observe_now(self.clock.now_millis());
             let current = q.state_of(member.as_str());
             let expires_at_ms = now_ms + q.settings.claim_ttl_millis();
@@ -445,6 +529,11 @@ impl QueueStore for EmbeddedStore {
         };
         let (outcome, pending) = {
             let mut q = state.lock();
+            if q.deleted {
+                return Ok(ConsumeOutcome::Rejected(
+                    rankgate_core::queue::ConsumeRejection::UnknownClaim,
+                ));
+            }
             let now_ms = q.observe_now(self.clock.now_millis());
             let current = q.state_of(member.as_str());
             match current.consume(claim, now_ms) {
@@ -476,6 +565,11 @@ impl QueueStore for EmbeddedStore {
         };
         let (outcome, pending) = {
             let mut q = state.lock();
+            if q.deleted {
+                return Ok(ReleaseOutcome::Rejected(
+                    rankgate_core::queue::ReleaseRejection::UnknownClaim,
+                ));
+            }
             let now_ms = q.observe_now(self.clock.now_millis());
             let current = q.state_of(member.as_str());
             match current.release(claim, now_ms) {
@@ -512,9 +606,14 @@ impl QueueStore for EmbeddedStore {
         if let Err(error) = probe.apply(patch) {
             return Ok(Err(error));
         }
-        let state = self.existing_or_create(queue);
+        let state = self.existing_or_create(queue, Creation::ByAdmin)?;
         let (settings, pending) = {
             let mut q = state.lock();
+            if q.deleted {
+                return Err(StoreError::Unavailable(
+                    "the queue was deleted during this update; try again".into(),
+                ));
+            }
             let now_ms = q.observe_now(self.clock.now_millis());
             let mut settings = q.settings.clone();
             if let Err(error) = settings.apply(patch) {
@@ -528,6 +627,7 @@ impl QueueStore for EmbeddedStore {
                 .credit_micro
                 .min(rankgate_core::queue::AdmissionBudget::capacity_micro(&settings));
             q.settings = settings.clone();
+            q.managed = true;
             let writes = vec![q.queue_write()];
             (settings, self.writer.submit(writes))
         };
@@ -559,6 +659,54 @@ impl QueueStore for EmbeddedStore {
         let mut names: Vec<QueueName> = self.queues.read().keys().cloned().collect();
         names.sort();
         Ok(names)
+    }
+
+    async fn active_queues(&self) -> Result<Vec<QueueName>, StoreError> {
+        self.check()?;
+        // In process, asking each queue is a lock and two loads; a queue whose lock is held right now is
+        // busy, so it is listed without waiting for it.
+        let queues = self.queues.read();
+        let mut active: Vec<QueueName> = queues
+            .iter()
+            .filter(|(_, state)| state.try_lock().is_none_or(|q| q.is_active()))
+            .map(|(name, _)| name.clone())
+            .collect();
+        active.sort();
+        Ok(active)
+    }
+
+    async fn admission_preview(&self, queue: &QueueName) -> Result<Option<AdmissionPreview>, StoreError> {
+        self.check()?;
+        Ok(self.existing(queue).map(|state| {
+            let q = state.lock();
+            AdmissionPreview {
+                settings: q.settings.clone(),
+                waiting: q.waiting.len() as u64,
+                outstanding: q.ready + q.claimed,
+            }
+        }))
+    }
+
+    async fn delete_queue(&self, queue: &QueueName) -> Result<bool, StoreError> {
+        self.check()?;
+        self.remove_queue_if(queue, |_, _| true).await
+    }
+
+    async fn forget_if_idle(&self, queue: &QueueName, idle_ms: i64) -> Result<bool, StoreError> {
+        self.check()?;
+        let clock_ms = self.clock.now_millis();
+        self.remove_queue_if(queue, |q, writes| {
+            if q.managed || q.is_active() {
+                return false;
+            }
+            // The last operation's time is the last activity; this look is not one, so it does not
+            // record the clock. Consumed members are remembered for a while: forget the due ones first.
+            let last_activity_ms = q.last_now_ms;
+            let now_ms = clock_ms.max(last_activity_ms);
+            q.expire_due(now_ms, writes);
+            q.holders.is_empty() && now_ms - last_activity_ms >= idle_ms
+        })
+        .await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

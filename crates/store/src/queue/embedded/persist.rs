@@ -38,7 +38,11 @@ pub(crate) enum Write {
         next_seq: i64,
         budget: String,
         estimator: String,
+        /// Configured by an admin PUT (never forgotten when idle).
+        managed: bool,
     },
+    /// Delete a queue's row and every member row of it (admin delete, or an idle queue forgotten).
+    DeleteQueue { name: String },
     /// Upsert a member's row.
     Member {
         queue: String,
@@ -111,6 +115,21 @@ CREATE TABLE IF NOT EXISTS jobs (
 ) WITHOUT ROWID;
 ";
 
+/// Adds the `managed` column to a database written before queues could be forgotten. Queues that existed
+/// then are marked managed: nothing told us whether an admin configured them, and forgetting one that an
+/// admin did configure would be worse than keeping an idle one.
+fn migrate_managed_column(connection: &Connection) -> rusqlite::Result<()> {
+    let has_column = connection
+        .prepare("SELECT 1 FROM pragma_table_info('queues') WHERE name = 'managed'")?
+        .exists([])?;
+    if !has_column {
+        connection.execute_batch(
+            "ALTER TABLE queues ADD COLUMN managed INTEGER NOT NULL DEFAULT 0; UPDATE queues SET managed = 1;",
+        )?;
+    }
+    Ok(())
+}
+
 /// Opens (creating) the database with the schema and pragmas.
 pub(crate) fn open_database(path: &Path, synchronous_full: bool) -> Result<Connection, StoreError> {
     let connection = Connection::open(path)
@@ -121,6 +140,8 @@ pub(crate) fn open_database(path: &Path, synchronous_full: bool) -> Result<Conne
             "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA busy_timeout=5000; {SCHEMA}"
         ))
         .map_err(|e| StoreError::Unavailable(format!("prepare {}: {e}", path.display())))?;
+    migrate_managed_column(&connection)
+        .map_err(|e| StoreError::Unavailable(format!("migrate {}: {e}", path.display())))?;
     Ok(connection)
 }
 
@@ -128,10 +149,12 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
     let transaction = connection.transaction()?;
     {
         let mut upsert_queue = transaction.prepare_cached(
-            "INSERT INTO queues (name, settings, next_seq, budget, estimator) VALUES (?1, ?2, ?3, ?4, ?5)
+            "INSERT INTO queues (name, settings, next_seq, budget, estimator, managed) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT(name) DO UPDATE SET settings = excluded.settings, next_seq = excluded.next_seq,
-             budget = excluded.budget, estimator = excluded.estimator",
+             budget = excluded.budget, estimator = excluded.estimator, managed = excluded.managed",
         )?;
+        let mut delete_queue = transaction.prepare_cached("DELETE FROM queues WHERE name = ?1")?;
+        let mut delete_queue_members = transaction.prepare_cached("DELETE FROM members WHERE queue = ?1")?;
         let mut upsert_member = transaction.prepare_cached(
             "INSERT OR REPLACE INTO members (queue, member, kind, seq, at_ms, digest, nonce, expires_ms, claim_digest, claim_expires_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -160,10 +183,16 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
                         next_seq,
                         budget,
                         estimator,
+                        managed,
                     } => {
                         if last_queue_write.get(name.as_str()) == Some(&(unit_index, write_index)) {
-                            upsert_queue.execute(params![name, settings, next_seq, budget, estimator])?;
+                            upsert_queue
+                                .execute(params![name, settings, next_seq, budget, estimator, managed])?;
                         }
+                    }
+                    Write::DeleteQueue { name } => {
+                        delete_queue_members.execute(params![name])?;
+                        delete_queue.execute(params![name])?;
                     }
                     Write::Member { queue, member, row } => {
                         upsert_member.execute(params![

@@ -22,8 +22,9 @@ use rankgate_zset::{ScoreBound, SortedSet};
 use super::persist::{MemberRow, Write};
 use crate::queue::waiting::{ExpiryOutcome, LastOutcome, MemberView};
 
-/// Most deadlines handled per step, so one step never holds the queue's lock for long.
-const MAX_EXPIRIES_PER_STEP: usize = 10_000;
+/// Most deadlines handled per step, so one step never holds the queue's lock for long (the store's
+/// `expire_due` loops, taking the lock anew for each step, until nothing due is left).
+pub(crate) const MAX_EXPIRIES_PER_STEP: usize = 1_000;
 
 /// One queue.
 pub(crate) struct QueueState {
@@ -47,6 +48,11 @@ pub(crate) struct QueueState {
     pub last_now_ms: i64,
     /// How long a consumed member is remembered.
     pub consumed_memory_ms: i64,
+    /// Configured by an admin PUT: never forgotten when idle.
+    pub managed: bool,
+    /// Set under the lock when the queue is deleted or forgotten; an operation that got hold of this state
+    /// just before then must treat the queue as gone, or it would write rows for a queue that no longer is.
+    pub deleted: bool,
 }
 
 impl QueueState {
@@ -71,7 +77,14 @@ impl QueueState {
             estimator: ThroughputEstimator::default(),
             last_now_ms: now_ms,
             consumed_memory_ms,
+            managed: false,
+            deleted: false,
         }
+    }
+
+    /// Somebody waiting or a token outstanding: the scheduler must visit this queue.
+    pub(crate) fn is_active(&self) -> bool {
+        !self.waiting.is_empty() || self.ready + self.claimed > 0
     }
 
     /// The store clock through the monotonic guard.
@@ -98,6 +111,7 @@ impl QueueState {
             next_seq: self.next_seq as i64,
             budget: serde_json::to_string(&self.budget).unwrap_or_default(),
             estimator: serde_json::to_string(&self.estimator).unwrap_or_default(),
+            managed: self.managed,
         }
     }
 
@@ -152,13 +166,13 @@ impl QueueState {
                     ..MemberRow::default()
                 }
             }
-            MemberState::Ready { token, expired_claim } => MemberRow {
+            MemberState::Ready { token, ended_claim } => MemberRow {
                 kind: 1,
                 at_ms: token.issued_at_ms,
                 digest: Some(token.digest.0.to_vec()),
                 nonce: Some(token.nonce.to_vec()),
                 expires_ms: token.expires_at_ms,
-                claim_digest: expired_claim.map(|d| d.0.to_vec()),
+                claim_digest: ended_claim.map(|d| d.0.to_vec()),
                 ..MemberRow::default()
             },
             MemberState::Claimed { token, claim } => MemberRow {
@@ -200,8 +214,8 @@ impl QueueState {
         }
     }
 
-    /// Processes due deadlines: expired tokens free their slots, expired claims are released, consumed
-    /// members are forgotten.
+    /// Processes due deadlines, at most [`MAX_EXPIRIES_PER_STEP`]: expired tokens free their slots, expired
+    /// claims are released, consumed members are forgotten. `outcome.more_due` says whether some are left.
     pub(crate) fn expire_due(&mut self, now_ms: i64, writes: &mut Vec<Write>) -> ExpiryOutcome {
         let mut outcome = ExpiryOutcome::default();
         let due: Vec<Vec<u8>> = self
@@ -215,6 +229,7 @@ impl QueueState {
             .into_iter()
             .map(|(member, _)| member.to_vec())
             .collect();
+        outcome.more_due = due.len() == MAX_EXPIRIES_PER_STEP;
         for member_bytes in due {
             let Ok(member) = std::str::from_utf8(&member_bytes) else {
                 self.deadlines.zrem(&member_bytes);
@@ -329,7 +344,7 @@ impl QueueState {
             }
             1 => MemberState::Ready {
                 token: token()?,
-                expired_claim: row
+                ended_claim: row
                     .claim_digest
                     .as_ref()
                     .map(|_| digest(&row.claim_digest))

@@ -53,11 +53,9 @@ mod jobs;
 mod limiter;
 mod waiting;
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
 use rankgate_core::queue::{FailMode, QueueName, QueueSettings};
 use redis::{Script, ScriptInvocation};
 
@@ -101,6 +99,8 @@ pub struct RedisOptions {
     pub time: RedisTime,
     /// Connect and response timeouts.
     pub timeouts: Timeouts,
+    /// Most queues first entries may create, across every instance (an admin PUT may create more).
+    pub max_queues: usize,
 }
 
 impl Default for RedisOptions {
@@ -111,6 +111,7 @@ impl Default for RedisOptions {
             consumed_memory_ms: 3_600_000,
             time: RedisTime::Server,
             timeouts: Timeouts::default(),
+            max_queues: crate::queue::DEFAULT_MAX_QUEUES,
         }
     }
 }
@@ -129,6 +130,11 @@ struct Scripts {
     release: Script,
     update_settings: Script,
     stats: Script,
+    register: Script,
+    preview: Script,
+    busy: Script,
+    delete: Script,
+    forget: Script,
     job_enqueue: Script,
     job_claim: Script,
     job_ack: Script,
@@ -168,6 +174,12 @@ impl Scripts {
             release: queue(include_str!("lua/release.lua")),
             update_settings: queue(include_str!("lua/update_settings.lua")),
             stats: queue(include_str!("lua/stats.lua")),
+            // The registry's own script: one key, in the {rg} slot, no queue prelude.
+            register: Script::new(include_str!("lua/register.lua")),
+            preview: queue(include_str!("lua/preview.lua")),
+            busy: queue(include_str!("lua/busy.lua")),
+            delete: queue(include_str!("lua/delete.lua")),
+            forget: queue(include_str!("lua/forget.lua")),
             job_enqueue: job(include_str!("lua/job_enqueue.lua")),
             job_claim: job(include_str!("lua/job_claim.lua")),
             job_ack: job(include_str!("lua/job_ack.lua")),
@@ -204,8 +216,6 @@ pub struct RedisStore {
     scripts: Scripts,
     /// Settings of a new queue, as script arguments (ARGV 3..10).
     default_args: Vec<String>,
-    /// Queues this process has put in the registry (saves a round trip per entry).
-    registered: Mutex<HashSet<QueueName>>,
     /// Test and drill hook: when set, every operation fails as if Redis were unreachable.
     unreachable: AtomicBool,
     cluster: bool,
@@ -244,7 +254,6 @@ impl RedisStore {
             options,
             scripts: Scripts::new(),
             default_args,
-            registered: Mutex::new(HashSet::new()),
             unreachable: AtomicBool::new(false),
             cluster,
             me: me.clone(),
@@ -370,6 +379,54 @@ impl RedisStore {
         format!("{}{{rg}}:queues", self.options.prefix)
     }
 
+    fn active_key(&self) -> String {
+        format!("{}{{rg}}:active", self.options.prefix)
+    }
+
+    /// Puts `queue` in the active set (idempotent). Called after an entry that may have made an empty
+    /// queue busy: after, not before, so that a scheduler taking the queue out concurrently either sees the
+    /// entry in its re-check ([`RedisStore::deactivate_if_idle`]) or is followed by this `SADD`.
+    pub(super) async fn activate(&self, queue: &QueueName) -> Result<(), StoreError> {
+        let _: i64 = self
+            .connection
+            .query(redis::cmd("SADD").arg(self.active_key()).arg(queue.as_str()))
+            .await?;
+        Ok(())
+    }
+
+    /// Takes a queue that an admission step found empty out of the active set, then looks again and puts
+    /// it back if somebody entered meanwhile. The active set spans queues, so no one script can hold it and
+    /// a queue's keys together on a cluster; the remove-then-recheck order, with entries adding after they
+    /// enter, keeps every busy queue listed.
+    pub(super) async fn deactivate_if_idle(&self, queue: &QueueName) -> Result<(), StoreError> {
+        let _: i64 = self
+            .connection
+            .query(redis::cmd("SREM").arg(self.active_key()).arg(queue.as_str()))
+            .await?;
+        let call = self.queue_call(&self.scripts.busy, queue);
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        if reply.int()? == 1 {
+            self.activate(queue).await?;
+        }
+        Ok(())
+    }
+
+    /// Reserves `queue` a place in the registry before its first entry creates it, under `max_queues`.
+    async fn register_new(&self, queue: &QueueName) -> Result<(), StoreError> {
+        let mut call = self.scripts.register.prepare_invoke();
+        call.key(self.registry_key())
+            .arg(queue.as_str())
+            .arg(self.options.max_queues);
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        if reply.int()? == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::TooManyQueues {
+                max_queues: self.options.max_queues,
+            })
+        }
+    }
+
     /// A queue script invocation with the common arguments (keys 1–6, ARGV 1–10).
     fn queue_call<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptInvocation<'a> {
         let mut invocation = script.prepare_invoke();
@@ -408,15 +465,11 @@ impl RedisStore {
     /// Puts `queue` in the registry before a script may create it, so a crash between the two can leave a
     /// listed queue that does not exist yet (harmless: it reads as absent) but never an unlisted queue that
     /// no scheduler would admit from.
-    async fn register(&self, queue: &QueueName, force: bool) -> Result<(), StoreError> {
-        if !force && self.registered.lock().contains(queue) {
-            return Ok(());
-        }
+    async fn register(&self, queue: &QueueName) -> Result<(), StoreError> {
         let _: i64 = self
             .connection
             .query(redis::cmd("SADD").arg(self.registry_key()).arg(queue.as_str()))
             .await?;
-        self.registered.lock().insert(queue.clone());
         Ok(())
     }
 }

@@ -17,8 +17,8 @@ use rankgate_core::queue::{
 
 use super::{hex, settings_args, unhex, RedisStore, Reply};
 use crate::queue::waiting::{
-    AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome,
-    MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
+    AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome,
+    LeaveOutcome, MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
 use crate::queue::StoreError;
 
@@ -293,36 +293,76 @@ impl RedisStore {
         }
         let mut reply = Reply::new(self.connection.invoke(&fast).await?)?;
         let head = ViewHead::read_batch(&mut reply)?;
+        let mut entered_now = 0u64;
         for member in members {
             // The script answers every member up to and including the one it stops at.
             let code = reply.int()?;
             if code >= 0 {
                 let view = head.view(MemberStatus::Waiting, Some((code / 2) as u64), None, None);
                 outcomes.push(Ok(if code % 2 == 1 {
+                    entered_now += 1;
                     EnterOutcome::Entered(view)
                 } else {
                     EnterOutcome::AlreadyPresent(view)
                 }));
                 continue;
             }
+            if entered_now > 0 && head.waiting_count <= entered_now {
+                // This batch made an empty queue busy.
+                self.activate(queue).await?;
+            }
             // The queue does not exist yet, or the member holds a token: the full entry decides.
+            let outcome = self.enter_full(queue, member).await?;
+            outcomes.push(Ok(outcome));
+            return Ok(());
+        }
+        if entered_now > 0 && head.waiting_count <= entered_now {
+            self.activate(queue).await?;
+        }
+        Ok(())
+    }
+
+    /// `enter.lua` for one member. A queue that does not exist yet is first given its place in the
+    /// registry under `max_queues` ([`StoreError::TooManyQueues`] beyond it), then created.
+    async fn enter_full(&self, queue: &QueueName, member: &MemberId) -> Result<EnterOutcome, StoreError> {
+        let mut may_create = "0";
+        loop {
             let mut call = self.queue_call(&self.scripts.enter, queue);
-            call.arg(member.as_str());
+            call.arg(member.as_str()).arg(may_create);
             let mut full = Reply::new(self.connection.invoke(&call).await?)?;
-            let entered = full.int()? == 1;
+            let entered = match full.int()? {
+                -1 => {
+                    self.register_new(queue).await?;
+                    may_create = "1";
+                    continue;
+                }
+                code => code == 1,
+            };
             if full.int()? == 1 {
-                // The queue was created just now: make sure it is listed even if the registry was lost.
-                self.register(queue, true).await?;
+                // Created just now: listed again, in case the janitor dropped the name in between.
+                self.register(queue).await?;
             }
             let view = read_view(full.array()?)?;
-            outcomes.push(Ok(if entered {
+            if entered && view.waiting_count <= 1 {
+                self.activate(queue).await?;
+            }
+            return Ok(if entered {
                 EnterOutcome::Entered(view)
             } else {
                 EnterOutcome::AlreadyPresent(view)
-            }));
-            return Ok(());
+            });
         }
-        Ok(())
+    }
+
+    /// One `expire.lua` step (at most `MAX_EXPIRIES` deadlines).
+    async fn expire_step(&self, queue: &QueueName) -> Result<ExpiryOutcome, StoreError> {
+        let call = self.queue_call(&self.scripts.expire, queue);
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(ExpiryOutcome {
+            tokens_expired: reply.int()?.max(0) as u64,
+            claims_expired: reply.int()?.max(0) as u64,
+            more_due: reply.int()? == 1,
+        })
     }
 }
 
@@ -330,7 +370,6 @@ impl RedisStore {
 impl QueueStore for RedisStore {
     async fn enter(&self, queue: &QueueName, member: &MemberId) -> Result<EnterOutcome, StoreError> {
         self.check()?;
-        self.register(queue, false).await?;
         self.entries.call(&self.me, queue, member.clone()).await
     }
 
@@ -373,23 +412,33 @@ impl QueueStore for RedisStore {
                 Err(_) => tracing::warn!(queue = %queue, "admitted a member id that no longer parses"),
             }
         }
-        Ok(AdmitOutcome {
+        let outcome = AdmitOutcome {
             admitted,
             tokens_expired: reply.int()?.max(0) as u64,
             claims_expired: reply.int()?.max(0) as u64,
             waiting: reply.int()?.max(0) as u64,
             outstanding: reply.int()?.max(0) as u64,
-        })
+        };
+        if outcome.waiting == 0 && outcome.outstanding == 0 {
+            // Nothing left for the scheduler: an idle queue costs nothing per tick.
+            self.deactivate_if_idle(queue).await?;
+        }
+        Ok(outcome)
     }
 
     async fn expire_due(&self, queue: &QueueName) -> Result<ExpiryOutcome, StoreError> {
         self.check()?;
-        let call = self.queue_call(&self.scripts.expire, queue);
-        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
-        Ok(ExpiryOutcome {
-            tokens_expired: reply.int()?.max(0) as u64,
-            claims_expired: reply.int()?.max(0) as u64,
-        })
+        // Bounded script calls in a loop (defect 17): ten thousand due members are ten short scripts, with
+        // entries and polls of every queue served in between, not one long one.
+        let mut total = ExpiryOutcome::default();
+        loop {
+            let step = self.expire_step(queue).await?;
+            total.tokens_expired += step.tokens_expired;
+            total.claims_expired += step.claims_expired;
+            if !step.more_due {
+                return Ok(total);
+            }
+        }
     }
 
     async fn claim(
@@ -428,8 +477,7 @@ impl QueueStore for RedisStore {
         Ok(match reply.int()? {
             0 => ConsumeOutcome::Consumed,
             1 => ConsumeOutcome::AlreadyConsumed,
-            2 => ConsumeOutcome::Rejected(ConsumeRejection::UnknownClaim),
-            _ => ConsumeOutcome::Rejected(ConsumeRejection::ConsumedByAnotherClaim),
+            _ => ConsumeOutcome::Rejected(ConsumeRejection::UnknownClaim),
         })
     }
 
@@ -487,20 +535,28 @@ impl QueueStore for RedisStore {
         patch: &SettingsPatch,
     ) -> Result<Result<QueueSettings, SettingsError>, StoreError> {
         self.check()?;
-        // Every rule in `QueueSettings::validate` is about one field, and stored settings are valid, so a
-        // patch is valid on the stored settings exactly when it is valid on the defaults.
-        let mut validated = self.options.default_settings.clone();
+        // Validate against what is stored (rate × tick spans two fields, so a patch of one is checked with
+        // the other's stored value); the script re-checks that product atomically, in case another
+        // instance changed the other field meanwhile.
+        let mut validated = match self.settings(queue).await? {
+            Some(stored) => stored,
+            None => self.options.default_settings.clone(),
+        };
         if let Err(error) = validated.apply(patch) {
             return Ok(Err(error));
         }
-        self.register(queue, false).await?;
+        // Listed before the script may create it, so a crash in between leaves a listed queue that does
+        // not exist (harmless: it reads as absent) but never an unlisted one.
+        self.register(queue).await?;
         let mut call = self.queue_call(&self.scripts.update_settings, queue);
         for arg in patch_args(patch, &validated) {
             call.arg(arg);
         }
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
-        if reply.int()? == 1 {
-            self.register(queue, true).await?;
+        match reply.int()? {
+            2 => return Ok(Err(SettingsError::MembersPerTick)),
+            1 => self.register(queue).await?,
+            _ => {}
         }
         read_settings(&mut reply).map(Ok)
     }
@@ -549,6 +605,82 @@ impl QueueStore for RedisStore {
         let mut queues: Vec<QueueName> = names.iter().filter_map(|n| QueueName::parse(n).ok()).collect();
         queues.sort();
         Ok(queues)
+    }
+
+    async fn active_queues(&self) -> Result<Vec<QueueName>, StoreError> {
+        self.check()?;
+        let names: Vec<String> = self
+            .connection
+            .query(redis::cmd("SMEMBERS").arg(self.active_key()))
+            .await?;
+        let mut queues: Vec<QueueName> = names.iter().filter_map(|n| QueueName::parse(n).ok()).collect();
+        queues.sort();
+        Ok(queues)
+    }
+
+    async fn admission_preview(&self, queue: &QueueName) -> Result<Option<AdmissionPreview>, StoreError> {
+        self.check()?;
+        let call = self.queue_call(&self.scripts.preview, queue);
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        if reply.is_empty() {
+            return Ok(None);
+        }
+        let settings = read_settings(&mut reply)?;
+        Ok(Some(AdmissionPreview {
+            settings,
+            waiting: reply.int()?.max(0) as u64,
+            outstanding: reply.int()?.max(0) as u64,
+        }))
+    }
+
+    async fn delete_queue(&self, queue: &QueueName) -> Result<bool, StoreError> {
+        self.check()?;
+        // Unlisted first: an entry racing the delete then either lands in the old keys (and goes with
+        // them) or, after the UNLINK, creates the queue afresh through the registry.
+        let _: i64 = self
+            .connection
+            .query(redis::cmd("SREM").arg(self.registry_key()).arg(queue.as_str()))
+            .await?;
+        let _: i64 = self
+            .connection
+            .query(redis::cmd("SREM").arg(self.active_key()).arg(queue.as_str()))
+            .await?;
+        let call = self.queue_call(&self.scripts.delete, queue);
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(reply.int()? == 1)
+    }
+
+    async fn forget_if_idle(&self, queue: &QueueName, idle_ms: i64) -> Result<bool, StoreError> {
+        self.check()?;
+        let mut call = self.queue_call(&self.scripts.forget, queue);
+        call.arg(idle_ms);
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        match reply.int()? {
+            1 => {
+                let _: i64 = self
+                    .connection
+                    .query(redis::cmd("SREM").arg(self.registry_key()).arg(queue.as_str()))
+                    .await?;
+                // A first entry may have re-created it between the script and the SREM; it lists the
+                // name again after creating, but look once more so the registry is right either way.
+                let exists: i64 = self
+                    .connection
+                    .query(redis::cmd("EXISTS").arg(&self.queue_keys(queue)[0]))
+                    .await?;
+                if exists == 1 {
+                    self.register(queue).await?;
+                    return Ok(false);
+                }
+                Ok(true)
+            }
+            // Busy: make sure the scheduler sees it (repairs the active set after a crash between an
+            // entry and its SADD).
+            2 => {
+                self.activate(queue).await?;
+                Ok(false)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -47,13 +47,18 @@ if n > 0 then
 end
 local last_step = hnum(META, 'last_step')
 if last_step then
+  -- 'as': admitted by earlier steps in last_step's millisecond (a tick in several chunks).
+  local pending = (hnum(META, 'as') or 0) + n
   if now > last_step then
     local elapsed = now - last_step
     if waiting_before > 0 then
-      redis.call('HSET', META, 'ar', flt(fold(hnum(META, 'ar'), n * 1000.0 / elapsed, elapsed)))
+      redis.call('HSET', META, 'ar', flt(fold(hnum(META, 'ar'), pending * 1000.0 / elapsed, elapsed)))
     end
     local consumed = (hnum(META, 'cs') or 0) * 1000.0 / elapsed
-    redis.call('HSET', META, 'cr', flt(fold(hnum(META, 'cr'), consumed, elapsed)), 'cs', '0', 'last_step', int(now))
+    redis.call('HSET', META, 'cr', flt(fold(hnum(META, 'cr'), consumed, elapsed)), 'cs', '0', 'as', '0',
+      'last_step', int(now))
+  else
+    redis.call('HSET', META, 'as', int(pending))
   end
 else
   redis.call('HSET', META, 'last_step', int(now))

@@ -1,5 +1,5 @@
--- consume: ARGV[11] member, [12] claim digest. {0} consumed; {1} already (idempotent); {2} unknown claim;
--- {3} consumed by another claim.
+-- consume: ARGV[11] member, [12] claim digest. {0} consumed; {1} already (idempotent); {2} unknown claim
+-- (also a claim that is not the one that consumed the token: MemberState::consume).
 if redis.call('EXISTS', META) == 0 then return {2} end
 local now = guarded_now()
 local member, claim = ARGV[11], ARGV[12]
@@ -9,8 +9,5 @@ if (st.kind == 'C' and ct_eq(st.claim, claim)) or (st.kind == 'R' and ct_eq(st.e
   redis.call('HINCRBY', META, 'cs', 1)
   return {0}
 end
-if st.kind == 'X' then
-  if ct_eq(st.claim, claim) then return {1} end
-  return {3}
-end
+if st.kind == 'X' and ct_eq(st.claim, claim) then return {1} end
 return {2}

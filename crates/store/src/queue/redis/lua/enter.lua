@@ -1,5 +1,8 @@
 -- enter: ARGV[11] member. Atomic and idempotent: the state check and ZADD NX run in one script, so fifty
 -- concurrent first entries produce one position; the sequence comes from this queue's own counter.
+-- ARGV[12] '1' allows creating the queue: the caller has first reserved it a place in the registry under
+-- max_queues (register.lua); with '0' a missing queue answers {-1} and nothing is written.
+if ARGV[12] ~= '1' and redis.call('EXISTS', META) == 0 then return {-1} end
 local created = ensure_queue(clock_now())
 local now = guarded_now()
 local member = ARGV[11]

@@ -1,5 +1,5 @@
--- expire_due: {tokens expired, claims released}.
-if redis.call('EXISTS', META) == 0 then return {0, 0} end
+-- expire_due: {tokens expired, claims released, 1 if more are due (the caller calls again)}.
+if redis.call('EXISTS', META) == 0 then return {0, 0, 0} end
 local now = guarded_now()
-local tokens, claims = expire_due(now)
-return {tokens, claims}
+local tokens, claims, more = expire_due(now)
+return {tokens, claims, more}

@@ -1,7 +1,8 @@
 -- Prelude of the waiting-room scripts that write (prepended after queue_base.lua).
 -- ARGV: 1 injected now ms, 2 consumed memory ms, 3..10 default settings; script args from 11.
 local MICRO = 1000000
-local MAX_EXPIRIES = 10000
+-- Deadlines one script handles at most; callers loop while a script reports more due (bounded work per call).
+local MAX_EXPIRIES = 1000
 local SMOOTHING_MILLIS = 10000.0
 local CONSUMED_MEMORY_MS = tonumber(ARGV[2])
 local SETTING_FIELDS = {'aps', 'rate_milli', 'tick', 'token_ttl', 'claim_ttl', 'max_active', 'paused', 'fail_mode'}
@@ -118,10 +119,13 @@ local function after_release(st, expired_claim, now)
   return {kind = 'N'}
 end
 
--- Expired tokens free their slot, expired claims are released, consumed members are forgotten.
+-- Expired tokens free their slot, expired claims are released, consumed members are forgotten; at most
+-- MAX_EXPIRIES of them. Returns tokens expired, claims released, and 1 if more were due than handled.
 local function expire_due(now)
   local tokens, claims = 0, 0
   local due = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', int(now), 'LIMIT', 0, MAX_EXPIRIES)
+  local more = 0
+  if #due == MAX_EXPIRIES then more = 1 end
   for _, member in ipairs(due) do
     local st = state_of(member)
     local nxt = nil
@@ -147,7 +151,7 @@ local function expire_due(now)
       end
     end
   end
-  return tokens, claims
+  return tokens, claims, more
 end
 
 -- Refills the admission budget (integer micro-members) up to now; returns the credit.

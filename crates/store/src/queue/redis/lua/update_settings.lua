@@ -1,6 +1,13 @@
 -- update_settings: ARGV[11..18] the patch, one per setting field ('' keeps a field; max_active takes 'keep',
 -- 'none' or a number). Validated by the caller. Settles the budget at the old rate, then caps it to the new
--- tick's capacity. Returns {created, settings...}.
+-- tick's capacity. Returns {created, settings...}, or {2} when the merged rate × tick would admit more than
+-- MAX_MEMBERS_PER_TICK in one tick (QueueSettings::validate; checked here too because the stored settings
+-- another instance just wrote are only known inside the script), changing nothing.
+local MAX_MEMBERS_PER_TICK = 100000
+local stored = redis.call('HMGET', META, 'rate_milli', 'tick')
+local rate_milli = tonumber(ARGV[12]) or tonumber(stored[1]) or tonumber(ARGV[4])
+local tick = tonumber(ARGV[13]) or tonumber(stored[2]) or tonumber(ARGV[5])
+if rate_milli * tick > MAX_MEMBERS_PER_TICK * MICRO then return {2} end
 local created = ensure_queue(clock_now())
 local now = guarded_now()
 refill(settings(), now)
@@ -20,7 +27,10 @@ for i, f in ipairs(SETTING_FIELDS) do
     fields[#fields + 1] = v
   end
 end
-if #fields > 0 then redis.call('HSET', META, unpack(fields)) end
+-- An admin configured this queue: it is never forgotten when idle (forget.lua).
+fields[#fields + 1] = 'managed'
+fields[#fields + 1] = '1'
+redis.call('HSET', META, unpack(fields))
 local s = settings()
 redis.call('HSET', META, 'credit', int(math.min(hnum(META, 'credit'), capacity(s))))
 local out = {created and 1 or 0}
