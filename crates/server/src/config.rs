@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use rankgate_core::period::Zone;
+use rankgate_store::synchronous::Synchronous;
 
 use crate::waiting_room::{GateConfig, WaitingRoomConfig};
 
@@ -66,6 +67,8 @@ pub struct Config {
     pub serving_grace_millis: i64,
     /// Async runtime worker threads of `rankgate serve`; `None` = one per core.
     pub worker_threads: Option<usize>,
+    /// `synchronous` level of the embedded SQLite databases (`rankings.sqlite3`, `queue.sqlite3`).
+    pub sqlite_synchronous: Synchronous,
 }
 
 impl std::fmt::Debug for Config {
@@ -153,6 +156,7 @@ pub struct FileConfig {
     serving_depth: Option<usize>,
     serving_grace_seconds: Option<i64>,
     worker_threads: Option<usize>,
+    sqlite_synchronous: Option<String>,
 }
 
 /// Values given on the command line or in `RANKGATE_*` variables.
@@ -198,6 +202,10 @@ pub struct Overrides {
         value_delimiter = ','
     )]
     pub ingest_keys: Option<Vec<String>>,
+    /// Durability of the embedded SQLite databases: "full" fsyncs every commit (survives power loss),
+    /// "normal" only at checkpoints (survives a process crash) [default: full]
+    #[arg(long, env = "RANKGATE_SQLITE_SYNCHRONOUS")]
+    pub sqlite_synchronous: Option<String>,
 }
 
 const HOUR_MILLIS: i64 = 3_600_000;
@@ -225,8 +233,25 @@ impl Config {
             event_retention_millis >= max_lateness_millis,
             "event_retention_hours must be at least max_lateness_hours, or a late event could be counted twice"
         );
+        let sqlite_synchronous = match (&overrides.sqlite_synchronous, &file.sqlite_synchronous) {
+            (Some(raw), _) => raw.parse::<Synchronous>().map_err(|e| {
+                anyhow::anyhow!(
+                    "sqlite_synchronous (--sqlite-synchronous / RANKGATE_SQLITE_SYNCHRONOUS): {e}"
+                )
+            })?,
+            (None, Some(raw)) => raw
+                .parse::<Synchronous>()
+                .map_err(|e| anyhow::anyhow!("sqlite_synchronous: {e}"))?,
+            (None, None) => Synchronous::default(),
+        };
         let mut waiting_room = file.waiting_room;
         waiting_room.gates.extend(file.gate);
+        // The legacy `[waiting_room] fsync_every_commit` still decides for the queue database when given.
+        waiting_room.synchronous = match waiting_room.fsync_every_commit {
+            Some(true) => Synchronous::Full,
+            Some(false) => Synchronous::Normal,
+            None => sqlite_synchronous,
+        };
         Ok(Config {
             listen: overrides
                 .listen
@@ -272,6 +297,7 @@ impl Config {
                 Some(0) => anyhow::bail!("worker_threads must be at least 1 (leave it out for one per core)"),
                 threads => threads,
             },
+            sqlite_synchronous,
         })
     }
 
@@ -287,7 +313,7 @@ impl Config {
 }
 
 /// Top-level keys of the config file.
-const KNOWN_KEYS: [&str; 24] = [
+const KNOWN_KEYS: [&str; 25] = [
     "listen",
     "data_dir",
     "time_zone",
@@ -312,6 +338,7 @@ const KNOWN_KEYS: [&str; 24] = [
     "serving_depth",
     "serving_grace_seconds",
     "worker_threads",
+    "sqlite_synchronous",
 ];
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -372,6 +399,58 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("event_retention_hours"), "{error}");
+    }
+
+    #[test]
+    fn sqlite_synchronous_defaults_to_full_and_an_invalid_value_is_refused_naming_the_key() {
+        let config = Config::merge(FileConfig::default(), &Overrides::default()).unwrap();
+        assert_eq!(config.sqlite_synchronous, Synchronous::Full);
+        assert_eq!(
+            config.waiting_room.synchronous,
+            Synchronous::Full,
+            "one key for both databases"
+        );
+
+        let file: FileConfig = toml::from_str("sqlite_synchronous = \"normal\"").unwrap();
+        let config = Config::merge(file, &Overrides::default()).unwrap();
+        assert_eq!(config.sqlite_synchronous, Synchronous::Normal);
+        assert_eq!(config.waiting_room.synchronous, Synchronous::Normal);
+
+        // The environment / flag layer wins over the file.
+        let file: FileConfig = toml::from_str("sqlite_synchronous = \"normal\"").unwrap();
+        let overrides = Overrides {
+            sqlite_synchronous: Some("FULL".into()),
+            ..Overrides::default()
+        };
+        assert_eq!(
+            Config::merge(file, &overrides).unwrap().sqlite_synchronous,
+            Synchronous::Full
+        );
+
+        // The deprecated queue-only key still decides for the queue database.
+        let file: FileConfig =
+            toml::from_str("sqlite_synchronous = \"full\"\n[waiting_room]\nfsync_every_commit = false")
+                .unwrap();
+        let config = Config::merge(file, &Overrides::default()).unwrap();
+        assert_eq!(
+            (config.sqlite_synchronous, config.waiting_room.synchronous),
+            (Synchronous::Full, Synchronous::Normal)
+        );
+
+        let file: FileConfig = toml::from_str("sqlite_synchronous = \"off\"").unwrap();
+        let error = Config::merge(file, &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("sqlite_synchronous: "), "{error}");
+        assert!(error.contains("\"full\""), "the hint names the values: {error}");
+        let overrides = Overrides {
+            sqlite_synchronous: Some("sometimes".into()),
+            ..Overrides::default()
+        };
+        let error = Config::merge(FileConfig::default(), &overrides)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("RANKGATE_SQLITE_SYNCHRONOUS"), "{error}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //!   rate limiter: traits and the embedded backend.
 //! - [`ranking`]: the rankings sources of truth (SQLite, PostgreSQL), the in-process ranking engine and the
 //!   Redis serving store.
+//! - [`synchronous`]: the durability level (`synchronous` pragma) of both embedded SQLite databases.
 //! - `redis_connection`: one connection type over standalone Redis and Redis Cluster, shared by the Redis
 //!   backends.
 
@@ -13,3 +14,4 @@ pub mod clock;
 pub mod queue;
 pub mod ranking;
 mod redis_connection;
+pub mod synchronous;

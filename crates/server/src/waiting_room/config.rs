@@ -11,7 +11,7 @@
 //! poll_burst = 3               # polls allowed per `poll_burst × polling interval` window before 429
 //! consumed_memory_seconds = 3600
 //! # token_secret = "<43 chars of URL-safe base64>"  # share between instances; else generated in the data dir
-//! fsync_every_commit = false   # true: survive power loss, not just a process restart
+//! # fsync_every_commit = true  # deprecated: the top-level `sqlite_synchronous` decides (default "full")
 //!
 //! [[gate]]
 //! queue = "summer-sale"
@@ -22,6 +22,7 @@
 //! ```
 
 use rankgate_core::queue::{FailMode, QueueSettings};
+use rankgate_store::synchronous::Synchronous;
 use serde::Deserialize;
 
 /// Settings from the config file: `[waiting_room]` defaults and `[[gate]]` routes.
@@ -48,8 +49,13 @@ pub struct WaitingRoomConfig {
     /// Token secret (URL-safe base64 of 32 bytes). Instances sharing a store must share it; when absent
     /// the embedded backend generates one in `<data_dir>/queue.secret`.
     pub token_secret: Option<String>,
-    /// Fsync every commit of the embedded queue database.
-    pub fsync_every_commit: bool,
+    /// Deprecated override of the queue database's durability: `true` is `sqlite_synchronous = "full"`,
+    /// `false` is `"normal"`, for `queue.sqlite3` only. Absent: the top-level `sqlite_synchronous` decides.
+    pub fsync_every_commit: Option<bool>,
+    /// The `synchronous` level of `queue.sqlite3`, resolved by [`crate::config::Config`] from
+    /// `sqlite_synchronous` and `fsync_every_commit` (not a file key of its own).
+    #[serde(skip)]
+    pub synchronous: Synchronous,
     /// How often the scheduler checks whether a queue's tick is due (ms).
     pub scheduler_poll_millis: u64,
     /// Reverse-proxy gates (the top-level `[[gate]]` tables).
@@ -69,7 +75,8 @@ impl Default for WaitingRoomConfig {
             poll_burst: 3,
             consumed_memory_seconds: 3600,
             token_secret: None,
-            fsync_every_commit: false,
+            fsync_every_commit: None,
+            synchronous: Synchronous::default(),
             scheduler_poll_millis: 50,
             gates: Vec::new(),
         }
