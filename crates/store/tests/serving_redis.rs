@@ -471,3 +471,85 @@ proptest! {
         }))?;
     }
 }
+
+/// The last call of a span built over several calls moves the staging keys over the served span only
+/// when they hold what the earlier calls wrote: if Redis lost them in between (restart, flush,
+/// eviction), the call answers LOST and leaves the served span and its totals alone, so the rebuild's
+/// totals check cannot pass on a half-built span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_span_build_that_lost_its_staged_part_is_lost_and_leaves_the_served_span() {
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: vec![STANDALONE_URL.to_string()],
+        prefix: prefix.clone(),
+    };
+    let mut connection = redis::Client::open(STANDALONE_URL)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let base = format!("{prefix}{{rk:all}}");
+    let totals = format!("{base}:totals:v1");
+    let live: Vec<String> = ["popular", "units", "revenue", "detail"]
+        .iter()
+        .map(|name| format!("{base}:{name}:1h:9:v1"))
+        .collect();
+    let staging: Vec<String> = live.iter().map(|key| format!("{key}:build")).collect();
+    let () = redis::pipe()
+        .cmd("HSET")
+        .arg(&totals)
+        .arg("1h:9")
+        .arg("1 0 0")
+        .ignore()
+        .cmd("ZADD")
+        .arg(&live[0])
+        .arg(-1)
+        .arg("old")
+        .ignore()
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    // The last piece of a replace (mode 1, stage l) whose earlier pieces staged 5 popular entries, which
+    // are gone: one entry of its own.
+    let script = redis::Script::new(include_str!("../src/ranking/lua/serving_publish.lua"));
+    let mut call = script.prepare_invoke();
+    call.key(&totals);
+    for key in live.iter().chain(&staging) {
+        call.key(key);
+    }
+    call.arg(1)
+        .arg("1h:9")
+        .arg("1")
+        .arg(60_000)
+        .arg(6)
+        .arg(0)
+        .arg(0)
+        .arg(1)
+        .arg(0)
+        .arg(0)
+        .arg(0)
+        .arg("l")
+        .arg(5)
+        .arg(0)
+        .arg(0)
+        .arg(0)
+        .arg("new")
+        .arg("-2");
+    let reply: String = call.invoke_async(&mut connection).await.unwrap();
+    assert_eq!(reply, "LOST");
+    let served: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&live[0])
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(served, vec!["old".to_string()], "the served span is untouched");
+    let stored: String = redis::cmd("HGET")
+        .arg(&totals)
+        .arg("1h:9")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(stored, "1 0 0", "the totals still describe the served span");
+}
