@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use rankgate_core::period::Zone;
+use rankgate_store::synchronous::Synchronous;
 
 use crate::waiting_room::{GateConfig, WaitingRoomConfig};
 
@@ -69,6 +70,8 @@ pub struct Config {
     pub worker_threads: Option<usize>,
     /// Listener bounds: header and body deadlines, connection limit.
     pub http: HttpConfig,
+    /// `synchronous` level of the embedded SQLite databases (`rankings.sqlite3`, `queue.sqlite3`).
+    pub sqlite_synchronous: Synchronous,
 }
 
 /// The HTTP listener's bounds (issue 9, defect 6); see [`crate::edge`].
@@ -183,6 +186,7 @@ pub struct FileConfig {
     worker_threads: Option<usize>,
     #[serde(flatten)]
     http: HttpConfig,
+    sqlite_synchronous: Option<String>,
 }
 
 /// Values given on the command line or in `RANKGATE_*` variables.
@@ -234,6 +238,10 @@ pub struct Overrides {
     /// File holding the waiting-room token secret, outside the data directory; required with --redis
     #[arg(long, env = "RANKGATE_TOKEN_SECRET_FILE")]
     pub token_secret_file: Option<PathBuf>,
+    /// Durability of the embedded SQLite databases: "full" fsyncs every commit (survives power loss),
+    /// "normal" only at checkpoints (survives a process crash) [default: full]
+    #[arg(long, env = "RANKGATE_SQLITE_SYNCHRONOUS")]
+    pub sqlite_synchronous: Option<String>,
 }
 
 const HOUR_MILLIS: i64 = 3_600_000;
@@ -269,6 +277,17 @@ impl Config {
             event_retention_millis >= max_lateness_millis,
             "event_retention_hours must be at least max_lateness_hours, or a late event could be counted twice"
         );
+        let sqlite_synchronous = match (&overrides.sqlite_synchronous, &file.sqlite_synchronous) {
+            (Some(raw), _) => raw.parse::<Synchronous>().map_err(|e| {
+                anyhow::anyhow!(
+                    "sqlite_synchronous (--sqlite-synchronous / RANKGATE_SQLITE_SYNCHRONOUS): {e}"
+                )
+            })?,
+            (None, Some(raw)) => raw
+                .parse::<Synchronous>()
+                .map_err(|e| anyhow::anyhow!("sqlite_synchronous: {e}"))?,
+            (None, None) => Synchronous::default(),
+        };
         let mut waiting_room = file.waiting_room;
         waiting_room.gates.extend(file.gate);
         // A secret from the command line or the environment replaces the file's, in whichever form.
@@ -276,6 +295,12 @@ impl Config {
             waiting_room.token_secret = overrides.token_secret.clone();
             waiting_room.token_secret_file = overrides.token_secret_file.clone();
         }
+        // The legacy `[waiting_room] fsync_every_commit` still decides for the queue database when given.
+        waiting_room.synchronous = match waiting_room.fsync_every_commit {
+            Some(true) => Synchronous::Full,
+            Some(false) => Synchronous::Normal,
+            None => sqlite_synchronous,
+        };
         Ok(Config {
             listen: overrides
                 .listen
@@ -330,6 +355,7 @@ impl Config {
                 threads => threads,
             },
             http: file.http,
+            sqlite_synchronous,
         })
     }
 
@@ -357,7 +383,7 @@ fn millis_of(key: &str, value: i64, unit_millis: i64) -> anyhow::Result<i64> {
 }
 
 /// Top-level keys of the config file.
-const KNOWN_KEYS: [&str; 27] = [
+const KNOWN_KEYS: [&str; 28] = [
     "listen",
     "data_dir",
     "time_zone",
@@ -385,6 +411,7 @@ const KNOWN_KEYS: [&str; 27] = [
     "http_header_timeout_millis",
     "http_body_timeout_millis",
     "max_connections",
+    "sqlite_synchronous",
 ];
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -504,6 +531,58 @@ mod tests {
             ),
             (500, 700, 9)
         );
+    }
+
+    #[test]
+    fn sqlite_synchronous_defaults_to_full_and_an_invalid_value_is_refused_naming_the_key() {
+        let config = Config::merge(FileConfig::default(), &Overrides::default()).unwrap();
+        assert_eq!(config.sqlite_synchronous, Synchronous::Full);
+        assert_eq!(
+            config.waiting_room.synchronous,
+            Synchronous::Full,
+            "one key for both databases"
+        );
+
+        let file: FileConfig = toml::from_str("sqlite_synchronous = \"normal\"").unwrap();
+        let config = Config::merge(file, &Overrides::default()).unwrap();
+        assert_eq!(config.sqlite_synchronous, Synchronous::Normal);
+        assert_eq!(config.waiting_room.synchronous, Synchronous::Normal);
+
+        // The environment / flag layer wins over the file.
+        let file: FileConfig = toml::from_str("sqlite_synchronous = \"normal\"").unwrap();
+        let overrides = Overrides {
+            sqlite_synchronous: Some("FULL".into()),
+            ..Overrides::default()
+        };
+        assert_eq!(
+            Config::merge(file, &overrides).unwrap().sqlite_synchronous,
+            Synchronous::Full
+        );
+
+        // The deprecated queue-only key still decides for the queue database.
+        let file: FileConfig =
+            toml::from_str("sqlite_synchronous = \"full\"\n[waiting_room]\nfsync_every_commit = false")
+                .unwrap();
+        let config = Config::merge(file, &Overrides::default()).unwrap();
+        assert_eq!(
+            (config.sqlite_synchronous, config.waiting_room.synchronous),
+            (Synchronous::Full, Synchronous::Normal)
+        );
+
+        let file: FileConfig = toml::from_str("sqlite_synchronous = \"off\"").unwrap();
+        let error = Config::merge(file, &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("sqlite_synchronous: "), "{error}");
+        assert!(error.contains("\"full\""), "the hint names the values: {error}");
+        let overrides = Overrides {
+            sqlite_synchronous: Some("sometimes".into()),
+            ..Overrides::default()
+        };
+        let error = Config::merge(FileConfig::default(), &overrides)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("RANKGATE_SQLITE_SYNCHRONOUS"), "{error}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! - [`ranking`]: the rankings sources of truth (SQLite, PostgreSQL), the in-process ranking engine and the
 //!   Redis serving store.
 //! - [`redact`]: credentials out of messages: `redact_url` for every connection string shown.
+//! - [`synchronous`]: the durability level (`synchronous` pragma) of both embedded SQLite databases.
 //! - `redis_connection`: one connection type over standalone Redis and Redis Cluster, shared by the Redis
 //!   backends.
 
@@ -15,3 +16,4 @@ pub mod queue;
 pub mod ranking;
 pub mod redact;
 mod redis_connection;
+pub mod synchronous;

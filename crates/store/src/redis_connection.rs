@@ -23,6 +23,7 @@ fn scrubbed(error: StoreError, urls: &[String]) -> StoreError {
     match error {
         StoreError::Unavailable(message) => StoreError::Unavailable(scrub(message)),
         StoreError::Corrupt(message) => StoreError::Corrupt(scrub(message)),
+        other @ StoreError::TooManyQueues { .. } => other,
     }
 }
 

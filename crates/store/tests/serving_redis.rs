@@ -68,10 +68,16 @@ fn requests(zone: &Zone) -> Vec<(CategoryOrAll, Span)> {
 }
 
 async fn connect(urls: &[String], prefix: &str) -> Arc<RedisServing> {
+    connect_chunked(urls, prefix, ServingOptions::default().max_writes_per_call).await
+}
+
+/// A store whose publish calls carry at most `max_writes_per_call` member writes each.
+async fn connect_chunked(urls: &[String], prefix: &str, max_writes_per_call: usize) -> Arc<RedisServing> {
     RedisServing::connect(
         urls,
         ServingOptions {
             prefix: prefix.to_string(),
+            max_writes_per_call,
             ..ServingOptions::default()
         },
     )
@@ -166,12 +172,19 @@ fn from_engine(engine: &RwLock<RankingEngine>) -> impl FnMut(&RankingQuery) -> V
 /// Ingests `events` in batches of `batch` through an SQLite-backed ingestor, publishing the coalesced
 /// changes after each batch and checking every served ranking against the engine.
 async fn served_follows_the_engine(urls: Vec<String>, depth: Option<usize>) {
+    served_follows_the_engine_in_calls_of(urls, depth, ServingOptions::default().max_writes_per_call).await;
+}
+
+/// [`served_follows_the_engine`] with publish calls of at most `chunk` member writes; with a chunk smaller
+/// than a span, also checks that no call carried more, and that a replace over served spans (a second
+/// full publication) and a rebuild into a fresh generation serve the same.
+async fn served_follows_the_engine_in_calls_of(urls: Vec<String>, depth: Option<usize>, chunk: usize) {
     let prefix = unique_prefix();
     let _cleanup = KeyCleanup {
         nodes: urls.clone(),
         prefix: prefix.clone(),
     };
-    let store = connect(&urls, &prefix).await;
+    let store = connect_chunked(&urls, &prefix, chunk).await;
     assert_eq!(store.is_cluster(), urls.len() > 1, "the intended topology");
     let dir = tempfile::tempdir().unwrap();
     let (mut ingestor, engine) = ingestor_over(
@@ -208,6 +221,57 @@ async fn served_follows_the_engine(urls: Vec<String>, depth: Option<usize>) {
         engine.write().publish(&requests(&Zone::utc()), depth, false),
         Vec::new()
     );
+    let largest_span = engine
+        .write()
+        .publish(&requests(&Zone::utc()), depth, true)
+        .iter()
+        .map(|p| p.writes())
+        .max()
+        .unwrap();
+    if largest_span > chunk {
+        // The full publication just computed, replayed over the served spans (built beside them and
+        // switched by each span's last call), then as a rebuild into a fresh generation.
+        let published = publish(&store, &engine, generation, depth, true).await;
+        let Published::Applied { calls, .. } = published else {
+            panic!("{published:?}")
+        };
+        assert!(
+            calls as usize > categories().len(),
+            "a span bigger than a call takes several: {calls}"
+        );
+        check_served(&store, generation, depth, &mut from_engine(&engine))
+            .await
+            .unwrap();
+        let rebuilt = store.new_generation().await.unwrap();
+        let published = publish(&store, &engine, rebuilt, depth, true).await;
+        assert!(matches!(published, Published::Applied { .. }), "{published:?}");
+        check_served(&store, rebuilt, depth, &mut from_engine(&engine))
+            .await
+            .unwrap();
+        // Every span was written in full, and totals match, as the rebuild's check before a switch reads them.
+        for category in categories() {
+            let totals = store.totals(&category, rebuilt).await.unwrap();
+            for publication in engine
+                .write()
+                .publish(&requests(&Zone::utc()), depth, true)
+                .iter()
+                .filter(|p| p.category == category)
+            {
+                let field = rankgate_store::ranking::redis_serving::span_field(&publication.span);
+                assert_eq!(
+                    totals.get(&field),
+                    Some(&publication.totals),
+                    "{category}/{field}"
+                );
+            }
+        }
+        let largest = store.largest_call_writes();
+        assert!(
+            largest as usize <= chunk,
+            "a call carried {largest} writes, over {chunk}"
+        );
+        assert!(largest > 0);
+    }
 
     // Losing a category's data is detected by the next change-only publication, which writes nothing.
     let lost_key = format!("{prefix}{{rk:all}}:totals:v{generation}");
@@ -256,6 +320,24 @@ async fn served_follows_the_engine(urls: Vec<String>, depth: Option<usize>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_serves_exactly_what_the_engine_ranks() {
     served_follows_the_engine(vec![STANDALONE_URL.to_string()], None).await;
+}
+
+// Defect 17 of issue 9: a publication as big as a whole span ran as one script, blocking a Redis that
+// also serves the waiting room. With calls of at most 7 member writes every span here (12 products, up
+// to 48 writes) is split: the served state is the same, and no call carries more than 7.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_span_publication_is_chunked_and_serves_the_same() {
+    served_follows_the_engine_in_calls_of(vec![STANDALONE_URL.to_string()], None, 7).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_top_n_span_publication_is_chunked_and_serves_the_same() {
+    served_follows_the_engine_in_calls_of(vec![STANDALONE_URL.to_string()], Some(3), 5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_span_publication_is_chunked_and_serves_the_same() {
+    served_follows_the_engine_in_calls_of(cluster().urls.clone(), None, 7).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -388,4 +470,86 @@ proptest! {
             model.ranking(query.ranker, &query.category, &query.span)
         }))?;
     }
+}
+
+/// The last call of a span built over several calls moves the staging keys over the served span only
+/// when they hold what the earlier calls wrote: if Redis lost them in between (restart, flush,
+/// eviction), the call answers LOST and leaves the served span and its totals alone, so the rebuild's
+/// totals check cannot pass on a half-built span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_span_build_that_lost_its_staged_part_is_lost_and_leaves_the_served_span() {
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: vec![STANDALONE_URL.to_string()],
+        prefix: prefix.clone(),
+    };
+    let mut connection = redis::Client::open(STANDALONE_URL)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let base = format!("{prefix}{{rk:all}}");
+    let totals = format!("{base}:totals:v1");
+    let live: Vec<String> = ["popular", "units", "revenue", "detail"]
+        .iter()
+        .map(|name| format!("{base}:{name}:1h:9:v1"))
+        .collect();
+    let staging: Vec<String> = live.iter().map(|key| format!("{key}:build")).collect();
+    let () = redis::pipe()
+        .cmd("HSET")
+        .arg(&totals)
+        .arg("1h:9")
+        .arg("1 0 0")
+        .ignore()
+        .cmd("ZADD")
+        .arg(&live[0])
+        .arg(-1)
+        .arg("old")
+        .ignore()
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    // The last piece of a replace (mode 1, stage l) whose earlier pieces staged 5 popular entries, which
+    // are gone: one entry of its own.
+    let script = redis::Script::new(include_str!("../src/ranking/lua/serving_publish.lua"));
+    let mut call = script.prepare_invoke();
+    call.key(&totals);
+    for key in live.iter().chain(&staging) {
+        call.key(key);
+    }
+    call.arg(1)
+        .arg("1h:9")
+        .arg("1")
+        .arg(60_000)
+        .arg(6)
+        .arg(0)
+        .arg(0)
+        .arg(1)
+        .arg(0)
+        .arg(0)
+        .arg(0)
+        .arg("l")
+        .arg(5)
+        .arg(0)
+        .arg(0)
+        .arg(0)
+        .arg("new")
+        .arg("-2");
+    let reply: String = call.invoke_async(&mut connection).await.unwrap();
+    assert_eq!(reply, "LOST");
+    let served: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&live[0])
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(served, vec!["old".to_string()], "the served span is untouched");
+    let stored: String = redis::cmd("HGET")
+        .arg(&totals)
+        .arg("1h:9")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(stored, "1 0 0", "the totals still describe the served span");
 }

@@ -403,9 +403,10 @@ pub fn open_source(config: &Config) -> anyhow::Result<Box<dyn SourceOfTruth>> {
             PostgresSource::connect(url, &config.database_schema)
                 .context("connecting to the PostgreSQL source of truth (check --database)")?,
         )),
-        None => Ok(Box::new(SqliteSource::open(&config.data_dir).with_context(
-            || format!("opening the source of truth in {}", config.data_dir.display()),
-        )?)),
+        None => Ok(Box::new(
+            SqliteSource::open_with(&config.data_dir, config.sqlite_synchronous)
+                .with_context(|| format!("opening the source of truth in {}", config.data_dir.display()))?,
+        )),
     }
 }
 

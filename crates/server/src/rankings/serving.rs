@@ -394,6 +394,10 @@ async fn rebuild(
     let published = store
         .publish(generation, &publications, &serving.zone, now_millis)
         .await?;
+    anyhow::ensure!(
+        published != Published::Lost,
+        "rebuilt generation {generation} lost keys while it was written (Redis restarted or was flushed?); not switching"
+    );
     // Check before switching: Redis must hold exactly the totals the engine has.
     let mut categories: Vec<CategoryOrAll> = publications.iter().map(|p| p.category.clone()).collect();
     categories.sort_unstable();

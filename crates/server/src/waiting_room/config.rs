@@ -12,9 +12,9 @@
 //! consumed_memory_seconds = 3600
 //! # token_secret_file = "/etc/rankgate/token-secret"  # 43 chars of URL-safe base64 (32 bytes); required
 //! # token_secret = "<43 chars of URL-safe base64>"     # with --redis (one of the two); outside the data dir
-//! fsync_every_commit = false   # true: survive power loss, not just a process restart
 //! max_queues = 1000            # queues first entries may create; beyond, an entry into a new queue gets 429
 //! forget_idle_queues_after_seconds = 3600  # auto-created queues idle this long are forgotten
+//! # fsync_every_commit = true  # deprecated: the top-level `sqlite_synchronous` decides (default "full")
 //!
 //! [[gate]]
 //! queue = "summer-sale"
@@ -25,6 +25,7 @@
 //! ```
 
 use rankgate_core::queue::{FailMode, QueueSettings};
+use rankgate_store::synchronous::Synchronous;
 use serde::Deserialize;
 
 /// Settings from the config file: `[waiting_room]` defaults and `[[gate]]` routes. `Debug` never shows
@@ -62,8 +63,13 @@ pub struct WaitingRoomConfig {
     /// Queues created by an entry (never PUT by an admin) that stay empty (nobody waiting, READY, CLAIMED
     /// or remembered as consumed) and untouched this long are forgotten (s).
     pub forget_idle_queues_after_seconds: u64,
-    /// Fsync every commit of the embedded queue database.
-    pub fsync_every_commit: bool,
+    /// Deprecated override of the queue database's durability: `true` is `sqlite_synchronous = "full"`,
+    /// `false` is `"normal"`, for `queue.sqlite3` only. Absent: the top-level `sqlite_synchronous` decides.
+    pub fsync_every_commit: Option<bool>,
+    /// The `synchronous` level of `queue.sqlite3`, resolved by [`crate::config::Config`] from
+    /// `sqlite_synchronous` and `fsync_every_commit` (not a file key of its own).
+    #[serde(skip)]
+    pub synchronous: Synchronous,
     /// How often the scheduler checks whether a queue's tick is due (ms).
     pub scheduler_poll_millis: u64,
     /// Reverse-proxy gates (the top-level `[[gate]]` tables).
@@ -99,7 +105,8 @@ impl Default for WaitingRoomConfig {
             token_secret_file: None,
             max_queues: rankgate_store::queue::DEFAULT_MAX_QUEUES,
             forget_idle_queues_after_seconds: 3600,
-            fsync_every_commit: false,
+            fsync_every_commit: None,
+            synchronous: Synchronous::default(),
             scheduler_poll_millis: 50,
             gates: Vec::new(),
         }

@@ -232,7 +232,7 @@ impl WaitingRoom {
         let options = EmbeddedOptions {
             default_settings: config.default_settings()?,
             consumed_memory_ms: config.consumed_memory_seconds as i64 * 1000,
-            fsync_every_commit: config.fsync_every_commit,
+            synchronous: config.synchronous,
             max_queues: config.max_queues,
         };
         let secret = load_or_create_secret(&config, data_dir)?;

@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | `P{rk:<c>}:<ranker>:<span>:v<g>` | zset | product → **negated** score: ascending order is score descending, then product id ascending (bytes), exactly the engine's order |
 //! | `P{rk:<c>}:detail:<span>:v<g>` | hash | product → `views likes units sales carry` |
+//! | `P{rk:<c>}:<ranker or detail>:<span>:v<g>:build` | zset / hash | a replace too big for one call, while it is built (renamed over the served key by its last call) |
 //! | `P{rk:<c>}:totals:v<g>` | hash | span → listed products per ranker (`popular units revenue`); a span served in this generation has a field here |
 //! | `P{rk}:active` | hash | the active-version pointer: `generation`, `seq` (bumped per publication), `asOf`, `popular` (policy version), `depth`, and `rebuild` while a rebuild is requested |
 //! | `P{rk}:lease` | string | the publisher lease: owner id, with a TTL |
@@ -18,8 +19,16 @@
 //!
 //! `<span>` is `hourly:2026071713`, `daily:20260717`, `weekly:2026W29`, `monthly:202607` (local keys), or
 //! `1h|1d|7d|30d:<end hour>` for a window (end hour = UTC hours since the epoch). Every key of one
-//! category shares the hash tag `{rk:<c>}`, so one Lua script per category and batch writes all of that
-//! category's spans in one slot; the pointer, lease and counter share `{rk}`.
+//! category shares the hash tag `{rk:<c>}`, so a Lua script writes a category's spans in one slot; the
+//! pointer, lease and counter share `{rk}`.
+//!
+//! # Bounded script calls
+//! Redis runs one script at a time, and the same Redis may serve the waiting room, so no publish call
+//! carries more than [`ServingOptions::max_writes_per_call`] member writes (default 1,000): small spans
+//! share a call, a big one (a rebuild of a 1M-product span) takes as many calls as it needs, in order.
+//! A big replace is built in `:build` keys and renamed over the served keys by its last call, which also
+//! writes the span's totals, so readers (and the rebuild's totals check) see the old span or the whole
+//! new one. A big change set is applied in place a few products at a time, each product whole.
 //!
 //! # Versions
 //! A rebuild (start, new policy version, `rankgate rebuild`, loss of data) writes every hot span under a
@@ -56,6 +65,10 @@ pub struct ServingOptions {
     pub timeouts: Timeouts,
     /// How long keys outlive their span, and how long a replaced generation stays readable (ms).
     pub grace_millis: i64,
+    /// Most member writes (sorted-set plus detail entries) one publish script call carries, so no single
+    /// call keeps a Redis that also serves the waiting room busy for long. At least 4 (one product's
+    /// entries in every ranker and its detail).
+    pub max_writes_per_call: usize,
 }
 
 impl Default for ServingOptions {
@@ -64,6 +77,7 @@ impl Default for ServingOptions {
             prefix: "rankgate:".into(),
             timeouts: Timeouts::default(),
             grace_millis: 3_600_000,
+            max_writes_per_call: DEFAULT_MAX_WRITES_PER_CALL,
         }
     }
 }
@@ -95,7 +109,8 @@ pub enum Published {
         /// Script calls (round trips).
         calls: u64,
     },
-    /// A change-only span was missing: the data was lost. Nothing of that category was written.
+    /// A change-only span was missing, or a span being built lost its staged part: the data was lost.
+    /// That category's calls stopped at the one that saw it (which wrote nothing).
     Lost,
 }
 
@@ -142,9 +157,143 @@ struct Scripts {
     stamp: Script,
 }
 
-/// Largest number of arguments sent in one publish call: big spans are never split, but many spans are
-/// spread over several calls so no single script blocks Redis for long.
-const MAX_ARGS_PER_CALL: usize = 200_000;
+/// Default of [`ServingOptions::max_writes_per_call`]: 1,000 member writes keep one call to about a
+/// millisecond of Redis time.
+pub const DEFAULT_MAX_WRITES_PER_CALL: usize = 1_000;
+
+/// Where a piece sits in its span's publication (the script's `stage` argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// The whole span in this one piece.
+    Whole,
+    First,
+    Middle,
+    Last,
+}
+
+impl Stage {
+    fn code(self) -> &'static str {
+        match self {
+            Stage::Whole => "w",
+            Stage::First => "f",
+            Stage::Middle => "m",
+            Stage::Last => "l",
+        }
+    }
+}
+
+type RankingEntries = [(ProductId, Option<f64>)];
+type DetailEntries = [(ProductId, Option<(Metrics, f64)>)];
+
+/// A bounded part of one span's publication: contiguous slices of its four entry lists.
+#[derive(Debug, Clone, Copy)]
+struct Piece<'a> {
+    publication: &'a SpanPublication,
+    stage: Stage,
+    rankings: [&'a RankingEntries; 3],
+    details: &'a DetailEntries,
+    /// Members the staging keys hold before this piece (per ranker, then detail): what the earlier
+    /// pieces of a replace added, checked by the script so a loss between calls is seen.
+    staged_before: [usize; 4],
+}
+
+impl Piece<'_> {
+    fn writes(&self) -> usize {
+        self.rankings.iter().map(|r| r.len()).sum::<usize>() + self.details.len()
+    }
+}
+
+/// Splits `publication` into pieces of at most `chunk` member writes (one piece when it fits).
+///
+/// A replace is cut anywhere (it is built in staging keys and switched whole). A change set is cut
+/// between products, so a product's entries in every ranker and its detail land in the same call and a
+/// reader never sees its new score beside its old metrics; that needs the lists in product id order,
+/// which is how the engine hands changes out (otherwise it is cut anywhere too).
+fn pieces(publication: &SpanPublication, chunk: usize) -> Vec<Piece<'_>> {
+    let chunk = chunk.max(4);
+    let lists: [usize; 4] = [
+        publication.rankings[0].len(),
+        publication.rankings[1].len(),
+        publication.rankings[2].len(),
+        publication.details.len(),
+    ];
+    let whole = |stage| Piece {
+        publication,
+        stage,
+        rankings: [0, 1, 2].map(|r| &publication.rankings[r][..]),
+        details: &publication.details[..],
+        staged_before: [0; 4],
+    };
+    if publication.writes() <= chunk {
+        return vec![whole(Stage::Whole)];
+    }
+    let id_of = |list: usize, i: usize| -> &ProductId {
+        if list < 3 {
+            &publication.rankings[list][i].0
+        } else {
+            &publication.details[i].0
+        }
+    };
+    let by_product =
+        !publication.replace && (0..4).all(|l| (1..lists[l]).all(|i| id_of(l, i - 1) < id_of(l, i)));
+    // Cut points: for each piece, the end index in each list.
+    let mut ends: Vec<[usize; 4]> = Vec::new();
+    let mut at = [0usize; 4];
+    while at != lists {
+        let mut budget = chunk;
+        if by_product {
+            loop {
+                let next = (0..4)
+                    .filter(|&l| at[l] < lists[l])
+                    .map(|l| id_of(l, at[l]))
+                    .min();
+                let Some(next) = next.cloned() else { break };
+                let holders: Vec<usize> = (0..4)
+                    .filter(|&l| at[l] < lists[l] && *id_of(l, at[l]) == next)
+                    .collect();
+                if holders.len() > budget {
+                    break;
+                }
+                budget -= holders.len();
+                for l in holders {
+                    at[l] += 1;
+                }
+            }
+        } else {
+            for l in 0..4 {
+                let take = budget.min(lists[l] - at[l]);
+                at[l] += take;
+                budget -= take;
+            }
+        }
+        ends.push(at);
+    }
+    let mut start = [0usize; 4];
+    let mut staged = [0usize; 4];
+    let count = ends.len();
+    ends.into_iter()
+        .enumerate()
+        .map(|(n, end)| {
+            let piece = Piece {
+                publication,
+                stage: match n {
+                    0 => Stage::First,
+                    n if n + 1 == count => Stage::Last,
+                    _ => Stage::Middle,
+                },
+                rankings: [0, 1, 2].map(|r| &publication.rankings[r][start[r]..end[r]]),
+                details: &publication.details[start[3]..end[3]],
+                staged_before: staged,
+            };
+            for (staged, ranking) in staged.iter_mut().zip(piece.rankings) {
+                *staged += ranking.iter().filter(|(_, key)| key.is_some()).count();
+            }
+            staged[3] += piece.details.iter().filter(|(_, d)| d.is_some()).count();
+            start = end;
+            piece
+        })
+        .collect()
+}
 
 /// The serving store. Cheap to share behind an `Arc`.
 pub struct RedisServing {
@@ -154,6 +303,7 @@ pub struct RedisServing {
     cluster: bool,
     calls: AtomicU64,
     writes: AtomicU64,
+    largest_call: AtomicU64,
 }
 
 impl std::fmt::Debug for RedisServing {
@@ -274,6 +424,7 @@ impl RedisServing {
             cluster,
             calls: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            largest_call: AtomicU64::new(0),
         }))
     }
 
@@ -290,6 +441,13 @@ impl RedisServing {
             self.calls.load(Ordering::Relaxed),
             self.writes.load(Ordering::Relaxed),
         )
+    }
+
+    /// The most member writes any single publish call carried so far (never above
+    /// [`ServingOptions::max_writes_per_call`]).
+    #[must_use]
+    pub fn largest_call_writes(&self) -> u64 {
+        self.largest_call.load(Ordering::Relaxed)
     }
 
     fn global_key(&self, name: &str) -> String {
@@ -311,6 +469,13 @@ impl RedisServing {
         let [p, u, r] =
             RankerName::ALL.map(|ranker| format!("{base}:{}:{field}:v{generation}", ranker.as_str()));
         [p, u, r, format!("{base}:detail:{field}:v{generation}")]
+    }
+
+    /// Where a replace too big for one call is built before its last call moves it over
+    /// [`Self::span_keys`]: the same names with `:build` appended (same hash tag, same slot).
+    fn staging_keys(&self, category: &CategoryOrAll, span: &Span, generation: u64) -> [String; 4] {
+        self.span_keys(category, span, generation)
+            .map(|key| format!("{key}:build"))
     }
 
     /// Takes or renews the publisher lease for `owner`. True while `owner` holds it.
@@ -407,9 +572,12 @@ impl RedisServing {
         })
     }
 
-    /// Writes `publications` into `generation`: one script call per category (more only for very large
-    /// batches), each atomic in its slot. `now_millis` is the application clock, from which each key's TTL
-    /// (span end + grace) is computed.
+    /// Writes `publications` into `generation`. Each script call carries at most
+    /// [`ServingOptions::max_writes_per_call`] member writes and is atomic in its category's slot: small
+    /// spans of a category share a call, a big span is split over several calls sent one after the other
+    /// (a big replace is built beside the served span and switched by its last call). Categories are
+    /// written concurrently. `now_millis` is the application clock, from which each key's TTL (span end +
+    /// grace) is computed.
     pub async fn publish(
         &self,
         generation: u64,
@@ -417,41 +585,69 @@ impl RedisServing {
         zone: &Zone,
         now_millis: i64,
     ) -> Result<Published, StoreError> {
-        let mut by_category: HashMap<&CategoryOrAll, Vec<&SpanPublication>> = HashMap::new();
+        let chunk = self.options.max_writes_per_call.max(4);
+        let mut by_category: Vec<(&CategoryOrAll, Vec<&SpanPublication>)> = Vec::new();
         for publication in publications {
-            by_category
-                .entry(&publication.category)
-                .or_default()
-                .push(publication);
-        }
-        let mut calls = Vec::new();
-        for (category, spans) in &by_category {
-            let mut start = 0;
-            while start < spans.len() {
-                let mut end = start;
-                let mut args = 0;
-                while end < spans.len()
-                    && (end == start || args + 2 * spans[end].writes() < MAX_ARGS_PER_CALL)
-                {
-                    args += 2 * spans[end].writes() + 10;
-                    end += 1;
-                }
-                calls.push(self.publish_call(generation, category, &spans[start..end], zone, now_millis));
-                start = end;
+            match by_category.iter_mut().find(|(c, _)| *c == &publication.category) {
+                Some((_, spans)) => spans.push(publication),
+                None => by_category.push((&publication.category, vec![publication])),
             }
         }
-        let count = calls.len() as u64;
-        let results = futures_util::future::join_all(calls).await;
+        let categories = by_category.into_iter().map(|(category, spans)| {
+            // Pack consecutive pieces into calls of at most `chunk` writes (an empty piece counts one).
+            let mut calls: Vec<Vec<Piece<'_>>> = vec![Vec::new()];
+            let mut load = 0;
+            for piece in spans.iter().flat_map(|publication| pieces(publication, chunk)) {
+                let cost = piece.writes().max(1);
+                // A later piece of a split span opens its own call: the script checks what the earlier
+                // pieces staged before it writes anything, so they must have run already.
+                let follows = matches!(piece.stage, Stage::Middle | Stage::Last);
+                if (follows || load + cost > chunk) && !calls.last().is_some_and(Vec::is_empty) {
+                    calls.push(Vec::new());
+                    load = 0;
+                }
+                load += cost;
+                calls.last_mut().expect("never empty").push(piece);
+            }
+            async move {
+                // In order: a span's pieces build on each other. The first LOST ends the category.
+                let mut writes = 0;
+                let mut made = 0;
+                for call in &calls {
+                    made += 1;
+                    match self
+                        .publish_call(generation, category, call, zone, now_millis)
+                        .await?
+                    {
+                        Some(n) => writes += n,
+                        None => return Ok::<_, StoreError>((writes, made, true)),
+                    }
+                    let carried: usize = call.iter().map(Piece::writes).sum();
+                    self.largest_call.fetch_max(carried as u64, Ordering::Relaxed);
+                }
+                Ok((writes, made, false))
+            }
+        });
+        let results = futures_util::future::join_all(categories).await;
         let mut writes = 0;
+        let mut count = 0;
         let mut lost = false;
+        let mut failed = None;
         for result in results {
-            match result? {
-                Some(n) => writes += n,
-                None => lost = true,
+            match result {
+                Ok((n, made, category_lost)) => {
+                    writes += n;
+                    count += made;
+                    lost |= category_lost;
+                }
+                Err(error) => failed = Some(error),
             }
         }
         self.calls.fetch_add(count, Ordering::Relaxed);
         self.writes.fetch_add(writes, Ordering::Relaxed);
+        if let Some(error) = failed {
+            return Err(error);
+        }
         Ok(if lost {
             Published::Lost
         } else {
@@ -464,15 +660,20 @@ impl RedisServing {
         &self,
         generation: u64,
         category: &CategoryOrAll,
-        spans: &[&SpanPublication],
+        pieces: &[Piece<'_>],
         zone: &Zone,
         now_millis: i64,
     ) -> Result<Option<u64>, StoreError> {
         let mut invocation = self.scripts.publish.prepare_invoke();
         invocation.key(self.totals_key(category, generation));
-        invocation.arg(spans.len());
-        for publication in spans {
-            for key in self.span_keys(category, &publication.span, generation) {
+        invocation.arg(pieces.len());
+        for piece in pieces {
+            let publication = piece.publication;
+            for key in self
+                .span_keys(category, &publication.span, generation)
+                .into_iter()
+                .chain(self.staging_keys(category, &publication.span, generation))
+            {
                 invocation.key(key);
             }
             let end_millis = publication.span.end_hour_exclusive(zone).start_millis();
@@ -488,18 +689,22 @@ impl RedisServing {
             for total in publication.totals {
                 invocation.arg(total);
             }
-            for ranking in &publication.rankings {
+            for ranking in &piece.rankings {
                 invocation.arg(ranking.len());
             }
-            invocation.arg(publication.details.len());
-            for ranking in &publication.rankings {
-                for (product, key) in ranking {
+            invocation.arg(piece.details.len());
+            invocation.arg(piece.stage.code());
+            for staged in piece.staged_before {
+                invocation.arg(staged);
+            }
+            for ranking in &piece.rankings {
+                for (product, key) in ranking.iter() {
                     invocation
                         .arg(product.as_str())
                         .arg(key.map(|k| k.to_string()).unwrap_or_default());
                 }
             }
-            for (product, detail) in &publication.details {
+            for (product, detail) in piece.details {
                 invocation.arg(product.as_str()).arg(
                     detail
                         .map(|(metrics, carry)| detail_value(&metrics, carry))

@@ -9,8 +9,9 @@
 //!   inserts instead of 2,000. Dedupe lookups are answered from an in-memory set rebuilt from the `ids`
 //!   column at start, never from disk.
 //! - Retention drops whole hour ranges, which are contiguous key ranges in both big tables.
-//! - `synchronous=NORMAL` in WAL mode: a commit survives a process crash (SIGKILL), which is the failure
-//!   the acknowledgement promises to survive; a power loss may lose the last transactions.
+//! - WAL mode, with `synchronous` as configured ([`Synchronous`]): `FULL` (the default) fsyncs every commit,
+//!   so an acknowledged batch survives a power loss; `NORMAL` survives a process crash (SIGKILL) only. One
+//!   commit per ingest batch, so the fsync is paid per batch, not per event.
 
 use std::path::Path;
 
@@ -22,6 +23,8 @@ use rankgate_core::period::Hour;
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 
 use super::packed::{self, RowFormat};
+use crate::synchronous::Synchronous;
+
 use super::source::{CommitBatch, LoadedState, RankerPolicies, SourceError, SourceOfTruth};
 
 const SCHEMA: &str = "
@@ -77,17 +80,23 @@ pub struct SqliteSource {
 }
 
 impl SqliteSource {
-    /// Opens (creating if needed) `rankings.sqlite3` in `data_dir` and applies the schema.
+    /// Opens (creating if needed) `rankings.sqlite3` in `data_dir` and applies the schema, with the
+    /// default [`Synchronous`] level.
     pub fn open(data_dir: &Path) -> Result<SqliteSource, SourceError> {
+        SqliteSource::open_with(data_dir, Synchronous::default())
+    }
+
+    /// [`SqliteSource::open`] with an explicit `synchronous` level.
+    pub fn open_with(data_dir: &Path, synchronous: Synchronous) -> Result<SqliteSource, SourceError> {
         std::fs::create_dir_all(data_dir)?;
-        SqliteSource::open_file(&data_dir.join("rankings.sqlite3"))
+        SqliteSource::open_file(&data_dir.join("rankings.sqlite3"), synchronous)
     }
 
     /// Opens a specific database file.
-    pub fn open_file(path: &Path) -> Result<SqliteSource, SourceError> {
+    pub fn open_file(path: &Path, synchronous: Synchronous) -> Result<SqliteSource, SourceError> {
         let connection = Connection::open(path)?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
-        connection.pragma_update(None, "synchronous", "NORMAL")?;
+        synchronous.apply(&connection)?;
         connection.pragma_update(None, "cache_size", -65536)?; // 64 MiB
         connection.pragma_update(None, "temp_store", "MEMORY")?;
         connection.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -100,6 +109,15 @@ impl SqliteSource {
                 row.get(0)
             })?;
         Ok(SqliteSource { connection, next_seq })
+    }
+
+    /// The `synchronous` level SQLite reports for this connection (what a commit really does).
+    pub fn synchronous(&self) -> Result<Synchronous, SourceError> {
+        let level: i64 = self
+            .connection
+            .pragma_query_value(None, "synchronous", |row| row.get(0))?;
+        Synchronous::from_pragma_level(level)
+            .ok_or_else(|| corrupt("PRAGMA synchronous", format!("unexpected level {level}")))
     }
 }
 

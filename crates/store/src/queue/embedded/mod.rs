@@ -37,6 +37,7 @@ use crate::queue::waiting::{
     MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
 use crate::queue::StoreError;
+use crate::synchronous::Synchronous;
 
 /// File name of the queue database inside the data directory.
 pub const DATABASE_FILE: &str = "queue.sqlite3";
@@ -48,9 +49,9 @@ pub struct EmbeddedOptions {
     pub default_settings: QueueSettings,
     /// How long a consumed member is reported with `lastOutcome: CONSUMED` (ms).
     pub consumed_memory_ms: i64,
-    /// `true`: fsync every commit (survives power loss). `false` (default): WAL with `synchronous=NORMAL`,
-    /// which survives a process crash or restart and fsyncs at checkpoints.
-    pub fsync_every_commit: bool,
+    /// The database's `synchronous` level: `Full` (default) fsyncs every commit, so a consumed token stays
+    /// consumed after a power loss; `Normal` survives a process crash or restart and fsyncs at checkpoints.
+    pub synchronous: Synchronous,
     /// Most queues a first entry may create (an admin PUT may create more).
     pub max_queues: usize,
 }
@@ -60,7 +61,7 @@ impl Default for EmbeddedOptions {
         EmbeddedOptions {
             default_settings: QueueSettings::default(),
             consumed_memory_ms: 3_600_000,
-            fsync_every_commit: false,
+            synchronous: Synchronous::default(),
             max_queues: crate::queue::DEFAULT_MAX_QUEUES,
         }
     }
@@ -76,6 +77,8 @@ pub struct EmbeddedStore {
     jobs: jobs::EmbeddedJobs,
     limiter: limiter::EmbeddedLimiter,
     writer: Writer,
+    /// The `synchronous` level SQLite reported for the writer's connection when it was opened.
+    synchronous: Synchronous,
     /// Test and drill hook: when set, every operation fails as if the store were unreachable.
     unreachable: AtomicBool,
 }
@@ -97,7 +100,8 @@ impl EmbeddedStore {
     ) -> Result<Arc<EmbeddedStore>, StoreError> {
         std::fs::create_dir_all(data_dir)
             .map_err(|e| StoreError::Unavailable(format!("create {}: {e}", data_dir.display())))?;
-        let connection = persist::open_database(&data_dir.join(DATABASE_FILE), options.fsync_every_commit)?;
+        let (connection, synchronous) =
+            persist::open_database(&data_dir.join(DATABASE_FILE), options.synchronous)?;
         let now_ms = clock.now_millis();
         let queues =
             load_queues(&connection, now_ms, &options).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -110,8 +114,15 @@ impl EmbeddedStore {
             jobs,
             limiter: limiter::EmbeddedLimiter::default(),
             writer,
+            synchronous,
             unreachable: AtomicBool::new(false),
         }))
+    }
+
+    /// The `synchronous` level in force on the database (read back from SQLite at open).
+    #[must_use]
+    pub fn synchronous(&self) -> Synchronous {
+        self.synchronous
     }
 
     /// Simulates losing the store (a network partition from Redis, a dead disk): while `true`, every

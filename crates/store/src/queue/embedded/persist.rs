@@ -24,6 +24,7 @@ use std::sync::Arc;
 use rusqlite::{params, Connection};
 
 use crate::queue::StoreError;
+use crate::synchronous::Synchronous;
 
 /// The most units one transaction carries; bounds commit latency under a flood.
 pub const MAX_UNITS_PER_BATCH: usize = 16_384;
@@ -130,19 +131,23 @@ fn migrate_managed_column(connection: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Opens (creating) the database with the schema and pragmas.
-pub(crate) fn open_database(path: &Path, synchronous_full: bool) -> Result<Connection, StoreError> {
+/// Opens (creating) the database with the schema and pragmas; answers the `synchronous` level SQLite
+/// reports once it is set.
+pub(crate) fn open_database(
+    path: &Path,
+    synchronous: Synchronous,
+) -> Result<(Connection, Synchronous), StoreError> {
     let connection = Connection::open(path)
         .map_err(|e| StoreError::Unavailable(format!("open {}: {e}", path.display())))?;
-    let sync = if synchronous_full { "FULL" } else { "NORMAL" };
+    let prepare = |e: rusqlite::Error| StoreError::Unavailable(format!("prepare {}: {e}", path.display()));
     connection
-        .execute_batch(&format!(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA busy_timeout=5000; {SCHEMA}"
-        ))
-        .map_err(|e| StoreError::Unavailable(format!("prepare {}: {e}", path.display())))?;
+        .execute_batch("PRAGMA journal_mode=WAL; PRAGMA busy_timeout=5000;")
+        .map_err(prepare)?;
+    let applied = synchronous.apply(&connection).map_err(prepare)?;
+    connection.execute_batch(SCHEMA).map_err(prepare)?;
     migrate_managed_column(&connection)
         .map_err(|e| StoreError::Unavailable(format!("migrate {}: {e}", path.display())))?;
-    Ok(connection)
+    Ok((connection, applied))
 }
 
 fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<()> {
