@@ -46,13 +46,6 @@ impl ReadEndpoint {
             Parameter::Category => self == ReadEndpoint::Rank,
         }
     }
-
-    fn known_parameters(self) -> &'static str {
-        match self {
-            ReadEndpoint::Top => "ranker, period, window, at, limit or offset",
-            ReadEndpoint::Rank => "ranker, period, window, at or category",
-        }
-    }
 }
 
 /// What the server clock and configuration say about a read; passed in, so parsing stays pure.
@@ -167,19 +160,6 @@ fn shown(raw: &str) -> String {
     }
 }
 
-/// A parameter name as the message's leading word: as is when it is a plain short word, quoted otherwise.
-fn parameter_label(name: &str) -> String {
-    let plain = (1..=32).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'[' | b']'));
-    if plain {
-        name.to_owned()
-    } else {
-        shown(name)
-    }
-}
-
 /// An integer in `range`, written as plain ASCII digits. Refuses signs, spaces and anything `u64` would
 /// overflow on, naming the parameter.
 fn parse_digits(parameter: Parameter, raw: &str, range: (usize, usize)) -> Result<usize, ReadParamError> {
@@ -216,12 +196,10 @@ pub fn parse_read_query(
 ) -> Result<ReadRequest, ReadParamError> {
     let mut given: [Option<Cow<'_, str>>; Parameter::ALL.len()] = Default::default();
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
-        let parameter = Parameter::from_name(&name).filter(|p| endpoint.accepts(*p));
-        let Some(parameter) = parameter else {
-            return Err(ReadParamError::invalid(
-                &parameter_label(&name),
-                format!("unknown parameter; use {}", endpoint.known_parameters()),
-            ));
+        // A parameter this endpoint does not read is ignored, as HTTP APIs usually do: a CDN's or a
+        // browser's cache-buster (`_=1733…`) or a newer client's extra must not turn a read into a 400.
+        let Some(parameter) = Parameter::from_name(&name).filter(|p| endpoint.accepts(*p)) else {
+            continue;
         };
         let slot = &mut given[parameter as usize];
         if slot.is_some() {
@@ -417,23 +395,17 @@ mod tests {
     }
 
     #[test]
-    fn unknown_parameters_are_refused_naming_them() {
-        let error = parse(ReadEndpoint::Top, "perod=hourly").unwrap_err();
-        assert_eq!(error.parameter(), "perod");
-        assert!(
-            error.to_string().starts_with("perod: unknown parameter"),
-            "{error}"
-        );
-        assert_eq!(
-            parse(ReadEndpoint::Rank, "limit=5").unwrap_err().parameter(),
-            "limit"
-        );
-        assert_eq!(
-            parse(ReadEndpoint::Top, "category=toys").unwrap_err().parameter(),
-            "category"
-        );
-        let odd = parse(ReadEndpoint::Top, "a%0Ab=1").unwrap_err().to_string();
-        assert!(odd.starts_with("\"a\\nb\": unknown parameter"), "{odd}");
+    fn unknown_parameters_are_ignored_so_cache_busters_still_read() {
+        let plain = parse(ReadEndpoint::Top, "period=hourly&limit=5").unwrap();
+        for query in [
+            "period=hourly&limit=5&_=1733000000000",
+            "period=hourly&limit=5&a%0Ab=1",
+            "_=1&_=2&period=hourly&limit=5",
+        ] {
+            assert_eq!(parse(ReadEndpoint::Top, query).unwrap(), plain, "{query}");
+        }
+        // A parameter of the other endpoint is not read here either.
+        assert!(parse(ReadEndpoint::Rank, "limit=abc&category=toys").is_ok());
     }
 
     #[test]
