@@ -589,6 +589,14 @@ pub enum RawItem {
         /// The first key given twice.
         key: String,
     },
+    /// An object whose value for one of SPEC 1.1's fields cannot be read (`NaN`, a number beyond f64 such
+    /// as `1e400`, a bad escape, invalid UTF-8): rejected naming that field.
+    MalformedField {
+        /// The field whose value could not be read.
+        field: &'static str,
+        /// serde_json's description, with its position.
+        message: String,
+    },
 }
 
 /// The fields of SPEC 1.1, as the `'static` names an [`EventError`] carries.
@@ -622,7 +630,19 @@ impl RawItem {
                 value,
                 duplicate_key: Some(key),
             }) => RawItem::DuplicateKey { value, key },
-            Err(error) => RawItem::Malformed(describe(&error)),
+            Err(split::ElementError { error, key }) => {
+                // An element cut short (EOF) is broken as a whole, not in one field.
+                let field = key
+                    .filter(|_| !error.is_eof())
+                    .and_then(|key| EVENT_FIELDS.iter().copied().find(|field| *field == key));
+                match field {
+                    Some(field) => RawItem::MalformedField {
+                        field,
+                        message: describe(&error),
+                    },
+                    None => RawItem::Malformed(describe(&error)),
+                }
+            }
         }
     }
 
@@ -634,6 +654,10 @@ impl RawItem {
             RawItem::Malformed(message) => {
                 Err(EventError::new("event", format!("is not valid JSON ({message})")))
             }
+            RawItem::MalformedField { field, message } => Err(EventError::new(
+                field,
+                format!("is not a readable JSON value ({message}); send a plain number or string"),
+            )),
             RawItem::DuplicateKey { key, .. } => {
                 Err(match EVENT_FIELDS.iter().find(|field| **field == key) {
                     Some(field) => EventError::new(field, "is given twice; send each key once"),
@@ -654,7 +678,7 @@ impl RawItem {
     pub fn id(&self) -> Option<String> {
         match self {
             RawItem::Value(value) | RawItem::DuplicateKey { value, .. } => raw_id(value),
-            RawItem::Malformed(_) => None,
+            RawItem::Malformed(_) | RawItem::MalformedField { .. } => None,
         }
     }
 }

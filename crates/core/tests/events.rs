@@ -544,7 +544,7 @@ fn an_ndjson_body_without_a_final_newline_or_events_is_fine() {
     let mut body = b"{\"id\": \"\xFF\"}\n".to_vec();
     body.extend(serde_json::to_vec(&view()).unwrap());
     let items = split_body(&body, BodyFormat::Ndjson).unwrap();
-    assert!(matches!(items[0], RawItem::Malformed(_)));
+    assert!(matches!(items[0], RawItem::MalformedField { field: "id", .. }));
     assert!(items[1].to_event(&limits()).is_ok());
 }
 
@@ -787,10 +787,15 @@ fn a_nan_or_infinity_in_an_array_rejects_only_that_event() {
         .map(|e| e.id.as_str())
         .collect();
     assert_eq!(ok, ["a", "b", "c"]);
-    for index in [1, 3, 4, 5] {
+    // A known field's unreadable value is named; a bare literal or an ignored field spoils the event.
+    for (index, field) in [(1, "price"), (3, "ts"), (4, "event"), (5, "event")] {
         let error = outcomes[index].as_ref().unwrap_err();
-        assert_eq!(error.field, "event");
-        assert!(error.message.starts_with("is not valid JSON"), "{error}");
+        assert_eq!(error.field, field, "{error}");
+        assert!(
+            error.message.starts_with("is not valid JSON")
+                || error.message.starts_with("is not a readable JSON value"),
+            "{error}"
+        );
     }
     // NDJSON: the same, line by line.
     let ndjson = format!("{}\n{{\"id\":\"x\",\"price\":NaN}}\r\n{}\n", good("a"), good("b"));
@@ -798,7 +803,7 @@ fn a_nan_or_infinity_in_an_array_rejects_only_that_event() {
     assert!(lines[0].is_ok() && lines[1].is_err() && lines[2].is_ok());
     // A single object with a bad literal is one rejected event, not an unreadable body.
     let single = split_body(br#"{"id":"e","price":NaN}"#, BodyFormat::Json).unwrap()[0].to_event(&limits());
-    assert_eq!(single.unwrap_err().field, "event");
+    assert_eq!(single.unwrap_err().field, "price");
 }
 
 #[test]
@@ -880,4 +885,22 @@ proptest! {
         prop_assert!(outcomes[before].is_err());
         prop_assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), before + after);
     }
+}
+
+/// Issue 9, defect 14 (found by the hostile restart test): a number no f64 holds (`1e400`) or a `NaN` as a
+/// field's value made the whole event "not valid JSON"; the rejection now names that field, and the other
+/// events of the array still land.
+#[test]
+fn an_unreadable_value_of_a_known_field_is_rejected_naming_that_field() {
+    let good = serde_json::to_string(&view()).unwrap();
+    let body = format!(
+        r#"[{good},{{"id":"big","type":"payment_succeeded","ts":1764580000000,"product_id":"p1","quantity":2,"price":1e400}},{{"id":"nan","type":"product_viewed","ts":NaN,"product_id":"p1"}},{{"id":"x","type":"product_viewed","ts":1764580000000,"product_id":"p1","note":NaN}}]"#
+    );
+    let items = split_body(body.as_bytes(), BodyFormat::Json).unwrap();
+    assert_eq!(items.len(), 4);
+    assert!(items[0].to_event(&limits()).is_ok());
+    assert_eq!(items[1].to_event(&limits()).unwrap_err().field, "price");
+    assert_eq!(items[2].to_event(&limits()).unwrap_err().field, "ts");
+    // An ignored field that cannot be read still spoils the event, which is named as a whole.
+    assert_eq!(items[3].to_event(&limits()).unwrap_err().field, "event");
 }

@@ -12,9 +12,10 @@
 //! Each element is parsed with [`parse_element`], which also notices a key given twice in the event
 //! object (serde_json's `Value` keeps the last one silently).
 
+use std::cell::RefCell;
 use std::ops::Range;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// Why a body's structure cannot be followed. Lowercase; positions are byte offsets into the body.
@@ -164,24 +165,50 @@ pub(super) struct Element {
 }
 
 /// Parses one element's bytes (exactly one JSON value, surrounding whitespace allowed).
-pub(super) fn parse_element(bytes: &[u8]) -> Result<Element, serde_json::Error> {
+pub(super) fn parse_element(bytes: &[u8]) -> Result<Element, ElementError> {
+    let failing_key = RefCell::new(None);
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    let element = Element::deserialize(&mut deserializer)?;
-    deserializer.end()?;
-    Ok(element)
+    ElementSeed {
+        failing_key: &failing_key,
+    }
+    .deserialize(&mut deserializer)
+    .and_then(|element| deserializer.end().map(|()| element))
+    .map_err(|error| ElementError {
+        error,
+        key: failing_key.into_inner(),
+    })
 }
 
-impl<'de> Deserialize<'de> for Element {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Element, D::Error> {
-        deserializer.deserialize_any(ElementVisitor)
+/// Why an element could not be read, and the top-level key whose value could not be (a `NaN`, a number
+/// past f64, a bad escape), so the rejection can name that field instead of the whole event.
+#[derive(Debug)]
+pub(super) struct ElementError {
+    pub(super) error: serde_json::Error,
+    pub(super) key: Option<String>,
+}
+
+/// Deserializes an [`Element`], recording in `failing_key` the top-level key being read when reading fails.
+struct ElementSeed<'a> {
+    failing_key: &'a RefCell<Option<String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for ElementSeed<'_> {
+    type Value = Element;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Element, D::Error> {
+        deserializer.deserialize_any(ElementVisitor {
+            failing_key: self.failing_key,
+        })
     }
 }
 
 /// Builds the same `Value` serde_json would, except that the top-level object remembers a repeated key
 /// (the first occurrence is kept). Nested objects belong to ignored fields and keep serde_json's rule.
-struct ElementVisitor;
+struct ElementVisitor<'a> {
+    failing_key: &'a RefCell<Option<String>>,
+}
 
-impl ElementVisitor {
+impl ElementVisitor<'_> {
     fn plain<E>(value: Value) -> Result<Element, E> {
         Ok(Element {
             value,
@@ -190,7 +217,7 @@ impl ElementVisitor {
     }
 }
 
-impl<'de> Visitor<'de> for ElementVisitor {
+impl<'de> Visitor<'de> for ElementVisitor<'_> {
     type Value = Element;
 
     fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -237,7 +264,13 @@ impl<'de> Visitor<'de> for ElementVisitor {
         let mut object = Map::new();
         let mut duplicate_key = None;
         while let Some(key) = map.next_key::<String>()? {
-            let value: Value = map.next_value()?;
+            let value: Value = match map.next_value() {
+                Ok(value) => value,
+                Err(error) => {
+                    *self.failing_key.borrow_mut() = Some(key);
+                    return Err(error);
+                }
+            };
             match object.entry(key) {
                 serde_json::map::Entry::Vacant(slot) => {
                     slot.insert(value);
