@@ -208,6 +208,17 @@ impl RankingService {
         self.engine.write().top(query, offset, limit)
     }
 
+    /// A page of a span that is cached and clean, under the shared lock only; `None` when answering needs a
+    /// flush or a build ([`RankingService::top`], off the async runtime).
+    pub fn top_if_cached(&self, query: &RankingQuery, offset: usize, limit: usize) -> Option<TopPage> {
+        self.engine.read().top_cached(query, offset, limit)
+    }
+
+    /// A product's rank in a span that is cached and clean; see [`RankingService::top_if_cached`].
+    pub fn rank_if_cached(&self, query: &RankingQuery, product: &ProductId) -> Option<RankAnswer> {
+        self.engine.read().rank_cached(query, product)
+    }
+
     /// A product's rank; see [`RankingService::top`]. Blocking: call it off the async runtime.
     pub fn rank(&self, query: &RankingQuery, product: &ProductId) -> RankAnswer {
         if let Some(answer) = self.engine.read().rank_cached(query, product) {

@@ -84,27 +84,43 @@ fn serialize(value: &Value) -> bytes::Bytes {
     bytes::Bytes::from(serde_json::to_vec(value).expect("JSON values serialize"))
 }
 
+/// How much work an engine read may do where it is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EngineRead {
+    /// Only a span that is cached and clean, under the shared lock: cheap enough for an async worker.
+    CachedOnly,
+    /// Whatever it takes (flush a dirty span, build a cold one): only on the blocking pool.
+    BuildIfNeeded,
+}
+
 /// An answer from the in-process engine, cached against the engine's generation. `stale` marks answers
 /// given in place of an unreachable serving store; they are cached apart from fresh ones.
 ///
-/// A miss is computed on the blocking pool: the engine may have to build a cold span first, and that must
-/// not hold up the async workers (nor, thanks to the step-wise build, the writer's ingest). `stamps` are
-/// read before computing, so an answer that raced with an ingest is cached under the older stamps and
-/// never served after them.
+/// A warm, clean span is answered on the async worker (a hand-off to the blocking pool would cost more
+/// than the lookup: a random-product rank read misses the response cache every time). Anything else is
+/// computed on the blocking pool: the engine may have to build a cold span first, and that must not hold
+/// up the async workers (nor, thanks to the step-wise build, the writer's ingest). `stamps` are read
+/// before computing, so an answer that raced with an ingest is cached under the older stamps and never
+/// served after them.
 async fn from_engine(
     state: &AppState,
     key: &str,
     stale: bool,
-    compute: impl FnOnce() -> Value + Send + 'static,
+    compute: impl Fn(EngineRead) -> Option<Value> + Send + 'static,
 ) -> ApiResult<Response> {
     let key = format!("{}{key}", if stale { 's' } else { 'e' });
     let stamps = state.rankings.generations();
     if let Some(body) = state.rankings.cached_response(&key, stamps) {
         return Ok(json_response(body));
     }
-    let body = tokio::task::spawn_blocking(move || serialize(&compute()))
+    let body = match compute(EngineRead::CachedOnly) {
+        Some(value) => serialize(&value),
+        None => tokio::task::spawn_blocking(move || {
+            serialize(&compute(EngineRead::BuildIfNeeded).expect("a read allowed to build answers"))
+        })
         .await
-        .map_err(|error| anyhow::anyhow!("computing a ranking read failed: {error}"))?;
+        .map_err(|error| anyhow::anyhow!("computing a ranking read failed: {error}"))?,
+    };
     state.rankings.cache_response(key, stamps, body.clone());
     Ok(json_response(body))
 }
@@ -171,9 +187,12 @@ pub async fn top(
     };
     let engine_body = {
         let (state, query, span) = (state.clone(), query.clone(), span.clone());
-        move |stale: bool| {
-            let page = state.rankings.top(&query, offset, limit);
-            top_body(&state, &query, &span, (offset, limit), page, stale)
+        move |stale: bool, read: EngineRead| {
+            let page = match read {
+                EngineRead::CachedOnly => state.rankings.top_if_cached(&query, offset, limit)?,
+                EngineRead::BuildIfNeeded => state.rankings.top(&query, offset, limit),
+            };
+            Some(top_body(&state, &query, &span, (offset, limit), page, stale))
         }
     };
     let stale = match route(&state, &span.span) {
@@ -203,7 +222,7 @@ pub async fn top(
         Route::Redis { .. } => false,
         Route::Engine { stale } => stale,
     };
-    from_engine(&state, &key, stale, move || engine_body(stale)).await
+    from_engine(&state, &key, stale, move |read| engine_body(stale, read)).await
 }
 
 fn top_body(
@@ -271,9 +290,12 @@ pub async fn rank(
     };
     let engine_body = {
         let (state, query, span, product) = (state.clone(), query.clone(), span.clone(), product.clone());
-        move |stale: bool| {
-            let answer = state.rankings.rank(&query, &product);
-            rank_body(&state, &query, &span, &product, answer, stale)
+        move |stale: bool, read: EngineRead| {
+            let answer = match read {
+                EngineRead::CachedOnly => state.rankings.rank_if_cached(&query, &product)?,
+                EngineRead::BuildIfNeeded => state.rankings.rank(&query, &product),
+            };
+            Some(rank_body(&state, &query, &span, &product, answer, stale))
         }
     };
     let stale = match route(&state, &span.span) {
@@ -306,7 +328,7 @@ pub async fn rank(
         }
         Route::Engine { stale } => stale,
     };
-    from_engine(&state, &key, stale, move || engine_body(stale)).await
+    from_engine(&state, &key, stale, move |read| engine_body(stale, read)).await
 }
 
 fn rank_body(

@@ -248,7 +248,7 @@ async fn a_hostile_batch_rejects_each_bad_event_by_field_and_a_restart_answers_t
         [
             (1, "id"),
             (2, "id"),
-            (3, "event"),
+            (3, "price"),
             (5, "event"),
             (6, "type"),
             (7, "ts"),

@@ -416,7 +416,9 @@ async fn hostile_batches_and_requests_leave_answers_unchanged_across_a_sigkill_r
     let answer = client
         .ingest("application/json", deep_array, "deeply nested array")
         .await;
-    must(bad_request(&answer, "body", "deeply nested array"));
+    // The array's one element nests past serde_json's limit of 128: that element is one rejected event
+    // (each element is read on its own), found at the scanner's bounded cost, never a stack overflow.
+    must(rejected(&answer, 0, "event", "deeply nested array"));
     let deep_field = format!(
         r#"[{ok},{{"id":"deep-1","type":"product_viewed","ts":{now},"product_id":"p1","extra":{}1{}}}]"#,
         "[".repeat(5_000),
