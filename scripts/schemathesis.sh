@@ -9,7 +9,7 @@
 #   scripts/schemathesis.sh 900          # a longer run: 15 minutes of generation
 #   scripts/schemathesis.sh 60 --include-path-regex '^/v1/queues'   # extra arguments go to schemathesis
 #
-# Uses $RANKGATE_BIN, else target/debug/rankgate (built when missing). Installs schemathesis into the venv
+# Uses $RANKGATE_BIN, else target/debug/rankgate (built first, so it serves this tree's document). Installs schemathesis into the venv
 # $RANKGATE_VENV (default /opt/rankgate-venv) when it is missing there. The report (JUnit and a pytest file
 # replaying each failure) goes to target/schemathesis/.
 set -euo pipefail
@@ -28,7 +28,8 @@ if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -qF "$SCHEMATHESIS_VE
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
 fi
-if [ ! -x "$bin" ]; then
+if [ -z "${RANKGATE_BIN:-}" ]; then
+  # Always (a no-op when fresh): a stale binary would serve a stale /openapi.json.
   echo "== building $bin"
   cargo build --locked -p rankgate --bin rankgate
 fi
