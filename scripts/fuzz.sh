@@ -7,7 +7,7 @@
 #   scripts/fuzz.sh 600        # a longer run: 10 minutes per target
 #   scripts/fuzz.sh 60 ids     # one target (or several) for a minute
 #
-# Needs the nightly toolchain and cargo-fuzz (`rustup toolchain install nightly --profile minimal`,
+# Needs cargo-fuzz and, preferably, the nightly toolchain (`rustup toolchain install nightly --profile minimal`,
 # `cargo install cargo-fuzz --locked`; .ci/run installs both when missing). Each target starts from its
 # committed seeds in fuzz/corpus/<target>/ and grows a scratch corpus in fuzz/target/corpus/<target>/
 # (kept between runs, never committed). A crash stops the run: the input is saved in
@@ -31,8 +31,19 @@ if [ ${#targets[@]} -eq 0 ]; then
   targets=(event_body read_params period_key ids config_file)
 fi
 
-echo "== cargo fuzz build (${targets[*]})"
-cargo +nightly fuzz build -s none --target-dir "$target_dir"
+# cargo fuzz passes nightly-only flags to rustc. Use the nightly toolchain when the machine has one; else the
+# stable one with RUSTC_BOOTSTRAP=1 (accepted by stable rustc for exactly this), since a fresh machine that
+# reaches only the package registries cannot download a toolchain.
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  toolchain=+nightly
+else
+  toolchain=+stable
+  export RUSTC_BOOTSTRAP=1
+  target_dir="$target_dir-stable"
+fi
+
+echo "== cargo fuzz build (${targets[*]}) with ${toolchain#+}"
+cargo "$toolchain" fuzz build -s none --target-dir "$target_dir"
 
 for target in "${targets[@]}"; do
   scratch="target/corpus/$target"
@@ -42,7 +53,7 @@ for target in "${targets[@]}"; do
   # committed seeds stay as they are. -timeout: one input taking 30 s is a hang, reported as a crash.
   # -rss_limit_mb: one process over 2 GB is a leak or an unbounded cache, also a crash.
   log="target/fuzz-$target.log"
-  if ! cargo +nightly fuzz run -s none --target-dir "$target_dir" "$target" "$scratch" "corpus/$target" -- \
+  if ! cargo "$toolchain" fuzz run -s none --target-dir "$target_dir" "$target" "$scratch" "corpus/$target" -- \
     -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
     tail -n 60 "$log" >&2
     echo "fuzz target $target FAILED; the input is in fuzz/artifacts/$target/ (full log: fuzz/$log)" >&2
