@@ -101,16 +101,21 @@ impl PeriodError {
     }
 }
 
-/// A key as quoted in an error: at most 16 characters, escaped, so a hostile value is not echoed whole.
-fn shown_key(key: &str) -> String {
-    const MAX_SHOWN_CHARS: usize = 16;
-    let mut chars = key.chars();
-    let head: String = chars.by_ref().take(MAX_SHOWN_CHARS).collect();
+/// A client-chosen value as quoted in an error: at most `max_chars` characters, escaped, so a hostile
+/// value is never echoed whole (shared by the period and read-parameter parsers).
+pub(crate) fn quoted_for_message(raw: &str, max_chars: usize) -> String {
+    let mut chars = raw.chars();
+    let head: String = chars.by_ref().take(max_chars).collect();
     if chars.next().is_some() {
         format!("{head:?}…")
     } else {
         format!("{head:?}")
     }
+}
+
+/// A key as quoted in an error: at most 16 characters, escaped.
+fn shown_key(key: &str) -> String {
+    quoted_for_message(key, 16)
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -150,14 +150,7 @@ impl Parameter {
 /// A client-chosen name or value, fit to be quoted in a message: short, and with control characters
 /// escaped.
 fn shown(raw: &str) -> String {
-    const MAX_SHOWN_CHARS: usize = 32;
-    let mut chars = raw.chars();
-    let head: String = chars.by_ref().take(MAX_SHOWN_CHARS).collect();
-    if chars.next().is_some() {
-        format!("{head:?}…")
-    } else {
-        format!("{head:?}")
-    }
+    crate::period::quoted_for_message(raw, 32)
 }
 
 /// An integer in `range`, written as plain ASCII digits. Refuses signs, spaces and anything `u64` would
