@@ -73,6 +73,8 @@ both_backends!(
     memberships_are_a_set,
     watermark_and_last_ingest,
     policies_round_trip,
+    policy_transitions_follow_the_rules,
+    concurrent_policy_transitions_apply_in_one_order,
     catalog_round_trip,
     scan_event_log_order,
     replace_metrics_replaces,
@@ -212,7 +214,7 @@ fn postgres_migrations_are_versioned_and_idempotent() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3], "every migration applied once");
+    assert_eq!(versions, vec![1, 2, 3, 4], "every migration applied once");
     assert!(
         PostgresSource::connect(&postgres_url(), "Bad-Name").is_err(),
         "schema names are plain identifiers"
