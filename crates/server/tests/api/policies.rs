@@ -330,7 +330,7 @@ struct Binary {
 impl Binary {
     fn start(dir: &std::path::Path, config: &std::path::Path) -> Binary {
         use std::io::BufRead as _;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rankgate"))
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_rankgate"))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir.join("data"))
             .arg("--config")
@@ -339,7 +339,12 @@ impl Binary {
             .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
             .spawn()
             .expect("rankgate serve starts");
-        let stdout = child.stdout.take().unwrap();
+        // Owned by a `Binary` at once, so a panic below still kills and reaps it.
+        let mut binary = Binary {
+            child,
+            address: String::new(),
+        };
+        let stdout = binary.child.stdout.take().unwrap();
         let (send, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -351,10 +356,8 @@ impl Binary {
                 .recv_timeout(Duration::from_secs(60))
                 .expect("rankgate serve says where it listens");
             if let Some(address) = line.strip_prefix("rankgate listening on ") {
-                return Binary {
-                    child,
-                    address: address.trim().to_string(),
-                };
+                binary.address = address.trim().to_string();
+                return binary;
             }
         }
     }
