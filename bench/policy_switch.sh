@@ -6,7 +6,9 @@
 #   - build_ms_a / build_ms_b: the build of the new version on each instance, as it logs it
 #     ("built popular policy version", on the blocking pool; single-threaded, so ~CPU time);
 #   - cpu_ms_a / cpu_ms_b: the process CPU (user + system) each instance spent from the PUT until it
-#     serves the new version (the build, plus ingest-free polling and serving of the probes).
+#     serves the new version (the build, plus serving the probes);
+#   - slowest_probe_ms_a / _b: the slowest probe read meanwhile (a read waits while the build holds the
+#     engine's shared lock and a writer, e.g. the refresher, queues behind it).
 # Both instances first answer a fixed set of spans (every day of the 30, the four windows, for `all` and
 # ten categories), so the build re-scores a realistic cache, not an empty one.
 #
@@ -71,19 +73,30 @@ cpu_ms() { # PID: user + system CPU in ms
 version_of() { # PORT
   curl -s "http://127.0.0.1:$1/v1/categories/all/top?window=30d&limit=1" | sed -n 's/.*"policyVersion":\([0-9]*\).*/\1/p'
 }
+poll() { # PORT PID CPU0 OUT: until the port serves version 2, then "ms_since_put cpu_ms max_probe_ms"
+  local max=0 t0 t1
+  for _ in $(seq 1 30000); do
+    t0=$(date +%s%N)
+    v=$(version_of "$1")
+    t1=$(date +%s%N)
+    (( (t1 - t0) / 1000000 > max )) && max=$(( (t1 - t0) / 1000000 ))
+    if [ "$v" = 2 ]; then
+      echo "$(( (t1 - start) / 1000000 )) $(( $(cpu_ms "$2") - $3 )) $max" >"$4"; return 0
+    fi
+    sleep 0.02
+  done
+}
 cpu_a0=$(cpu_ms "$PID_A"); cpu_b0=$(cpu_ms "$PID_B")
 start=$(date +%s%N)
+# Each instance polled on its own, so a probe one instance holds up never delays the other's.
+poll 18191 "$PID_A" "$cpu_a0" "$WORK/a.done" & poll_a=$!
+poll 18192 "$PID_B" "$cpu_b0" "$WORK/b.done" & poll_b=$!
 curl -s -X PUT -H 'content-type: application/json' -d '{"weights":{"view":0.5}}' \
   "http://127.0.0.1:18191/v1/admin/rankers/popular" >/dev/null
-done_a="" done_b=""
-for _ in $(seq 1 30000); do
-  now=$(( ($(date +%s%N) - start) / 1000000 ))
-  if [ -z "$done_a" ] && [ "$(version_of 18191)" = 2 ]; then done_a=$now; cpu_a=$(( $(cpu_ms "$PID_A") - cpu_a0 )); fi
-  if [ -z "$done_b" ] && [ "$(version_of 18192)" = 2 ]; then done_b=$now; cpu_b=$(( $(cpu_ms "$PID_B") - cpu_b0 )); fi
-  [ -n "$done_a" ] && [ -n "$done_b" ] && break
-  sleep 0.02
-done
-[ -n "$done_a" ] && [ -n "$done_b" ] || { echo "the switch never reached both instances" >&2; exit 1; }
+wait "$poll_a" "$poll_b"
+[ -s "$WORK/a.done" ] && [ -s "$WORK/b.done" ] || { echo "the switch never reached both instances" >&2; exit 1; }
+read -r done_a cpu_a max_a <"$WORK/a.done"
+read -r done_b cpu_b max_b <"$WORK/b.done"
 build() { # NAME: the logged build time of version 2
   sed 's/\x1b\[[0-9;]*m//g' "$WORK/$1.log" | grep 'built popular policy version' | grep -o 'elapsed_ms=[0-9]*' | tail -1 | cut -d= -f2
 }
@@ -93,4 +106,6 @@ echo "build_ms_a $(build a)"
 echo "build_ms_b $(build b)"
 echo "cpu_ms_a $cpu_a"
 echo "cpu_ms_b $cpu_b"
+echo "slowest_probe_ms_a $max_a"
+echo "slowest_probe_ms_b $max_b"
 echo "cached_spans_per_instance $(( (1 + $(echo "$categories" | wc -w)) * ${#spans[@]} ))"
