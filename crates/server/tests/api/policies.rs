@@ -2,8 +2,9 @@
 //! without Redis serving. A weight change, a rollback or concurrent weight changes through any instance
 //! reach every instance: each serves the same `policyVersion` with scores recomputed under its weights
 //! (hot spans from Redis when serving, cold ones from each engine), reports it in its admin view and can
-//! roll it back. Also an instance started after the switch, and one SIGKILLed right after a PUT (the
-//! real binary) while the others and its restart converge. `rankgate verify` passes at the end.
+//! roll it back. Also an instance started after the switch, one SIGKILLed right after a PUT (the real
+//! binary) while the others and its restart converge, and a version left `building` by a dead instance
+//! (made deterministically), which the others complete. `rankgate verify` passes at the end.
 
 use std::time::{Duration, Instant};
 
@@ -323,6 +324,44 @@ async fn an_instance_killed_during_a_build_leaves_the_fleet_converging() {
     fleet.verify(&survivor);
     victim.kill();
     survivor.stop().await;
+}
+
+/// A builder that died after its PUT committed and before any build finished leaves exactly one trace:
+/// the stored state says `building: v`. Made here deterministically (the test process creates the
+/// version in the shared state and never builds it): both running instances and one started later
+/// build it, the first to finish switches the fleet, and every instance serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_left_building_by_a_dead_instance_is_completed_by_the_others() {
+    use rankgate_core::ranker::{PopularWeights, RankerName};
+    let fleet = Fleet::new("orphan", false);
+    let (a, b) = (fleet.spawn().await, fleet.spawn().await);
+    let now = now_millis();
+    a.post_events_ok(&workload(now)).await;
+    converge(&[&a.address, &b.address], now, 1, 0.1).await;
+    let schema = fleet.schema.clone();
+    let orphan = tokio::task::spawn_blocking(move || {
+        let mut dead = rankgate_store::ranking::postgres::PostgresSource::connect(POSTGRES, &schema).unwrap();
+        use rankgate_store::ranking::source::SourceOfTruth as _;
+        dead.transition_policies(RankerName::Popular, &mut |state| {
+            state
+                .create(PopularWeights {
+                    view: 7.0,
+                    ..PopularWeights::default()
+                })
+                .map(|_| ())
+        })
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(orphan.building.map(|p| p.version), Some(2));
+    converge(&[&a.address, &b.address], now, 2, 7.0).await;
+    let late = fleet.spawn().await;
+    converge(&[&a.address, &b.address, &late.address], now, 2, 7.0).await;
+    fleet.verify(&a);
+    for app in [a, b, late] {
+        app.stop().await;
+    }
 }
 
 /// `rankgate serve` as a child process, so it can be SIGKILLed.
