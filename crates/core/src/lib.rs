@@ -10,6 +10,7 @@
 //! - [`period`]: hours, calendar periods in a time zone, sliding windows, and their keys (SPEC 1.4).
 //! - [`read`]: the one parser of a ranking read's query string (SPEC 1.5), bounds included.
 //! - [`ranker`]: scoring policies and their versions (SPEC 1.3), and the ranking order.
+//! - [`policy`]: the version rules of a ranker (create, build, switch, rollback), as a state machine.
 //! - [`carry`]: the carry-over rule for `popular` daily rankings (SPEC 1.4).
 //! - [`queue`]: waiting-room member states, settings, polling intervals, wait estimates (SPEC 2).
 //! - [`job`]: delayed/retry job states and capped exponential backoff (SPEC 3).
@@ -22,6 +23,7 @@ pub mod job;
 pub mod limiter;
 pub mod metrics;
 pub mod period;
+pub mod policy;
 pub mod queue;
 pub mod ranker;
 pub mod read;

@@ -192,6 +192,10 @@ impl Application {
             state.clone(),
             shutdown.clone(),
         )));
+        // Keeps the engine on the shared policy state (and resumes a build a crash interrupted).
+        workers.push(tokio::spawn(
+            state.rankings.clone().run_policy_driver(shutdown.clone()),
+        ));
         if let Some(serving) = state.rankings.serving() {
             workers.push(tokio::spawn(serving::run_until_stopped(
                 state.rankings.clone(),
@@ -294,7 +298,8 @@ async fn run_follower_until_stopped(state: AppState, shutdown: CancellationToken
             _ = ticker.tick() => {}
         }
         match state.rankings.writer().run(|ingestor| ingestor.follow()).await {
-            Ok(Ok(_)) => {}
+            // Metrics are applied by `follow`; a newer policy state wakes the policy driver.
+            Ok(Ok(followed)) => state.rankings.observe_policies(&followed.policies),
             Ok(Err(error)) => tracing::warn!(error = %error, "following other instances failed; will retry"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "the writer has stopped"),
         }

@@ -73,6 +73,8 @@ both_backends!(
     memberships_are_a_set,
     watermark_and_last_ingest,
     policies_round_trip,
+    policy_transitions_follow_the_rules,
+    concurrent_policy_transitions_apply_in_one_order,
     catalog_round_trip,
     scan_event_log_order,
     replace_metrics_replaces,
@@ -212,7 +214,7 @@ fn postgres_migrations_are_versioned_and_idempotent() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3], "every migration applied once");
+    assert_eq!(versions, vec![1, 2, 3, 4], "every migration applied once");
     assert!(
         PostgresSource::connect(&postgres_url(), "Bad-Name").is_err(),
         "schema names are plain identifiers"
@@ -426,4 +428,92 @@ fn postgres_event_id_with_newline_stored_before_spec_1_1_neither_stops_a_start_n
         .evict(Hour(DAY0 + 48), Hour(0))
         .expect("retention still runs");
     assert_eq!(forgotten.iter().map(|id| id.as_str()).collect::<Vec<_>>(), ["e2"]);
+}
+
+/// A policy state written before migration 4 (no `building_version`, no `state_seq`) reads back as
+/// the same versions at sequence 0 with nothing building, and its next transition continues from it.
+#[test]
+fn postgres_upgrade_to_policy_states_keeps_the_versions() {
+    use rankgate_core::policy::PolicyState;
+    use rankgate_core::ranker::{PopularWeights, RankerName};
+    let schema = Schema::new();
+    let mut admin = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls).unwrap();
+    drop(schema.open());
+    // What a binary before migration 4 stored after one switch: version 2 active, 1 previous.
+    admin
+        .batch_execute(&format!(
+            "SET search_path TO \"{s}\";
+             ALTER TABLE ranker_state DROP COLUMN building_version, DROP COLUMN state_seq;
+             DELETE FROM schema_migrations WHERE version = 4;
+             INSERT INTO policies VALUES ('popular', 1, '{d}'), ('popular', 2, '{w}');
+             INSERT INTO ranker_state VALUES ('popular', 2, 1, 2);",
+            s = schema.0,
+            d = serde_json::to_string(&PopularWeights::default()).unwrap(),
+            w = serde_json::to_string(&PopularWeights {
+                view: 9.0,
+                ..PopularWeights::default()
+            })
+            .unwrap(),
+        ))
+        .unwrap();
+    let mut upgraded = schema.open();
+    let state = upgraded
+        .load_policies(RankerName::Popular)
+        .unwrap()
+        .expect("stored");
+    assert_eq!(
+        (
+            state.active.version,
+            state.active.weights.view,
+            state.previous.map(|p| p.version)
+        ),
+        (2, 9.0, Some(1))
+    );
+    assert_eq!((state.building, state.latest_version, state.seq), (None, 2, 0));
+    let next = upgraded
+        .transition_policies(RankerName::Popular, &mut |state: &mut PolicyState| {
+            state.create(PopularWeights::default()).map(|_| ())
+        })
+        .unwrap();
+    assert_eq!((next.latest_version, next.seq, next.active.version), (3, 1, 2));
+}
+
+/// The same for SQLite: a `ranker_state` table from before fleet state gets its columns on open.
+#[test]
+fn sqlite_upgrade_to_policy_states_keeps_the_versions() {
+    use rankgate_core::ranker::{PopularWeights, RankerName};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("rankings.sqlite3");
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    connection
+        .execute_batch(&format!(
+            "CREATE TABLE policies (ranker TEXT NOT NULL, version INTEGER NOT NULL, weights TEXT NOT NULL,
+                                    PRIMARY KEY (ranker, version));
+             CREATE TABLE ranker_state (ranker TEXT PRIMARY KEY, active_version INTEGER NOT NULL,
+                                        previous_version INTEGER, latest_version INTEGER NOT NULL);
+             INSERT INTO policies VALUES ('popular', 1, '{d}'), ('popular', 3, '{w}');
+             INSERT INTO ranker_state VALUES ('popular', 3, 1, 3);",
+            d = serde_json::to_string(&PopularWeights::default()).unwrap(),
+            w = serde_json::to_string(&PopularWeights {
+                view: 4.0,
+                ..PopularWeights::default()
+            })
+            .unwrap(),
+        ))
+        .unwrap();
+    drop(connection);
+    let mut source = SqliteSource::open(dir.path()).expect("open sqlite");
+    let state = source
+        .load_policies(RankerName::Popular)
+        .unwrap()
+        .expect("stored");
+    assert_eq!(
+        (
+            state.active.version,
+            state.active.weights.view,
+            state.previous.map(|p| p.version)
+        ),
+        (3, 4.0, Some(1))
+    );
+    assert_eq!((state.building, state.latest_version, state.seq), (None, 3, 0));
 }

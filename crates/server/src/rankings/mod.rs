@@ -2,6 +2,15 @@
 //!
 //! It owns the engine (shared, behind a read-write lock: reads of clean spans only take the shared side),
 //! the writer thread (the only writer of the source of truth), the ranker policy state and the catalogue.
+//!
+//! Policy versions are fleet state. The rules are [`PolicyState`]'s (core); every transition is one
+//! transaction in the source of truth ([`SourceOfTruth::transition_policies`], which PostgreSQL runs on
+//! the locked row, so concurrent PUTs through several instances apply in one order), and the stored
+//! state reaches every instance through the change feed ([`RankingService::observe_policies`]). One
+//! policy driver per instance ([`RankingService::run_policy_driver`]) keeps the engine on that state:
+//! every instance builds a version being built and tries to complete it (the first finisher switches
+//! the shared state, the others find it active), and builds the active version when its engine serves
+//! another (a rollback, or a switch it missed). Builds run off to the side; installs are atomic.
 
 pub mod serving;
 pub mod writer;
@@ -16,33 +25,43 @@ use parking_lot::{Mutex, RwLock};
 use rankgate_core::event::Event;
 use rankgate_core::ids::ProductId;
 use rankgate_core::period::Hour;
+use rankgate_core::policy::{Observed, PolicyError, PolicyState};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
-use rankgate_store::ranking::engine::{EngineConfig, RankAnswer, RankingEngine, RankingQuery, TopPage};
+use rankgate_store::ranking::engine::{
+    EngineConfig, RankAnswer, RankingEngine, RankingQuery, RebuiltSpans, TopPage,
+};
 use rankgate_store::ranking::ingest::{EventOutcome, IngestConfig, Ingestor};
 use rankgate_store::ranking::postgres::PostgresSource;
-use rankgate_store::ranking::source::{RankerPolicies, SourceOfTruth};
+use rankgate_store::ranking::source::{SourceError, SourceOfTruth};
 use rankgate_store::ranking::sqlite::SqliteSource;
 
 use crate::config::Config;
 use writer::WriterHandle;
 
-/// A ranker's policy state as the admin API shows it.
-#[derive(Debug, Clone)]
-pub struct RankerState {
-    /// Stored versions.
-    pub policies: RankerPolicies,
-    /// A version being built, not yet switched to.
-    pub building: Option<Policy>,
+/// Why a policy change through this instance did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyChangeError {
+    /// The version rules refuse it in the shared state (409): no previous version, superseded, ...
+    #[error(transparent)]
+    Refused(PolicyError),
+    /// The source of truth or the writer failed (500); nothing changed, or the change is retried.
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
 }
 
 /// The rankings half of rankgate.
 pub struct RankingService {
     engine: Arc<RwLock<RankingEngine>>,
     writer: WriterHandle,
-    popular: Mutex<RankerState>,
+    /// The `popular` policy state shared by every instance, as last committed here or read from the
+    /// change feed (never older than what this instance has seen: [`PolicyState::observe`]).
+    popular: Mutex<PolicyState>,
     catalog: RwLock<HashMap<ProductId, serde_json::Value>>,
-    /// Serializes policy switches so two PUTs never interleave their builds.
+    /// Serializes this instance's builds (switches, rollbacks, rebuilds, following other instances), so
+    /// two never interleave and the engine is installed in the order the builds decide.
     switch_lock: tokio::sync::Mutex<()>,
+    /// Wakes [`RankingService::run_policy_driver`] when the shared policy state changed.
+    policy_changed: tokio::sync::Notify,
     /// Serialized read responses, valid while the engine and catalogue generations are unchanged.
     responses: ResponseCache,
     /// Bumped on every catalogue change (responses embed catalogue data).
@@ -118,19 +137,10 @@ impl RankingService {
     /// `--database`) and rebuilds serving state from it. Blocking: call it off the async runtime.
     pub fn open(config: &Config) -> anyhow::Result<(Arc<RankingService>, std::thread::JoinHandle<()>)> {
         let mut source = open_source(config)?;
-        let policies = match source.load_policies(RankerName::Popular)? {
-            Some(policies) => policies,
-            None => {
-                let initial = RankerPolicies {
-                    ranker: RankerName::Popular,
-                    active: Policy::default(),
-                    previous: None,
-                    latest_version: 1,
-                };
-                source.save_policies(&initial)?;
-                initial
-            }
-        };
+        // A no-op transition: stores the initial state of a ranker never configured, and reads the
+        // shared one otherwise. A version still building (this instance crashed mid-build, or another
+        // instance is building it now) is built again by the policy driver, which then completes it.
+        let policies = source.transition_policies(RankerName::Popular, &mut |_| Ok(()))?;
         let catalog = source.load_catalog()?.into_iter().collect();
         let engine = Arc::new(RwLock::new(RankingEngine::new(
             EngineConfig {
@@ -150,12 +160,10 @@ impl RankingService {
         let service = RankingService {
             engine,
             writer,
-            popular: Mutex::new(RankerState {
-                policies,
-                building: None,
-            }),
+            popular: Mutex::new(policies),
             catalog: RwLock::new(catalog),
             switch_lock: tokio::sync::Mutex::new(()),
+            policy_changed: tokio::sync::Notify::new(),
             responses: ResponseCache::default(),
             catalog_generation: std::sync::atomic::AtomicU64::new(0),
             serving: std::sync::OnceLock::new(),
@@ -292,89 +300,232 @@ impl RankingService {
         .await?
     }
 
-    /// The `popular` ranker's policy state.
-    pub fn popular_state(&self) -> RankerState {
-        self.popular.lock().clone()
+    /// The `popular` ranker's policy state shared by every instance (as this instance last saw it).
+    pub fn popular_state(&self) -> PolicyState {
+        *self.popular.lock()
     }
 
-    /// Creates a new `popular` policy version with `weights`, builds it off to the side and switches to
-    /// it atomically. Returns the new version at once; the build finishes in the background.
-    pub async fn change_popular_weights(self: &Arc<Self>, weights: PopularWeights) -> anyhow::Result<u32> {
-        let policy = {
-            let mut state = self.popular.lock();
-            let version = state
-                .policies
-                .latest_version
-                .max(state.building.map_or(0, |p| p.version))
-                + 1;
-            let policy = Policy { version, weights };
-            state.building = Some(policy);
-            policy
-        };
-        let service = self.clone();
-        tokio::spawn(async move {
-            if let Err(error) = service.switch_to(policy, false).await {
-                tracing::error!(error = format!("{error:#}"), "building policy version failed");
-            }
-        });
-        Ok(policy.version)
-    }
-
-    /// Switches back to the previous version. Returns the version now active, or `None` if there is none.
-    pub async fn rollback_popular(self: &Arc<Self>) -> anyhow::Result<Option<u32>> {
-        let Some(previous) = self.popular.lock().policies.previous else {
-            return Ok(None);
-        };
-        self.switch_to_detached(previous, true).await?;
-        Ok(Some(previous.version))
-    }
-
-    /// Rebuilds every cached ranking from the source of truth under the active policy, then switches.
-    pub async fn rebuild(self: &Arc<Self>) -> anyhow::Result<u32> {
-        let active = self.popular.lock().policies.active;
-        self.switch_to_detached(active, true).await?;
-        Ok(active.version)
-    }
-
-    /// [`RankingService::switch_to`] in a task of its own, so a caller dropped mid-switch (an HTTP client
-    /// hanging up) cannot leave the stored policies saying one version while the engine serves another.
-    async fn switch_to_detached(
+    /// Creates a new `popular` policy version with `weights` in the shared state (building) and returns
+    /// it at once. The policy driver of every instance builds it off to the side; the first to finish
+    /// switches the shared state, and each installs its own build atomically (see
+    /// [`RankingService::run_policy_driver`]).
+    pub async fn change_popular_weights(
         self: &Arc<Self>,
-        policy: Policy,
-        is_rollback_or_rebuild: bool,
-    ) -> anyhow::Result<()> {
-        let service = Arc::clone(self);
-        tokio::spawn(async move { service.switch_to(policy, is_rollback_or_rebuild).await }).await?
+        weights: PopularWeights,
+    ) -> Result<u32, PolicyChangeError> {
+        let state = self
+            .transition(move |state| state.create(weights).map(|_| ()), None)
+            .await?;
+        self.policy_changed.notify_one();
+        // The transaction that stored `state` created its latest version.
+        Ok(state.latest_version)
     }
 
-    async fn switch_to(self: &Arc<Self>, policy: Policy, is_rollback_or_rebuild: bool) -> anyhow::Result<()> {
-        let _switching = self.switch_lock.lock().await;
-        let engine = self.engine.clone();
-        // Build under the shared lock: reads go on, serving the old version, until the switch.
-        let rebuilt = tokio::task::spawn_blocking(move || engine.read().rebuild_with(policy)).await?;
-        let new_state = {
-            let state = self.popular.lock();
-            let old_active = state.policies.active;
-            let mut policies = state.policies.clone();
-            if old_active.version != policy.version {
-                policies.previous = Some(old_active);
+    /// Switches back to the previous version: builds it off to the side, then rolls the shared state
+    /// back (refused if another instance changed the previous version meanwhile: then retried on the
+    /// new state, a few times) and installs the build in the same writer turn. Returns the version now
+    /// active. Other instances follow through the change feed.
+    pub async fn rollback_popular(self: &Arc<Self>) -> Result<Policy, PolicyChangeError> {
+        let service = Arc::clone(self);
+        // A task of its own: a caller dropped mid-rollback (an HTTP client hanging up) cannot leave the
+        // shared state saying one version while this engine serves another.
+        tokio::spawn(async move {
+            let _switching = service.switch_lock.lock().await;
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                let previous = service
+                    .popular
+                    .lock()
+                    .previous
+                    .ok_or(PolicyChangeError::Refused(PolicyError::NoPrevious))?;
+                let rebuilt = service.build(previous).await?;
+                match service
+                    .transition(
+                        move |state| state.rollback_to(previous.version).map(|_| ()),
+                        Some(rebuilt),
+                    )
+                    .await
+                {
+                    Ok(_) => return Ok(previous),
+                    Err(PolicyChangeError::Refused(PolicyError::PreviousChanged { .. })) if attempts < 3 => {}
+                    Err(error) => return Err(error),
+                }
             }
-            policies.active = policy;
-            policies.latest_version = policies.latest_version.max(policy.version);
-            policies
-        };
-        let stored = new_state.clone();
-        self.writer
-            .run(move |ingestor| ingestor.source_mut().save_policies(&stored))
-            .await??;
-        self.engine.write().install(rebuilt);
-        let mut state = self.popular.lock();
-        state.policies = new_state;
-        if !is_rollback_or_rebuild || state.building.is_some_and(|b| b.version == policy.version) {
-            state.building = None;
+        })
+        .await
+        .map_err(|e| PolicyChangeError::Failed(e.into()))?
+    }
+
+    /// Rebuilds every cached ranking from the source of truth under the active policy, then installs it
+    /// (unless another version became active meanwhile; the policy driver then follows that one).
+    pub async fn rebuild(self: &Arc<Self>) -> anyhow::Result<u32> {
+        let service = Arc::clone(self);
+        tokio::spawn(async move {
+            let _switching = service.switch_lock.lock().await;
+            let active = service.popular.lock().active;
+            let rebuilt = service.build(active).await?;
+            service.install_if_active_blocking(rebuilt).await?;
+            Ok(active.version)
+        })
+        .await?
+    }
+
+    /// Adopts policy states read from the shared source of truth (the follower loop, every tick): a newer
+    /// one wakes the policy driver, which builds and installs what it names.
+    pub fn observe_policies(&self, stored: &[(RankerName, PolicyState)]) {
+        for (ranker, state) in stored {
+            if *ranker != RankerName::Popular {
+                continue;
+            }
+            match self.popular.lock().observe(state) {
+                Ok(Observed::Newer) => self.policy_changed.notify_one(),
+                Ok(Observed::Unchanged) => {}
+                // A transition committed here is newer than what this read saw.
+                Err(PolicyError::Stale { .. }) => {}
+                Err(error) => tracing::warn!(%error, "ignoring a stored popular policy state"),
+            }
         }
-        tracing::info!(version = policy.version, "popular now served from policy version");
+    }
+
+    /// Keeps this instance's engine on the shared policy state until `shutdown`: builds the version
+    /// being built (whoever created it) and completes it, or builds the active version when the engine
+    /// serves another one (a switch or rollback made through another instance), each off to the side,
+    /// installed atomically. Woken by local transitions and by the follower; failures are retried.
+    pub async fn run_policy_driver(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+        loop {
+            match self.converge_once().await {
+                Ok(true) => continue,
+                Ok(false) => {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = self.policy_changed.notified() => {}
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        "following the popular policy failed; will retry"
+                    );
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// One step towards the shared policy state. Returns whether it did anything (then the state may
+    /// have moved again: call it again).
+    async fn converge_once(self: &Arc<Self>) -> anyhow::Result<bool> {
+        let _switching = self.switch_lock.lock().await;
+        let shared = *self.popular.lock();
+        if let Some(building) = shared.building {
+            // Every instance builds the version being built and tries to complete it: the first to
+            // finish switches the shared state (so a builder killed mid-build delays nobody), the
+            // others find it active and install their own build at once.
+            let rebuilt = self.build(building).await?;
+            return match self
+                .transition(
+                    move |state| state.complete_build(building.version).map(|_| ()),
+                    Some(rebuilt),
+                )
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(PolicyChangeError::Refused(error)) => {
+                    tracing::info!(%error, "discarding a policy build");
+                    Ok(true)
+                }
+                Err(PolicyChangeError::Failed(error)) => Err(error),
+            };
+        }
+        if self.engine.read().policy() != shared.active {
+            let rebuilt = self.build(shared.active).await?;
+            self.install_if_active_blocking(rebuilt).await?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Builds every cached span under `policy` on the blocking pool, under the engine's shared lock:
+    /// reads go on, served from the installed version, until the install.
+    async fn build(&self, policy: Policy) -> anyhow::Result<RebuiltSpans> {
+        let engine = self.engine.clone();
+        let started = std::time::Instant::now();
+        let rebuilt = tokio::task::spawn_blocking(move || engine.read().rebuild_with(policy)).await?;
+        let elapsed = started.elapsed();
+        metrics::histogram!("rankgate_policy_build_seconds").record(elapsed.as_secs_f64());
+        tracing::info!(
+            version = policy.version,
+            elapsed_ms = elapsed.as_millis() as u64,
+            "built popular policy version"
+        );
+        Ok(rebuilt)
+    }
+
+    /// Installs `rebuilt` if its policy is the shared active one; else drops it (the driver follows).
+    fn install_if_active(&self, rebuilt: RebuiltSpans) {
+        let popular = self.popular.lock();
+        if popular.active == rebuilt.policy() {
+            self.engine.write().install(rebuilt);
+            tracing::info!(
+                version = popular.active.version,
+                "popular now served from policy version"
+            );
+        }
+    }
+
+    /// [`RankingService::install_if_active`] on the blocking pool (an install re-scores the spans that
+    /// changed during the build, under the write lock).
+    async fn install_if_active_blocking(self: &Arc<Self>, rebuilt: RebuiltSpans) -> anyhow::Result<()> {
+        let service = Arc::clone(self);
+        tokio::task::spawn_blocking(move || service.install_if_active(rebuilt)).await?;
         Ok(())
+    }
+
+    /// Runs `step` as one transition of the shared `popular` state (one transaction, on the writer
+    /// thread), adopts the state it stored and, in the same writer turn, installs `rebuilt` when that
+    /// state makes its policy active. A refused step adopts the stored state instead, so the next
+    /// decision is made on it.
+    async fn transition(
+        self: &Arc<Self>,
+        mut step: impl FnMut(&mut PolicyState) -> Result<(), PolicyError> + Send + 'static,
+        rebuilt: Option<RebuiltSpans>,
+    ) -> Result<PolicyState, PolicyChangeError> {
+        let service = Arc::clone(self);
+        self.writer
+            .run(move |ingestor| {
+                let source = ingestor.source_mut();
+                match source.transition_policies(RankerName::Popular, &mut step) {
+                    Ok(state) => {
+                        service.adopt(&state);
+                        if let Some(rebuilt) = rebuilt {
+                            service.install_if_active(rebuilt);
+                        }
+                        Ok(state)
+                    }
+                    Err(SourceError::Policy(refused)) => {
+                        if let Ok(Some(state)) = source.load_policies(RankerName::Popular) {
+                            service.adopt(&state);
+                        }
+                        Err(PolicyChangeError::Refused(refused))
+                    }
+                    Err(error) => Err(PolicyChangeError::Failed(
+                        anyhow::Error::new(error).context("storing the popular policy transition"),
+                    )),
+                }
+            })
+            .await?
+    }
+
+    /// Adopts a state this instance read or stored, unless it has seen a newer one.
+    fn adopt(&self, state: &PolicyState) {
+        match self.popular.lock().observe(state) {
+            Ok(_) | Err(PolicyError::Stale { .. }) => {}
+            Err(error) => tracing::warn!(%error, "ignoring a stored popular policy state"),
+        }
     }
 
     /// Applies retention relative to the watermark, and drops cached spans no read may ask for any more

@@ -5,7 +5,8 @@
 //! Every instance runs [`run_until_stopped`]. Each tick (freshness / 4) it tries to take or renew the
 //! publisher lease; the holder publishes, the others only watch the active-version pointer. The holder:
 //! - on taking the lease, after any failure, when the pointer is gone (Redis restarted empty or was
-//!   flushed) or when the `popular` policy changed: **rebuilds** — every hot span, whole, into a fresh
+//!   flushed) or when the engine installed a `popular` policy (switched here, or followed from another
+//!   instance through the change feed; [`RankingEngine::policy_epoch`]): **rebuilds** — every hot span, whole, into a fresh
 //!   generation beside the served one; checks the totals Redis holds against the engine's; switches the
 //!   pointer (fenced by the lease); lets the old generation expire after the grace period;
 //! - otherwise publishes **changes**: the engine hands over, per hot span and ranker, the products whose
@@ -211,6 +212,9 @@ struct Publisher {
     generation: Option<u64>,
     /// `popular` policy version of that generation.
     popular_version: u32,
+    /// The engine's [`RankingEngine::policy_epoch`] its scores were read under: any other epoch means an
+    /// install (switch, rollback, rebuild, also one learned from another instance) and a rebuild here.
+    policy_epoch: u64,
     /// The pointer's asOf after the last publication.
     as_of_millis: Option<i64>,
 }
@@ -272,14 +276,15 @@ async fn tick_once(
     publisher.leader = held;
     let active = store.active().await?;
     if held {
-        let policy = service.engine().read().policy().version;
+        let epoch = service.engine().read().policy_epoch();
         // Rebuild on taking the lease, after a failure (generation forgotten), when the pointer moved
-        // or vanished, when the policy changed, or when an operator asked (`rankgate rebuild`).
+        // or vanished, when the engine installed a policy (whoever switched it), or when an operator
+        // asked (`rankgate rebuild`).
         let current = publisher.generation.filter(|g| {
             active
                 .as_ref()
                 .is_some_and(|a| a.generation == *g && !a.rebuild_requested)
-                && publisher.popular_version == policy
+                && publisher.policy_epoch == epoch
         });
         let now_millis = clock.now_millis();
         match current {
@@ -318,15 +323,21 @@ async fn publish_changes(
     let requests = hot_requests(service, &serving.zone, now_millis);
     let engine = service.engine().clone();
     let depth = serving.depth;
-    let (publications, as_of) = tokio::task::spawn_blocking(move || {
+    let epoch = publisher.policy_epoch;
+    let (publications, as_of, mixed) = tokio::task::spawn_blocking(move || {
         // asOf first: every slice then includes at least what it claims.
         let as_of = engine.read().as_of_millis();
-        (
-            RankingEngine::publish_sliced(&engine, &requests, depth, false),
-            as_of,
-        )
+        let publications = RankingEngine::publish_sliced(&engine, &requests, depth, false);
+        // A policy installed before or between the slices: these scores are not all of this
+        // generation's version, so none of them is written.
+        let mixed = engine.read().policy_epoch() != epoch;
+        (publications, as_of, mixed)
     })
     .await?;
+    if mixed {
+        publisher.generation = None;
+        return Ok(());
+    }
     if publications.is_empty() && as_of == publisher.as_of_millis {
         return Ok(());
     }
@@ -379,18 +390,26 @@ async fn rebuild(
     let requests = hot_requests(service, &serving.zone, now_millis);
     let engine = service.engine().clone();
     let depth = serving.depth;
-    let (publications, as_of, policy) = tokio::task::spawn_blocking(move || {
-        let (as_of, policy) = {
+    let (publications, as_of, policy, epoch, mixed) = tokio::task::spawn_blocking(move || {
+        let (as_of, policy, epoch) = {
             let engine = engine.read();
-            (engine.as_of_millis(), engine.policy().version)
+            (
+                engine.as_of_millis(),
+                engine.policy().version,
+                engine.policy_epoch(),
+            )
         };
-        (
-            RankingEngine::publish_sliced(&engine, &requests, depth, true),
-            as_of,
-            policy,
-        )
+        let publications = RankingEngine::publish_sliced(&engine, &requests, depth, true);
+        // An install between the slices would mix two versions under one pointer.
+        let mixed = engine.read().policy_epoch() != epoch;
+        (publications, as_of, policy, epoch, mixed)
     })
     .await?;
+    if mixed {
+        tracing::info!("a policy was installed during the redis rebuild; rebuilding again");
+        publisher.generation = None;
+        return Ok(());
+    }
     let published = store
         .publish(generation, &publications, &serving.zone, now_millis)
         .await?;
@@ -433,6 +452,7 @@ async fn rebuild(
     }
     publisher.generation = Some(generation);
     publisher.popular_version = policy;
+    publisher.policy_epoch = epoch;
     publisher.as_of_millis = as_of;
     metrics::counter!("rankgate_serving_rebuilds_total").increment(1);
     if let Published::Applied { writes, calls } = published {

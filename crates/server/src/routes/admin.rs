@@ -6,10 +6,12 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use rankgate_core::policy::PolicyError;
 use rankgate_core::ranker::{PopularWeights, RankerName};
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::rankings::PolicyChangeError;
 
 fn parse_ranker(name: &str) -> ApiResult<RankerName> {
     RankerName::parse(name).map_err(|e| ApiError::NotFound(e.to_string()))
@@ -30,15 +32,15 @@ fn ranker_json(state: &AppState, ranker: RankerName) -> Value {
             "weights": null, "formula": if ranker == RankerName::Units { "units" } else { "sales" },
         });
     }
+    // The state shared by every instance (SPEC 1.3), as this instance last read or stored it.
     let popular = state.rankings.popular_state();
     let mut body = json!({
         "ranker": "popular",
-        "activeVersion": popular.policies.active.version,
-        "previousVersion": popular.policies.previous.map(|p| p.version),
+        "activeVersion": popular.active.version,
+        "previousVersion": popular.previous.map(|p| p.version),
         "building": popular.building.map(|p| p.version),
     });
-    if let (Value::Object(body), Value::Object(weights)) =
-        (&mut body, weights_json(&popular.policies.active.weights))
+    if let (Value::Object(body), Value::Object(weights)) = (&mut body, weights_json(&popular.active.weights))
     {
         body.extend(weights);
     }
@@ -84,7 +86,7 @@ pub async fn put_ranker(
     }
     let body: PutRanker =
         serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("body: {e}")))?;
-    let current = state.rankings.popular_state().policies.active.weights;
+    let current = state.rankings.popular_state().active.weights;
     let weights_body = body.weights.unwrap_or(WeightsBody {
         view: None,
         like: None,
@@ -100,7 +102,11 @@ pub async fn put_ranker(
     weights
         .validate()
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let version = state.rankings.change_popular_weights(weights).await?;
+    let version = state
+        .rankings
+        .change_popular_weights(weights)
+        .await
+        .map_err(policy_change_error)?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({ "ranker": "popular", "policyVersion": version, "status": "building" })),
@@ -118,11 +124,22 @@ pub async fn rollback_ranker(
             "`{ranker}` has a single version; nothing to roll back to"
         )));
     }
-    match state.rankings.rollback_popular().await? {
-        Some(_) => Ok(Json(ranker_json(&state, ranker))),
-        None => Err(ApiError::Conflict(
-            "popular has no previous version to roll back to".into(),
-        )),
+    state
+        .rankings
+        .rollback_popular()
+        .await
+        .map_err(policy_change_error)?;
+    Ok(Json(ranker_json(&state, ranker)))
+}
+
+/// A transition the version rules refuse is a 409 naming why; a failure to store it is a 500.
+fn policy_change_error(error: PolicyChangeError) -> ApiError {
+    match error {
+        PolicyChangeError::Refused(PolicyError::NoPrevious) => {
+            ApiError::Conflict("popular has no previous version to roll back to".into())
+        }
+        PolicyChangeError::Refused(refused) => ApiError::Conflict(format!("popular: {refused}")),
+        PolicyChangeError::Failed(error) => error.into(),
     }
 }
 

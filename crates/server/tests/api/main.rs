@@ -10,6 +10,7 @@ mod faults;
 mod hostile;
 mod instances;
 mod ops;
+mod policies;
 mod rankings;
 mod serving_redis;
 mod stream;

@@ -13,9 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use rankgate_core::ids::{Category, EventId, ProductId};
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::Hour;
+use rankgate_core::policy::{PolicyError, PolicyState};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 
-use super::source::{CommitBatch, RankerPolicies, SourceOfTruth};
+use super::source::{CommitBatch, SourceError, SourceOfTruth};
 
 /// Opens a new handle to the store under test (the same store on every call).
 pub type Factory<'a> = &'a (dyn Fn() -> Box<dyn SourceOfTruth> + Sync);
@@ -263,53 +264,189 @@ pub fn watermark_and_last_ingest(open: Factory<'_>) {
     assert_eq!((seen.watermark, seen.last_ingest), (Some(250), Some(20)));
 }
 
-/// Policies round-trip, including the previous version and the latest version counter.
+fn weights_with_view(view: f64) -> PopularWeights {
+    PopularWeights {
+        view,
+        like: 0.0,
+        sales: 0.125,
+        carry_ratio: 0.3,
+        carry_top_n: 7,
+    }
+}
+
+/// Policy states round-trip through a reopen: active, previous, building with their weights, the latest
+/// version and the sequence number. An unconfigured ranker has none; a first transition starts from
+/// [`PolicyState::initial`].
 pub fn policies_round_trip(open: Factory<'_>) {
     let mut source = open();
     assert!(source.load_policies(RankerName::Popular).expect("load").is_none());
-    let v1 = Policy {
-        version: 1,
-        weights: PopularWeights::default(),
-    };
-    let v2 = Policy {
-        version: 2,
-        weights: PopularWeights {
-            view: 1.5,
-            like: 0.0,
-            sales: 0.125,
-            carry_ratio: 0.3,
-            carry_top_n: 7,
-        },
-    };
-    source
-        .save_policies(&RankerPolicies {
-            ranker: RankerName::Popular,
-            active: v1,
-            previous: None,
-            latest_version: 1,
+    let started = source
+        .transition_policies(RankerName::Popular, &mut |_| Ok(()))
+        .expect("a no-op transition");
+    assert_eq!(
+        started,
+        PolicyState::initial(),
+        "an unconfigured ranker starts at version 1"
+    );
+    let mut created = None;
+    let state = source
+        .transition_policies(RankerName::Popular, &mut |state| {
+            created = Some(state.create(weights_with_view(1.5))?);
+            Ok(())
         })
-        .expect("save");
-    source
-        .save_policies(&RankerPolicies {
-            ranker: RankerName::Popular,
-            active: v2,
-            previous: Some(v1),
-            latest_version: 3,
+        .expect("create");
+    let v2 = created.expect("created");
+    assert_eq!((v2.version, state.building, state.seq), (2, Some(v2), 1));
+    state_survives_a_reopen(open, &state);
+    let state = source
+        .transition_policies(RankerName::Popular, &mut |state| {
+            state.complete_build(2).map(|_| ())
         })
-        .expect("save");
+        .expect("switch");
+    assert_eq!(
+        (state.active, state.previous, state.building),
+        (v2, Some(Policy::default()), None)
+    );
+    state_survives_a_reopen(open, &state);
+    let state = source
+        .transition_policies(RankerName::Popular, &mut |state| {
+            state.create(weights_with_view(3.0)).map(|_| ())
+        })
+        .expect("create");
+    state_survives_a_reopen(open, &state);
+    assert!(source.load_policies(RankerName::Units).expect("load").is_none());
+}
+
+fn state_survives_a_reopen(open: Factory<'_>, state: &PolicyState) {
     let loaded = open()
         .load_policies(RankerName::Popular)
         .expect("load")
         .expect("stored");
-    assert_eq!(loaded.ranker, RankerName::Popular);
-    assert_eq!(loaded.active.version, 2);
-    assert_eq!(loaded.active.weights, v2.weights);
+    assert_eq!(&loaded, state, "the stored policy state round-trips");
+}
+
+/// A refused transition stores nothing and reports [`SourceError::Policy`]; the rules are the core's
+/// ([`PolicyState`]): a superseded build is not switched to, a rollback of a rollback returns, a
+/// rollback needs the previous version the caller built.
+pub fn policy_transitions_follow_the_rules(open: Factory<'_>) {
+    let mut source = open();
+    let transition =
+        |source: &mut Box<dyn SourceOfTruth>,
+         step: &mut dyn FnMut(&mut PolicyState) -> Result<(), PolicyError>| {
+            source.transition_policies(RankerName::Popular, step)
+        };
+    transition(&mut source, &mut |s| s.create(weights_with_view(2.0)).map(|_| ())).expect("create 2");
+    transition(&mut source, &mut |s| s.create(weights_with_view(3.0)).map(|_| ())).expect("create 3");
+    let before = open()
+        .load_policies(RankerName::Popular)
+        .expect("load")
+        .expect("stored");
+    match transition(&mut source, &mut |s| s.complete_build(2).map(|_| ())) {
+        Err(SourceError::Policy(PolicyError::Superseded {
+            version: 2,
+            latest: 3,
+        })) => {}
+        other => panic!("switching to a superseded version must be refused, got {other:?}"),
+    }
+    let after = open()
+        .load_policies(RankerName::Popular)
+        .expect("load")
+        .expect("stored");
+    assert_eq!(after, before, "a refused transition stores nothing");
+    let switched = transition(&mut source, &mut |s| s.complete_build(3).map(|_| ())).expect("switch");
     assert_eq!(
-        loaded.previous.map(|p| (p.version, p.weights)),
-        Some((1, v1.weights))
+        (switched.active.version, switched.previous.map(|p| p.version)),
+        (3, Some(1))
     );
-    assert_eq!(loaded.latest_version, 3);
-    assert!(source.load_policies(RankerName::Units).expect("load").is_none());
+    let back = transition(&mut source, &mut |s| s.rollback_to(1).map(|_| ())).expect("rollback");
+    assert_eq!(
+        (back.active.version, back.previous.map(|p| p.version)),
+        (1, Some(3))
+    );
+    let again = transition(&mut source, &mut |s| s.rollback_to(3).map(|_| ())).expect("rollback again");
+    assert_eq!(
+        (again.active, again.previous),
+        (switched.active, switched.previous)
+    );
+    match transition(&mut source, &mut |s| s.rollback_to(3).map(|_| ())) {
+        Err(SourceError::Policy(PolicyError::PreviousChanged {
+            expected: 3,
+            previous: 1,
+        })) => {}
+        other => panic!("a rollback built for another previous version must be refused, got {other:?}"),
+    }
+    assert_eq!(
+        open()
+            .load_policies(RankerName::Popular)
+            .expect("load")
+            .expect("stored"),
+        again
+    );
+}
+
+/// Concurrent transitions through several handles (instances) apply one after the other: eight
+/// threads each create a version and try to switch to it; every version number is drawn once, the
+/// sequence counts every transition, and the version active at the end is the newest one created
+/// (every other build was superseded or switched before it).
+pub fn concurrent_policy_transitions_apply_in_one_order(open: Factory<'_>) {
+    const THREADS: usize = 8;
+    open()
+        .transition_policies(RankerName::Popular, &mut |_| Ok(()))
+        .expect("initial state");
+    let outcomes: Vec<(u32, bool)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                scope.spawn(move || {
+                    let mut source = open();
+                    let mut version = 0;
+                    source
+                        .transition_policies(RankerName::Popular, &mut |state| {
+                            version = state.create(weights_with_view(thread as f64))?.version;
+                            Ok(())
+                        })
+                        .expect("create");
+                    let switched = match source.transition_policies(RankerName::Popular, &mut |state| {
+                        state.complete_build(version).map(|_| ())
+                    }) {
+                        Ok(_) => true,
+                        Err(SourceError::Policy(PolicyError::Superseded { .. })) => false,
+                        Err(other) => panic!("switch: {other}"),
+                    };
+                    (version, switched)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    let versions: BTreeSet<u32> = outcomes.iter().map(|(v, _)| *v).collect();
+    assert_eq!(
+        versions,
+        (2..2 + THREADS as u32).collect(),
+        "every version number drawn exactly once: {outcomes:?}"
+    );
+    let state = open()
+        .load_policies(RankerName::Popular)
+        .expect("load")
+        .expect("stored");
+    let switches = outcomes.iter().filter(|(_, switched)| *switched).count();
+    assert_eq!(state.latest_version, 1 + THREADS as u32);
+    assert_eq!(
+        state.seq as usize,
+        THREADS + switches,
+        "one sequence step per applied transition"
+    );
+    // The newest version was created last; nothing superseded it, so its own switch succeeded.
+    assert_eq!(state.active.version, state.latest_version, "{outcomes:?}");
+    assert_eq!(state.building, None);
+    assert_eq!(
+        state.active.weights.view,
+        outcomes
+            .iter()
+            .position(|(v, _)| *v == state.latest_version)
+            .map(|thread| thread as f64)
+            .expect("the newest version's thread"),
+        "the active version's weights are the ones created with it"
+    );
 }
 
 /// Catalogue entries upsert (last write wins) and round-trip as JSON values.

@@ -385,6 +385,9 @@ pub struct RankingEngine {
     lru_clock: AtomicU64,
     /// Bumped by every change a reader could observe; response caches key on it.
     generation: u64,
+    /// Bumped by every [`RankingEngine::install`]: a publication that saw two values mixed scores of
+    /// two installs (a version number alone cannot tell, since a rollback returns to an earlier one).
+    policy_epoch: u64,
 }
 
 /// Spans rebuilt under a new policy, off to the side, ready for [`RankingEngine::install`].
@@ -393,6 +396,13 @@ pub struct RebuiltSpans {
     policy: Policy,
     spans: HashMap<SpanKey, SpanState>,
     carry_cache: CarryCache,
+}
+
+impl RebuiltSpans {
+    /// The policy these spans were scored under.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
 }
 
 fn add_metrics(into: &mut Metrics, delta: &Metrics) {
@@ -700,6 +710,7 @@ impl RankingEngine {
             as_of_millis: None,
             lru_clock: AtomicU64::new(1),
             generation: 0,
+            policy_epoch: 0,
         }
     }
 
@@ -712,6 +723,12 @@ impl RankingEngine {
     /// The active `popular` policy.
     pub fn policy(&self) -> Policy {
         self.policy
+    }
+
+    /// Changes with every [`RankingEngine::install`] (a policy switch, a rollback or a rebuild): scores
+    /// read under two different epochs may come from different policies.
+    pub fn policy_epoch(&self) -> u64 {
+        self.policy_epoch
     }
 
     /// A counter that changes whenever any answer could change (ingest, policy switch, eviction). Equal
@@ -1457,6 +1474,7 @@ impl RankingEngine {
     /// started (new batches) are rebuilt here, so nothing applied in between is lost.
     pub fn install(&mut self, rebuilt: RebuiltSpans) {
         self.generation += 1;
+        self.policy_epoch += 1;
         self.policy = rebuilt.policy;
         // The rebuilt carry may predate batches applied during the build; recompute it lazily instead.
         drop(rebuilt.carry_cache);

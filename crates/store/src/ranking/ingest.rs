@@ -19,6 +19,8 @@ use rankgate_core::event::{Event, EventError};
 use rankgate_core::ids::{Category, ProductId};
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::Hour;
+use rankgate_core::policy::PolicyState;
+use rankgate_core::ranker::RankerName;
 
 use super::engine::RankingEngine;
 use super::source::{CommitBatch, SourceError, SourceOfTruth};
@@ -34,6 +36,15 @@ pub enum EventOutcome {
     TooOld,
     /// Valid on its own, but refused here (e.g. its sales would overflow 64 bits).
     Rejected(EventError),
+}
+
+/// What [`Ingestor::follow`] read from a shared source of truth.
+#[derive(Debug, Default)]
+pub struct Followed {
+    /// Hourly rows applied.
+    pub rows: usize,
+    /// The stored policy state of every configured ranker.
+    pub policies: Vec<(RankerName, PolicyState)>,
 }
 
 /// Ingest settings.
@@ -92,11 +103,12 @@ impl Ingestor {
     }
 
     /// Applies what other instances committed to a shared source of truth since the last call, so every
-    /// instance serves the same rankings. Returns the number of hourly rows read; 0 on single-writer
-    /// backends, which have nothing to follow.
-    pub fn follow(&mut self) -> Result<usize, SourceError> {
+    /// instance serves the same rankings, and hands back the stored policy states (the caller decides
+    /// whether they are news: switching the engine to another policy is a build, not an apply). Nothing
+    /// on single-writer backends, which have nothing to follow.
+    pub fn follow(&mut self) -> Result<Followed, SourceError> {
         let Some(changes) = self.source.changes_since(self.change_cursor)? else {
-            return Ok(0);
+            return Ok(Followed::default());
         };
         self.change_cursor = changes.cursor;
         if let Some(watermark) = changes.watermark_millis {
@@ -110,7 +122,10 @@ impl Ingestor {
             &changes.memberships,
             changes.last_ingest_millis,
         );
-        Ok(changes.metrics.len())
+        Ok(Followed {
+            rows: changes.metrics.len(),
+            policies: changes.policies,
+        })
     }
 
     /// The newest accepted event time.

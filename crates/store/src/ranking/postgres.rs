@@ -48,6 +48,14 @@
 //!   outcome instead of counting anything twice.
 //! - The raw log is scanned hour by hour and, within an hour, in commit order (`seq` from one sequence,
 //!   assigned in batch order, then the order inside a packed row), as the trait asks.
+//! - **Policy states** ([`PolicyState`]) live in `ranker_state` (active, previous, building, latest,
+//!   `state_seq`; migration 4) and `policies` (one row of weights per version, never changed once
+//!   written). [`SourceOfTruth::transition_policies`] locks the ranker's row with `SELECT … FOR UPDATE`,
+//!   applies the pure transition and writes the row back in the same transaction, so concurrent PUTs
+//!   and rollbacks through several instances apply one after the other. Every
+//!   [`SourceOfTruth::changes_since`] returns every ranker's whole state in its snapshot; followers keep
+//!   the newer ones by `state_seq`.
+//! - Migrations are `.sql` files in `migrations/`, compiled in with `include_str!`.
 //! - Ids and products are `text COLLATE "C"` so ordering is bytewise, as in SQLite; the catalogue and
 //!   policy weights are stored as JSON text so they round-trip exactly.
 
@@ -61,9 +69,10 @@ use ::postgres::{Client, NoTls, Statement, Transaction};
 use rankgate_core::ids::{Category, EventId, ProductId};
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::Hour;
+use rankgate_core::policy::{PolicyError, PolicyState};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 
-use super::source::{Changes, CommitBatch, LoadedState, RankerPolicies, SourceError, SourceOfTruth};
+use super::source::{Changes, CommitBatch, LoadedState, SourceError, SourceOfTruth};
 
 /// Advisory lock class ("RG") for writes to one schema's partitioned tables; the key is the schema's hash.
 const WRITE_LOCK_CLASS: i32 = 0x5247;
@@ -74,107 +83,13 @@ const PARTITION_HOURS: i64 = 24;
 /// Rows per statement when a bulk write is not bounded by a micro-batch (`replace_metrics`).
 const BULK_ROWS: usize = 10_000;
 
-/// Versioned migrations; `{s}` is replaced by the quoted schema name. Never edit one that shipped: add one.
+/// Versioned migrations, one `.sql` file each under `migrations/`; `{s}` is replaced by the quoted schema
+/// name. Never edit one that shipped (existing databases have applied it): add one.
 const MIGRATIONS: &[(i32, &str)] = &[
-    (
-        1,
-        r#"
-CREATE TABLE {s}.metrics_hourly (
-    hour    bigint NOT NULL,
-    product text COLLATE "C" NOT NULL,
-    views   bigint NOT NULL,
-    likes   bigint NOT NULL,
-    units   bigint NOT NULL,
-    sales   bigint NOT NULL,
-    PRIMARY KEY (hour, product)
-);
-CREATE TABLE {s}.processed (
-    hour  bigint NOT NULL,
-    id    text COLLATE "C" NOT NULL,
-    batch bigint NOT NULL,
-    PRIMARY KEY (hour, id)
-) PARTITION BY RANGE (hour);
-CREATE INDEX processed_id ON {s}.processed (id);
-CREATE SEQUENCE {s}.event_log_seq;
-CREATE TABLE {s}.event_log (
-    hour bigint NOT NULL,
-    id   text COLLATE "C" NOT NULL,
-    seq  bigint NOT NULL DEFAULT nextval('event_log_seq'),
-    body bytea NOT NULL,
-    PRIMARY KEY (hour, id)
-) PARTITION BY RANGE (hour);
-CREATE INDEX event_log_order ON {s}.event_log (hour, seq);
-CREATE TABLE {s}.product_categories (
-    product  text COLLATE "C" NOT NULL,
-    category text COLLATE "C" NOT NULL,
-    PRIMARY KEY (product, category)
-);
-CREATE TABLE {s}.policies (
-    ranker  text NOT NULL,
-    version bigint NOT NULL,
-    weights text NOT NULL,
-    PRIMARY KEY (ranker, version)
-);
-CREATE TABLE {s}.ranker_state (
-    ranker           text PRIMARY KEY,
-    active_version   bigint NOT NULL,
-    previous_version bigint,
-    latest_version   bigint NOT NULL
-);
-CREATE TABLE {s}.catalog (
-    product text COLLATE "C" PRIMARY KEY,
-    body    text NOT NULL
-);
-CREATE TABLE {s}.meta (
-    key   text PRIMARY KEY,
-    value bigint NOT NULL
-);
-CREATE FUNCTION {s}.ensure_day_partitions(days bigint[]) RETURNS void
-LANGUAGE plpgsql SET search_path = {s} AS $$
-DECLARE
-    d bigint;
-    t text;
-BEGIN
-    FOREACH d IN ARRAY days LOOP
-        FOREACH t IN ARRAY ARRAY['processed', 'event_log'] LOOP
-            IF to_regclass(format('%I', t || '_d' || d)) IS NULL THEN
-                EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%s) TO (%s)',
-                               t || '_d' || d, t, d * 24, d * 24 + 24);
-            END IF;
-        END LOOP;
-    END LOOP;
-END
-$$;
-"#,
-    ),
-    (
-        2,
-        // A change feed for other instances: every metric or membership row written gets the next value of
-        // `change_seq`. Commits hold the per-schema write lock while they draw values, so values become
-        // visible in commit order and a follower's cursor never skips a row.
-        r#"
-CREATE SEQUENCE {s}.change_seq;
-ALTER TABLE {s}.metrics_hourly ADD COLUMN change_seq bigint NOT NULL DEFAULT nextval('{s}.change_seq');
-CREATE INDEX metrics_hourly_change ON {s}.metrics_hourly (change_seq);
-ALTER TABLE {s}.product_categories ADD COLUMN change_seq bigint NOT NULL DEFAULT nextval('{s}.change_seq');
-CREATE INDEX product_categories_change ON {s}.product_categories (change_seq);
-"#,
-    ),
-    (
-        3,
-        // A commit feed of processed ids, so each source keeps an exact in-memory set of them (`Known`)
-        // instead of probing every day partition's id index for every id of a batch. A commit draws one
-        // `processed_seq` value under the write lock and stores it with each id it inserts; another source
-        // reads `seq > its cursor` (one index probe per partition). Rows that existed before this
-        // migration get 0 without a table rewrite (the constant default); every later row gets a value,
-        // also from a binary that predates this migration and leaves the column out (`nextval`).
-        r#"
-CREATE SEQUENCE {s}.processed_seq;
-ALTER TABLE {s}.processed ADD COLUMN seq bigint NOT NULL DEFAULT 0;
-ALTER TABLE {s}.processed ALTER COLUMN seq SET DEFAULT nextval('{s}.processed_seq');
-CREATE INDEX processed_by_seq ON {s}.processed (seq);
-"#,
-    ),
+    (1, include_str!("migrations/0001_initial.sql")),
+    (2, include_str!("migrations/0002_change_feed.sql")),
+    (3, include_str!("migrations/0003_processed_seq.sql")),
+    (4, include_str!("migrations/0004_policy_state.sql")),
 ];
 
 /// The PostgreSQL source of truth: one connection, one schema.
@@ -740,6 +655,72 @@ fn parse_product(value: &str, what: &str) -> Result<ProductId, SourceError> {
     ProductId::parse(value).map_err(|e| corrupt(what, e))
 }
 
+/// The stored policy state of `ranker` (every ranker when `None`), with the weights of the versions it
+/// names.
+fn read_policy_states(
+    transaction: &mut Transaction<'_>,
+    ranker: Option<RankerName>,
+) -> Result<Vec<(RankerName, PolicyState)>, SourceError> {
+    let sql = "SELECT s.ranker, s.active_version, a.weights, s.previous_version, p.weights, s.latest_version,
+                s.building_version, b.weights, s.state_seq
+         FROM ranker_state s
+         JOIN policies a ON a.ranker = s.ranker AND a.version = s.active_version
+         LEFT JOIN policies p ON p.ranker = s.ranker AND p.version = s.previous_version
+         LEFT JOIN policies b ON b.ranker = s.ranker AND b.version = s.building_version
+         WHERE $1::text IS NULL OR s.ranker = $1";
+    let name = ranker.map(RankerName::as_str);
+    let policy =
+        |row: &::postgres::Row, version: usize, weights: usize| -> Result<Option<Policy>, SourceError> {
+            let Some(number) = row.get::<_, Option<i64>>(version) else {
+                return Ok(None);
+            };
+            let weights: Option<&str> = row.get(weights);
+            let weights =
+                weights.ok_or_else(|| corrupt("policies", format!("version {number} has no weights")))?;
+            Ok(Some(Policy {
+                version: version_u32(number, "policies.version")?,
+                weights: serde_json::from_str::<PopularWeights>(weights)
+                    .map_err(|e| corrupt("policies.weights", e))?,
+            }))
+        };
+    let mut states = Vec::new();
+    for row in transaction.query(sql, &[&name])? {
+        let ranker: &str = row.get(0);
+        let ranker = RankerName::parse(ranker).map_err(|e| corrupt("ranker_state.ranker", e))?;
+        states.push((
+            ranker,
+            PolicyState {
+                active: policy(&row, 1, 2)?.expect("active_version is NOT NULL"),
+                previous: policy(&row, 3, 4)?,
+                building: policy(&row, 6, 7)?,
+                latest_version: version_u32(row.get(5), "ranker_state.latest_version")?,
+                seq: u64::try_from(row.get::<_, i64>(8)).map_err(|e| corrupt("ranker_state.state_seq", e))?,
+            },
+        ));
+    }
+    Ok(states)
+}
+
+/// Stores the weights of every version `state` names; a version's weights never change once created.
+fn store_versions(
+    transaction: &mut Transaction<'_>,
+    ranker: RankerName,
+    state: &PolicyState,
+) -> Result<(), SourceError> {
+    for policy in [Some(state.active), state.previous, state.building]
+        .into_iter()
+        .flatten()
+    {
+        let weights = serde_json::to_string(&policy.weights).map_err(|e| corrupt("policy weights", e))?;
+        transaction.execute(
+            "INSERT INTO policies (ranker, version, weights) VALUES ($1, $2, $3)
+             ON CONFLICT (ranker, version) DO NOTHING",
+            &[&ranker.as_str(), &i64::from(policy.version), &weights],
+        )?;
+    }
+    Ok(())
+}
+
 fn version_u32(value: i64, what: &str) -> Result<u32, SourceError> {
     u32::try_from(value).map_err(|e| corrupt(what, e))
 }
@@ -865,6 +846,9 @@ impl SourceOfTruth for PostgresSource {
                     _ => {}
                 }
             }
+            // Policy states travel whole (one small row per ranker): the follower keeps what is newer
+            // than what it has seen by `state_seq`, so they need no cursor of their own.
+            changes.policies = read_policy_states(&mut transaction, None)?;
             transaction.commit()?;
             Ok(Some(changes))
         })
@@ -951,70 +935,65 @@ impl SourceOfTruth for PostgresSource {
         Ok(forgotten)
     }
 
-    fn load_policies(&mut self, ranker: RankerName) -> Result<Option<RankerPolicies>, SourceError> {
+    fn load_policies(&mut self, ranker: RankerName) -> Result<Option<PolicyState>, SourceError> {
         self.with_reconnect(true, |client, _| {
             let mut transaction = client.build_transaction().read_only(true).start()?;
-            let Some(state) = transaction.query_opt(
-                "SELECT active_version, previous_version, latest_version FROM ranker_state WHERE ranker = $1",
-                &[&ranker.as_str()],
-            )?
-            else {
-                return Ok(None);
-            };
-            let mut load_version = |version: i64| -> Result<Policy, SourceError> {
-                let row = transaction.query_one(
-                    "SELECT weights FROM policies WHERE ranker = $1 AND version = $2",
-                    &[&ranker.as_str(), &version],
-                )?;
-                let weights: PopularWeights =
-                    serde_json::from_str(row.get(0)).map_err(|e| corrupt("policies.weights", e))?;
-                Ok(Policy {
-                    version: version_u32(version, "policies.version")?,
-                    weights,
-                })
-            };
-            let active = load_version(state.get(0))?;
-            let previous = state
-                .get::<_, Option<i64>>(1)
-                .map(&mut load_version)
-                .transpose()?;
-            let latest_version = version_u32(state.get(2), "ranker_state.latest_version")?;
+            let state = read_policy_states(&mut transaction, Some(ranker))?.pop();
             transaction.commit()?;
-            Ok(Some(RankerPolicies {
-                ranker,
-                active,
-                previous,
-                latest_version,
-            }))
+            Ok(state.map(|(_, state)| state))
         })
     }
 
-    fn save_policies(&mut self, policies: &RankerPolicies) -> Result<(), SourceError> {
+    fn transition_policies(
+        &mut self,
+        ranker: RankerName,
+        transition: &mut dyn FnMut(&mut PolicyState) -> Result<(), PolicyError>,
+    ) -> Result<PolicyState, SourceError> {
         self.with_reconnect(true, |client, _| {
             let mut transaction = client.transaction()?;
-            for policy in std::iter::once(&policies.active).chain(policies.previous.iter()) {
-                let weights =
-                    serde_json::to_string(&policy.weights).map_err(|e| corrupt("policy weights", e))?;
-                transaction.execute(
-                    "INSERT INTO policies (ranker, version, weights) VALUES ($1, $2, $3)
-                     ON CONFLICT (ranker, version) DO UPDATE SET weights = excluded.weights",
-                    &[&policies.ranker.as_str(), &i64::from(policy.version), &weights],
-                )?;
-            }
+            // The row every transition of this ranker locks; created once, by whoever comes first.
+            let initial = PolicyState::initial();
+            store_versions(&mut transaction, ranker, &initial)?;
             transaction.execute(
-                "INSERT INTO ranker_state (ranker, active_version, previous_version, latest_version)
-                 VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (ranker) DO UPDATE SET active_version = excluded.active_version,
-                   previous_version = excluded.previous_version, latest_version = excluded.latest_version",
+                "INSERT INTO ranker_state (ranker, active_version, previous_version, latest_version, state_seq)
+                 VALUES ($1, $2, NULL, $3, 0) ON CONFLICT (ranker) DO NOTHING",
                 &[
-                    &policies.ranker.as_str(),
-                    &i64::from(policies.active.version),
-                    &policies.previous.map(|p| i64::from(p.version)),
-                    &i64::from(policies.latest_version),
+                    &ranker.as_str(),
+                    &i64::from(initial.active.version),
+                    &i64::from(initial.latest_version),
                 ],
             )?;
+            // Locked until commit: a concurrent transition through another instance waits here and then
+            // reads what this one stored, so transitions apply in one order. The lock is its own
+            // statement: under READ COMMITTED the next one takes a fresh snapshot, which shows the
+            // versions the previous holder inserted (a joined read in the locking statement would not).
+            transaction.execute(
+                "SELECT 1 FROM ranker_state WHERE ranker = $1 FOR UPDATE",
+                &[&ranker.as_str()],
+            )?;
+            let (_, stored) = read_policy_states(&mut transaction, Some(ranker))?
+                .pop()
+                .ok_or_else(|| corrupt("ranker_state", "the row inserted above is missing"))?;
+            let mut state = stored;
+            transition(&mut state)?;
+            if state != stored {
+                store_versions(&mut transaction, ranker, &state)?;
+                transaction.execute(
+                    "UPDATE ranker_state SET active_version = $2, previous_version = $3, latest_version = $4,
+                       building_version = $5, state_seq = $6
+                     WHERE ranker = $1",
+                    &[
+                        &ranker.as_str(),
+                        &i64::from(state.active.version),
+                        &state.previous.map(|p| i64::from(p.version)),
+                        &i64::from(state.latest_version),
+                        &state.building.map(|p| i64::from(p.version)),
+                        &i64::try_from(state.seq).map_err(|e| corrupt("policy state seq", e))?,
+                    ],
+                )?;
+            }
             transaction.commit()?;
-            Ok(())
+            Ok(state)
         })
     }
 

@@ -1,7 +1,7 @@
 //! The rankings source of truth: what every ranking can be rebuilt from.
 //!
 //! A [`SourceOfTruth`] durably keeps hourly metric rows, the processed event ids, the raw event log,
-//! category memberships, ranker policies and the catalogue. One micro-batch is one [`CommitBatch`] and
+//! category memberships, ranker policy states ([`PolicyState`]) and the catalogue. One micro-batch is one [`CommitBatch`] and
 //! one transaction: an ingest is acknowledged only after `commit` returns.
 //!
 //! The trait is synchronous on purpose. Commits run on one dedicated writer thread that group-commits
@@ -18,7 +18,8 @@
 use rankgate_core::ids::{Category, EventId, ProductId};
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::Hour;
-use rankgate_core::ranker::{Policy, RankerName};
+use rankgate_core::policy::{PolicyError, PolicyState};
+use rankgate_core::ranker::RankerName;
 
 /// Everything one micro-batch changes, committed in one transaction.
 #[derive(Debug, Default)]
@@ -71,19 +72,10 @@ pub struct Changes {
     pub watermark_millis: Option<i64>,
     /// The shared last-ingest time now.
     pub last_ingest_millis: Option<i64>,
-}
-
-/// A ranker's stored policy versions.
-#[derive(Debug, Clone)]
-pub struct RankerPolicies {
-    /// Which ranker.
-    pub ranker: RankerName,
-    /// The version reads are served from.
-    pub active: Policy,
-    /// The version before the last switch, kept for rollback.
-    pub previous: Option<Policy>,
-    /// The newest version ever created (versions are never reused).
-    pub latest_version: u32,
+    /// The stored policy state of every configured ranker, read in the same snapshot. Always the whole
+    /// state (a row per ranker), not the transitions since the cursor: the reader keeps what is newer than
+    /// what it has seen by [`PolicyState::seq`], so a missed or repeated read changes nothing.
+    pub policies: Vec<(RankerName, PolicyState)>,
 }
 
 /// Errors from a source of truth. Messages are lowercase and say what failed.
@@ -102,6 +94,9 @@ pub enum SourceError {
     /// Stored data could not be decoded.
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
+    /// A policy transition the version rules refuse ([`PolicyState`]); nothing was stored.
+    #[error("{0}")]
+    Policy(#[from] PolicyError),
     /// Filesystem trouble (data dir, lock file).
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -149,10 +144,20 @@ pub trait SourceOfTruth: Send {
     /// keeps the rows of a partition that straddles `events_before` until all of it is older, and returns
     /// only the ids it really forgot. Every event at or after `events_before` is always kept.
     fn evict(&mut self, events_before: Hour, metrics_before: Hour) -> Result<Vec<EventId>, SourceError>;
-    /// Loads a ranker's policies, or `None` if it was never configured.
-    fn load_policies(&mut self, ranker: RankerName) -> Result<Option<RankerPolicies>, SourceError>;
-    /// Stores a ranker's policies (the new active/previous pointers and every version they name).
-    fn save_policies(&mut self, policies: &RankerPolicies) -> Result<(), SourceError>;
+    /// Loads a ranker's policy state, or `None` if it was never configured.
+    fn load_policies(&mut self, ranker: RankerName) -> Result<Option<PolicyState>, SourceError>;
+    /// Runs one policy transition in one transaction: locks the ranker's stored state (creating
+    /// [`PolicyState::initial`] if there is none), applies `transition` to it, stores the result (with the
+    /// weights of every version it names) and returns it. A refused transition stores nothing and comes
+    /// back as [`SourceError::Policy`]. On a shared database concurrent transitions through several
+    /// instances run one after the other, each on the state the previous one stored.
+    ///
+    /// `transition` may run more than once (a retry after a lost connection), each time on a fresh state.
+    fn transition_policies(
+        &mut self,
+        ranker: RankerName,
+        transition: &mut dyn FnMut(&mut PolicyState) -> Result<(), PolicyError>,
+    ) -> Result<PolicyState, SourceError>;
     /// Upserts catalogue entries (product id → JSON object).
     fn put_catalog(&mut self, entries: &[(ProductId, serde_json::Value)]) -> Result<(), SourceError>;
     /// Loads the whole catalogue.

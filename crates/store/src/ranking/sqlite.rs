@@ -20,12 +20,13 @@ use rusqlite::{params, Connection, OptionalExtension};
 use rankgate_core::ids::{Category, EventId, ProductId};
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::Hour;
+use rankgate_core::policy::{PolicyError, PolicyState};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 
 use super::packed::{self, RowFormat};
 use crate::synchronous::Synchronous;
 
-use super::source::{CommitBatch, LoadedState, RankerPolicies, SourceError, SourceOfTruth};
+use super::source::{CommitBatch, LoadedState, SourceError, SourceOfTruth};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS event_log (
@@ -60,7 +61,9 @@ CREATE TABLE IF NOT EXISTS ranker_state (
     ranker           TEXT PRIMARY KEY,
     active_version   INTEGER NOT NULL,
     previous_version INTEGER,
-    latest_version   INTEGER NOT NULL
+    latest_version   INTEGER NOT NULL,
+    building_version INTEGER,
+    state_seq        INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS catalog (
     product TEXT PRIMARY KEY,
@@ -104,6 +107,7 @@ impl SqliteSource {
         connection.pragma_update(None, "wal_autocheckpoint", 8192)?;
         connection.execute_batch(SCHEMA)?;
         add_event_log_format_column(&connection)?;
+        add_policy_state_columns(&connection)?;
         let next_seq: i64 =
             connection.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM event_log", [], |row| {
                 row.get(0)
@@ -146,6 +150,57 @@ fn add_event_log_format_column(connection: &Connection) -> Result<(), SourceErro
         connection.execute_batch("ALTER TABLE event_log ADD COLUMN format INTEGER NOT NULL DEFAULT 0")?;
     }
     Ok(())
+}
+
+/// Gives a database created before policy states were versioned (SPEC 1.3, fleet state) the columns of
+/// the version being built and the state's sequence number: nothing building, sequence 0.
+fn add_policy_state_columns(connection: &Connection) -> Result<(), SourceError> {
+    let has_seq = connection
+        .prepare("SELECT 1 FROM pragma_table_info('ranker_state') WHERE name = 'state_seq'")?
+        .exists([])?;
+    if !has_seq {
+        connection.execute_batch(
+            "ALTER TABLE ranker_state ADD COLUMN building_version INTEGER;
+             ALTER TABLE ranker_state ADD COLUMN state_seq INTEGER NOT NULL DEFAULT 0;",
+        )?;
+    }
+    Ok(())
+}
+
+/// A ranker's stored policy state with the weights of every version it names, or `None`.
+fn read_policy_state(
+    connection: &Connection,
+    ranker: RankerName,
+) -> Result<Option<PolicyState>, SourceError> {
+    type Row = (u32, Option<u32>, u32, Option<u32>, i64);
+    let state: Option<Row> = connection
+        .query_row(
+            "SELECT active_version, previous_version, latest_version, building_version, state_seq
+             FROM ranker_state WHERE ranker = ?1",
+            params![ranker.as_str()],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)),
+        )
+        .optional()?;
+    let Some((active, previous, latest_version, building, seq)) = state else {
+        return Ok(None);
+    };
+    let load_version = |version: u32| -> Result<Policy, SourceError> {
+        let weights: String = connection.query_row(
+            "SELECT weights FROM policies WHERE ranker = ?1 AND version = ?2",
+            params![ranker.as_str(), version],
+            |row| row.get(0),
+        )?;
+        let weights: PopularWeights =
+            serde_json::from_str(&weights).map_err(|e| corrupt("policies.weights", e))?;
+        Ok(Policy { version, weights })
+    };
+    Ok(Some(PolicyState {
+        active: load_version(active)?,
+        previous: previous.map(load_version).transpose()?,
+        building: building.map(load_version).transpose()?,
+        latest_version,
+        seq: u64::try_from(seq).map_err(|e| corrupt("ranker_state.state_seq", e))?,
+    }))
 }
 
 /// The event ids of one `event_log` row (columns: `format`, `ids`, and `bodies` for old rows only).
@@ -350,59 +405,48 @@ impl SourceOfTruth for SqliteSource {
         Ok(forgotten)
     }
 
-    fn load_policies(&mut self, ranker: RankerName) -> Result<Option<RankerPolicies>, SourceError> {
-        let state: Option<(u32, Option<u32>, u32)> = self
-            .connection
-            .query_row(
-                "SELECT active_version, previous_version, latest_version FROM ranker_state WHERE ranker = ?1",
-                params![ranker.as_str()],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-            )
-            .optional()?;
-        let Some((active, previous, latest_version)) = state else {
-            return Ok(None);
-        };
-        let mut load_version = |version: u32| -> Result<Policy, SourceError> {
-            let weights: String = self.connection.query_row(
-                "SELECT weights FROM policies WHERE ranker = ?1 AND version = ?2",
-                params![ranker.as_str(), version],
-                |row| row.get(0),
-            )?;
-            let weights: PopularWeights =
-                serde_json::from_str(&weights).map_err(|e| corrupt("policies.weights", e))?;
-            Ok(Policy { version, weights })
-        };
-        let active = load_version(active)?;
-        let previous = previous.map(&mut load_version).transpose()?;
-        Ok(Some(RankerPolicies {
-            ranker,
-            active,
-            previous,
-            latest_version,
-        }))
+    fn load_policies(&mut self, ranker: RankerName) -> Result<Option<PolicyState>, SourceError> {
+        read_policy_state(&self.connection, ranker)
     }
 
-    fn save_policies(&mut self, policies: &RankerPolicies) -> Result<(), SourceError> {
-        let transaction = self.connection.transaction()?;
-        for policy in std::iter::once(&policies.active).chain(policies.previous.iter()) {
-            let weights = serde_json::to_string(&policy.weights).map_err(|e| corrupt("policy weights", e))?;
+    fn transition_policies(
+        &mut self,
+        ranker: RankerName,
+        transition: &mut dyn FnMut(&mut PolicyState) -> Result<(), PolicyError>,
+    ) -> Result<PolicyState, SourceError> {
+        // IMMEDIATE: the write lock is taken before the read, as PostgreSQL's `FOR UPDATE` does.
+        let transaction =
+            rusqlite::Transaction::new(&mut self.connection, rusqlite::TransactionBehavior::Immediate)?;
+        let stored = read_policy_state(&transaction, ranker)?;
+        let mut state = stored.unwrap_or_else(PolicyState::initial);
+        transition(&mut state)?;
+        if stored != Some(state) {
+            let versions = [Some(state.active), state.previous, state.building];
+            for policy in versions.into_iter().flatten() {
+                let weights =
+                    serde_json::to_string(&policy.weights).map_err(|e| corrupt("policy weights", e))?;
+                // A version's weights never change once created.
+                transaction.execute(
+                    "INSERT OR IGNORE INTO policies (ranker, version, weights) VALUES (?1, ?2, ?3)",
+                    params![ranker.as_str(), policy.version, weights],
+                )?;
+            }
             transaction.execute(
-                "INSERT OR REPLACE INTO policies (ranker, version, weights) VALUES (?1, ?2, ?3)",
-                params![policies.ranker.as_str(), policy.version, weights],
+                "INSERT OR REPLACE INTO ranker_state
+                   (ranker, active_version, previous_version, latest_version, building_version, state_seq)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    ranker.as_str(),
+                    state.active.version,
+                    state.previous.map(|p| p.version),
+                    state.latest_version,
+                    state.building.map(|p| p.version),
+                    i64::try_from(state.seq).map_err(|e| corrupt("policy state seq", e))?,
+                ],
             )?;
         }
-        transaction.execute(
-            "INSERT OR REPLACE INTO ranker_state (ranker, active_version, previous_version, latest_version)
-             VALUES (?1, ?2, ?3, ?4)",
-            params![
-                policies.ranker.as_str(),
-                policies.active.version,
-                policies.previous.map(|p| p.version),
-                policies.latest_version
-            ],
-        )?;
         transaction.commit()?;
-        Ok(())
+        Ok(state)
     }
 
     fn put_catalog(&mut self, entries: &[(ProductId, serde_json::Value)]) -> Result<(), SourceError> {
