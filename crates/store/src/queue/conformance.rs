@@ -55,6 +55,7 @@ macro_rules! queue_conformance_suite {
             first_entries_create_at_most_max_queues,
             deleted_queues_are_gone_with_their_members,
             idle_auto_created_queues_are_forgotten,
+            reads_record_the_clock_guard_only_when_they_read_a_token,
             ten_thousand_due_tokens_expire_in_bounded_steps,
             abandoned_claims_are_released_after_claim_ttl,
             expired_tokens_free_their_slot_under_max_active,
@@ -509,6 +510,69 @@ pub async fn idle_auto_created_queues_are_forgotten(backend: Backend) {
     assert!(!listed.contains(&auto) && listed.contains(&managed) && listed.contains(&waiting));
     assert_eq!(backend.queues.settings(&auto).await.unwrap(), None);
     assert_eq!(backend.queues.position(&waiting, &m).await.unwrap().rank, Some(0));
+}
+
+/// Found by the backend-equivalence test (`tests/queue_equivalence.rs`): the embedded store recorded its
+/// monotonic clock guard on every read, Redis only on reads whose answer depends on a token's expiry. After
+/// the clock stepped back the two then admitted, issued and expired on different clocks, and a poll of an
+/// idle queue kept it alive on one backend only. The rule both follow now: a READY or CLAIMED member's read
+/// records the guard (a later claim never runs on an earlier clock than that answer did); a waiting
+/// member's position or re-entry, and a read of someone not in the queue, leave it, and are no activity.
+pub async fn reads_record_the_clock_guard_only_when_they_read_a_token(backend: Backend) {
+    let q = queue("guard");
+    let secret = TokenSecret::generate().unwrap();
+    let (holder, waiter) = (member("holder"), member("waiter"));
+    backend.queues.enter(&q, &holder).await.unwrap();
+    backend.queues.enter(&q, &waiter).await.unwrap();
+    backend.queues.admit(&q, tokens(&secret, 1)).await.unwrap();
+    let start = backend.clock.now_millis();
+
+    backend.clock.set(start + 5_000);
+    assert_eq!(
+        backend.queues.position(&q, &waiter).await.unwrap().now_ms,
+        start + 5_000
+    );
+    assert!(matches!(
+        backend.queues.enter(&q, &waiter).await.unwrap(),
+        EnterOutcome::AlreadyPresent(_)
+    ));
+    backend.clock.set(start);
+    assert_eq!(
+        backend.queues.position(&q, &waiter).await.unwrap().now_ms,
+        start,
+        "a waiting member's reads did not move the queue's clock"
+    );
+
+    backend.clock.set(start + 5_000);
+    let token = ready_token(&backend, &secret, &q, &holder).await;
+    backend.clock.set(start);
+    let (_, claim) = new_claim_id().unwrap();
+    assert_eq!(
+        backend
+            .queues
+            .claim(&q, &holder, &digest_of(&token), &claim)
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed {
+            expires_at_ms: start + 5_000 + QueueSettings::default().claim_ttl_millis()
+        },
+        "the READY member's read recorded the clock: the claim runs no earlier"
+    );
+
+    let idle = queue("guard-idle");
+    let m = member("m-1");
+    backend.queues.enter(&idle, &m).await.unwrap();
+    backend.queues.leave(&idle, &m).await.unwrap();
+    let hour = 3_600_000;
+    backend.clock.set(start + hour);
+    assert_eq!(
+        backend.queues.position(&idle, &m).await.unwrap().status,
+        MemberStatus::NotEntered
+    );
+    assert!(
+        backend.queues.forget_if_idle(&idle, hour).await.unwrap(),
+        "a read of a queue nobody is in is no activity"
+    );
 }
 
 /// Defect 17: expiring ten thousand due tokens happens in bounded steps, yet one `expire_due` call
