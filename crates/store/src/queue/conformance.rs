@@ -66,6 +66,7 @@ macro_rules! queue_conformance_suite {
             jobs_claim_ack_retry_reap_and_dead_letter,
             sliding_log_limits_and_caps,
             sliding_window_counter_limits,
+            each_limiter_key_has_its_own_clock_guard,
         );
     };
     (@tests $make:path; $($name:ident),* $(,)?) => {
@@ -1021,6 +1022,43 @@ pub async fn sliding_window_counter_limits(backend: Backend) {
         .await
         .unwrap()
         .is_allowed());
+}
+
+/// Found by the backend-equivalence test: the embedded limiter kept one monotonic guard per shard of keys,
+/// Redis one per key, so after the clock stepped back a key could be decided on a time another key had
+/// read. Each key's clock is its own: a thousand other keys (so, on the embedded store, some in this key's
+/// shard) reading a later time change nothing for it.
+pub async fn each_limiter_key_has_its_own_clock_guard(backend: Backend) {
+    let limit = RateLimit {
+        limit: 1,
+        window_ms: 1_000,
+    };
+    let kind = RateLimiterKind::SlidingLog;
+    let start = backend.clock.now_millis();
+    assert!(backend
+        .limiter
+        .try_acquire("guard:mine", limit, kind)
+        .await
+        .unwrap()
+        .is_allowed());
+    backend.clock.set(start + 5_000);
+    for i in 0..1_000 {
+        backend
+            .limiter
+            .try_acquire(&format!("guard:other-{i}"), limit, kind)
+            .await
+            .unwrap();
+    }
+    backend.clock.set(start + 500);
+    assert_eq!(
+        backend
+            .limiter
+            .try_acquire("guard:mine", limit, kind)
+            .await
+            .unwrap(),
+        RateDecision::Limited { retry_after_ms: 500 },
+        "decided at this key's time, 500 ms after its last request"
+    );
 }
 
 /// The conformance suite against the embedded backend.
