@@ -64,6 +64,7 @@ macro_rules! queue_conformance_suite {
             stats_report_counts_oldest_wait_and_admissions,
             wait_estimate_follows_measured_rate,
             jobs_claim_ack_retry_reap_and_dead_letter,
+            each_job_queue_has_its_own_clock_guard_moved_by_every_step,
             sliding_log_limits_and_caps,
             sliding_window_counter_limits,
             each_limiter_key_has_its_own_clock_guard,
@@ -939,6 +940,41 @@ pub async fn jobs_claim_ack_retry_reap_and_dead_letter(backend: Backend) {
     }
     let counts = jobs.counts("work").await.unwrap();
     assert_eq!((counts.ready, counts.processing, counts.dead), (1, 0, 0));
+}
+
+/// Found by the backend-equivalence test: the embedded job store kept one clock guard for all job queues
+/// and did not move it on an ack, where Redis keeps one per job queue and moves it on every step. After
+/// the clock stepped back, a job's due time and claim expiry then differed between the backends.
+pub async fn each_job_queue_has_its_own_clock_guard_moved_by_every_step(backend: Backend) {
+    let jobs = &backend.jobs;
+    let policy = RetryPolicy::default();
+    let job = |id: &str, delay_ms| NewJob {
+        id: id.into(),
+        payload: Vec::new(),
+        delay_ms,
+        policy,
+    };
+    let start = backend.clock.now_millis();
+    backend.clock.set(start + 5_000);
+    assert_eq!(
+        jobs.ack("guarded", "nobody", 7).await.unwrap(),
+        JobAckOutcome::Stale
+    );
+    backend.clock.set(start);
+    assert!(jobs.enqueue("guarded", job("a", 1_000)).await.unwrap());
+    backend.clock.set(start + 5_500);
+    assert!(
+        jobs.claim_due("guarded", 10, 1_000).await.unwrap().is_empty(),
+        "due at the ack's time + 1 s, not the stepped-back clock's"
+    );
+    backend.clock.set(start + 6_000);
+    assert_eq!(jobs.claim_due("guarded", 10, 1_000).await.unwrap().len(), 1);
+    // Another job queue never saw those later times: it runs on the clock as it is.
+    backend.clock.set(start);
+    assert!(jobs.enqueue("other", job("b", 0)).await.unwrap());
+    let claimed = jobs.claim_due("other", 10, 1_000).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].claim_expires_at_ms, start + 1_000);
 }
 
 /// SPEC Part 3: the sliding log allows `limit` per window, caps itself, and recovers after the window.
