@@ -118,9 +118,14 @@ impl SlidingLog {
 }
 
 /// A bucketed sliding-window counter.
+///
+/// Buckets are a set keyed by their start (as the Redis script's hash is): a request counts in the
+/// bucket of its start wherever that bucket sits, every bucket wholly before the window is dropped, and
+/// the oldest bucket is the one with the smallest start. That is what keeps the counter well defined when
+/// one key is used with another window or bucket count than before (the buckets then lie on two grids).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlidingWindowCounter {
-    /// `(bucket start ms, count)`, oldest first.
+    /// `(bucket start ms, count)`, ascending by start, one entry per start.
     buckets: VecDeque<(i64, u32)>,
 }
 
@@ -130,13 +135,7 @@ impl SlidingWindowCounter {
         let bucket_ms = (limit.window_ms / bucket_count.max(1) as i64).max(1);
         let current_start = now_ms.div_euclid(bucket_ms) * bucket_ms;
         let window_start = now_ms - limit.window_ms;
-        while self
-            .buckets
-            .front()
-            .is_some_and(|(start, _)| start + bucket_ms <= window_start)
-        {
-            self.buckets.pop_front();
-        }
+        self.buckets.retain(|(start, _)| start + bucket_ms > window_start);
         let estimate = self.estimate(window_start, bucket_ms);
         if estimate + 1.0 > limit.limit as f64 + 1e-9 {
             // Room appears when the oldest bucket slides out.
@@ -147,9 +146,12 @@ impl SlidingWindowCounter {
             let retry_after_ms = (oldest_end + limit.window_ms - now_ms).max(1);
             return RateDecision::Limited { retry_after_ms };
         }
-        match self.buckets.back_mut() {
-            Some((start, count)) if *start == current_start => *count += 1,
-            _ => self.buckets.push_back((current_start, 1)),
+        match self
+            .buckets
+            .binary_search_by_key(&current_start, |(start, _)| *start)
+        {
+            Ok(at) => self.buckets[at].1 += 1,
+            Err(at) => self.buckets.insert(at, (current_start, 1)),
         }
         let used = (estimate + 1.0).ceil() as u32;
         RateDecision::Allowed {
@@ -186,6 +188,34 @@ impl SlidingWindowCounter {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Found by the backend-equivalence test: a key used with another window or bucket count puts its
+    /// buckets on two grids. The counter pushed the new bucket at the back, behind a later start, and
+    /// then took the back as the newest and the front as the oldest; the Redis script (a hash of buckets
+    /// by start) took the smallest start as the oldest. Buckets are now a sorted set by start.
+    #[test]
+    fn buckets_on_two_grids_stay_one_set_ordered_by_start() {
+        let mut counter = SlidingWindowCounter::default();
+        let now = 1_000_000;
+        let limit = |limit, window_ms| RateLimit { limit, window_ms };
+        // 12 ms buckets: this request counts in the bucket starting at 999,996.
+        assert!(counter.try_acquire(now, limit(1, 100), 8).is_allowed());
+        // 750 ms buckets: this one in the bucket starting at 999,750, before the first.
+        assert!(counter.try_acquire(now, limit(2, 3_000), 4).is_allowed());
+        assert_eq!(
+            counter.try_acquire(now, limit(1, 1_000), 1),
+            RateDecision::Limited {
+                retry_after_ms: 999_750 + 1_000 + 1_000 - now
+            },
+            "room appears when the bucket with the smallest start slides out"
+        );
+        // A request in a bucket that exists already counts there, wherever it sits.
+        let mut counter = SlidingWindowCounter::default();
+        assert!(counter.try_acquire(now, limit(5, 3_000), 4).is_allowed());
+        assert!(counter.try_acquire(now + 1, limit(5, 3_000), 12).is_allowed());
+        assert!(counter.try_acquire(now + 2, limit(5, 3_000), 4).is_allowed());
+        assert_eq!(counter.buckets, VecDeque::from([(999_750, 2), (1_000_000, 1)]));
+    }
 
     #[test]
     fn sliding_log_counts_same_millisecond_requests_and_caps_itself() {

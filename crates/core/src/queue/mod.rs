@@ -1,9 +1,10 @@
 //! The waiting room's pure rules (SPEC Part 2): queue names, settings, member states, the admission budget,
 //! polling intervals and wait estimates.
 //!
-//! Nothing here reads a clock or touches storage. Every store backend (embedded, Redis) runs the *same*
-//! transition functions inside its own atomic step, so the rules cannot drift between backends, and the
-//! property tests in [`member`] cover all of them at once.
+//! Nothing here reads a clock or touches storage. The embedded store runs these functions inside its
+//! atomic steps; the Redis store re-states them in Lua, one script per step, and the backend-equivalence
+//! property test (`crates/store/tests/queue_equivalence.rs`) proves the two answer alike. The property
+//! tests in [`member`] cover the rules themselves.
 //!
 //! # Layout
 //! - [`name`]: [`QueueName`], the parsed name of a queue.

@@ -55,6 +55,7 @@ macro_rules! queue_conformance_suite {
             first_entries_create_at_most_max_queues,
             deleted_queues_are_gone_with_their_members,
             idle_auto_created_queues_are_forgotten,
+            reads_record_the_clock_guard_only_when_they_read_a_token,
             ten_thousand_due_tokens_expire_in_bounded_steps,
             abandoned_claims_are_released_after_claim_ttl,
             expired_tokens_free_their_slot_under_max_active,
@@ -63,8 +64,10 @@ macro_rules! queue_conformance_suite {
             stats_report_counts_oldest_wait_and_admissions,
             wait_estimate_follows_measured_rate,
             jobs_claim_ack_retry_reap_and_dead_letter,
+            each_job_queue_has_its_own_clock_guard_moved_by_every_step,
             sliding_log_limits_and_caps,
             sliding_window_counter_limits,
+            each_limiter_key_has_its_own_clock_guard,
         );
     };
     (@tests $make:path; $($name:ident),* $(,)?) => {
@@ -511,6 +514,69 @@ pub async fn idle_auto_created_queues_are_forgotten(backend: Backend) {
     assert_eq!(backend.queues.position(&waiting, &m).await.unwrap().rank, Some(0));
 }
 
+/// Found by the backend-equivalence test (`tests/queue_equivalence.rs`): the embedded store recorded its
+/// monotonic clock guard on every read, Redis only on reads whose answer depends on a token's expiry. After
+/// the clock stepped back the two then admitted, issued and expired on different clocks, and a poll of an
+/// idle queue kept it alive on one backend only. The rule both follow now: a READY or CLAIMED member's read
+/// records the guard (a later claim never runs on an earlier clock than that answer did); a waiting
+/// member's position or re-entry, and a read of someone not in the queue, leave it, and are no activity.
+pub async fn reads_record_the_clock_guard_only_when_they_read_a_token(backend: Backend) {
+    let q = queue("guard");
+    let secret = TokenSecret::generate().unwrap();
+    let (holder, waiter) = (member("holder"), member("waiter"));
+    backend.queues.enter(&q, &holder).await.unwrap();
+    backend.queues.enter(&q, &waiter).await.unwrap();
+    backend.queues.admit(&q, tokens(&secret, 1)).await.unwrap();
+    let start = backend.clock.now_millis();
+
+    backend.clock.set(start + 5_000);
+    assert_eq!(
+        backend.queues.position(&q, &waiter).await.unwrap().now_ms,
+        start + 5_000
+    );
+    assert!(matches!(
+        backend.queues.enter(&q, &waiter).await.unwrap(),
+        EnterOutcome::AlreadyPresent(_)
+    ));
+    backend.clock.set(start);
+    assert_eq!(
+        backend.queues.position(&q, &waiter).await.unwrap().now_ms,
+        start,
+        "a waiting member's reads did not move the queue's clock"
+    );
+
+    backend.clock.set(start + 5_000);
+    let token = ready_token(&backend, &secret, &q, &holder).await;
+    backend.clock.set(start);
+    let (_, claim) = new_claim_id().unwrap();
+    assert_eq!(
+        backend
+            .queues
+            .claim(&q, &holder, &digest_of(&token), &claim)
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed {
+            expires_at_ms: start + 5_000 + QueueSettings::default().claim_ttl_millis()
+        },
+        "the READY member's read recorded the clock: the claim runs no earlier"
+    );
+
+    let idle = queue("guard-idle");
+    let m = member("m-1");
+    backend.queues.enter(&idle, &m).await.unwrap();
+    backend.queues.leave(&idle, &m).await.unwrap();
+    let hour = 3_600_000;
+    backend.clock.set(start + hour);
+    assert_eq!(
+        backend.queues.position(&idle, &m).await.unwrap().status,
+        MemberStatus::NotEntered
+    );
+    assert!(
+        backend.queues.forget_if_idle(&idle, hour).await.unwrap(),
+        "a read of a queue nobody is in is no activity"
+    );
+}
+
 /// Defect 17: expiring ten thousand due tokens happens in bounded steps, yet one `expire_due` call
 /// still expires them all.
 pub async fn ten_thousand_due_tokens_expire_in_bounded_steps(backend: Backend) {
@@ -876,6 +942,41 @@ pub async fn jobs_claim_ack_retry_reap_and_dead_letter(backend: Backend) {
     assert_eq!((counts.ready, counts.processing, counts.dead), (1, 0, 0));
 }
 
+/// Found by the backend-equivalence test: the embedded job store kept one clock guard for all job queues
+/// and did not move it on an ack, where Redis keeps one per job queue and moves it on every step. After
+/// the clock stepped back, a job's due time and claim expiry then differed between the backends.
+pub async fn each_job_queue_has_its_own_clock_guard_moved_by_every_step(backend: Backend) {
+    let jobs = &backend.jobs;
+    let policy = RetryPolicy::default();
+    let job = |id: &str, delay_ms| NewJob {
+        id: id.into(),
+        payload: Vec::new(),
+        delay_ms,
+        policy,
+    };
+    let start = backend.clock.now_millis();
+    backend.clock.set(start + 5_000);
+    assert_eq!(
+        jobs.ack("guarded", "nobody", 7).await.unwrap(),
+        JobAckOutcome::Stale
+    );
+    backend.clock.set(start);
+    assert!(jobs.enqueue("guarded", job("a", 1_000)).await.unwrap());
+    backend.clock.set(start + 5_500);
+    assert!(
+        jobs.claim_due("guarded", 10, 1_000).await.unwrap().is_empty(),
+        "due at the ack's time + 1 s, not the stepped-back clock's"
+    );
+    backend.clock.set(start + 6_000);
+    assert_eq!(jobs.claim_due("guarded", 10, 1_000).await.unwrap().len(), 1);
+    // Another job queue never saw those later times: it runs on the clock as it is.
+    backend.clock.set(start);
+    assert!(jobs.enqueue("other", job("b", 0)).await.unwrap());
+    let claimed = jobs.claim_due("other", 10, 1_000).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].claim_expires_at_ms, start + 1_000);
+}
+
 /// SPEC Part 3: the sliding log allows `limit` per window, caps itself, and recovers after the window.
 pub async fn sliding_log_limits_and_caps(backend: Backend) {
     let limit = RateLimit {
@@ -957,6 +1058,43 @@ pub async fn sliding_window_counter_limits(backend: Backend) {
         .await
         .unwrap()
         .is_allowed());
+}
+
+/// Found by the backend-equivalence test: the embedded limiter kept one monotonic guard per shard of keys,
+/// Redis one per key, so after the clock stepped back a key could be decided on a time another key had
+/// read. Each key's clock is its own: a thousand other keys (so, on the embedded store, some in this key's
+/// shard) reading a later time change nothing for it.
+pub async fn each_limiter_key_has_its_own_clock_guard(backend: Backend) {
+    let limit = RateLimit {
+        limit: 1,
+        window_ms: 1_000,
+    };
+    let kind = RateLimiterKind::SlidingLog;
+    let start = backend.clock.now_millis();
+    assert!(backend
+        .limiter
+        .try_acquire("guard:mine", limit, kind)
+        .await
+        .unwrap()
+        .is_allowed());
+    backend.clock.set(start + 5_000);
+    for i in 0..1_000 {
+        backend
+            .limiter
+            .try_acquire(&format!("guard:other-{i}"), limit, kind)
+            .await
+            .unwrap();
+    }
+    backend.clock.set(start + 500);
+    assert_eq!(
+        backend
+            .limiter
+            .try_acquire("guard:mine", limit, kind)
+            .await
+            .unwrap(),
+        RateDecision::Limited { retry_after_ms: 500 },
+        "decided at this key's time, 500 ms after its last request"
+    );
 }
 
 /// The conformance suite against the embedded backend.

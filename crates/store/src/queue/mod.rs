@@ -10,7 +10,9 @@
 //!   a monotonic guard, never from the calling instance, so several instances agree on expiry and order.
 //! - **Outcome enums, not booleans.** Callers map outcomes to HTTP statuses without guessing.
 //! - **Pure rules from `rankgate-core`.** State transitions, the admission budget, the estimator, backoff and
-//!   limiter maths are the same functions on every backend.
+//!   limiter maths are `rankgate-core`'s functions in the embedded store; the Redis store re-states them in
+//!   Lua (one atomic script per step), and `tests/queue_equivalence.rs` runs random operation sequences on
+//!   both, embedded against Redis standalone and Cluster, comparing every answer.
 //!
 //! # Layout
 //! - [`waiting`]: [`QueueStore`]: entries, the server-side sequence, tokens, claims, the admission budget.
@@ -18,7 +20,7 @@
 //! - [`limiter`]: [`RateLimiter`]: sliding log and sliding-window counter.
 //! - [`token`]: how entry tokens and claim ids are made and hashed.
 //! - [`embedded`]: the in-process backend (sorted sets from `rankgate-zset`, SQLite group commit).
-//! - [`redis`]: the Redis backend, standalone or Cluster (one Lua script per method, one slot per queue).
+//! - [`redis`]: the Redis backend, standalone or Cluster (one Lua script per step, one slot per queue).
 //! - [`conformance`]: the shared test suite, run against every backend.
 //!
 //! [`Clock`]: crate::clock::Clock

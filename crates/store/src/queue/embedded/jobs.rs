@@ -52,7 +52,11 @@ impl JobQueue {
 /// Every job queue, behind one lock: job traffic is a few operations a second, not a hot path.
 #[derive(Default)]
 pub(crate) struct EmbeddedJobs {
-    queues: Mutex<(i64, HashMap<String, JobQueue>)>,
+    /// Each job queue's monotonic clock guard (the last time one of its steps used), beside the queues.
+    /// Per job queue and recorded by every step, acks included, exactly as each Redis job queue keeps
+    /// `last_ms` in its meta hash; a guard shared by all job queues, or one an ack did not move, put a
+    /// job's due time on a different clock than Redis after the clock stepped back.
+    queues: Mutex<(HashMap<String, i64>, HashMap<String, JobQueue>)>,
 }
 
 impl EmbeddedJobs {
@@ -90,8 +94,11 @@ fn job_write(queue: &str, id: &str, record: &JobRecord, payload: &[u8]) -> Write
 }
 
 impl EmbeddedStore {
-    fn job_now(&self, last: &mut i64) -> i64 {
-        *last = (*last).max(self.clock.now_millis());
+    /// The store clock through `queue`'s guard, recorded.
+    fn job_now(&self, guards: &mut HashMap<String, i64>, queue: &str) -> i64 {
+        let clock = self.clock.now_millis();
+        let last = guards.entry_ref(queue).or_insert(clock);
+        *last = (*last).max(clock);
         *last
     }
 }
@@ -102,8 +109,8 @@ impl JobStore for EmbeddedStore {
         self.check()?;
         let pending = {
             let mut guard = self.jobs.queues.lock();
-            let (last, queues) = &mut *guard;
-            let now = self.job_now(last);
+            let (guards, queues) = &mut *guard;
+            let now = self.job_now(guards, queue);
             let jobs = queues.entry(queue.to_string()).or_default();
             if jobs.records.contains_key(&job.id) {
                 return Ok(false);
@@ -126,8 +133,8 @@ impl JobStore for EmbeddedStore {
         self.check()?;
         let (claimed, pending) = {
             let mut guard = self.jobs.queues.lock();
-            let (last, queues) = &mut *guard;
-            let now = self.job_now(last);
+            let (guards, queues) = &mut *guard;
+            let now = self.job_now(guards, queue);
             let Some(jobs) = queues.get_mut(queue) else {
                 return Ok(Vec::new());
             };
@@ -175,7 +182,10 @@ impl JobStore for EmbeddedStore {
         self.check()?;
         let pending = {
             let mut guard = self.jobs.queues.lock();
-            let Some(jobs) = guard.1.get_mut(queue) else {
+            let (guards, queues) = &mut *guard;
+            // An ack is a step of the job queue: it records the clock, as every other step does.
+            self.job_now(guards, queue);
+            let Some(jobs) = queues.get_mut(queue) else {
                 return Ok(JobAckOutcome::Stale);
             };
             let Some((record, _)) = jobs.records.get(id) else {
@@ -204,8 +214,8 @@ impl JobStore for EmbeddedStore {
         self.check()?;
         let (outcome, pending) = {
             let mut guard = self.jobs.queues.lock();
-            let (last, queues) = &mut *guard;
-            let now = self.job_now(last);
+            let (guards, queues) = &mut *guard;
+            let now = self.job_now(guards, queue);
             let Some(jobs) = queues.get_mut(queue) else {
                 return Ok(NackOutcome::StaleClaim);
             };
@@ -231,8 +241,8 @@ impl JobStore for EmbeddedStore {
         self.check()?;
         let (count, pending) = {
             let mut guard = self.jobs.queues.lock();
-            let (last, queues) = &mut *guard;
-            let now = self.job_now(last);
+            let (guards, queues) = &mut *guard;
+            let now = self.job_now(guards, queue);
             let Some(jobs) = queues.get_mut(queue) else {
                 return Ok(0);
             };
@@ -296,8 +306,8 @@ impl JobStore for EmbeddedStore {
         self.check()?;
         let pending = {
             let mut guard = self.jobs.queues.lock();
-            let (last, queues) = &mut *guard;
-            let now = self.job_now(last);
+            let (guards, queues) = &mut *guard;
+            let now = self.job_now(guards, queue);
             let Some(jobs) = queues.get_mut(queue) else {
                 return Ok(JobAckOutcome::Stale);
             };

@@ -21,9 +21,18 @@ enum Entry {
     Window(SlidingWindowCounter, i64),
 }
 
+/// One key's state and its own monotonic guard. Per key, as on Redis (each key's `meta` hash holds its
+/// guard): a guard shared by a shard would let one key's clock reading move another key's window, so after
+/// the clock stepped back two keys would be decided at different times than on Redis.
+struct Keyed {
+    entry: Entry,
+    guard: MonotonicGuard,
+}
+
 #[derive(Default)]
 struct Shard {
-    entries: HashMap<String, Entry>,
+    entries: HashMap<String, Keyed>,
+    /// The shard's guarded time, for sweeping idle keys only.
     guard: MonotonicGuard,
     calls: u64,
 }
@@ -51,21 +60,25 @@ impl EmbeddedLimiter {
 
     fn try_acquire(&self, key: &str, now_ms: i64, limit: RateLimit, kind: RateLimiterKind) -> RateDecision {
         let mut shard = self.shard_of(key).lock();
-        let now_ms = shard.guard.observe(now_ms);
+        let sweep_now_ms = shard.guard.observe(now_ms);
         shard.calls += 1;
         if shard.calls.is_multiple_of(SWEEP_EVERY_CALLS) {
-            shard.entries.retain(|_, entry| match entry {
-                Entry::Log(log, window) => !log.is_idle(now_ms, *window),
-                Entry::Window(counter, window) => !counter.is_idle(now_ms, *window),
+            shard.entries.retain(|_, keyed| match &keyed.entry {
+                Entry::Log(log, window) => !log.is_idle(sweep_now_ms, *window),
+                Entry::Window(counter, window) => !counter.is_idle(sweep_now_ms, *window),
             });
         }
-        let entry = shard.entries.entry_ref(key).or_insert_with(|| match kind {
-            RateLimiterKind::SlidingLog => Entry::Log(SlidingLog::default(), limit.window_ms),
-            RateLimiterKind::SlidingWindow { .. } => {
-                Entry::Window(SlidingWindowCounter::default(), limit.window_ms)
-            }
+        let keyed = shard.entries.entry_ref(key).or_insert_with(|| Keyed {
+            entry: match kind {
+                RateLimiterKind::SlidingLog => Entry::Log(SlidingLog::default(), limit.window_ms),
+                RateLimiterKind::SlidingWindow { .. } => {
+                    Entry::Window(SlidingWindowCounter::default(), limit.window_ms)
+                }
+            },
+            guard: MonotonicGuard::default(),
         });
-        match (entry, kind) {
+        let now_ms = keyed.guard.observe(now_ms);
+        match (&mut keyed.entry, kind) {
             (Entry::Log(log, window), RateLimiterKind::SlidingLog) => {
                 *window = limit.window_ms;
                 log.try_acquire(now_ms, limit)

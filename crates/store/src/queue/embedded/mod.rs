@@ -318,8 +318,12 @@ impl QueueStore for EmbeddedStore {
                 // Deleted between the lookup and the lock: enter the queue that exists now, if any.
                 continue;
             }
-            let now_ms = q.observe_now(self.clock.now_millis());
             let current = q.state_of(member.as_str());
+            // A member already waiting is only read (their position); anybody else's entry is a step.
+            let now_ms = match current {
+                MemberState::Waiting { .. } => q.read_now(self.clock.now_millis(), &current),
+                _ => q.observe_now(self.clock.now_millis()),
+            };
             let (next, used_seq) = current.enter(q.next_seq);
             let mut writes = Vec::new();
             if used_seq {
@@ -356,7 +360,8 @@ impl QueueStore for EmbeddedStore {
             });
         };
         let mut q = state.lock();
-        let now_ms = q.observe_now(now);
+        let current = q.state_of(member.as_str());
+        let now_ms = q.read_now(now, &current);
         Ok(q.view(member.as_str(), now_ms))
     }
 

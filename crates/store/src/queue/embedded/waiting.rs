@@ -87,10 +87,23 @@ impl QueueState {
         !self.waiting.is_empty() || self.ready + self.claimed > 0
     }
 
-    /// The store clock through the monotonic guard.
+    /// The store clock through the monotonic guard, recorded: for every step that changes the queue.
     pub(crate) fn observe_now(&mut self, clock_ms: i64) -> i64 {
         self.last_now_ms = self.last_now_ms.max(clock_ms);
         self.last_now_ms
+    }
+
+    /// The store clock for a read of `member` in `state` (a position, a re-entry of a waiting member):
+    /// guarded, but recorded only when the answer depends on a token's expiry (READY, CLAIMED), so a later
+    /// claim can never run on an earlier clock than this answer did. Any other read leaves the guard (and
+    /// the queue's last activity) as it was: the Redis store's rule (`member_position` in
+    /// `queue_base.lua`), which keeps its hot poll free of writes.
+    pub(crate) fn read_now(&mut self, clock_ms: i64, state: &MemberState) -> i64 {
+        if state.is_outstanding() {
+            self.observe_now(clock_ms)
+        } else {
+            self.last_now_ms.max(clock_ms)
+        }
     }
 
     pub(crate) fn state_of(&self, member: &str) -> MemberState {

@@ -21,6 +21,32 @@ fn token_hex(token: u128) -> String {
     format!("{token:032x}")
 }
 
+impl RedisStore {
+    /// [`JobStore::nack`] with the jitter unit given: the trait draws it at random, tests pin it to check
+    /// the script's backoff against `rankgate_core::job::backoff_delay_ms`.
+    async fn nack_with_jitter(
+        &self,
+        queue: &str,
+        id: &str,
+        claim_token: u128,
+        reason: &str,
+        jitter: f64,
+    ) -> Result<NackOutcome, StoreError> {
+        self.check()?;
+        let mut call = self.job_call(&self.scripts.job_nack, queue);
+        call.arg(id)
+            .arg(token_hex(claim_token))
+            .arg(reason)
+            .arg(format!("{jitter}"));
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(match reply.int()? {
+            1 => NackOutcome::RetryAt(reply.int()?),
+            2 => NackOutcome::Dead,
+            _ => NackOutcome::StaleClaim,
+        })
+    }
+}
+
 #[async_trait]
 impl JobStore for RedisStore {
     async fn enqueue(&self, queue: &str, job: NewJob) -> Result<bool, StoreError> {
@@ -91,19 +117,9 @@ impl JobStore for RedisStore {
         claim_token: u128,
         reason: &str,
     ) -> Result<NackOutcome, StoreError> {
-        self.check()?;
         let jitter: f64 = rand::rng().random();
-        let mut call = self.job_call(&self.scripts.job_nack, queue);
-        call.arg(id)
-            .arg(token_hex(claim_token))
-            .arg(reason)
-            .arg(format!("{jitter}"));
-        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
-        Ok(match reply.int()? {
-            1 => NackOutcome::RetryAt(reply.int()?),
-            2 => NackOutcome::Dead,
-            _ => NackOutcome::StaleClaim,
-        })
+        self.nack_with_jitter(queue, id, claim_token, reason, jitter)
+            .await
     }
 
     async fn reap_expired(&self, queue: &str) -> Result<u64, StoreError> {
@@ -160,5 +176,83 @@ impl JobStore for RedisStore {
             processing: reply.int()?.max(0) as u64,
             dead: reply.int()?.max(0) as u64,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The Lua re-statement of the backoff against `rankgate_core::job`, on the standalone Redis at
+    //! 127.0.0.1:6379 (the conformance suite cannot pin the jitter; this does).
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
+    use rankgate_core::job::{backoff_delay_ms, RetryPolicy};
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::queue::redis::{RedisOptions, RedisTime};
+
+    async fn run(policy: RetryPolicy, units: Vec<f64>, case: u64) -> Result<(), TestCaseError> {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let options = RedisOptions {
+            prefix: format!("rgtest:backoff:{}:{case}:", std::process::id()),
+            time: RedisTime::Injected(Arc::new(clock.clone()) as Arc<dyn Clock>),
+            ..RedisOptions::default()
+        };
+        let store = RedisStore::connect(&["redis://127.0.0.1:6379".to_string()], options)
+            .await
+            .expect("redis at 127.0.0.1:6379");
+        let job = NewJob {
+            id: "job".into(),
+            payload: b"x".to_vec(),
+            delay_ms: 0,
+            policy,
+        };
+        assert!(store.enqueue("work", job).await.unwrap());
+        for (failure, unit) in (1..).zip(units) {
+            let claimed = store.claim_due("work", 1, 60_000).await.unwrap();
+            prop_assert_eq!(claimed.len(), 1, "due again after its backoff");
+            prop_assert_eq!(claimed[0].attempt, failure);
+            let now = clock.now_millis();
+            let outcome = store
+                .nack_with_jitter("work", "job", claimed[0].claim_token, "boom", unit)
+                .await
+                .unwrap();
+            if failure >= policy.max_attempts {
+                prop_assert_eq!(outcome, NackOutcome::Dead);
+                break;
+            }
+            let expected = now + backoff_delay_ms(&policy, failure, unit) as i64;
+            prop_assert_eq!(
+                outcome,
+                NackOutcome::RetryAt(expected),
+                "failure {} unit {}",
+                failure,
+                unit
+            );
+            clock.set(expected);
+        }
+        store.purge_prefix().await.unwrap();
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        /// `job_nack.lua`'s capped exponential backoff with equal jitter is `backoff_delay_ms`, to the
+        /// millisecond, for any policy, failure count and jitter unit (including 0, just under 1, and
+        /// values outside [0, 1) that both clamp).
+        #[test]
+        fn the_scripts_backoff_is_cores(
+            base in 0u64..20_000,
+            max in 0u64..2_000_000,
+            max_attempts in 1u32..10,
+            units in proptest::collection::vec(
+                prop_oneof![0.0f64..1.0, Just(0.0), Just(0.999_999_9), Just(1.5), Just(-0.5)], 10),
+            case in any::<u64>(),
+        ) {
+            let policy = RetryPolicy { base_delay_ms: base, max_delay_ms: max, max_attempts };
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(run(policy, units, case))?;
+        }
     }
 }

@@ -1,14 +1,29 @@
 //! The Redis backend of the waiting room, the job queue and the rate limiter, on a standalone Redis or a
-//! Redis Cluster. The behaviour is the embedded backend's, checked by the same conformance suite.
+//! Redis Cluster. The behaviour is the embedded backend's, checked by the same conformance suite and by
+//! the backend-equivalence property test (`tests/queue_equivalence.rs`), which runs random operation
+//! sequences on both in lock step and compares every answer: the scripts re-state `rankgate-core`'s rules
+//! in Lua (transitions, the budget, the estimator, backoff, the limiter, polling tiers), so that test is
+//! what keeps the two from drifting.
 //!
-//! # One method, one script, one slot
-//! Every trait method is exactly one Lua script (`lua/*.lua`, compiled in with `include_str!` and run through
-//! [`redis::Script`], i.e. `EVALSHA` with a load-and-retry on `NOSCRIPT`). Redis runs a script atomically, so
-//! a method can never be half-applied or interleaved with another instance's: the entry check and `ZADD NX`,
-//! the pop and the token issue, the budget refill and spend, a claim and its expiry all happen in one step.
-//! Each script touches the keys of **one object only**, and all of those keys share a hash tag, so in a
-//! cluster they sit in one slot on one node and the script is legal there (Redis refuses cross-slot
-//! scripts). The one thing that spans objects, the list of queues, is a plain `SADD` outside the scripts.
+//! # One step, one script, one slot
+//! Every state change of one object (a queue, a job queue, a limiter key) is exactly one Lua script
+//! (`lua/*.lua`, compiled in with `include_str!` and run through [`redis::Script`], i.e. `EVALSHA` with a
+//! load-and-retry on `NOSCRIPT`). Redis runs a script atomically, so a step can never be half-applied or
+//! interleaved with another instance's: the entry check and `ZADD NX`, the pop and the token issue, the
+//! budget refill and spend, a claim and its expiry all happen in one step. Each script touches the keys of
+//! **one object only**, and all of those keys share a hash tag, so in a cluster they sit in one slot on one
+//! node and the script is legal there (Redis refuses cross-slot scripts).
+//!
+//! What spans objects, the queue registry (`max_queues`) and the active set, lives in the `{rg}` slot and
+//! is kept by separate calls around a queue's script, ordered so a crash between them is harmless. So some
+//! trait methods take more than one round trip: `enter` (the fast script; then the full `enter.lua` for a
+//! member with a record: READY, CLAIMED or a remembered CONSUMED; for a queue's first entry `register.lua`
+//! and `enter.lua` again, then `SADD`s to the registry and the active set: up to six), `admit` (plus `SREM`
+//! active, `busy.lua` and maybe `SADD` when the step left the queue idle), `expire_due` (one bounded
+//! `expire.lua` per 1,000 due deadlines), `update_settings` (`HMGET` to validate against the stored
+//! settings, `SADD` registry, the script, `SADD` again if it created the queue), `delete_queue` (two
+//! `SREM`s, then `delete.lua`) and `forget_if_idle` (`forget.lua`, then `SREM` + `EXISTS`, or `SADD`
+//! active). Every other method is one script or one read command.
 //!
 //! # The hot path: entries and polls
 //! Redis runs scripts on its one thread, so the two requests every member repeats are kept short, and

@@ -766,6 +766,55 @@ mod tests {
         store.purge_prefix().await.unwrap();
     }
 
+    /// Found by the backend-equivalence test: `poll.lua` decided the poll limit at the queue's guarded time,
+    /// where the embedded service's limiter call (and `limiter_log.lua`) decide it at the store clock behind
+    /// the key's own guard; after the clock stepped back behind a later entry the two answered different
+    /// `Retry-After`s. The position stays on the queue's clock, the limit on the key's.
+    #[tokio::test]
+    async fn the_poll_limit_keeps_its_own_clock_guard_not_the_queues() {
+        let start = 2_000_000;
+        let clock = ManualClock::new(start);
+        let store = store(&clock, "guard").await;
+        let q = QueueName::parse("sale").unwrap();
+        store.enter(&q, &id("m")).await.unwrap();
+        let limit = RateLimit {
+            limit: 1,
+            window_ms: 1_000,
+        };
+        let mut model = SlidingLog::default();
+        let (_, _, first) = store.poll(&q, &id("m"), 1).await.unwrap();
+        assert_eq!(first, model.try_acquire(start, limit));
+        let module_first = store
+            .try_acquire("guard:m", limit, RateLimiterKind::SlidingLog)
+            .await
+            .unwrap();
+        assert_eq!(module_first, first);
+        // Another member's entry moves the queue's guard 500 ms on; then the clock steps back.
+        clock.set(start + 500);
+        store.enter(&q, &id("other")).await.unwrap();
+        clock.set(start);
+        let (view, window_ms, decision) = store.poll(&q, &id("m"), 1).await.unwrap();
+        assert_eq!(
+            (view.now_ms, window_ms),
+            (start + 500, 1_000),
+            "the position is on the queue's clock"
+        );
+        let expected = model.try_acquire(start, limit);
+        assert_eq!(
+            expected,
+            RateDecision::Limited {
+                retry_after_ms: 1_000
+            }
+        );
+        assert_eq!(decision, expected, "the limit is on the key's clock");
+        let module = store
+            .try_acquire("guard:m", limit, RateLimiterKind::SlidingLog)
+            .await
+            .unwrap();
+        assert_eq!(module, expected);
+        store.purge_prefix().await.unwrap();
+    }
+
     /// The fast entry and the read-only position agree with the full scripts: FIFO ranks, idempotent
     /// re-entry, READY only with a token, and an expired token is reported as NOT_ENTERED by the poll, which
     /// records the clock guard, and is then freed by the expiry step.

@@ -5,7 +5,9 @@
 -- stays on one slot.
 --
 -- The limit is rankgate_core::limiter::SlidingLog, the maths of limiter_log.lua: window (now - window, now],
--- refused polls are not recorded, the log is capped at the limit, and the key has its own monotonic guard.
+-- refused polls are not recorded, the log is capped at the limit, and the key has its own monotonic guard
+-- over the store clock, exactly as a RateLimiter call (the embedded service's poll) sees it: the queue's
+-- guard is the position's, not the limit's.
 -- The window is poll_burst polling intervals, the interval being the tier of the rank just read
 -- (rankgate_core::queue::polling_tier_seconds: 1 s below rank 100, 3 s below 1000, else 5 s). The log is
 -- one string, "<guard ms>|<t>|<t>…" oldest first, read with GET and written with one SET … PX: a poll
@@ -14,7 +16,7 @@
 -- in view_of), the window (ms), then 1, remaining, reset ms (allowed) or 0, retry after ms, 0 (refused).
 -- A member whose poll raised an error (a record this version cannot read) gets status -1 and the error
 -- text as the nonce; the others are answered as usual.
-local e, queue_now = read_meta()
+local e, queue_now, clock = read_meta()
 local waiting = e and redis.call('ZCARD', WAITING) or 0
 local slack = tonumber(ARGV[2])
 
@@ -29,7 +31,7 @@ local function poll_one(member, limit, log_key)
     tier = 3
   end
   local window = tier * limit * 1000
-  local now = queue_now
+  local now = clock
   -- The recorded polls still inside the window, kept as the strings they were stored as.
   local kept, n, oldest = {}, 0, nil
   local raw = redis.call('GET', log_key)

@@ -64,15 +64,17 @@ local function batch_head(now, waiting, e)
   return {now, waiting, e[1] or '', e[2] or '', e[3] or '', e[4] or '', e[5] or ''}
 end
 
--- The meta fields a position read needs and the guarded now: e = {aps, max_active, paused, ar, cr, last_ms},
--- or nil when the queue does not exist. Read once per script, however many members it answers.
+-- The meta fields a position read needs, the queue's guarded now, and the store clock as read (before the
+-- queue's guard; the poll limiter guards it per log key instead): e = {aps, max_active, paused, ar, cr,
+-- last_ms}, or nil when the queue does not exist. Read once per script, however many members it answers.
 local function read_meta()
   local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms')
-  local now = clock_now()
-  if not e[1] then return nil, now end
+  local clock = clock_now()
+  local now = clock
+  if not e[1] then return nil, now, clock end
   local last = tonumber(e[6])
   if last and last > now then now = last end
-  return e, now
+  return e, now, clock
 end
 
 -- One member's status, rank (-1 unless waiting), token nonce, token expiry and last outcome, given
