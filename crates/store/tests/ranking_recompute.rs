@@ -211,6 +211,73 @@ fn a_policy_switch_rebuilds_every_cached_span_under_the_new_weights() {
     compare_everything(&engine, &model, &zone).unwrap();
 }
 
+#[test]
+fn a_policy_switch_built_in_steps_while_batches_land_equals_the_recompute() {
+    let zone = Zone::utc();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ingestor, engine) = open(dir.path(), PopularWeights::default(), 35 * 24 * HOUR);
+    let events: Vec<Event> = (0..400u32)
+        .map(|i| RawEvent {
+            id: i,
+            kind: (i % 5) as u8,
+            hour_offset: (i as i64 * 11) % 90,
+            minute: 2,
+            product: (i % 13) as u8,
+            categories: vec![(i % 4) as u8],
+            quantity: 1 + i % 3,
+            price: 100 + u64::from(i),
+        })
+        .map(|raw| to_event(&raw))
+        .collect();
+    let (before, during) = events.split_at(150);
+    ingestor.ingest(before, BASE).unwrap();
+    for span in spans(&zone) {
+        for category in categories() {
+            let query = RankingQuery {
+                ranker: RankerName::Popular,
+                category,
+                span,
+            };
+            engine.write().top(&query, 0, 5);
+        }
+    }
+    engine.write().set_rebuild_spans_per_step(1);
+    let new_weights = PopularWeights {
+        view: 0.5,
+        like: 3.0,
+        sales: 1.0,
+        carry_ratio: 0.25,
+        carry_top_n: 2,
+    };
+    // One chunk of the remaining events lands between every two steps, and the rest after the last one.
+    let mut chunks = during.chunks(10);
+    let mut steps = 0;
+    let rebuilt = RankingEngine::rebuild_in_steps_observed(
+        &engine,
+        Policy {
+            version: 2,
+            weights: new_weights,
+        },
+        || {
+            steps += 1;
+            if let Some(chunk) = chunks.next() {
+                ingestor.ingest(chunk, BASE).unwrap();
+            }
+        },
+    );
+    for chunk in chunks {
+        ingestor.ingest(chunk, BASE).unwrap();
+    }
+    assert!(
+        steps > 5,
+        "the rebuild took {steps} steps: batches must land in the middle of it"
+    );
+    engine.write().install(rebuilt);
+    assert_eq!(engine.read().policy().version, 2);
+    let model = BatchModel::from_accepted(events, zone.clone(), new_weights);
+    compare_everything(&engine, &model, &zone).unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The same random workloads with PostgreSQL as the source of truth (one schema per case, dropped at the
 // end). Fewer cases: every case is a few hundred round trips to a real server.

@@ -454,7 +454,8 @@ impl RankingService {
     async fn build(&self, policy: Policy) -> anyhow::Result<RebuiltSpans> {
         let engine = self.engine.clone();
         let started = std::time::Instant::now();
-        let rebuilt = tokio::task::spawn_blocking(move || engine.read().rebuild_with(policy)).await?;
+        let rebuilt =
+            tokio::task::spawn_blocking(move || RankingEngine::rebuild_in_steps(&engine, policy)).await?;
         let elapsed = started.elapsed();
         metrics::histogram!("rankgate_policy_build_seconds").record(elapsed.as_secs_f64());
         tracing::info!(

@@ -379,6 +379,9 @@ pub struct RankingEngine {
     builds: HashMap<SpanKey, SpanBuild>,
     /// Hourly cells a build step reads ([`BUILD_CELLS_PER_STEP`]; tests make it tiny).
     build_cells_per_step: usize,
+    /// Spans a step of [`RankingEngine::rebuild_in_steps`] builds at most (besides its time bound;
+    /// tests make it 1 so batches land between steps).
+    rebuild_spans_per_step: usize,
     /// Start hour of the earliest day with metrics; the carry chain starts there with no carry.
     earliest_day: Option<Hour>,
     as_of_millis: Option<i64>,
@@ -706,6 +709,7 @@ impl RankingEngine {
             carry_cache: HashMap::new(),
             builds: HashMap::new(),
             build_cells_per_step: BUILD_CELLS_PER_STEP,
+            rebuild_spans_per_step: usize::MAX,
             earliest_day: None,
             as_of_millis: None,
             lru_clock: AtomicU64::new(1),
@@ -718,6 +722,11 @@ impl RankingEngine {
     /// per step whatever the value). Tests set it to 1, so batches land between every hour of a build.
     pub fn set_build_cells_per_step(&mut self, cells: usize) {
         self.build_cells_per_step = cells;
+    }
+
+    /// Caps the spans one step of [`RankingEngine::rebuild_in_steps`] builds (tests: 1).
+    pub fn set_rebuild_spans_per_step(&mut self, spans: usize) {
+        self.rebuild_spans_per_step = spans.max(1);
     }
 
     /// The active `popular` policy.
@@ -1463,6 +1472,59 @@ impl RankingEngine {
             .keys()
             .map(|key| (*key, inputs.build_span(&mut carry_cache, *key)))
             .collect();
+        RebuiltSpans {
+            policy,
+            spans,
+            carry_cache,
+        }
+    }
+
+    /// [`RankingEngine::rebuild_with`] in short holds of the shared lock, a few spans (≤ ~5 ms of work)
+    /// at a time, so a policy switch never makes reads wait for the whole build. One long shared hold
+    /// would: the lock is fair to writers, so once an ingest or the refresher queues behind the build,
+    /// every new reader queues behind it too (4.2 s stalls with 30 days retained). Blocking: call it off
+    /// the async runtime.
+    ///
+    /// Batches land between steps; that is safe for the same reason it is between a one-hold build and
+    /// its install: [`RankingEngine::install`] rebuilds every span whose metrics moved meanwhile (and
+    /// any span cached meanwhile) and rechecks every carry chain. Spans evicted meanwhile are skipped.
+    pub fn rebuild_in_steps(engine: &parking_lot::RwLock<RankingEngine>, policy: Policy) -> RebuiltSpans {
+        Self::rebuild_in_steps_observed(engine, policy, || {})
+    }
+
+    /// [`RankingEngine::rebuild_in_steps`], calling `between_steps` with no lock held after each step:
+    /// tests use it to apply batches in the middle of a rebuild.
+    pub fn rebuild_in_steps_observed(
+        engine: &parking_lot::RwLock<RankingEngine>,
+        policy: Policy,
+        mut between_steps: impl FnMut(),
+    ) -> RebuiltSpans {
+        const STEP: std::time::Duration = std::time::Duration::from_millis(5);
+        let keys: Vec<SpanKey> = engine.read().spans.keys().copied().collect();
+        let mut carry_cache = CarryCache::new();
+        let mut spans = HashMap::with_capacity(keys.len());
+        let mut keys = keys.into_iter().peekable();
+        while keys.peek().is_some() {
+            {
+                let engine = engine.read();
+                let inputs = Inputs {
+                    policy: &policy,
+                    ..engine.inputs()
+                };
+                let started = std::time::Instant::now();
+                let mut built = 0;
+                for key in keys.by_ref() {
+                    if engine.spans.contains_key(&key) {
+                        spans.insert(key, inputs.build_span(&mut carry_cache, key));
+                        built += 1;
+                    }
+                    if built >= engine.rebuild_spans_per_step || started.elapsed() >= STEP {
+                        break;
+                    }
+                }
+            }
+            between_steps();
+        }
         RebuiltSpans {
             policy,
             spans,
