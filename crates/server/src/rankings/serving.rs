@@ -35,9 +35,9 @@ use rankgate_core::ids::CategoryOrAll;
 use rankgate_core::period::{Hour, Span, Zone};
 use rankgate_core::ranker::RankerName;
 use rankgate_store::clock::Clock;
-use rankgate_store::ranking::engine::RankingEngine;
+use rankgate_store::ranking::publication::{self, PublicationScope};
 use rankgate_store::ranking::redis_serving::{
-    self, is_hot, span_field, Active, Published, RedisServing, ServingOptions, Stamped,
+    is_hot, span_field, Active, Published, RedisServing, ServingOptions, Stamped,
 };
 
 use super::RankingService;
@@ -305,7 +305,7 @@ async fn tick_once(
 
 /// What a publication round covers: every hot span of every category the engine knows.
 fn hot_requests(service: &RankingService, zone: &Zone, now_millis: i64) -> Vec<(CategoryOrAll, Span)> {
-    redis_serving::hot_requests(&service.engine().read(), Hour::from_millis(now_millis), zone)
+    publication::hot_requests(&service.engine().read(), Hour::from_millis(now_millis), zone)
 }
 
 async fn publish_changes(
@@ -322,7 +322,7 @@ async fn publish_changes(
         // asOf first: every slice then includes at least what it claims.
         let as_of = engine.read().as_of_millis();
         (
-            RankingEngine::publish_sliced(&engine, &requests, depth, false),
+            publication::take_publication_in_slices(&engine, &requests, depth, PublicationScope::Changes),
             as_of,
         )
     })
@@ -385,7 +385,7 @@ async fn rebuild(
             (engine.as_of_millis(), engine.policy().version)
         };
         (
-            RankingEngine::publish_sliced(&engine, &requests, depth, true),
+            publication::take_publication_in_slices(&engine, &requests, depth, PublicationScope::Everything),
             as_of,
             policy,
         )
