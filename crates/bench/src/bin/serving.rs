@@ -33,7 +33,7 @@ use std::time::Instant;
 use clap::{Parser, ValueEnum};
 use parking_lot::RwLock;
 
-use rankgate_bench::workload::{flash_sale, seed_lesson, FlashSaleConfig, SeedLessonConfig, DAY_MS};
+use rankgate_workload::{flash_sale, seed_lesson, FlashSaleConfig, SeedLessonConfig, DAY_MS};
 use rankgate_core::event::{Event, ParseLimits};
 use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
