@@ -19,10 +19,12 @@
 //! - [`token`]: how entry tokens and claim ids are made and hashed.
 //! - [`embedded`]: the in-process backend (sorted sets from `rankgate-zset`, SQLite group commit).
 //! - [`redis`]: the Redis backend, standalone or Cluster (one Lua script per method, one slot per queue).
-//! - [`conformance`]: the shared test suite, run against every backend.
+//! - `conformance`: the shared test suite, run against every backend (test code, behind the `testsuite`
+//!   feature).
 //!
 //! [`Clock`]: crate::clock::Clock
 
+#[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 pub mod embedded;
 pub mod jobs;

@@ -6,12 +6,13 @@
 //! ranking from raw events alone, as the reference the incremental path is compared with.
 //!
 //! Two sources of truth implement one trait: [`sqlite`] (embedded, one process) and [`postgres`] (shared
-//! by several instances); [`packed`] is how one SQLite raw-log row holds many events. [`conformance`] is
-//! the one suite both must pass.
+//! by several instances); [`packed`] is how one SQLite raw-log row holds many events. `conformance` (test
+//! code, behind the `testsuite` feature) is the one suite both must pass.
 //!
 //! Serving from Redis: [`publication`] turns the engine's per-span change logs into the writes
 //! [`redis_serving`] applies, so Redis holds the hot rankings for every instance to read.
 
+#[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 pub mod engine;
 pub mod ingest;
