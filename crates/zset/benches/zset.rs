@@ -5,8 +5,8 @@
 //! ```
 //!
 //! The 1M-member set is built once; each benchmark mutates it in a way that keeps its size (score changes,
-//! pop and re-add), so iterations measure a steady state. For reference, Redis 7 on this kind of machine
-//! serves ~65k ZREVRANK/s and ~42k `ZREVRANGE 0 49`/s over the network (see MEASUREMENTS.md).
+//! pop and re-add), so iterations measure a steady state. What Redis itself serves for `ZREVRANK` and `ZREVRANGE 0 49` over
+//! the network on this kind of machine is measured in BENCHMARKS.md, section 3.
 
 #![allow(missing_docs, reason = "criterion_group! generates an undocumented pub fn")]
 

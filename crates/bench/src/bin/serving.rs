@@ -8,9 +8,10 @@
 //! ```
 //!
 //! Every mode drives the production code: the `Ingestor` over the source of truth, the in-process
-//! engine, `publication::take_publication` (coalesced changes per span) and `RedisServing::publish` (one Lua
-//! call per category). The hot spans are those `rankgate serve` publishes: the current hour, day, ISO
-//! week and month and the four windows ending at the current hour, for `all` and every category, with
+//! engine, `publication::take_publication` (coalesced changes per span) and `RedisServing::publish`
+//! (bounded Lua calls, categories in parallel). The hot spans are those `rankgate serve` publishes: the
+//! current hour, day, ISO week and month and the four windows ending at the current hour, for `all` and
+//! every category, with
 //! "now" at the workload's last event.
 //!
 //! - `coalesce` counts member writes (sorted-set entries and detail entries) and script calls, and
@@ -33,7 +34,6 @@ use std::time::Instant;
 use clap::{Parser, ValueEnum};
 use parking_lot::RwLock;
 
-use rankgate_workload::{flash_sale, seed_lesson, FlashSaleConfig, SeedLessonConfig, DAY_MS};
 use rankgate_core::event::{Event, ParseLimits};
 use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
@@ -48,6 +48,7 @@ use rankgate_store::ranking::publication::{
 use rankgate_store::ranking::redis_serving::{Active, Published, RedisServing, ServingOptions, Stamped};
 use rankgate_store::ranking::source::SourceOfTruth;
 use rankgate_store::ranking::sqlite::SqliteSource;
+use rankgate_workload::{flash_sale, seed_lesson, FlashSaleConfig, SeedLessonConfig, DAY_MS};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Mode {

@@ -8,11 +8,12 @@
 //!   flushed) or when the `popular` policy changed: **rebuilds** — every hot span, whole, into a fresh
 //!   generation beside the served one; checks the totals Redis holds against the engine's; switches the
 //!   pointer (fenced by the lease); lets the old generation expire after the grace period;
-//! - otherwise publishes **changes**: the engine hands over, per hot span and ranker, the products whose
-//!   key moved since the last publication (one entry per product however many events touched it; a view
-//!   moves `popular` and the detail only), taking its lock one category at a time so ingest interleaves;
-//!   one Lua call per category; then bumps the pointer's sequence number, which tells every instance to
-//!   drop its cached responses.
+//! - otherwise publishes **changes**: [`publication`] reads the engine's change log of each hot span, the
+//!   products whose key moved per ranker since the last round (one entry per product however many events
+//!   touched it; a view moves `popular` and the detail only), taking the engine lock one category at a
+//!   time so ingest interleaves; Lua calls of at most `max_writes_per_call` member writes each, categories
+//!   in parallel; then bumps the pointer's sequence number, which tells every instance to drop its cached
+//!   responses.
 //!
 //! Hot spans are the current hour, day, ISO week and month and the four windows ending at the current
 //! hour, for `all` and every category. Older spans are answered by each instance's engine, which is

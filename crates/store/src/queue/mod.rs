@@ -2,15 +2,19 @@
 //! embedded backend, and the conformance suite every backend must pass.
 //!
 //! # Design rules every backend follows
-//! - **One operation, one atomic step.** Each trait method is a single atomic unit on the store: on Redis one
-//!   Lua script touching one hash-tagged slot (`{q:<queue>}`), in the embedded store one critical section
-//!   plus one SQLite transaction. Nothing is a read-then-write across two calls, which is what broke the
-//!   seed's entry (ZSCORE then ZADD) and admission (ZPOPMIN then SET).
+//! - **One operation, one atomic step.** Each trait method is atomic on the store: on Redis a Lua script
+//!   touching one hash-tagged slot (`{rg:q:<queue>}`), in the embedded store one critical section plus one
+//!   SQLite transaction. An entry may take two scripts (`enter_fast.lua` declines, untouched, what only
+//!   the full `enter.lua` can do: a queue's first entry, a token holder), but no step is a read in one
+//!   call and a write in another, which is what broke the seed's entry (ZSCORE then ZADD) and admission
+//!   (ZPOPMIN then SET).
 //! - **The store's clock.** Time comes from the store (Redis `TIME`; the embedded store's [`Clock`]) through
 //!   a monotonic guard, never from the calling instance, so several instances agree on expiry and order.
 //! - **Outcome enums, not booleans.** Callers map outcomes to HTTP statuses without guessing.
-//! - **Pure rules from `rankgate-core`.** State transitions, the admission budget, the estimator, backoff and
-//!   limiter maths are the same functions on every backend.
+//! - **The rules of `rankgate-core`.** State transitions, the admission budget, the estimator, backoff and
+//!   limiter maths are core's pure functions in the embedded store; the Redis backend re-states them in its
+//!   Lua scripts, the price of one atomic script per step, and the shared conformance suite checks that
+//!   both answer the same.
 //!
 //! # Layout
 //! - [`waiting`]: [`QueueStore`]: entries, the server-side sequence, tokens, claims, the admission budget.

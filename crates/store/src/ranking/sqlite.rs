@@ -1,6 +1,6 @@
 //! The embedded source of truth: one SQLite database (bundled, WAL) in the data directory.
 //!
-//! Layout choices, measured on this kind of machine (see MEASUREMENTS.md):
+//! Layout choices, measured on this kind of machine (see BENCHMARKS.md):
 //! - The raw event log doubles as the processed-id set, and is written **one row per (batch, hour)**, not
 //!   one per event: `event_log` is keyed by `(hour, seq)` and a row holds the ids and canonical bodies of
 //!   every event of that batch in that hour, each length-prefixed ([`super::packed`]; rows written
