@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 
-use crate::workload::{Event, DAY_MS};
+use rankgate_workload::{Event, DAY_MS};
 
 /// Which ranking keys an event touches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

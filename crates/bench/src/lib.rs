@@ -1,11 +1,10 @@
-//! Workloads and benchmark harnesses for rankgate.
+//! Benchmark harnesses for rankgate.
 //!
-//! This crate produces the traffic that rankgate's performance targets are measured with, and the
+//! This crate drives the traffic that rankgate's performance targets are measured with, and the
 //! baselines they are compared against:
 //!
-//! - [`workload`]: deterministic generators for the seed lesson's 200,000-sale demo (SPEC Part 4), the
-//!   flash sale of the seed's section 6.6 and the waiting-room surge, all in the exact SPEC 1.1 event
-//!   format, plus an NDJSON writer.
+//! - the workloads themselves (the seed lesson's 200,000-sale demo, the flash sale of the seed's section
+//!   6.6, the waiting-room surge) come from the `rankgate-workload` crate, which `rankgate demo` shares;
 //! - [`coalesce`]: counts of sorted-set writes with and without per-batch coalescing (seed 6.6).
 //!
 //! The binaries in `src/bin` use these: `gen-workload` writes workloads to NDJSON files, `naive-redis`
@@ -16,7 +15,6 @@
 //! it belongs to the ranking code it checks.
 
 pub mod coalesce;
-pub mod workload;
 
 /// Checks that `url` is an `http://` URL on a loopback host (`127.0.0.1`, `localhost` or `[::1]`) and
 /// returns it without a trailing slash. The HTTP load tools refuse anything else, so a typo cannot

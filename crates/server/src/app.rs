@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post, put};
+use axum::http::Method;
+use axum::routing::on;
 use axum::{middleware, Router};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
@@ -21,6 +22,7 @@ use crate::config::Config;
 use crate::edge::{self, HttpLimits};
 use crate::rankings::serving::{self, Serving};
 use crate::rankings::{lock_data_dir, RankingService};
+use crate::route_table::{self, Endpoint};
 use crate::routes::{admin, catalog, events, ops, rankings};
 use crate::stream::{StreamConfig, StreamConsumer};
 use crate::waiting_room::{self, WaitingRoom};
@@ -61,33 +63,64 @@ pub fn prometheus_handle() -> PrometheusHandle {
         .clone()
 }
 
+/// Admin routes on the application state (behind the admin token, with the waiting room's admin routes).
+const ADMIN_ENDPOINTS: &[Endpoint<AppState>] = &[
+    Endpoint::new(Method::GET, "/v1/admin/rankers/{name}", |m| {
+        on(m, admin::get_ranker)
+    }),
+    Endpoint::new(Method::PUT, "/v1/admin/rankers/{name}", |m| {
+        on(m, admin::put_ranker)
+    }),
+    Endpoint::new(Method::POST, "/v1/admin/rankers/{name}/rollback", |m| {
+        on(m, admin::rollback_ranker)
+    }),
+    Endpoint::new(Method::POST, "/v1/admin/rebuild", |m| on(m, admin::rebuild)),
+    Endpoint::new(Method::PUT, "/v1/products/{product_id}", |m| {
+        on(m, catalog::put_product)
+    }),
+];
+
+/// Ingest (behind the ingest token).
+const INGEST_ENDPOINTS: &[Endpoint<AppState>] = &[Endpoint::new(Method::POST, "/v1/events", |m| {
+    on(m, events::post_events)
+})];
+
+/// Reads and operations, open to anyone.
+const PUBLIC_ENDPOINTS: &[Endpoint<AppState>] = &[
+    Endpoint::new(Method::GET, "/v1/categories/{category}/top", |m| {
+        on(m, rankings::top)
+    }),
+    Endpoint::new(Method::GET, "/v1/products/{product_id}/rank", |m| {
+        on(m, rankings::rank)
+    }),
+    Endpoint::new(Method::GET, "/healthz", |m| on(m, ops::healthz)),
+    Endpoint::new(Method::GET, "/readyz", |m| on(m, ops::readyz)),
+    Endpoint::new(Method::GET, "/metrics", |m| on(m, ops::metrics)),
+    Endpoint::new(Method::GET, "/openapi.json", |m| on(m, ops::openapi)),
+    Endpoint::new(Method::GET, "/", |m| on(m, ops::dashboard)),
+    Endpoint::new(Method::GET, "/dashboard", |m| on(m, ops::dashboard)),
+];
+
+/// Every (method, path) [`router`] serves, from the same tables it is built from (the `[[gate]]` paths
+/// aside: see [`crate::route_table`]). The OpenAPI test compares this with `openapi.json`.
+pub fn endpoints() -> Vec<(Method, &'static str)> {
+    route_table::methods_and_paths(ADMIN_ENDPOINTS)
+        .chain(route_table::methods_and_paths(INGEST_ENDPOINTS))
+        .chain(route_table::methods_and_paths(PUBLIC_ENDPOINTS))
+        .chain(waiting_room::endpoints())
+        .collect()
+}
+
 /// The router with every route group, auth and limits.
 pub fn router(state: AppState) -> Router {
-    let admin_routes = Router::new()
-        .route(
-            "/v1/admin/rankers/{name}",
-            get(admin::get_ranker).put(admin::put_ranker),
-        )
-        .route("/v1/admin/rankers/{name}/rollback", post(admin::rollback_ranker))
-        .route("/v1/admin/rebuild", post(admin::rebuild))
-        .route("/v1/products/{product_id}", put(catalog::put_product))
+    let admin_routes = route_table::router_of(ADMIN_ENDPOINTS)
         .with_state(state.clone())
         .merge(waiting_room::admin_routes(state.waiting_room.clone()))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
-    let ingest_routes = Router::new()
-        .route("/v1/events", post(events::post_events))
+    let ingest_routes = route_table::router_of(INGEST_ENDPOINTS)
         .route_layer(middleware::from_fn_with_state(state.clone(), require_ingest))
         .with_state(state.clone());
-    let public_routes = Router::new()
-        .route("/v1/categories/{category}/top", get(rankings::top))
-        .route("/v1/products/{product_id}/rank", get(rankings::rank))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
-        .route("/openapi.json", get(ops::openapi))
-        .route("/", get(ops::dashboard))
-        .route("/dashboard", get(ops::dashboard))
-        .with_state(state.clone());
+    let public_routes = route_table::router_of(PUBLIC_ENDPOINTS).with_state(state.clone());
     let mut app = Router::new()
         .merge(public_routes)
         .merge(ingest_routes)

@@ -5,12 +5,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use rankgate_bench::workload::{seed_lesson, SeedLessonConfig};
 use rankgate_core::event::{Event, ParseLimits};
 use rankgate_core::ids::{Category, CategoryOrAll};
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen};
 use rankgate_core::ranker::RankerName;
 use rankgate_store::ranking::engine::RankingQuery;
+use rankgate_workload::{seed_lesson, SeedLessonConfig};
 
 use crate::config::Config;
 use crate::rankings::{IngestCounts, RankingService};

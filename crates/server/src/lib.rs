@@ -23,6 +23,7 @@ pub mod demo;
 pub mod edge;
 pub mod error;
 pub mod rankings;
+pub mod route_table;
 pub mod routes;
 pub mod stream;
 pub mod verify;

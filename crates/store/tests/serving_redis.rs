@@ -21,6 +21,7 @@ use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen, Zone};
 use rankgate_core::ranker::{PopularWeights, RankerName};
 use rankgate_store::ranking::engine::{RankedItem, RankingEngine, RankingQuery};
+use rankgate_store::ranking::publication::{take_publication, PublicationScope};
 use rankgate_store::ranking::recompute::BatchModel;
 use rankgate_store::ranking::redis_serving::{Active, Published, RedisServing, ServingOptions, Stamped};
 use rankgate_store::ranking::sqlite::SqliteSource;
@@ -94,7 +95,12 @@ async fn publish(
     everything: bool,
 ) -> Published {
     let zone = Zone::utc();
-    let publications = engine.write().publish(&requests(&zone), depth, everything);
+    let scope = if everything {
+        PublicationScope::Everything
+    } else {
+        PublicationScope::Changes
+    };
+    let publications = take_publication(&mut engine.write(), &requests(&zone), depth, scope);
     store
         .publish(generation, &publications, &zone, BASE)
         .await
@@ -218,16 +224,24 @@ async fn served_follows_the_engine_in_calls_of(urls: Vec<String>, depth: Option<
     }
     // Nothing changed: nothing to write.
     assert_eq!(
-        engine.write().publish(&requests(&Zone::utc()), depth, false),
+        take_publication(
+            &mut engine.write(),
+            &requests(&Zone::utc()),
+            depth,
+            PublicationScope::Changes
+        ),
         Vec::new()
     );
-    let largest_span = engine
-        .write()
-        .publish(&requests(&Zone::utc()), depth, true)
-        .iter()
-        .map(|p| p.writes())
-        .max()
-        .unwrap();
+    let largest_span = take_publication(
+        &mut engine.write(),
+        &requests(&Zone::utc()),
+        depth,
+        PublicationScope::Everything,
+    )
+    .iter()
+    .map(|p| p.writes())
+    .max()
+    .unwrap();
     if largest_span > chunk {
         // The full publication just computed, replayed over the served spans (built beside them and
         // switched by each span's last call), then as a rebuild into a fresh generation.
@@ -251,11 +265,14 @@ async fn served_follows_the_engine_in_calls_of(urls: Vec<String>, depth: Option<
         // Every span was written in full, and totals match, as the rebuild's check before a switch reads them.
         for category in categories() {
             let totals = store.totals(&category, rebuilt).await.unwrap();
-            for publication in engine
-                .write()
-                .publish(&requests(&Zone::utc()), depth, true)
-                .iter()
-                .filter(|p| p.category == category)
+            for publication in take_publication(
+                &mut engine.write(),
+                &requests(&Zone::utc()),
+                depth,
+                PublicationScope::Everything,
+            )
+            .iter()
+            .filter(|p| p.category == category)
             {
                 let field = rankgate_store::ranking::redis_serving::span_field(&publication.span);
                 assert_eq!(

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
-use rankgate_bench::workload::{
+use rankgate_workload::{
     flash_sale, queue_surge, sales_shares, seed_lesson, write_ndjson, Counts, FlashSaleConfig,
     SeedLessonConfig, HOUR_MS,
 };

@@ -26,7 +26,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use rankgate_bench::coalesce::{self, KeyScope};
-use rankgate_bench::workload::{
+use rankgate_workload::{
     flash_sale, seed_lesson, Counts, Event, EventType, FlashSaleConfig, SeedLessonConfig, DAY_MS, HOUR_MS,
 };
 use redis::{Commands, Connection};
@@ -225,7 +225,7 @@ fn run_coalesced(
 ) -> redis::RedisResult<CoalescedResult> {
     let mut con = connect(url)?;
     let mut metrics: HashMap<(i64, u32), [i64; 4]> = HashMap::new();
-    let mut seen: HashSet<rankgate_bench::workload::EventId> = HashSet::new();
+    let mut seen: HashSet<rankgate_workload::EventId> = HashSet::new();
     let (mut commands, mut members, mut round_trips) = (0u64, 0u64, 0u64);
     let started = Instant::now();
     for chunk in events.chunks(batch) {

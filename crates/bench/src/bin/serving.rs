@@ -8,9 +8,10 @@
 //! ```
 //!
 //! Every mode drives the production code: the `Ingestor` over the source of truth, the in-process
-//! engine, `RankingEngine::publish` (coalesced changes per span) and `RedisServing::publish` (one Lua
-//! call per category). The hot spans are those `rankgate serve` publishes: the current hour, day, ISO
-//! week and month and the four windows ending at the current hour, for `all` and every category, with
+//! engine, `publication::take_publication` (coalesced changes per span) and `RedisServing::publish`
+//! (bounded Lua calls, categories in parallel). The hot spans are those `rankgate serve` publishes: the
+//! current hour, day, ISO week and month and the four windows ending at the current hour, for `all` and
+//! every category, with
 //! "now" at the workload's last event.
 //!
 //! - `coalesce` counts member writes (sorted-set entries and detail entries) and script calls, and
@@ -33,7 +34,6 @@ use std::time::Instant;
 use clap::{Parser, ValueEnum};
 use parking_lot::RwLock;
 
-use rankgate_bench::workload::{flash_sale, seed_lesson, FlashSaleConfig, SeedLessonConfig, DAY_MS};
 use rankgate_core::event::{Event, ParseLimits};
 use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
@@ -42,11 +42,13 @@ use rankgate_core::ranker::Policy;
 use rankgate_store::ranking::engine::{EngineConfig, RankingEngine};
 use rankgate_store::ranking::ingest::{IngestConfig, Ingestor};
 use rankgate_store::ranking::postgres::PostgresSource;
-use rankgate_store::ranking::redis_serving::{
-    hot_requests, Active, Published, RedisServing, ServingOptions, Stamped,
+use rankgate_store::ranking::publication::{
+    hot_requests, take_publication, take_publication_in_slices, PublicationScope,
 };
+use rankgate_store::ranking::redis_serving::{Active, Published, RedisServing, ServingOptions, Stamped};
 use rankgate_store::ranking::source::SourceOfTruth;
 use rankgate_store::ranking::sqlite::SqliteSource;
+use rankgate_workload::{flash_sale, seed_lesson, FlashSaleConfig, SeedLessonConfig, DAY_MS};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Mode {
@@ -106,6 +108,15 @@ fn workload(args: &Args) -> Vec<Event> {
     raw.iter()
         .map(|e| Event::from_json(&e.to_json(), &limits).expect("workload events are valid"))
         .collect()
+}
+
+/// The first round of a run publishes every span whole, the later ones what changed.
+fn scope_of(first: bool) -> PublicationScope {
+    if first {
+        PublicationScope::Everything
+    } else {
+        PublicationScope::Changes
+    }
 }
 
 fn new_engine() -> Arc<RwLock<RankingEngine>> {
@@ -187,7 +198,7 @@ async fn coalesce(args: &Args, prefix: &str) -> anyhow::Result<()> {
         let publications = {
             let mut engine = engine.write();
             let requests = hot_requests(&engine, now_hour, &zone);
-            engine.publish(&requests, None, first)
+            take_publication(&mut engine, &requests, None, scope_of(first))
         };
         first = false;
         batches += 1;
@@ -280,7 +291,7 @@ async fn ingest(args: &Args, prefix: &str) -> anyhow::Result<()> {
                 }
                 let started = Instant::now();
                 let requests = hot_requests(&engine.read(), now_hour, &zone);
-                let publications = RankingEngine::publish_sliced(&engine, &requests, None, first);
+                let publications = take_publication_in_slices(&engine, &requests, None, scope_of(first));
                 in_engine += started.elapsed();
                 first = false;
                 if !publications.is_empty() {
@@ -395,7 +406,7 @@ async fn rebuild(args: &Args, prefix: &str) -> anyhow::Result<()> {
         engine.apply(&[], &memberships, None);
         engine.apply(&rows, &[], None);
         let requests = hot_requests(&engine, now_hour, &zone);
-        engine.publish(&requests, None, true)
+        take_publication(&mut engine, &requests, None, PublicationScope::Everything)
     };
     let built = started.elapsed();
     let generation = store.new_generation().await?;

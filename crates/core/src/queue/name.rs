@@ -1,6 +1,6 @@
 //! [`QueueName`]: the parsed name of a waiting-room queue.
 //!
-//! Queue names appear in URL paths and in Redis keys inside a hash tag (`{q:<queue>}`), so they are limited
+//! Queue names appear in URL paths and in Redis keys inside a hash tag (`{rg:q:<queue>}`), so they are limited
 //! to characters that need no escaping in either place and can never contain a brace.
 
 use std::fmt;

@@ -6,14 +6,15 @@
 //! publisher lease; the holder publishes, the others only watch the active-version pointer. The holder:
 //! - on taking the lease, after any failure, when the pointer is gone (Redis restarted empty or was
 //!   flushed) or when the engine installed a `popular` policy (switched here, or followed from another
-//!   instance through the change feed; [`RankingEngine::policy_epoch`]): **rebuilds** — every hot span, whole, into a fresh
+//!   instance through the change feed; [`rankgate_store::ranking::engine::RankingEngine::policy_epoch`]): **rebuilds** — every hot span, whole, into a fresh
 //!   generation beside the served one; checks the totals Redis holds against the engine's; switches the
 //!   pointer (fenced by the lease); lets the old generation expire after the grace period;
-//! - otherwise publishes **changes**: the engine hands over, per hot span and ranker, the products whose
-//!   key moved since the last publication (one entry per product however many events touched it; a view
-//!   moves `popular` and the detail only), taking its lock one category at a time so ingest interleaves;
-//!   one Lua call per category; then bumps the pointer's sequence number, which tells every instance to
-//!   drop its cached responses.
+//! - otherwise publishes **changes**: [`publication`] reads the engine's change log of each hot span, the
+//!   products whose key moved per ranker since the last round (one entry per product however many events
+//!   touched it; a view moves `popular` and the detail only), taking the engine lock one category at a
+//!   time so ingest interleaves; Lua calls of at most `max_writes_per_call` member writes each, categories
+//!   in parallel; then bumps the pointer's sequence number, which tells every instance to drop its cached
+//!   responses.
 //!
 //! Hot spans are the current hour, day, ISO week and month and the four windows ending at the current
 //! hour, for `all` and every category. Older spans are answered by each instance's engine, which is
@@ -36,9 +37,9 @@ use rankgate_core::ids::CategoryOrAll;
 use rankgate_core::period::{Hour, Span, Zone};
 use rankgate_core::ranker::RankerName;
 use rankgate_store::clock::Clock;
-use rankgate_store::ranking::engine::RankingEngine;
+use rankgate_store::ranking::publication::{self, PublicationScope};
 use rankgate_store::ranking::redis_serving::{
-    self, is_hot, span_field, Active, Published, RedisServing, ServingOptions, Stamped,
+    is_hot, span_field, Active, Published, RedisServing, ServingOptions, Stamped,
 };
 
 use super::RankingService;
@@ -212,7 +213,7 @@ struct Publisher {
     generation: Option<u64>,
     /// `popular` policy version of that generation.
     popular_version: u32,
-    /// The engine's [`RankingEngine::policy_epoch`] its scores were read under: any other epoch means an
+    /// The engine's [`rankgate_store::ranking::engine::RankingEngine::policy_epoch`] its scores were read under: any other epoch means an
     /// install (switch, rollback, rebuild, also one learned from another instance) and a rebuild here.
     policy_epoch: u64,
     /// The pointer's asOf after the last publication.
@@ -310,7 +311,7 @@ async fn tick_once(
 
 /// What a publication round covers: every hot span of every category the engine knows.
 fn hot_requests(service: &RankingService, zone: &Zone, now_millis: i64) -> Vec<(CategoryOrAll, Span)> {
-    redis_serving::hot_requests(&service.engine().read(), Hour::from_millis(now_millis), zone)
+    publication::hot_requests(&service.engine().read(), Hour::from_millis(now_millis), zone)
 }
 
 async fn publish_changes(
@@ -327,7 +328,8 @@ async fn publish_changes(
     let (publications, as_of, mixed) = tokio::task::spawn_blocking(move || {
         // asOf first: every slice then includes at least what it claims.
         let as_of = engine.read().as_of_millis();
-        let publications = RankingEngine::publish_sliced(&engine, &requests, depth, false);
+        let publications =
+            publication::take_publication_in_slices(&engine, &requests, depth, PublicationScope::Changes);
         // A policy installed before or between the slices: these scores are not all of this
         // generation's version, so none of them is written.
         let mixed = engine.read().policy_epoch() != epoch;
@@ -399,7 +401,8 @@ async fn rebuild(
                 engine.policy_epoch(),
             )
         };
-        let publications = RankingEngine::publish_sliced(&engine, &requests, depth, true);
+        let publications =
+            publication::take_publication_in_slices(&engine, &requests, depth, PublicationScope::Everything);
         // An install between the slices would mix two versions under one pointer.
         let mixed = engine.read().policy_epoch() != epoch;
         (publications, as_of, policy, epoch, mixed)

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::routing::get;
+use axum::http::{Method, StatusCode};
+use axum::routing::on;
 use axum::{Json, Router};
 use rankgate_core::queue::{FailMode, SettingsPatch};
 use serde_json::{json, Value};
@@ -14,12 +14,17 @@ use serde_json::{json, Value};
 use super::member_api::json_object;
 use super::service::WaitingRoom;
 use crate::error::{ApiError, ApiResult};
+use crate::route_table::{self, Endpoint};
+
+pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
+    Endpoint::new(Method::GET, "/v1/admin/queues", |m| on(m, list)),
+    Endpoint::new(Method::GET, "/v1/admin/queues/{queue}", |m| on(m, show)),
+    Endpoint::new(Method::PUT, "/v1/admin/queues/{queue}", |m| on(m, update)),
+    Endpoint::new(Method::DELETE, "/v1/admin/queues/{queue}", |m| on(m, remove)),
+];
 
 pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
-    Router::new()
-        .route("/v1/admin/queues", get(list))
-        .route("/v1/admin/queues/{queue}", get(show).put(update).delete(remove))
-        .with_state(room)
+    route_table::router_of(ENDPOINTS).with_state(room)
 }
 
 /// Builds a patch field by field, so a wrong type gets a 400 that names the field. Unknown fields (for

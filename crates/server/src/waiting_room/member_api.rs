@@ -7,23 +7,35 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::on;
 use axum::{Json, Router};
 use serde_json::Value;
 
 use super::service::WaitingRoom;
 use crate::error::{ApiError, ApiResult};
+use crate::route_table::{self, Endpoint};
+
+pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
+    Endpoint::new(Method::POST, "/v1/queues/{queue}/entries", |m| on(m, enter)),
+    Endpoint::new(Method::GET, "/v1/queues/{queue}/entries/{member}", |m| {
+        on(m, poll)
+    }),
+    Endpoint::new(Method::DELETE, "/v1/queues/{queue}/entries/{member}", |m| {
+        on(m, leave)
+    }),
+    Endpoint::new(Method::POST, "/v1/queues/{queue}/tokens/claim", |m| on(m, claim)),
+    Endpoint::new(Method::POST, "/v1/queues/{queue}/tokens/consume", |m| {
+        on(m, consume)
+    }),
+    Endpoint::new(Method::POST, "/v1/queues/{queue}/tokens/release", |m| {
+        on(m, release)
+    }),
+];
 
 pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
-    Router::new()
-        .route("/v1/queues/{queue}/entries", post(enter))
-        .route("/v1/queues/{queue}/entries/{member}", get(poll).delete(leave))
-        .route("/v1/queues/{queue}/tokens/claim", post(claim))
-        .route("/v1/queues/{queue}/tokens/consume", post(consume))
-        .route("/v1/queues/{queue}/tokens/release", post(release))
-        .with_state(room)
+    route_table::router_of(ENDPOINTS).with_state(room)
 }
 
 /// Parses a JSON object body. A key given twice is refused, naming it: which of two `memberId`s or two

@@ -43,6 +43,12 @@ pub fn admin_routes(room: Arc<WaitingRoom>) -> axum::Router {
     admin_api::routes(room)
 }
 
+/// The (method, path) pairs of [`member_routes`] and [`admin_routes`], from the tables they are built from.
+pub fn endpoints() -> impl Iterator<Item = (axum::http::Method, &'static str)> {
+    crate::route_table::methods_and_paths(member_api::ENDPOINTS)
+        .chain(crate::route_table::methods_and_paths(admin_api::ENDPOINTS))
+}
+
 /// The reverse-proxy routes of every `[[gate]]`; `None` when none is configured.
 pub fn gate_routes(room: Arc<WaitingRoom>) -> Option<axum::Router> {
     gate::routes(room)

@@ -2,10 +2,12 @@
 //! embedded backend, and the conformance suite every backend must pass.
 //!
 //! # Design rules every backend follows
-//! - **One operation, one atomic step.** Each trait method is a single atomic unit on the store: on Redis one
-//!   Lua script touching one hash-tagged slot (`{q:<queue>}`), in the embedded store one critical section
-//!   plus one SQLite transaction. Nothing is a read-then-write across two calls, which is what broke the
-//!   seed's entry (ZSCORE then ZADD) and admission (ZPOPMIN then SET).
+//! - **One operation, one atomic step.** Each trait method is atomic on the store: on Redis a Lua script
+//!   touching one hash-tagged slot (`{rg:q:<queue>}`), in the embedded store one critical section plus one
+//!   SQLite transaction. An entry may take two scripts (`enter_fast.lua` declines, untouched, what only
+//!   the full `enter.lua` can do: a queue's first entry, a token holder), but no step is a read in one
+//!   call and a write in another, which is what broke the seed's entry (ZSCORE then ZADD) and admission
+//!   (ZPOPMIN then SET).
 //! - **The store's clock.** Time comes from the store (Redis `TIME`; the embedded store's [`Clock`]) through
 //!   a monotonic guard, never from the calling instance, so several instances agree on expiry and order.
 //! - **Outcome enums, not booleans.** Callers map outcomes to HTTP statuses without guessing.
@@ -21,10 +23,12 @@
 //! - [`token`]: how entry tokens and claim ids are made and hashed.
 //! - [`embedded`]: the in-process backend (sorted sets from `rankgate-zset`, SQLite group commit).
 //! - [`redis`]: the Redis backend, standalone or Cluster (one Lua script per step, one slot per queue).
-//! - [`conformance`]: the shared test suite, run against every backend.
+//! - `conformance`: the shared test suite, run against every backend (test code, behind the `testsuite`
+//!   feature).
 //!
 //! [`Clock`]: crate::clock::Clock
 
+#[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 pub mod embedded;
 pub mod jobs;

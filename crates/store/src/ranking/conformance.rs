@@ -1,8 +1,10 @@
 //! The conformance suite for [`SourceOfTruth`]: one set of checks that every backend must pass, so
 //! "no behaviour may differ from the embedded engine" is tested rather than hoped for.
 //!
-//! It is plain library code (not `#[cfg(test)]`) so that integration tests, and any future backend crate,
-//! can run it against a real store: each check takes a [`Factory`] that opens a new handle to the same,
+//! It is test code behind the `testsuite` feature (on for the store's own tests and benches through its
+//! dev-dependency on itself; another crate's tests turn it on the same way), so integration tests, and any
+//! future backend crate, can run it against a real store while the library the server links stays free
+//! of it: each check takes a [`Factory`] that opens a new handle to the same,
 //! initially empty store, and panics with a message naming the broken contract. The test binary
 //! (`tests/source_conformance.rs`) creates one fresh store per check (a temp dir for SQLite, a schema for
 //! PostgreSQL). Checks of database-side dedupe ([`dedupe_by_database`],

@@ -22,6 +22,12 @@
 //! are read a slice at a time and the sorted sets are built with no lock held, so ingest's
 //! [`RankingEngine::apply`] never waits for more than one slice. `apply` feeds the part already read, so
 //! the installed span is exactly what a build from scratch would give.
+//!
+//! # Change logs
+//! The engine does not know about Redis. A span that a reader follows ([`RankingEngine::take_span_changes`],
+//! called by [`publication`](super::publication)) keeps a change log: while flushing, the engine notes per
+//! ranker the products whose key moved, and the products whose metrics or carry moved. A span built anew
+//! starts without a log, which tells the reader it must take the span whole.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
@@ -99,34 +105,6 @@ pub struct RankAnswer {
     pub as_of_millis: Option<i64>,
 }
 
-/// One ranking span as the serving store must hold it after a publication ([`RankingEngine::publish`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SpanPublication {
-    /// `all` or one category.
-    pub category: CategoryOrAll,
-    /// The span.
-    pub span: Span,
-    /// Replace what the store holds for this span (delete it, then write); otherwise apply as changes.
-    pub replace: bool,
-    /// The span was published before, so the store must still hold it: if it does not, the store lost
-    /// data and needs a rebuild rather than this publication.
-    pub existing: bool,
-    /// Per ranker, in [`RankerName::ALL`] order: (product, ascending key), `None` to remove the product.
-    pub rankings: PublishedRankings,
-    /// Listed products per ranker (the whole ranking, also when only its top is published).
-    pub totals: [usize; 3],
-    /// Per product: its metrics over the span and its popular carry, `None` to forget the product.
-    pub details: PublishedDetails,
-}
-
-impl SpanPublication {
-    /// Member writes this publication makes (sorted-set entries plus detail entries).
-    #[must_use]
-    pub fn writes(&self) -> usize {
-        self.rankings.iter().map(Vec::len).sum::<usize>() + self.details.len()
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct SpanKey {
     category: CatIdx,
@@ -147,25 +125,21 @@ struct SpanState {
     carry_stale: bool,
     /// LRU clock value of the last read; atomic so cached reads can bump it under a shared lock.
     last_used: Arc<AtomicU64>,
-    /// What changed since this span was last handed to the serving store; `None` until it has been
-    /// handed over once (the next publication then writes the whole span).
-    unpublished: Option<Box<Unpublished>>,
+    /// What the engine re-scored since a reader last took this span's changes
+    /// ([`RankingEngine::take_span_changes`]); `None` until a reader first takes them, so spans nobody
+    /// follows (cold reads) keep no log.
+    change_log: Option<Box<ChangeLog>>,
 }
 
-/// Changes not yet published, kept apart per ranker: a view moves a product's `popular` score but not its
-/// `units` or `revenue` one, and only what moved is written to the serving store.
+/// A span's change log, kept apart per ranker: a view moves a product's `popular` key but not its `units`
+/// or `revenue` one, and a reader (the Redis publication) writes only what moved. Sets, so a product
+/// touched by a thousand events is logged once.
 #[derive(Debug, Clone, Default)]
-struct Unpublished {
+struct ChangeLog {
     /// Products whose key (or listing) changed, per ranker.
     rankings: [HashSet<ProductIdx>; 3],
     /// Products whose metrics or carry changed.
     details: HashSet<ProductIdx>,
-}
-
-impl Unpublished {
-    fn is_empty(&self) -> bool {
-        self.details.is_empty() && self.rankings.iter().all(HashSet::is_empty)
-    }
 }
 
 impl SpanState {
@@ -621,7 +595,7 @@ impl Inputs<'_> {
             dirty: HashSet::new(),
             carry_stale: false,
             last_used: Arc::new(AtomicU64::new(0)),
-            unpublished: None,
+            change_log: None,
         };
         let everyone: HashSet<ProductIdx> = state.metrics.keys().chain(state.carry.keys()).copied().collect();
         state.dirty = everyone;
@@ -630,8 +604,8 @@ impl Inputs<'_> {
     }
 
     fn rescore_dirty(&self, state: &mut SpanState) {
-        if let Some(unpublished) = &mut state.unpublished {
-            unpublished.details.extend(state.dirty.iter().copied());
+        if let Some(log) = &mut state.change_log {
+            log.details.extend(state.dirty.iter().copied());
         }
         for product in state.dirty.drain() {
             let metrics = state.metrics.get(&product).copied().unwrap_or_default();
@@ -645,9 +619,9 @@ impl Inputs<'_> {
                 let ranking = &mut state.rankings[ranker.index()];
                 let key = is_listed(ranker, &metrics, carry)
                     .then(|| ascending_key(score(ranker, &metrics, carry, &self.policy.weights)));
-                if let Some(unpublished) = &mut state.unpublished {
+                if let Some(log) = &mut state.change_log {
                     if ranking.zscore(member).map(f64::to_bits) != key.map(f64::to_bits) {
-                        unpublished.rankings[ranker.index()].insert(product);
+                        log.rankings[ranker.index()].insert(product);
                     }
                 }
                 match key {
@@ -665,24 +639,85 @@ impl Inputs<'_> {
     }
 }
 
-/// Per ranker: (product, ascending key or `None` to remove), as [`SpanPublication::rankings`] holds them.
-pub type PublishedRankings = [Vec<(ProductId, Option<f64>)>; 3];
-/// (product, metrics and carry or `None` to forget), as [`SpanPublication::details`] holds them.
-pub type PublishedDetails = Vec<(ProductId, Option<(Metrics, f64)>)>;
+/// What the engine re-scored in a span since a reader last took its change log
+/// ([`RankingEngine::take_span_changes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpanChanges {
+    /// The span was built since the last take (first read, a policy switch, rebuilt after eviction), so no
+    /// log covers the time in between: only the whole span describes it. Its log starts now.
+    Rebuilt,
+    /// Products re-scored since the last take, each once however many events touched it, in product id
+    /// order.
+    Rescored {
+        /// Per ranker, in [`RankerName::ALL`] order: products whose key moved, or that were listed or
+        /// unlisted.
+        rankings: [Vec<ProductId>; 3],
+        /// Products whose metrics or carry may have moved.
+        details: Vec<ProductId>,
+    },
+}
 
-/// A product's detail in a span while any ranker lists it (the rule the sorted sets follow), else `None`.
-fn published_detail(state: &SpanState, product: ProductIdx) -> Option<(Metrics, f64)> {
-    let metrics = state.metrics.get(&product).copied().unwrap_or_default();
-    let carry = state.carry.get(&product).copied().unwrap_or(0.0);
-    let listed = RankerName::ALL.iter().any(|ranker| {
-        let carry = if *ranker == RankerName::Popular {
-            carry
-        } else {
-            0.0
-        };
-        is_listed(*ranker, &metrics, carry)
-    });
-    listed.then_some((metrics, carry))
+impl SpanChanges {
+    /// Nothing was re-scored since the last take.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        match self {
+            SpanChanges::Rebuilt => false,
+            SpanChanges::Rescored { rankings, details } => {
+                details.is_empty() && rankings.iter().all(Vec::is_empty)
+            }
+        }
+    }
+}
+
+/// One cached span, read-only, as [`RankingEngine::take_span_changes`] hands it out with its changes.
+#[derive(Debug, Clone, Copy)]
+pub struct CachedSpan<'a> {
+    products: &'a ProductTable,
+    state: &'a SpanState,
+}
+
+impl<'a> CachedSpan<'a> {
+    /// Listed products of `ranker`.
+    #[must_use]
+    pub fn total(&self, ranker: RankerName) -> usize {
+        self.state.rankings[ranker.index()].len()
+    }
+
+    /// `product`'s ascending key ([`ascending_key`]) under `ranker`, `None` when it is not listed.
+    #[must_use]
+    pub fn key(&self, ranker: RankerName, product: &ProductId) -> Option<f64> {
+        self.state.rankings[ranker.index()].zscore(product.as_str().as_bytes())
+    }
+
+    /// `ranker`'s listed products in ranking order, with their ascending keys.
+    pub fn ranked(&self, ranker: RankerName) -> impl Iterator<Item = (&'a ProductId, f64)> + 'a {
+        let products = self.products;
+        self.state.rankings[ranker.index()]
+            .iter_from_rank(0)
+            .map(move |(member, key)| {
+                let member = std::str::from_utf8(member).expect("members are product ids");
+                (&products.ids[products.index[member] as usize], key)
+            })
+    }
+
+    /// `product`'s metrics over the span and its popular carry while any ranker lists it (the rule the
+    /// sorted sets follow), else `None`.
+    #[must_use]
+    pub fn detail(&self, product: &ProductId) -> Option<(Metrics, f64)> {
+        let idx = self.products.index.get(product.as_str())?;
+        let metrics = self.state.metrics.get(idx).copied().unwrap_or_default();
+        let carry = self.state.carry.get(idx).copied().unwrap_or(0.0);
+        let listed = RankerName::ALL.iter().any(|ranker| {
+            let carry = if *ranker == RankerName::Popular {
+                carry
+            } else {
+                0.0
+            };
+            is_listed(*ranker, &metrics, carry)
+        });
+        listed.then_some((metrics, carry))
+    }
 }
 
 /// Orders candidates by product id bytes inside `next_day_carry` while carrying the dense index.
@@ -1308,7 +1343,7 @@ impl RankingEngine {
             carry_stale: build.day.is_some()
                 && (build.carry_stale || build.scored_version != self.policy.version),
             last_used: Arc::new(AtomicU64::new(0)),
-            unpublished: None,
+            change_log: None,
         };
         self.spans.insert(key, state);
         self.spans_by_category
@@ -1572,125 +1607,44 @@ impl RankingEngine {
             .collect()
     }
 
-    /// What changed in each of `spans` since its last publication, for the serving store: builds or
-    /// flushes each span first, and marks what it returns as published.
+    /// Takes `span`'s change log for a reader that follows the span (the Redis publication): builds or
+    /// flushes the span first, so the log covers every applied batch, and starts a new log. `None` when the
+    /// engine has never seen `category`.
     ///
-    /// - A span published for the first time (or rebuilt since: new policy, evicted and rebuilt), and
-    ///   every span when `everything` is set, comes back whole with `replace` set.
-    /// - Otherwise only the products re-scored since the last publication come back, each with its current
-    ///   key per ranker (`None` once unlisted): coalesced, one entry per product however many events
-    ///   touched it. Unchanged spans are left out.
-    /// - With `depth = Some(k)` (Top-N-only serving) a changed span comes back as its top `k` per ranker,
-    ///   with `replace` set, so products that fall out of the top are dropped and the ones that enter are
-    ///   written even when they did not change themselves.
-    pub fn publish(
+    /// One reader per engine: a second one would take the other's changes.
+    pub fn take_span_changes(
         &mut self,
-        spans: &[(CategoryOrAll, Span)],
-        depth: Option<usize>,
-        everything: bool,
-    ) -> Vec<SpanPublication> {
-        let mut out = Vec::new();
-        for (category, span) in spans {
-            let Some(key) = self.span_key(&RankingQuery {
-                ranker: RankerName::Popular,
-                category: category.clone(),
-                span: *span,
-            }) else {
-                continue;
-            };
-            self.ensure_span(key);
-            let state = self.spans.get_mut(&key).expect("span just ensured");
-            let changed = state.unpublished.replace(Box::default());
-            if !everything && changed.as_ref().is_some_and(|c| c.is_empty()) {
-                continue;
-            }
-            let state = &self.spans[&key];
-            let (rankings, details) = match &changed {
-                Some(changed) if !everything && depth.is_none() => self.changes_of(state, changed),
-                _ => self.whole(state, depth),
-            };
-            out.push(SpanPublication {
-                category: category.clone(),
-                span: *span,
-                replace: everything || depth.is_some() || changed.is_none(),
-                existing: !everything && changed.is_some(),
-                rankings,
-                totals: [0, 1, 2].map(|r| state.rankings[r].len()),
-                details,
-            });
-        }
-        out
-    }
-
-    /// A span's top `depth` per ranker (all of it when `None`), with the details of every product shown.
-    fn whole(&self, state: &SpanState, depth: Option<usize>) -> (PublishedRankings, PublishedDetails) {
-        let rankings = [0, 1, 2].map(|r| {
-            state.rankings[r]
-                .iter_from_rank(0)
-                .take(depth.unwrap_or(usize::MAX))
-                .map(|(member, key)| (self.product_of(member), Some(key)))
-                .collect::<Vec<_>>()
-        });
-        let mut members: Vec<&ProductId> = rankings.iter().flatten().map(|(product, _)| product).collect();
-        members.sort_unstable();
-        members.dedup();
-        let details = members
-            .into_iter()
-            .map(|product| {
-                let idx = self.products.index[product.as_str()];
-                (product.clone(), published_detail(state, idx))
-            })
-            .collect();
-        (rankings, details)
-    }
-
-    /// The current keys and details of what `changed` names, in product id order.
-    fn changes_of(&self, state: &SpanState, changed: &Unpublished) -> (PublishedRankings, PublishedDetails) {
-        let by_id = |set: &HashSet<ProductIdx>| -> Vec<ProductIdx> {
-            let mut products: Vec<ProductIdx> = set.iter().copied().collect();
-            products
-                .sort_unstable_by(|a, b| self.products.ids[*a as usize].cmp(&self.products.ids[*b as usize]));
-            products
+        category: &CategoryOrAll,
+        span: Span,
+    ) -> Option<(SpanChanges, CachedSpan<'_>)> {
+        let key = SpanKey {
+            category: self.categories.lookup(category)?,
+            span,
         };
-        let rankings = [0, 1, 2].map(|r| {
-            by_id(&changed.rankings[r])
-                .into_iter()
-                .map(|p| {
-                    let product = &self.products.ids[p as usize];
-                    (
-                        product.clone(),
-                        state.rankings[r].zscore(product.as_str().as_bytes()),
-                    )
-                })
-                .collect::<Vec<_>>()
-        });
-        let details = by_id(&changed.details)
-            .into_iter()
-            .map(|p| (self.products.ids[p as usize].clone(), published_detail(state, p)))
-            .collect();
-        (rankings, details)
-    }
-
-    /// [`RankingEngine::publish`] a few spans at a time, holding the write lock for one slice only, so
-    /// the writer's applies interleave with a long publication instead of waiting for all of it. Spans
-    /// changed between slices stay marked and go out in the next round.
-    pub fn publish_sliced(
-        engine: &parking_lot::RwLock<RankingEngine>,
-        spans: &[(CategoryOrAll, Span)],
-        depth: Option<usize>,
-        everything: bool,
-    ) -> Vec<SpanPublication> {
-        /// Spans per lock hold: one category's hot spans.
-        const SLICE: usize = 8;
-        spans
-            .chunks(SLICE)
-            .flat_map(|slice| engine.write().publish(slice, depth, everything))
-            .collect()
-    }
-
-    fn product_of(&self, member: &[u8]) -> ProductId {
-        let member = std::str::from_utf8(member).expect("members are product ids");
-        self.products.ids[self.products.index[member] as usize].clone()
+        self.ensure_span(key);
+        let state = self.spans.get_mut(&key).expect("span just ensured");
+        let changes = match state.change_log.replace(Box::default()) {
+            None => SpanChanges::Rebuilt,
+            Some(log) => {
+                let by_id = |set: &HashSet<ProductIdx>| -> Vec<ProductId> {
+                    let mut products: Vec<&ProductId> =
+                        set.iter().map(|p| &self.products.ids[*p as usize]).collect();
+                    products.sort_unstable();
+                    products.into_iter().cloned().collect()
+                };
+                SpanChanges::Rescored {
+                    rankings: [0, 1, 2].map(|r| by_id(&log.rankings[r])),
+                    details: by_id(&log.details),
+                }
+            }
+        };
+        Some((
+            changes,
+            CachedSpan {
+                products: &self.products,
+                state: &self.spans[&key],
+            },
+        ))
     }
 
     /// Drops every cached span (they are rebuilt on demand); used by verification to bound memory.

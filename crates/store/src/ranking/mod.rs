@@ -6,14 +6,19 @@
 //! ranking from raw events alone, as the reference the incremental path is compared with.
 //!
 //! Two sources of truth implement one trait: [`sqlite`] (embedded, one process) and [`postgres`] (shared
-//! by several instances); [`packed`] is how one SQLite raw-log row holds many events. [`conformance`] is the one suite both must pass. [`redis_serving`] holds the hot
-//! rankings in Redis for every instance to read.
+//! by several instances); [`packed`] is how one SQLite raw-log row holds many events. `conformance` (test
+//! code, behind the `testsuite` feature) is the one suite both must pass.
+//!
+//! Serving from Redis: [`publication`] turns the engine's per-span change logs into the writes
+//! [`redis_serving`] applies, so Redis holds the hot rankings for every instance to read.
 
+#[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 pub mod engine;
 pub mod ingest;
 pub mod packed;
 pub mod postgres;
+pub mod publication;
 pub mod recompute;
 pub mod redis_serving;
 pub mod source;

@@ -51,7 +51,8 @@ use rankgate_core::metrics::Metrics;
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen, Zone};
 use rankgate_core::ranker::RankerName;
 
-use super::engine::{RankedItem, RankingEngine, SpanPublication};
+use super::engine::RankedItem;
+use super::publication::SpanPublication;
 use crate::queue::StoreError;
 pub use crate::redis_connection::Timeouts;
 use crate::redis_connection::{escape, Connection, Reply};
@@ -345,17 +346,6 @@ pub fn is_hot(span: &Span, now_hour: Hour, zone: &Zone) -> bool {
         Span::Period(key) => *key == PeriodKey::containing(key.kind(), now_hour, zone),
         Span::Window { end, .. } => *end == now_hour,
     }
-}
-
-/// What a publication round covers: every hot span of `all` and of every category `engine` knows.
-#[must_use]
-pub fn hot_requests(engine: &RankingEngine, now_hour: Hour, zone: &Zone) -> Vec<(CategoryOrAll, Span)> {
-    let spans = hot_spans(now_hour, zone);
-    engine
-        .categories()
-        .into_iter()
-        .flat_map(|category| spans.iter().map(move |span| (category.clone(), *span)))
-        .collect()
 }
 
 fn ranker_slot(ranker: RankerName) -> usize {

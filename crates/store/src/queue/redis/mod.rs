@@ -48,6 +48,7 @@
 //! | `P{rg:j:<jobs>}:{ready,processing,dead,records,payloads,reasons,meta}` | | one job queue |
 //! | `P{rg:rl:<key>}:{log,window,meta}` | | one rate-limit key; expires when idle |
 //! | `P{rg}:queues` | set | every queue name (for schedulers and the admin API) |
+//! | `P{rg}:active` | set | the busy queues (someone waits or holds a token): the ones schedulers visit |
 //! | `P{rg}:secret` | string | the shared token secret, only when the config does not give one |
 //!
 //! Job-queue names and limiter keys are free text, so `%`, `{` and `}` in them are percent-encoded: a brace

@@ -1,5 +1,8 @@
 //! Deterministic workload generators in the exact SPEC 1.1 event format.
 //!
+//! A crate of its own so that `rankgate demo` (in the server) and the benchmark tools (`rankgate-bench`)
+//! share one generator, while the production binary depends on no benchmark code.
+//!
 //! - [`seed_lesson`]: the seed lesson's demo (SPEC Part 4). 200,000 sales over 14 days across 50
 //!   categories (`cat0`..`cat49`) and 20,000 products (`p0`..`p19999`) with Zipf-like popularity, so `p0`
 //!   sells most. 40% of sales fall in the hot category `cat0` and 20% of sales list two categories. Views

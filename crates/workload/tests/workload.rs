@@ -2,8 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rankgate_bench::coalesce::{self, KeyScope};
-use rankgate_bench::workload::{
+use rankgate_workload::{
     flash_sale, queue_surge, sales_shares, seed_lesson, seed_lesson_catalog, write_ndjson, Counts, Event,
     EventType, FlashSaleConfig, SeedLessonConfig, DAY_MS, HOUR_MS, MAX_DISORDER_MS,
 };
@@ -268,16 +267,4 @@ fn events_span_the_whole_range() {
     assert!(min < config.start_millis() + HOUR_MS * 2);
     assert!(max > config.end_millis - HOUR_MS * 2);
     assert_eq!(config.end_millis - config.start_millis(), 14 * DAY_MS);
-}
-
-#[test]
-fn flash_sale_coalescing_matches_the_seed() {
-    let events = flash_sale(&FlashSaleConfig::default());
-    assert_eq!(events.len(), 100_000);
-    let counts = coalesce::compare(&events, &[1_000, 10_000], KeyScope::Categories);
-    let writes: Vec<u64> = counts.iter().map(|c| c.zset_writes).collect();
-    assert_eq!(writes, [100_000, 2_000, 200]);
-    assert_eq!(counts[2].reduction, 500.0);
-    let with_all = coalesce::compare(&events, &[1_000], KeyScope::CategoriesAndAll);
-    assert_eq!(with_all[1].zset_writes, 4_000);
 }
