@@ -7,7 +7,8 @@
 //!
 //! Two sources of truth implement one trait: [`sqlite`] (embedded, one process) and [`postgres`] (shared
 //! by several instances); [`packed`] is how one SQLite raw-log row holds many events. [`conformance`] is the one suite both must pass. [`redis_serving`] holds the hot
-//! rankings in Redis for every instance to read.
+//! rankings in Redis for every instance to read; [`serving_store::ServingStore`] is the read both it and
+//! the engine answer.
 
 pub mod conformance;
 pub mod engine;
@@ -16,5 +17,6 @@ pub mod packed;
 pub mod postgres;
 pub mod recompute;
 pub mod redis_serving;
+pub mod serving_store;
 pub mod source;
 pub mod sqlite;
