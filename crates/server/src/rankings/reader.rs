@@ -112,7 +112,7 @@ pub struct RankingsReader {
     max_redis_lag_millis: i64,
     responses: ResponseCache,
     /// Formatted `at` of recently read spans and the latest formatted `asOf`: formatting them (zone
-    /// arithmetic, RFC 3339) cost about a tenth of a warm rank read, and both change rarely.
+    /// arithmetic, RFC 3339) took about 7% of a warm rank read's instructions, and both change rarely.
     echoes: EchoMemo,
 }
 
