@@ -20,6 +20,7 @@ use rankgate_store::clock::{Clock, SystemClock};
 use crate::auth::{require_admin, require_ingest};
 use crate::config::Config;
 use crate::edge::{self, HttpLimits};
+use crate::rankings::reader::RankingsReader;
 use crate::rankings::serving::{self, Serving};
 use crate::rankings::{lock_data_dir, RankingService};
 use crate::route_table::{self, Endpoint};
@@ -34,6 +35,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// The rankings service.
     pub rankings: Arc<RankingService>,
+    /// Answers ranking reads (routing, fallback, staleness, response cache).
+    pub reader: Arc<RankingsReader>,
     /// The waiting room.
     pub waiting_room: Arc<WaitingRoom>,
     /// Server clock (a manual one in tests).
@@ -208,9 +211,16 @@ impl Application {
                 config.listen
             )
         })?;
+        let reader = Arc::new(RankingsReader::new(
+            rankings.clone(),
+            clock.clone(),
+            config.zone.clone(),
+            config.freshness_millis,
+        ));
         let state = AppState {
             config: Arc::new(config),
             rankings,
+            reader,
             waiting_room,
             clock,
             prometheus: prometheus_handle(),

@@ -11,7 +11,11 @@
 //! every instance builds a version being built and tries to complete it (the first finisher switches
 //! the shared state, the others find it active), and builds the active version when its engine serves
 //! another (a rollback, or a switch it missed). Builds run off to the side; installs are atomic.
+//!
+//! Ranking reads over HTTP go through [`reader::RankingsReader`], which owns routing, fallback, staleness,
+//! the response cache and the reported policy version.
 
+pub mod reader;
 pub mod serving;
 pub mod writer;
 
@@ -32,6 +36,7 @@ use rankgate_store::ranking::engine::{
 };
 use rankgate_store::ranking::ingest::{EventOutcome, IngestConfig, Ingestor};
 use rankgate_store::ranking::postgres::PostgresSource;
+use rankgate_store::ranking::serving_store::{EngineRead, EngineServing};
 use rankgate_store::ranking::source::{SourceError, SourceOfTruth};
 use rankgate_store::ranking::sqlite::SqliteSource;
 
@@ -62,49 +67,10 @@ pub struct RankingService {
     switch_lock: tokio::sync::Mutex<()>,
     /// Wakes [`RankingService::run_policy_driver`] when the shared policy state changed.
     policy_changed: tokio::sync::Notify,
-    /// Serialized read responses, valid while the engine and catalogue generations are unchanged.
-    responses: ResponseCache,
     /// Bumped on every catalogue change (responses embed catalogue data).
     catalog_generation: std::sync::atomic::AtomicU64,
     /// Redis serving (`--redis`), attached after opening.
     serving: std::sync::OnceLock<Arc<serving::Serving>>,
-}
-
-/// Bytes of cached responses kept per shard before that shard starts over (16 shards: 64 MiB in all).
-const RESPONSE_CACHE_SHARD_BYTES: usize = 4 << 20;
-/// Shards of the response cache, so concurrent misses don't all queue on one write lock.
-const RESPONSE_CACHE_SHARDS: usize = 16;
-
-/// One shard: responses by key, and the bytes they hold.
-#[derive(Default)]
-struct CacheShard {
-    entries: HashMap<String, (u64, u64, bytes::Bytes)>,
-    bytes: usize,
-}
-
-/// Pre-serialized answers keyed by the fully resolved request (never the raw query string: the default
-/// `at` moves with the clock), bounded by bytes so deep pages and rank lookups of every product fit
-/// without letting the cache grow without limit.
-pub struct ResponseCache {
-    shards: Vec<RwLock<CacheShard>>,
-}
-
-impl Default for ResponseCache {
-    fn default() -> Self {
-        ResponseCache {
-            shards: (0..RESPONSE_CACHE_SHARDS).map(|_| RwLock::default()).collect(),
-        }
-    }
-}
-
-impl ResponseCache {
-    fn shard(&self, key: &str) -> &RwLock<CacheShard> {
-        use std::hash::BuildHasher;
-        static STATE: std::sync::OnceLock<std::collections::hash_map::RandomState> =
-            std::sync::OnceLock::new();
-        let hash = STATE.get_or_init(Default::default).hash_one(key);
-        &self.shards[hash as usize % RESPONSE_CACHE_SHARDS]
-    }
 }
 
 /// Per-batch counts, as `POST /v1/events` reports them.
@@ -164,7 +130,6 @@ impl RankingService {
             catalog: RwLock::new(catalog),
             switch_lock: tokio::sync::Mutex::new(()),
             policy_changed: tokio::sync::Notify::new(),
-            responses: ResponseCache::default(),
             catalog_generation: std::sync::atomic::AtomicU64::new(0),
             serving: std::sync::OnceLock::new(),
         };
@@ -205,65 +170,25 @@ impl RankingService {
         Ok(outcomes)
     }
 
-    /// A page of a ranking. Clean spans are answered under the shared lock; a cold span is built in
-    /// short lock holds ([`RankingEngine::build_span_in_steps`]) so ingest goes on meanwhile. Blocking:
-    /// call it off the async runtime.
+    /// A page of a ranking, building its span first when needed (in short lock holds, so ingest goes on
+    /// meanwhile). Blocking: call it off the async runtime. Reads over HTTP go through
+    /// [`reader::RankingsReader`].
     pub fn top(&self, query: &RankingQuery, offset: usize, limit: usize) -> TopPage {
-        if let Some(page) = self.engine.read().top_cached(query, offset, limit) {
-            return page;
-        }
-        RankingEngine::build_span_in_steps(&self.engine, query);
-        self.engine.write().top(query, offset, limit)
+        EngineServing::new(self.engine.clone())
+            .top_with(query, offset, limit, EngineRead::BuildIfNeeded)
+            .expect("a read allowed to build answers")
     }
 
-    /// A page of a span that is cached and clean, under the shared lock only; `None` when answering needs a
-    /// flush or a build ([`RankingService::top`], off the async runtime).
-    pub fn top_if_cached(&self, query: &RankingQuery, offset: usize, limit: usize) -> Option<TopPage> {
-        self.engine.read().top_cached(query, offset, limit)
-    }
-
-    /// A product's rank in a span that is cached and clean; see [`RankingService::top_if_cached`].
-    pub fn rank_if_cached(&self, query: &RankingQuery, product: &ProductId) -> Option<RankAnswer> {
-        self.engine.read().rank_cached(query, product)
-    }
-
-    /// A product's rank; see [`RankingService::top`]. Blocking: call it off the async runtime.
+    /// A product's rank; see [`RankingService::top`].
     pub fn rank(&self, query: &RankingQuery, product: &ProductId) -> RankAnswer {
-        if let Some(answer) = self.engine.read().rank_cached(query, product) {
-            return answer;
-        }
-        RankingEngine::build_span_in_steps(&self.engine, query);
-        self.engine.write().rank(query, product)
-    }
-
-    /// The generations a cached response made from the engine must match: (engine, catalogue).
-    pub fn generations(&self) -> (u64, u64) {
-        (self.engine.read().generation(), self.catalog_generation())
+        EngineServing::new(self.engine.clone())
+            .rank_with(query, product, EngineRead::BuildIfNeeded)
+            .expect("a read allowed to build answers")
     }
 
     /// Bumped on every catalogue change.
     pub fn catalog_generation(&self) -> u64 {
         self.catalog_generation.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// A cached response for `key`, if it was made at `generations`.
-    pub fn cached_response(&self, key: &str, generations: (u64, u64)) -> Option<bytes::Bytes> {
-        let shard = self.responses.shard(key).read();
-        let (engine, catalog, body) = shard.entries.get(key)?;
-        ((*engine, *catalog) == generations).then(|| body.clone())
-    }
-
-    /// Remembers a response made at `generations`.
-    pub fn cache_response(&self, key: String, generations: (u64, u64), body: bytes::Bytes) {
-        let mut shard = self.responses.shard(&key).write();
-        if shard.bytes + body.len() + key.len() > RESPONSE_CACHE_SHARD_BYTES {
-            shard.entries.clear();
-            shard.bytes = 0;
-        }
-        shard.bytes += body.len() + key.len();
-        if let Some((_, _, old)) = shard.entries.insert(key, (generations.0, generations.1, body)) {
-            shard.bytes -= old.len();
-        }
     }
 
     /// Catalogue data of a product, if loaded.

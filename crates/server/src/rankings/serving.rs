@@ -1,5 +1,5 @@
-//! Serving rankings from Redis (`--redis`): the publisher that keeps Redis current, and the routing that
-//! decides where a read is answered.
+//! Serving rankings from Redis (`--redis`): the publisher that keeps Redis current, and what this instance
+//! knows of the active-version pointer (by which the reader routes reads).
 //!
 //! # Publisher (one instance at a time)
 //! Every instance runs [`run_until_stopped`]. Each tick (freshness / 4) it tries to take or renew the
@@ -21,9 +21,10 @@
 //! built from the source of truth ("computed on first read, cached after").
 //!
 //! # Reads
-//! [`Serving::route`] sends a read of a hot span to Redis while the pointer is healthy. If Redis cannot
-//! be reached or holds no pointer, reads are answered from the in-process engine with `stale: true`
-//! until the publisher has rebuilt Redis; ingest never waits for Redis.
+//! [`Serving::pointer`] is what this instance knows of the pointer; the
+//! [`RankingsReader`](super::reader::RankingsReader) routes each read by it. If Redis cannot be reached
+//! or holds no pointer, reads are answered from the in-process engine with `stale: true` until the
+//! publisher has rebuilt Redis; ingest never waits for Redis.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,31 +36,24 @@ use tokio_util::sync::CancellationToken;
 
 use rankgate_core::ids::CategoryOrAll;
 use rankgate_core::period::{Hour, Span, Zone};
-use rankgate_core::ranker::RankerName;
 use rankgate_store::clock::Clock;
 use rankgate_store::ranking::publication::{self, PublicationScope};
 use rankgate_store::ranking::redis_serving::{
-    is_hot, span_field, Active, Published, RedisServing, ServingOptions, Stamped,
+    span_field, Active, Published, RedisServing, ServingOptions, Stamped,
 };
 
 use super::RankingService;
 use crate::config::Config;
 
-/// Where a read is answered.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Route {
-    /// The in-process engine; `stale` when Redis should have answered but cannot.
-    Engine {
-        /// Mark the answer `stale: true`.
-        stale: bool,
-    },
-    /// Redis, at this pointer; `stamp` changes whenever the served data may have.
-    Redis {
-        /// The pointer the read uses.
-        active: Active,
-        /// Local counter for response caching.
-        stamp: u64,
-    },
+/// What this instance knows of the shared pointer, as a read sees it.
+#[derive(Debug, Clone)]
+pub struct PointerView {
+    /// The pointer as last polled; `None` when Redis holds none (nothing published yet, or lost).
+    pub active: Option<Active>,
+    /// A read or a poll failed to reach Redis since the last successful poll.
+    pub unreachable: bool,
+    /// Changes whenever the served data may have, so answers cached under an older one are not served.
+    pub stamp: u64,
 }
 
 /// What this instance knows of the shared pointer.
@@ -75,8 +69,6 @@ pub struct Serving {
     owner: String,
     depth: Option<usize>,
     zone: Zone,
-    /// How far Redis's data may trail this instance's newest ingest before reads stop trusting it.
-    max_lag_millis: i64,
     view: RwLock<View>,
     /// Bumped whenever the view changes, so cached responses made under an older pointer are never served.
     stamp: AtomicU64,
@@ -90,15 +82,6 @@ impl std::fmt::Debug for Serving {
             .field("store", &self.store)
             .field("depth", &self.depth)
             .finish_non_exhaustive()
-    }
-}
-
-/// Whether served data as of `served` trails the newest ingest `newest` by more than `limit` ms.
-fn lags(served: Option<i64>, newest: Option<i64>, limit: i64) -> bool {
-    match (served, newest) {
-        (_, None) => false,
-        (None, Some(_)) => true,
-        (Some(served), Some(newest)) => newest - served > limit,
     }
 }
 
@@ -124,8 +107,6 @@ impl Serving {
             owner,
             depth: config.serving_depth,
             zone: config.zone.clone(),
-            // Twice the freshness bound: a normal publication round never trails by that much.
-            max_lag_millis: 2 * config.freshness_millis as i64,
             view: RwLock::default(),
             stamp: AtomicU64::new(1),
             unreachable: AtomicBool::new(false),
@@ -142,27 +123,13 @@ impl Serving {
         self.depth
     }
 
-    /// Where a read of `span` goes, given the clock's current hour.
-    ///
-    /// `engine_as_of` is this instance's newest ingest: when Redis's data is older than that by more than
-    /// [`Serving::max_lag_millis`] (its publisher died and the lease has not moved yet, or a rebuild is
-    /// under way), Redis no longer meets the freshness bound and the engine answers, marked stale.
-    pub fn route(&self, span: &Span, now_hour: Hour, engine_as_of: Option<i64>) -> Route {
-        // Spans Redis does not hold are the engine's to answer, fresh, whatever Redis's state.
-        if !is_hot(span, now_hour, &self.zone) {
-            return Route::Engine { stale: false };
-        }
-        let view = self.view.read();
-        match &view.active {
-            _ if self.unreachable.load(Ordering::Acquire) => Route::Engine { stale: true },
-            None => Route::Engine { stale: true },
-            Some(active) if lags(active.as_of_millis, engine_as_of, self.max_lag_millis) => {
-                Route::Engine { stale: true }
-            }
-            Some(active) => Route::Redis {
-                active: active.clone(),
-                stamp: self.stamp.load(Ordering::Acquire),
-            },
+    /// What this instance knows of the shared pointer now, for routing a read
+    /// ([`RankingsReader`](super::reader::RankingsReader) decides).
+    pub fn pointer(&self) -> PointerView {
+        PointerView {
+            active: self.view.read().active.clone(),
+            unreachable: self.unreachable.load(Ordering::Acquire),
+            stamp: self.stamp.load(Ordering::Acquire),
         }
     }
 
@@ -522,39 +489,5 @@ pub async fn rebuild_now(
             "the publishing instance did not rebuild within 10 minutes; check its log"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The policy version a served answer reports for `ranker`.
-pub fn served_policy_version(active: &Active, ranker: RankerName) -> u32 {
-    match ranker {
-        RankerName::Popular => active.popular_version,
-        RankerName::Units | RankerName::Revenue => 1,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redis_data_lags_only_beyond_the_limit() {
-        assert!(
-            !lags(Some(1_000), None, 2_000),
-            "nothing ingested here: nothing to trail"
-        );
-        assert!(!lags(Some(1_000), Some(3_000), 2_000), "within the limit");
-        assert!(
-            lags(Some(1_000), Some(3_001), 2_000),
-            "a publisher that stopped publishing"
-        );
-        assert!(
-            lags(None, Some(1), 2_000),
-            "a pointer with no data behind ingested data"
-        );
-        assert!(
-            !lags(Some(5_000), Some(4_000), 2_000),
-            "redis ahead (another instance ingested)"
-        );
     }
 }

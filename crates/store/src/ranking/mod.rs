@@ -11,6 +11,7 @@
 //!
 //! Serving from Redis: [`publication`] turns the engine's per-span change logs into the writes
 //! [`redis_serving`] applies, so Redis holds the hot rankings for every instance to read.
+//! [`serving_store::ServingStore`] is the read both Redis and the engine answer.
 
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
@@ -21,5 +22,6 @@ pub mod postgres;
 pub mod publication;
 pub mod recompute;
 pub mod redis_serving;
+pub mod serving_store;
 pub mod source;
 pub mod sqlite;

@@ -57,6 +57,46 @@ use crate::queue::StoreError;
 pub use crate::redis_connection::Timeouts;
 use crate::redis_connection::{escape, Connection, Reply};
 
+/// What went wrong talking to the Redis serving store. Every message says what failed and what to do
+/// next; none carries a credential (connection errors are scrubbed where they are made, see
+/// [`crate::redact`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ServingError {
+    /// Redis could not be reached, timed out, or refused the command.
+    #[error(
+        "redis serving store unreachable ({0}); hot rankings are answered from each instance's engine, \
+         marked stale, until it answers again: check that Redis is running and that --redis points at it"
+    )]
+    Unreachable(String),
+    /// Redis holds serving data this version cannot read.
+    #[error(
+        "redis serving data is not what this version reads ({0}); run `rankgate rebuild` to republish the \
+         rankings from the source of truth"
+    )]
+    Corrupt(String),
+    /// The configured key prefix has a brace, which would move the keys' hash tag.
+    #[error(
+        "redis_prefix {prefix:?} must not contain '{{' or '}}' (they would move the keys' hash tag): \
+         choose a prefix without braces"
+    )]
+    PrefixHasBraces {
+        /// The prefix as configured.
+        prefix: String,
+    },
+}
+
+/// The shared Redis connection reports the queue store's error type; here it means the serving store.
+impl From<StoreError> for ServingError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(message) => ServingError::Unreachable(message),
+            StoreError::Corrupt(message) => ServingError::Corrupt(message),
+            // Only the queue's own scripts answer this; a serving call never does.
+            other @ StoreError::TooManyQueues { .. } => ServingError::Corrupt(other.to_string()),
+        }
+    }
+}
+
 /// Options of the serving store.
 #[derive(Debug, Clone)]
 pub struct ServingOptions {
@@ -98,6 +138,18 @@ pub struct Active {
     pub depth: Option<usize>,
     /// An operator asked for a rebuild (`rankgate rebuild`); the publisher clears it when it switches.
     pub rebuild_requested: bool,
+}
+
+impl Active {
+    /// The policy version answers read at this pointer report for `ranker`: the published `popular`
+    /// version, and 1 for the rankers that have no versions.
+    #[must_use]
+    pub fn policy_version(&self, ranker: RankerName) -> u32 {
+        match ranker {
+            RankerName::Popular => self.popular_version,
+            RankerName::Units | RankerName::Revenue => 1,
+        }
+    }
 }
 
 /// Result of [`RedisServing::publish`].
@@ -363,12 +415,12 @@ fn detail_value(metrics: &Metrics, carry: f64) -> String {
 }
 
 /// Parses a detail value; empty (not held) is zero metrics and no carry.
-fn parse_detail(raw: &str) -> Result<(Metrics, f64), StoreError> {
+fn parse_detail(raw: &str) -> Result<(Metrics, f64), ServingError> {
     if raw.is_empty() {
         return Ok((Metrics::default(), 0.0));
     }
     let corrupt = || {
-        StoreError::Corrupt(format!(
+        ServingError::Corrupt(format!(
             "serving detail {raw:?} is not 'views likes units sales carry'"
         ))
     };
@@ -384,20 +436,22 @@ fn parse_detail(raw: &str) -> Result<(Metrics, f64), StoreError> {
     Ok((metrics, carry))
 }
 
-fn parse_number<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, StoreError> {
+fn parse_number<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, ServingError> {
     raw.parse()
-        .map_err(|_| StoreError::Corrupt(format!("serving {what} {raw:?} is not a number")))
+        .map_err(|_| ServingError::Corrupt(format!("serving {what} {raw:?} is not a number")))
 }
 
 impl RedisServing {
     /// Connects: one URL is a standalone server (or a cluster's seed, if it says it runs in cluster mode),
     /// several URLs are the nodes of a cluster.
-    pub async fn connect(urls: &[String], options: ServingOptions) -> Result<Arc<RedisServing>, StoreError> {
+    pub async fn connect(
+        urls: &[String],
+        options: ServingOptions,
+    ) -> Result<Arc<RedisServing>, ServingError> {
         if options.prefix.contains(['{', '}']) {
-            return Err(StoreError::Unavailable(format!(
-                "redis key prefix {:?} must not contain braces (they would move the hash tag)",
-                options.prefix
-            )));
+            return Err(ServingError::PrefixHasBraces {
+                prefix: options.prefix,
+            });
         }
         let (connection, cluster) = Connection::open(urls, options.timeouts).await?;
         let script = |body: &str| Script::new(body);
@@ -469,7 +523,7 @@ impl RedisServing {
     }
 
     /// Takes or renews the publisher lease for `owner`. True while `owner` holds it.
-    pub async fn hold_lease(&self, owner: &str, ttl_millis: u64) -> Result<bool, StoreError> {
+    pub async fn hold_lease(&self, owner: &str, ttl_millis: u64) -> Result<bool, ServingError> {
         let lease = self.global_key("lease");
         let held: i64 = self
             .connection
@@ -479,7 +533,7 @@ impl RedisServing {
     }
 
     /// Gives the lease up if `owner` holds it (clean shutdown), so another instance takes over at once.
-    pub async fn release_lease(&self, owner: &str) -> Result<(), StoreError> {
+    pub async fn release_lease(&self, owner: &str) -> Result<(), ServingError> {
         // Expiring it now is enough; a renewal by `owner` afterwards is harmless.
         if self.hold_lease(owner, 1).await? {
             tracing::debug!("publisher lease released");
@@ -488,7 +542,7 @@ impl RedisServing {
     }
 
     /// Hands out a fresh generation number.
-    pub async fn new_generation(&self) -> Result<u64, StoreError> {
+    pub async fn new_generation(&self) -> Result<u64, ServingError> {
         let key = self.global_key("generation");
         let generation: u64 = self.connection.query(redis::cmd("INCR").arg(&key)).await?;
         // Kept far longer than any span, so numbers are not reused while their keys may live.
@@ -500,7 +554,7 @@ impl RedisServing {
     }
 
     /// The active-version pointer, `None` when there is none (nothing published yet, or lost).
-    pub async fn active(&self) -> Result<Option<Active>, StoreError> {
+    pub async fn active(&self) -> Result<Option<Active>, ServingError> {
         let fields: HashMap<String, String> = self
             .connection
             .query(redis::cmd("HGETALL").arg(self.global_key("active")))
@@ -523,7 +577,7 @@ impl RedisServing {
     }
 
     /// Asks the publisher (whichever instance holds the lease) to rebuild into a fresh generation.
-    pub async fn request_rebuild(&self) -> Result<(), StoreError> {
+    pub async fn request_rebuild(&self) -> Result<(), ServingError> {
         let _: i64 = self
             .connection
             .query(
@@ -537,7 +591,7 @@ impl RedisServing {
     }
 
     /// Moves the pointer to `active.generation` (`switch`), or records newer data in the current one.
-    pub async fn stamp(&self, owner: &str, active: &Active, switch: bool) -> Result<Stamped, StoreError> {
+    pub async fn stamp(&self, owner: &str, active: &Active, switch: bool) -> Result<Stamped, ServingError> {
         let ttl_millis = 2 * self.options.grace_millis.max(60_000);
         let seq: i64 = self
             .connection
@@ -574,7 +628,7 @@ impl RedisServing {
         publications: &[SpanPublication],
         zone: &Zone,
         now_millis: i64,
-    ) -> Result<Published, StoreError> {
+    ) -> Result<Published, ServingError> {
         let chunk = self.options.max_writes_per_call.max(4);
         let mut by_category: Vec<(&CategoryOrAll, Vec<&SpanPublication>)> = Vec::new();
         for publication in publications {
@@ -610,7 +664,7 @@ impl RedisServing {
                         .await?
                     {
                         Some(n) => writes += n,
-                        None => return Ok::<_, StoreError>((writes, made, true)),
+                        None => return Ok::<_, ServingError>((writes, made, true)),
                     }
                     let carried: usize = call.iter().map(Piece::writes).sum();
                     self.largest_call.fetch_max(carried as u64, Ordering::Relaxed);
@@ -653,7 +707,7 @@ impl RedisServing {
         pieces: &[Piece<'_>],
         zone: &Zone,
         now_millis: i64,
-    ) -> Result<Option<u64>, StoreError> {
+    ) -> Result<Option<u64>, ServingError> {
         let mut invocation = self.scripts.publish.prepare_invoke();
         invocation.key(self.totals_key(category, generation));
         invocation.arg(pieces.len());
@@ -715,7 +769,7 @@ impl RedisServing {
         &self,
         category: &CategoryOrAll,
         generation: u64,
-    ) -> Result<HashMap<String, [usize; 3]>, StoreError> {
+    ) -> Result<HashMap<String, [usize; 3]>, ServingError> {
         let raw: HashMap<String, String> = self
             .connection
             .query(redis::cmd("HGETALL").arg(self.totals_key(category, generation)))
@@ -726,7 +780,7 @@ impl RedisServing {
                 let mut next = || {
                     parts
                         .next()
-                        .unwrap_or_else(|| Err(StoreError::Corrupt(format!("totals {value:?}"))))
+                        .unwrap_or_else(|| Err(ServingError::Corrupt(format!("totals {value:?}"))))
                 };
                 Ok((field.clone(), [next()?, next()?, next()?]))
             })
@@ -734,7 +788,7 @@ impl RedisServing {
     }
 
     /// Lets every key of `generation` in `categories` expire after the grace period (a replaced version).
-    pub async fn retire(&self, generation: u64, categories: &[CategoryOrAll]) -> Result<(), StoreError> {
+    pub async fn retire(&self, generation: u64, categories: &[CategoryOrAll]) -> Result<(), ServingError> {
         let grace = self.options.grace_millis.max(1);
         for category in categories {
             let totals = self.totals_key(category, generation);
@@ -787,7 +841,7 @@ impl RedisServing {
         span: &Span,
         offset: usize,
         limit: usize,
-    ) -> Result<Option<ServedPage>, StoreError> {
+    ) -> Result<Option<ServedPage>, ServingError> {
         let last = offset.saturating_add(limit).saturating_sub(1);
         let mut call = self.read_call(&self.scripts.top, generation, ranker, category, span);
         call.arg(offset).arg(last).arg(ranker_slot(ranker) + 1);
@@ -807,7 +861,7 @@ impl RedisServing {
             items.push(RankedItem {
                 rank: offset + items.len() + 1,
                 product: ProductId::parse(&member)
-                    .map_err(|e| StoreError::Corrupt(format!("served member {member:?}: {e}")))?,
+                    .map_err(|e| ServingError::Corrupt(format!("served member {member:?}: {e}")))?,
                 score: -key + 0.0,
                 metrics,
                 carry: if ranker == RankerName::Popular { carry } else { 0.0 },
@@ -824,7 +878,7 @@ impl RedisServing {
         category: &CategoryOrAll,
         span: &Span,
         product: &ProductId,
-    ) -> Result<Option<ServedRank>, StoreError> {
+    ) -> Result<Option<ServedRank>, ServingError> {
         let mut call = self.read_call(&self.scripts.rank, generation, ranker, category, span);
         call.arg(product.as_str()).arg(ranker_slot(ranker) + 1);
         let reply: redis::Value = self.connection.invoke(&call).await?;
@@ -847,10 +901,11 @@ impl RedisServing {
 
     /// Deletes every serving key under this prefix on a standalone server (tests, and the "Redis was
     /// flushed" drill). Answers an error on a cluster.
-    pub async fn purge(&self) -> Result<u64, StoreError> {
+    pub async fn purge(&self) -> Result<u64, ServingError> {
         self.connection
             .purge_matching(&format!("{}{{rk*", self.options.prefix))
             .await
+            .map_err(ServingError::from)
     }
 }
 

@@ -1,0 +1,712 @@
+//! The one owner of a ranking read (`GET …/top`, `GET …/rank`): everything between a parsed request and
+//! the bytes of its answer is decided here, once.
+//!
+//! ```text
+//! TopRequest / RankRequest
+//!   → route: a hot span while Redis's pointer is healthy and current → Redis (at the pointer's
+//!            generation); a hot span while Redis is unreachable, pointerless or lagging → engine, stale;
+//!            any other span → engine, fresh
+//!   → response cache (keyed by source + resolved request, valid under the stamps the answer was made at)
+//!   → ServingStore read: Redis declines (not published there, past the Top-N depth K) → engine, fresh;
+//!                        Redis fails → engine, stale, and Redis is marked unreachable until the next poll
+//!   → typed response (camelCase, `asOf`, `stale`, `policyVersion`) serialized once
+//! ```
+//!
+//! **Versions never mix.** An answer's `total`, `asOf` and `policyVersion` all come from the store that
+//! answered, as [`ServingStore`] returns them: the engine's policy for engine answers, the pointer's
+//! `popular` version for Redis answers.
+//!
+//! **Warm reads stay on the async worker.** The engine store answers a warm, clean span inline and moves
+//! anything that needs a flush or a build to the blocking pool ([`EngineRead`]).
+//!
+//! **What is cached.** Top pages always (serializing 20–50 items costs more than a lookup). Rank answers
+//! only when they came from Redis (a round trip saved) or from the blocking pool: a rank read of a warm span
+//! costs less to compute than to cache, and random-product rank reads would fill the cache with entries
+//! that are seldom asked again.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+use serde::Serialize;
+
+use rankgate_core::ids::{CategoryOrAll, ProductId};
+use rankgate_core::metrics::Metrics;
+use rankgate_core::period::{format_hour_key, Hour, Span, Zone};
+use rankgate_core::ranker::RankerName;
+use rankgate_store::clock::Clock;
+use rankgate_store::ranking::engine::{RankAnswer, RankedItem, RankingQuery, TopPage};
+use rankgate_store::ranking::redis_serving::{is_hot, Active, ServingError};
+use rankgate_store::ranking::serving_store::{EngineRead, EngineReadError, EngineServing, ServingStore};
+
+use super::serving::Serving;
+use super::RankingService;
+
+/// `GET /v1/categories/{category}/top`, parsed.
+#[derive(Debug, Clone)]
+pub struct TopRequest {
+    /// Ranker, category and span.
+    pub query: RankingQuery,
+    /// Items skipped.
+    pub offset: usize,
+    /// Items asked for.
+    pub limit: usize,
+}
+
+/// `GET /v1/products/{productId}/rank`, parsed.
+#[derive(Debug, Clone)]
+pub struct RankRequest {
+    /// Ranker, category and span.
+    pub query: RankingQuery,
+    /// The product asked about.
+    pub product: ProductId,
+}
+
+/// A read that could not be answered at all (Redis failing is not one: the engine answers, stale).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The engine's computation did not finish.
+    #[error(transparent)]
+    Engine(#[from] EngineReadError),
+}
+
+/// Whether an answer is what the configured serving store holds now, or a stand-in for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Freshness {
+    /// From the store that serves this span (`stale: false`).
+    Fresh,
+    /// From the engine in place of a Redis that cannot answer (`stale: true`, with the engine's `asOf`).
+    Stale,
+}
+
+/// Where a read is answered.
+#[derive(Debug, Clone, PartialEq)]
+enum Route {
+    /// The in-process engine.
+    Engine(Freshness),
+    /// Redis, at this pointer; `stamp` changes whenever the served data may have.
+    Redis { active: Active, stamp: u64 },
+}
+
+/// Why Redis did not answer a read routed to it.
+#[derive(Debug)]
+enum RedisDeclined {
+    /// The pointer's generation does not hold this ranking (a span not yet published).
+    NotServed,
+    /// Top-N-only serving: the page or the product lies past the depth K.
+    PastDepth,
+    /// Redis could not be read.
+    Failed(ServingError),
+}
+
+/// The reader. One per process, shared by every handler.
+pub struct RankingsReader {
+    rankings: Arc<RankingService>,
+    engine: EngineServing,
+    clock: Arc<dyn Clock>,
+    zone: Zone,
+    /// How far Redis's data may trail this instance's newest ingest before reads stop trusting it:
+    /// twice the freshness bound, which a normal publication round never trails by.
+    max_redis_lag_millis: i64,
+    responses: ResponseCache,
+    /// Formatted `at` of recently read spans and the latest formatted `asOf`: formatting them (zone
+    /// arithmetic, RFC 3339) took about 7% of a warm rank read's instructions, and both change rarely.
+    echoes: EchoMemo,
+}
+
+impl RankingsReader {
+    /// A reader over `rankings` (its engine, its Redis serving if attached, its catalogue).
+    pub fn new(
+        rankings: Arc<RankingService>,
+        clock: Arc<dyn Clock>,
+        zone: Zone,
+        freshness_millis: u64,
+    ) -> Self {
+        RankingsReader {
+            engine: EngineServing::new(rankings.engine().clone()),
+            rankings,
+            clock,
+            zone,
+            max_redis_lag_millis: 2 * freshness_millis as i64,
+            responses: ResponseCache::default(),
+            echoes: EchoMemo::default(),
+        }
+    }
+
+    /// The JSON body of a top page.
+    pub async fn top(&self, request: &TopRequest) -> Result<Bytes, ReadError> {
+        let freshness = match self.route(&request.query.span) {
+            Route::Redis { active, stamp } => match self.top_from_redis(request, &active, stamp).await {
+                Ok(body) => return Ok(body),
+                Err(declined) => self.freshness_after(declined),
+            },
+            Route::Engine(freshness) => freshness,
+        };
+        let key = ResponseKey::top(Source::engine(freshness), request);
+        let stamps = self.engine_stamps();
+        if let Some(body) = self.responses.get(&key, stamps) {
+            return Ok(body);
+        }
+        let page = self
+            .engine
+            .top_page(&request.query, request.offset, request.limit)
+            .await?
+            .expect("the engine serves every ranking");
+        let body = self.top_body(request, page, freshness);
+        self.responses.insert(key, stamps, body.clone());
+        Ok(body)
+    }
+
+    /// The JSON body of a product's rank.
+    pub async fn rank(&self, request: &RankRequest) -> Result<Bytes, ReadError> {
+        let freshness = match self.route(&request.query.span) {
+            Route::Redis { active, stamp } => match self.rank_from_redis(request, &active, stamp).await {
+                Ok(body) => return Ok(body),
+                Err(declined) => self.freshness_after(declined),
+            },
+            Route::Engine(freshness) => freshness,
+        };
+        // A warm span answers faster than the cache could: no key, no lookup, no insert.
+        if let Some(answer) = self
+            .engine
+            .rank_with(&request.query, &request.product, EngineRead::CachedOnly)
+        {
+            return Ok(self.rank_body(request, answer, freshness));
+        }
+        let key = ResponseKey::rank(Source::engine(freshness), request);
+        let stamps = self.engine_stamps();
+        if let Some(body) = self.responses.get(&key, stamps) {
+            return Ok(body);
+        }
+        let answer = self
+            .engine
+            .rank_of(&request.query, &request.product)
+            .await?
+            .expect("the engine serves every ranking");
+        let body = self.rank_body(request, answer, freshness);
+        self.responses.insert(key, stamps, body.clone());
+        Ok(body)
+    }
+
+    /// Where a read of `span` goes. Spans Redis does not hold are the engine's to answer, fresh, whatever
+    /// Redis's state; hot spans go to Redis while its pointer exists, was reachable at the last poll and
+    /// is not older than this instance's newest ingest by more than the lag bound (its publisher died
+    /// and the lease has not moved yet, or a rebuild is under way).
+    fn route(&self, span: &Span) -> Route {
+        let Some(serving) = self.rankings.serving() else {
+            return Route::Engine(Freshness::Fresh);
+        };
+        if !is_hot(span, Hour::from_millis(self.clock.now_millis()), &self.zone) {
+            return Route::Engine(Freshness::Fresh);
+        }
+        let pointer = serving.pointer();
+        match pointer.active {
+            _ if pointer.unreachable => Route::Engine(Freshness::Stale),
+            None => Route::Engine(Freshness::Stale),
+            Some(active) => {
+                let engine_as_of = self.rankings.engine().read().as_of_millis();
+                if lags(active.as_of_millis, engine_as_of, self.max_redis_lag_millis) {
+                    Route::Engine(Freshness::Stale)
+                } else {
+                    Route::Redis {
+                        active,
+                        stamp: pointer.stamp,
+                    }
+                }
+            }
+        }
+    }
+
+    /// How the engine's answer is marked after Redis declined: fresh when Redis does not hold the answer
+    /// by design, stale when it failed (and then Redis is avoided until the next successful poll).
+    fn freshness_after(&self, declined: RedisDeclined) -> Freshness {
+        match declined {
+            RedisDeclined::NotServed | RedisDeclined::PastDepth => Freshness::Fresh,
+            RedisDeclined::Failed(error) => {
+                if let Some(serving) = self.rankings.serving() {
+                    serving.note_unreachable(&error);
+                }
+                Freshness::Stale
+            }
+        }
+    }
+
+    async fn top_from_redis(
+        &self,
+        request: &TopRequest,
+        active: &Active,
+        stamp: u64,
+    ) -> Result<Bytes, RedisDeclined> {
+        if active
+            .depth
+            .is_some_and(|depth| request.offset.saturating_add(request.limit) > depth)
+        {
+            return Err(RedisDeclined::PastDepth);
+        }
+        let key = ResponseKey::top(Source::Redis, request);
+        let stamps = (stamp, self.rankings.catalog_generation());
+        if let Some(body) = self.responses.get(&key, stamps) {
+            return Ok(body);
+        }
+        let serving = self.serving();
+        let page = serving
+            .store()
+            .at(active)
+            .top_page(&request.query, request.offset, request.limit)
+            .await
+            .map_err(RedisDeclined::Failed)?
+            .ok_or(RedisDeclined::NotServed)?;
+        let body = self.top_body(request, page, Freshness::Fresh);
+        self.responses.insert(key, stamps, body.clone());
+        Ok(body)
+    }
+
+    async fn rank_from_redis(
+        &self,
+        request: &RankRequest,
+        active: &Active,
+        stamp: u64,
+    ) -> Result<Bytes, RedisDeclined> {
+        let key = ResponseKey::rank(Source::Redis, request);
+        let stamps = (stamp, self.rankings.catalog_generation());
+        if let Some(body) = self.responses.get(&key, stamps) {
+            return Ok(body);
+        }
+        let served = self.serving().store().at(active);
+        let answer = served
+            .rank_of(&request.query, &request.product)
+            .await
+            .map_err(RedisDeclined::Failed)?
+            .ok_or(RedisDeclined::NotServed)?;
+        // Top-N-only serving: a product Redis does not hold may rank past the depth; only the engine
+        // knows. When the ranking is no longer than the depth, Redis holds all of it and "unlisted" is true.
+        if answer.rank.is_none() && served.depth().is_some_and(|depth| answer.total > depth) {
+            return Err(RedisDeclined::PastDepth);
+        }
+        let body = self.rank_body(request, answer, Freshness::Fresh);
+        self.responses.insert(key, stamps, body.clone());
+        Ok(body)
+    }
+
+    fn serving(&self) -> &Arc<Serving> {
+        self.rankings.serving().expect("routed to redis serving")
+    }
+
+    /// The stamps an engine answer is valid under: (engine generation, catalogue generation), read
+    /// before computing, so an answer that raced with an ingest is cached under the older stamps and
+    /// never served after them.
+    fn engine_stamps(&self) -> (u64, u64) {
+        (
+            self.rankings.engine().read().generation(),
+            self.rankings.catalog_generation(),
+        )
+    }
+
+    fn top_body(&self, request: &TopRequest, page: TopPage, freshness: Freshness) -> Bytes {
+        let with_catalog = self.rankings.has_catalog();
+        let echo = self.echoes.span(&request.query.span, &self.zone);
+        let as_of = page.as_of_millis.and_then(|millis| self.echoes.as_of(millis));
+        let response = TopResponse {
+            as_of: as_of.as_deref(),
+            at: &echo.at,
+            category: request.query.category.as_str(),
+            items: page
+                .items
+                .iter()
+                .map(|item| {
+                    TopItem::of(
+                        item,
+                        with_catalog
+                            .then(|| self.rankings.catalog_entry(&item.product))
+                            .flatten(),
+                    )
+                })
+                .collect(),
+            limit: request.limit,
+            offset: request.offset,
+            period: echo.period,
+            policy_version: page.policy_version,
+            ranker: request.query.ranker,
+            stale: freshness == Freshness::Stale,
+            total: page.total,
+            window: echo.window,
+        };
+        serialize(&response, 256 + 256 * response.items.len())
+    }
+
+    fn rank_body(&self, request: &RankRequest, answer: RankAnswer, freshness: Freshness) -> Bytes {
+        let echo = self.echoes.span(&request.query.span, &self.zone);
+        let as_of = answer.as_of_millis.and_then(|millis| self.echoes.as_of(millis));
+        let response = RankResponse {
+            as_of: as_of.as_deref(),
+            at: &echo.at,
+            carry: answer.carry,
+            category: request.query.category.as_str(),
+            metrics: MetricsBody::of(&answer.metrics),
+            period: echo.period,
+            policy_version: answer.policy_version,
+            product: self.rankings.catalog_entry(&request.product),
+            product_id: request.product.as_str(),
+            rank: answer.rank,
+            ranker: request.query.ranker,
+            score: answer.score,
+            stale: freshness == Freshness::Stale,
+            total: answer.total,
+            window: echo.window,
+        };
+        serialize(&response, 384)
+    }
+}
+
+/// Whether served data as of `served` trails the newest ingest `newest` by more than `limit` ms.
+fn lags(served: Option<i64>, newest: Option<i64>, limit: i64) -> bool {
+    match (served, newest) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(served), Some(newest)) => newest - served > limit,
+    }
+}
+
+/// Serializes into a buffer of `capacity` bytes, about the body's size, so it is not regrown on the way.
+fn serialize(response: &impl Serialize, capacity: usize) -> Bytes {
+    let mut body = Vec::with_capacity(capacity);
+    serde_json::to_writer(&mut body, response).expect("ranking responses serialize");
+    Bytes::from(body)
+}
+
+// Response bodies. Fields are declared in alphabetical order: the order the `json!` bodies these replace
+// had (serde_json's map is sorted), so answers stay byte for byte the same.
+
+/// `GET …/top`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TopResponse<'a> {
+    as_of: Option<&'a str>,
+    at: &'a str,
+    category: &'a str,
+    items: Vec<TopItem<'a>>,
+    limit: usize,
+    offset: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    period: Option<&'static str>,
+    policy_version: u32,
+    ranker: RankerName,
+    stale: bool,
+    total: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<&'static str>,
+}
+
+/// One item of a top page.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TopItem<'a> {
+    carry: f64,
+    metrics: MetricsBody,
+    /// Catalogue data, when the product has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    product: Option<serde_json::Value>,
+    product_id: &'a str,
+    rank: usize,
+    score: f64,
+}
+
+impl TopItem<'_> {
+    fn of(item: &RankedItem, product: Option<serde_json::Value>) -> TopItem<'_> {
+        TopItem {
+            carry: item.carry,
+            metrics: MetricsBody::of(&item.metrics),
+            product,
+            product_id: item.product.as_str(),
+            rank: item.rank,
+            score: item.score,
+        }
+    }
+}
+
+/// `GET …/rank`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RankResponse<'a> {
+    as_of: Option<&'a str>,
+    at: &'a str,
+    carry: f64,
+    category: &'a str,
+    metrics: MetricsBody,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    period: Option<&'static str>,
+    policy_version: u32,
+    /// Catalogue data, when the product has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    product: Option<serde_json::Value>,
+    product_id: &'a str,
+    /// 1-based; `null` when the product is not listed.
+    rank: Option<usize>,
+    ranker: RankerName,
+    score: Option<f64>,
+    stale: bool,
+    total: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<&'static str>,
+}
+
+/// A product's metrics over the span.
+#[derive(Serialize)]
+struct MetricsBody {
+    likes: i64,
+    sales: i64,
+    units: i64,
+    views: i64,
+}
+
+impl MetricsBody {
+    fn of(metrics: &Metrics) -> MetricsBody {
+        MetricsBody {
+            likes: metrics.likes,
+            sales: metrics.sales,
+            units: metrics.units,
+            views: metrics.views,
+        }
+    }
+}
+
+/// `asOf`: RFC 3339 with milliseconds, UTC (`2026-07-17T13:05:02.123Z`); `None` out of range.
+fn format_as_of(millis: i64) -> Option<String> {
+    jiff::Timestamp::from_millisecond(millis)
+        .ok()
+        .map(|ts| format!("{ts:.3}"))
+}
+
+/// The span as the request named it: `period` or `window` with its value, and `at`.
+#[derive(Clone)]
+struct SpanEcho {
+    period: Option<&'static str>,
+    window: Option<&'static str>,
+    at: Arc<str>,
+}
+
+impl SpanEcho {
+    fn of(span: &Span, zone: &Zone) -> SpanEcho {
+        match span {
+            Span::Period(key) => SpanEcho {
+                period: Some(key.kind().as_str()),
+                window: None,
+                at: key.to_string().into(),
+            },
+            Span::Window { len, end } => SpanEcho {
+                period: None,
+                window: Some(len.as_str()),
+                at: format_hour_key(*end, zone).into(),
+            },
+        }
+    }
+}
+
+/// Spans whose echo is remembered before the memo starts over (reads concentrate on a few spans).
+const ECHO_MEMO_SPANS: usize = 4_096;
+
+/// Remembered [`SpanEcho`]s and the latest `asOf` text.
+#[derive(Default)]
+struct EchoMemo {
+    spans: RwLock<HashMap<Span, SpanEcho>>,
+    as_of: RwLock<Option<(i64, Arc<str>)>>,
+}
+
+impl EchoMemo {
+    fn span(&self, span: &Span, zone: &Zone) -> SpanEcho {
+        if let Some(echo) = self.spans.read().get(span) {
+            return echo.clone();
+        }
+        let echo = SpanEcho::of(span, zone);
+        let mut spans = self.spans.write();
+        if spans.len() >= ECHO_MEMO_SPANS {
+            spans.clear();
+        }
+        spans.insert(*span, echo.clone());
+        echo
+    }
+
+    fn as_of(&self, millis: i64) -> Option<Arc<str>> {
+        if let Some((cached, text)) = &*self.as_of.read() {
+            if *cached == millis {
+                return Some(text.clone());
+            }
+        }
+        let text: Arc<str> = format_as_of(millis)?.into();
+        *self.as_of.write() = Some((millis, text.clone()));
+        Some(text)
+    }
+}
+
+// The response cache.
+
+/// Which store made a cached answer, and how it was marked: answers of different sources are never
+/// served for one another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Source {
+    Engine,
+    EngineStale,
+    Redis,
+}
+
+impl Source {
+    fn engine(freshness: Freshness) -> Source {
+        match freshness {
+            Freshness::Fresh => Source::Engine,
+            Freshness::Stale => Source::EngineStale,
+        }
+    }
+}
+
+/// What was asked, fully resolved (never the raw query string: the default `at` moves with the clock).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Asked {
+    Top { offset: usize, limit: usize },
+    Rank(ProductId),
+}
+
+/// A cached answer's key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ResponseKey {
+    source: Source,
+    ranker: RankerName,
+    category: CategoryOrAll,
+    span: Span,
+    asked: Asked,
+}
+
+impl ResponseKey {
+    fn top(source: Source, request: &TopRequest) -> ResponseKey {
+        ResponseKey {
+            source,
+            ranker: request.query.ranker,
+            category: request.query.category.clone(),
+            span: request.query.span,
+            asked: Asked::Top {
+                offset: request.offset,
+                limit: request.limit,
+            },
+        }
+    }
+
+    fn rank(source: Source, request: &RankRequest) -> ResponseKey {
+        ResponseKey {
+            source,
+            ranker: request.query.ranker,
+            category: request.query.category.clone(),
+            span: request.query.span,
+            asked: Asked::Rank(request.product.clone()),
+        }
+    }
+
+    /// Roughly what the key holds, for the cache's byte bound.
+    fn weight(&self) -> usize {
+        let product = match &self.asked {
+            Asked::Top { .. } => 0,
+            Asked::Rank(product) => product.as_str().len(),
+        };
+        std::mem::size_of::<ResponseKey>() + self.category.as_str().len() + product
+    }
+}
+
+/// Bytes of cached responses kept per shard before that shard starts over (16 shards: 64 MiB in all).
+const RESPONSE_CACHE_SHARD_BYTES: usize = 4 << 20;
+/// Shards of the response cache, so concurrent misses don't all queue on one write lock.
+const RESPONSE_CACHE_SHARDS: usize = 16;
+
+/// One shard: responses by key with the stamps they were made at, and the bytes they hold.
+#[derive(Default)]
+struct CacheShard {
+    entries: HashMap<ResponseKey, ((u64, u64), Bytes)>,
+    bytes: usize,
+}
+
+/// Serialized answers, each valid while the stamps it was made at hold ((engine generation or Redis
+/// pointer stamp, catalogue generation)), bounded by bytes so deep pages and many rank answers fit
+/// without letting the cache grow without limit.
+struct ResponseCache {
+    shards: Vec<RwLock<CacheShard>>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Default for ResponseCache {
+    fn default() -> Self {
+        ResponseCache {
+            shards: (0..RESPONSE_CACHE_SHARDS).map(|_| RwLock::default()).collect(),
+            hasher: Default::default(),
+        }
+    }
+}
+
+impl ResponseCache {
+    fn shard(&self, key: &ResponseKey) -> &RwLock<CacheShard> {
+        let hash = self.hasher.hash_one(key);
+        &self.shards[hash as usize % RESPONSE_CACHE_SHARDS]
+    }
+
+    /// The answer cached for `key`, if it was made at `stamps`.
+    fn get(&self, key: &ResponseKey, stamps: (u64, u64)) -> Option<Bytes> {
+        let shard = self.shard(key).read();
+        let (made_at, body) = shard.entries.get(key)?;
+        (*made_at == stamps).then(|| body.clone())
+    }
+
+    /// Remembers an answer made at `stamps`.
+    fn insert(&self, key: ResponseKey, stamps: (u64, u64), body: Bytes) {
+        let key_weight = key.weight();
+        let mut shard = self.shard(&key).write();
+        if shard.bytes + key_weight + body.len() > RESPONSE_CACHE_SHARD_BYTES {
+            shard.entries.clear();
+            shard.bytes = 0;
+        }
+        shard.bytes += key_weight + body.len();
+        if let Some((_, old)) = shard.entries.insert(key, (stamps, body)) {
+            shard.bytes -= key_weight + old.len();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_data_lags_only_beyond_the_limit() {
+        assert!(
+            !lags(Some(1_000), None, 2_000),
+            "nothing ingested here: nothing to trail"
+        );
+        assert!(!lags(Some(1_000), Some(3_000), 2_000), "within the limit");
+        assert!(
+            lags(Some(1_000), Some(3_001), 2_000),
+            "a publisher that stopped publishing"
+        );
+        assert!(
+            lags(None, Some(1), 2_000),
+            "a pointer with no data behind ingested data"
+        );
+        assert!(
+            !lags(Some(5_000), Some(4_000), 2_000),
+            "redis ahead (another instance ingested)"
+        );
+    }
+
+    #[test]
+    fn as_of_is_rfc3339_with_milliseconds() {
+        assert_eq!(
+            format_as_of(1_784_293_502_123).as_deref(),
+            Some("2026-07-17T13:05:02.123Z")
+        );
+        let memo = EchoMemo::default();
+        assert_eq!(
+            memo.as_of(1_784_293_502_123).as_deref(),
+            Some("2026-07-17T13:05:02.123Z")
+        );
+        assert_eq!(
+            memo.as_of(1_784_293_502_124).as_deref(),
+            Some("2026-07-17T13:05:02.124Z")
+        );
+    }
+}

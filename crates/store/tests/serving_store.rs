@@ -1,0 +1,169 @@
+//! The [`ServingStore`] conformance suite (`support/serving_conformance.rs`) on every store that answers
+//! ranking reads: the in-process engine, Redis standalone (127.0.0.1:6379, a key prefix per test, deleted
+//! by a guard even after a panic) and a 3-node Redis Cluster this binary starts itself, in full and
+//! Top-N-only serving. Redis is filled the way the server's publisher fills it: the engine computes
+//! (`publication::take_publication`), [`RedisServing::publish`] writes a fresh generation, the lease holder moves
+//! the pointer, and reads go through the pointer read back from Redis. A second batch then travels as
+//! coalesced changes, and the suite runs again.
+
+#[path = "support/redis_servers.rs"]
+mod redis_servers;
+#[path = "support/serving_conformance.rs"]
+mod serving_conformance;
+#[path = "support/workload.rs"]
+mod workload;
+
+use rankgate_core::period::Zone;
+use rankgate_store::ranking::publication::{take_publication, PublicationScope};
+use rankgate_store::ranking::redis_serving::{Active, Published, RedisServing, ServingOptions, Stamped};
+use rankgate_store::ranking::serving_store::{EngineServing, ServingStore};
+use redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
+use serving_conformance::{check_store, requests, ServingFixture};
+use workload::BASE;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_answers_what_the_recompute_ranks() {
+    let mut fixture = ServingFixture::new();
+    let store = EngineServing::new(fixture.engine.clone());
+    assert_eq!(store.depth(), None);
+    // Cold spans first (built on the blocking pool), then the same reads warm (answered inline).
+    check_store(&store, &fixture).await;
+    check_store(&store, &fixture).await;
+    fixture.ingest_batch(1);
+    check_store(&store, &fixture).await;
+}
+
+/// Publishes everything (`everything`) or what changed since the last publication of `fixture`'s engine
+/// into `generation`, and stamps the pointer as the lease holder `owner` does; returns the pointer as
+/// Redis now holds it.
+async fn publish_and_point(
+    store: &RedisServing,
+    fixture: &ServingFixture,
+    owner: &str,
+    generation: u64,
+    depth: Option<usize>,
+    everything: bool,
+) -> Active {
+    let zone = Zone::utc();
+    let (publications, as_of, popular_version) = {
+        let mut engine = fixture.engine.write();
+        let scope = if everything {
+            PublicationScope::Everything
+        } else {
+            PublicationScope::Changes
+        };
+        let publications = take_publication(&mut engine, &requests(&zone), depth, scope);
+        (publications, engine.as_of_millis(), engine.policy().version)
+    };
+    let published = store
+        .publish(generation, &publications, &zone, BASE)
+        .await
+        .expect("redis answers");
+    assert!(matches!(published, Published::Applied { .. }), "{published:?}");
+    assert!(store.hold_lease(owner, 60_000).await.expect("redis answers"));
+    let active = Active {
+        generation,
+        seq: 0,
+        as_of_millis: as_of,
+        popular_version,
+        depth,
+        rebuild_requested: false,
+    };
+    let stamped = store
+        .stamp(owner, &active, everything)
+        .await
+        .expect("redis answers");
+    assert!(matches!(stamped, Stamped::Done(_)), "{stamped:?}");
+    store
+        .active()
+        .await
+        .expect("redis answers")
+        .expect("the pointer was just stamped")
+}
+
+async fn redis_answers_what_the_recompute_ranks(urls: Vec<String>, depth: Option<usize>) {
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: urls.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = RedisServing::connect(
+        &urls,
+        ServingOptions {
+            prefix: prefix.clone(),
+            ..ServingOptions::default()
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("connecting to redis at {urls:?}: {e}"));
+    assert_eq!(store.is_cluster(), urls.len() > 1, "the intended topology");
+    let mut fixture = ServingFixture::new();
+    let generation = store.new_generation().await.expect("redis answers");
+    let active = publish_and_point(&store, &fixture, "suite", generation, depth, true).await;
+    assert_eq!(active.depth, depth);
+    check_store(&store.at(&active), &fixture).await;
+    fixture.ingest_batch(1);
+    let active = publish_and_point(&store, &fixture, "suite", generation, depth, false).await;
+    check_store(&store.at(&active), &fixture).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_redis_answers_what_the_recompute_ranks() {
+    redis_answers_what_the_recompute_ranks(vec![STANDALONE_URL.to_string()], None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_redis_top_n_only_answers_the_top_k_with_full_totals() {
+    redis_answers_what_the_recompute_ranks(vec![STANDALONE_URL.to_string()], Some(3)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_answers_what_the_recompute_ranks() {
+    redis_answers_what_the_recompute_ranks(cluster().urls.clone(), None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_top_n_only_answers_the_top_k_with_full_totals() {
+    redis_answers_what_the_recompute_ranks(cluster().urls.clone(), Some(3)).await;
+}
+
+/// A generation that serves nothing (never published into) declines every read rather than answering
+/// an empty ranking, so the reader can send the read to the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_declines_rankings_it_does_not_serve() {
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: vec![STANDALONE_URL.to_string()],
+        prefix: prefix.clone(),
+    };
+    let store = RedisServing::connect(
+        &[STANDALONE_URL.to_string()],
+        ServingOptions {
+            prefix,
+            ..ServingOptions::default()
+        },
+    )
+    .await
+    .expect("redis at 127.0.0.1:6379");
+    let active = Active {
+        generation: 7,
+        seq: 0,
+        as_of_millis: Some(BASE),
+        popular_version: 2,
+        depth: None,
+        rebuild_requested: false,
+    };
+    let (category, span) = requests(&Zone::utc()).remove(0);
+    let query = rankgate_store::ranking::engine::RankingQuery {
+        ranker: rankgate_core::ranker::RankerName::Popular,
+        category,
+        span,
+    };
+    let served = store.at(&active);
+    assert_eq!(served.top_page(&query, 0, 10).await.expect("redis answers"), None);
+    let product = rankgate_core::ids::ProductId::parse("p1").unwrap();
+    assert_eq!(
+        served.rank_of(&query, &product).await.expect("redis answers"),
+        None
+    );
+}
