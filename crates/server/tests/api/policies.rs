@@ -79,6 +79,33 @@ impl Fleet {
         .await
     }
 
+    /// With Redis serving: polls until the shared pointer in Redis reports `version` (the publisher has
+    /// rebuilt Redis under it), so the publisher and every engine agree on the version; a no-op without.
+    async fn redis_serves(&self, version: u64) {
+        let Some(prefix) = &self.redis_prefix else {
+            return;
+        };
+        let mut connection = redis::Client::open("redis://127.0.0.1:6379")
+            .and_then(|client| client.get_connection())
+            .expect("redis at 127.0.0.1:6379");
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let served: Option<u64> = redis::cmd("HGET")
+                .arg(format!("{prefix}{{rk}}:active"))
+                .arg("popular")
+                .query(&mut connection)
+                .expect("HGET of the serving pointer");
+            if served == Some(version) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the redis serving pointer reports popular version {served:?}, not {version}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     fn verify(&self, app: &TestApp) {
         let data_dir = app.data_dir.display().to_string();
         assert_verify_passes(&[
@@ -206,6 +233,7 @@ async fn put_then_rollback_through_another(instances: usize, redis: bool) {
     let version = put_view_weight(addresses[0], 2.0).await;
     assert_eq!(version, 2);
     converge(&addresses, now, 2, 2.0).await;
+    fleet.redis_serves(2).await;
     let last = addresses[instances - 1];
     assert_eq!(admin_view(last).await["previousVersion"], 1);
 
@@ -222,6 +250,7 @@ async fn put_then_rollback_through_another(instances: usize, redis: bool) {
         (json!(1), json!(2))
     );
     converge(&addresses, now, 1, 0.1).await;
+    fleet.redis_serves(1).await;
     // And a rollback of the rollback, through the first one, returns to version 2 everywhere.
     let again = reqwest::Client::new()
         .post(format!("{}/v1/admin/rankers/popular/rollback", addresses[0]))
@@ -281,6 +310,7 @@ async fn concurrent_puts_through_two_instances_end_on_the_newest_version() {
         assert_eq!(drawn, [2, 3], "each PUT drew its own version");
         let (winner, weight) = if va > vb { (va, 3.0) } else { (vb, 5.0) };
         converge(&addresses, now, winner, weight).await;
+        fleet.redis_serves(winner).await;
         // The other version was either superseded before its build finished (never served) or
         // switched to before the winner was created (then it is the previous one): never active after.
         let loser = va.min(vb);
