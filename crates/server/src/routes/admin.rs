@@ -3,8 +3,7 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use rankgate_core::policy::PolicyError;
 use rankgate_core::ranker::{PopularWeights, RankerName};
@@ -17,40 +16,93 @@ fn parse_ranker(name: &str) -> ApiResult<RankerName> {
     RankerName::parse(name).map_err(|e| ApiError::NotFound(e.to_string()))
 }
 
-fn weights_json(weights: &PopularWeights) -> Value {
-    json!({
-        "weights": { "view": weights.view, "like": weights.like, "sales": weights.sales },
-        "carryRatio": weights.carry_ratio,
-        "carryTopN": weights.carry_top_n,
-    })
+/// `GET /v1/admin/rankers/{name}` and the rollback's answer (SPEC 1.3).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RankerView {
+    ranker: &'static str,
+    active_version: u32,
+    previous_version: Option<u32>,
+    building: Option<u32>,
+    /// `null` for the rankers with a fixed formula.
+    weights: Option<WeightsView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    carry_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    carry_top_n: Option<u32>,
+    /// What a fixed-formula ranker scores by; absent for `popular`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    formula: Option<&'static str>,
 }
 
-fn ranker_json(state: &AppState, ranker: RankerName) -> Value {
+/// The weights of `popular`'s active version.
+#[derive(Debug, Serialize)]
+pub struct WeightsView {
+    view: f64,
+    like: f64,
+    sales: f64,
+}
+
+/// The 202 of `PUT /v1/admin/rankers/popular`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyAccepted {
+    ranker: &'static str,
+    policy_version: u32,
+    status: &'static str,
+}
+
+/// The answer of `POST /v1/admin/rebuild`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rebuilt {
+    status: &'static str,
+    policy_version: u32,
+}
+
+fn ranker_view(state: &AppState, ranker: RankerName) -> RankerView {
     if ranker != RankerName::Popular {
-        return json!({
-            "ranker": ranker.as_str(), "activeVersion": 1, "previousVersion": null, "building": null,
-            "weights": null, "formula": if ranker == RankerName::Units { "units" } else { "sales" },
-        });
+        return RankerView {
+            ranker: ranker.as_str(),
+            active_version: 1,
+            previous_version: None,
+            building: None,
+            weights: None,
+            carry_ratio: None,
+            carry_top_n: None,
+            formula: Some(if ranker == RankerName::Units {
+                "units"
+            } else {
+                "sales"
+            }),
+        };
     }
     // The state shared by every instance (SPEC 1.3), as this instance last read or stored it.
     let popular = state.rankings.popular_state();
-    let mut body = json!({
-        "ranker": "popular",
-        "activeVersion": popular.active.version,
-        "previousVersion": popular.previous.map(|p| p.version),
-        "building": popular.building.map(|p| p.version),
-    });
-    if let (Value::Object(body), Value::Object(weights)) = (&mut body, weights_json(&popular.active.weights))
-    {
-        body.extend(weights);
+    let weights: PopularWeights = popular.active.weights;
+    RankerView {
+        ranker: "popular",
+        active_version: popular.active.version,
+        previous_version: popular.previous.map(|p| p.version),
+        building: popular.building.map(|p| p.version),
+        weights: Some(WeightsView {
+            view: weights.view,
+            like: weights.like,
+            sales: weights.sales,
+        }),
+        carry_ratio: Some(weights.carry_ratio),
+        carry_top_n: Some(weights.carry_top_n),
+        formula: None,
     }
-    body
 }
 
 /// `GET /v1/admin/rankers/{name}`
-pub async fn get_ranker(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn get_ranker(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<RankerView>> {
     let ranker = parse_ranker(&name)?;
-    Ok(Json(ranker_json(&state, ranker)))
+    Ok(Json(ranker_view(&state, ranker)))
 }
 
 /// The body of `PUT /v1/admin/rankers/popular`. Missing fields keep their current values.
@@ -76,7 +128,7 @@ pub async fn put_ranker(
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: axum::body::Bytes,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<PolicyAccepted>)> {
     let ranker = parse_ranker(&name)?;
     if ranker != RankerName::Popular {
         return Err(ApiError::bad_field(
@@ -109,7 +161,11 @@ pub async fn put_ranker(
         .map_err(policy_change_error)?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "ranker": "popular", "policyVersion": version, "status": "building" })),
+        Json(PolicyAccepted {
+            ranker: "popular",
+            policy_version: version,
+            status: "building",
+        }),
     ))
 }
 
@@ -117,7 +173,7 @@ pub async fn put_ranker(
 pub async fn rollback_ranker(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RankerView>> {
     let ranker = parse_ranker(&name)?;
     if ranker != RankerName::Popular {
         return Err(ApiError::Conflict(format!(
@@ -129,7 +185,7 @@ pub async fn rollback_ranker(
         .rollback_popular()
         .await
         .map_err(policy_change_error)?;
-    Ok(Json(ranker_json(&state, ranker)))
+    Ok(Json(ranker_view(&state, ranker)))
 }
 
 /// A transition the version rules refuse is a 409 naming why; a failure to store it is a 500.
@@ -144,7 +200,10 @@ fn policy_change_error(error: PolicyChangeError) -> ApiError {
 }
 
 /// `POST /v1/admin/rebuild`: recompute every served ranking from the source of truth and switch.
-pub async fn rebuild(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+pub async fn rebuild(State(state): State<AppState>) -> ApiResult<Json<Rebuilt>> {
     let version = state.rankings.rebuild().await?;
-    Ok(Json(json!({ "status": "rebuilt", "policyVersion": version })))
+    Ok(Json(Rebuilt {
+        status: "rebuilt",
+        policy_version: version,
+    }))
 }
