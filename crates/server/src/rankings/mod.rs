@@ -374,8 +374,9 @@ impl RankingService {
         Ok(false)
     }
 
-    /// Builds every cached span under `policy` on the blocking pool, under the engine's shared lock:
-    /// reads go on, served from the installed version, until the install.
+    /// Builds every cached span under `policy` on the blocking pool, in short holds of the engine's shared
+    /// lock ([`RankingEngine::rebuild_in_steps`]): reads and ingest go on, served from the installed
+    /// version, until the install.
     async fn build(&self, policy: Policy) -> anyhow::Result<RebuiltSpans> {
         let engine = self.engine.clone();
         let started = std::time::Instant::now();
