@@ -114,8 +114,8 @@ pub fn endpoints() -> Vec<(Method, &'static str)> {
         .collect()
 }
 
-/// The router with every route group, auth and limits.
-pub fn router(state: AppState) -> Router {
+/// The router with every route group, auth and limits, inside the [`edge::Edge`].
+pub fn router(state: AppState) -> edge::Edge {
     let admin_routes = route_table::router_of(ADMIN_ENDPOINTS)
         .with_state(state.clone())
         .merge(waiting_room::admin_routes(state.waiting_room.clone()))
@@ -147,23 +147,17 @@ pub fn router(state: AppState) -> Router {
     };
     // The edge wraps the router as one service rather than each route (`Router::layer`): it must see the
     // answers the router makes itself, such as a 405 with its `Allow` header.
-    let edge = tower::ServiceBuilder::new()
-        .layer(middleware::from_fn_with_state(
-            Duration::from_millis(state.config.http.body_timeout_millis.max(1)),
-            edge::require_body_within,
-        ))
-        .layer(middleware::from_fn_with_state(
-            state.config.max_body_bytes,
-            edge::answer_errors_as_json,
-        ))
-        .service(app);
-    Router::new().fallback_service(edge)
+    edge::Edge::new(
+        app,
+        Duration::from_millis(state.config.http.body_timeout_millis.max(1)),
+        state.config.max_body_bytes,
+    )
 }
 
 /// A built, bound, not yet serving rankgate.
 pub struct Application {
     listener: TcpListener,
-    router: Router,
+    router: edge::Edge,
     state: AppState,
     shutdown: CancellationToken,
     workers: Vec<tokio::task::JoinHandle<()>>,

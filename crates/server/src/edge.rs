@@ -23,9 +23,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -56,11 +55,11 @@ pub struct HttpLimits {
     pub max_connections: usize,
 }
 
-/// Serves `router` on `listener` under `limits` until `shutdown` is cancelled, then lets requests in
-/// flight finish (at most [`SHUTDOWN_GRACE`]).
+/// Serves `router` (the [`Edge`] around the app's router) on `listener` under `limits` until `shutdown`
+/// is cancelled, then lets requests in flight finish (at most [`SHUTDOWN_GRACE`]).
 pub async fn serve_until_stopped(
     listener: TcpListener,
-    router: Router,
+    router: Edge,
     limits: HttpLimits,
     shutdown: CancellationToken,
 ) {
@@ -69,7 +68,11 @@ pub async fn serve_until_stopped(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
-    let refusal = refusal_router(limits.max_connections);
+    let refusal = Edge::new(
+        refusal_router(limits.max_connections),
+        limits.body_timeout,
+        usize::MAX,
+    );
     let graceful = GracefulShutdown::new();
     loop {
         let stream = tokio::select! {
@@ -125,7 +128,7 @@ fn spawn_connection(
     http: &hyper::server::conn::http1::Builder,
     watcher: Watcher,
     stream: TcpStream,
-    router: Router,
+    router: Edge,
     permit: OwnedSemaphorePermit,
 ) {
     let service = TowerToHyperService::new(
@@ -168,27 +171,79 @@ async fn wait_after_accept_error(error: &std::io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
-/// Middleware: a request body must arrive in full within `deadline` of the request head, or the
-/// answer is 408 (and the connection closes). Bodiless requests (every read) pay nothing.
-pub async fn require_body_within(State(deadline): State<Duration>, request: Request, next: Next) -> Response {
+/// The edge around the router as one service: the body deadline, then the router, then the JSON error
+/// shape. Written out rather than as two `middleware::from_fn` layers under a wrapping `Router`: those
+/// cost four allocations and a second route lookup per request, 0.8 µs of the 6.3 µs an empty handler
+/// costs (BENCHMARKS.md, "Issue 10").
+#[derive(Clone)]
+pub struct Edge {
+    router: Router,
+    body_timeout: Duration,
+    max_body_bytes: usize,
+}
+
+impl Edge {
+    /// Wraps `router`: bodies must arrive within `body_timeout`; `max_body_bytes` words the 413.
+    pub fn new(router: Router, body_timeout: Duration, max_body_bytes: usize) -> Edge {
+        Edge {
+            router,
+            body_timeout,
+            max_body_bytes,
+        }
+    }
+
+    async fn answer(self, request: Request) -> Response {
+        let method = request.method().clone();
+        let (request, expired) = with_body_deadline(request, self.body_timeout);
+        let response = match self.router.oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        };
+        let response = match expired {
+            Some(expired) if expired.load(Ordering::Acquire) => body_timeout_answer(self.body_timeout),
+            _ => response,
+        };
+        errors_as_json(&method, self.max_body_bytes, response).await
+    }
+}
+
+impl tower::Service<Request> for Edge {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, std::convert::Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // The router is always ready (`Router::poll_ready`); `answer` still drives it through `oneshot`.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let edge = self.clone();
+        Box::pin(async move { Ok(edge.answer(request).await) })
+    }
+}
+
+/// A request body must arrive in full within `deadline` of the request head; the flag tells the edge
+/// that it did not (then the answer is 408, whatever the handler made of the failed read). Bodiless
+/// requests (every read) pay nothing.
+fn with_body_deadline(request: Request, deadline: Duration) -> (Request, Option<Arc<AtomicBool>>) {
     if request.body().is_end_stream() {
-        return next.run(request).await;
+        return (request, None);
     }
     let expired = Arc::new(AtomicBool::new(false));
-    let request = {
-        let expired = Arc::clone(&expired);
-        request.map(|body| {
-            Body::new(DeadlineBody {
-                inner: body,
-                deadline: Box::pin(tokio::time::sleep(deadline)),
-                expired,
-            })
+    let flag = Arc::clone(&expired);
+    let request = request.map(|body| {
+        Body::new(DeadlineBody {
+            inner: body,
+            deadline: Box::pin(tokio::time::sleep(deadline)),
+            expired: flag,
         })
-    };
-    let response = next.run(request).await;
-    if !expired.load(Ordering::Acquire) {
-        return response;
-    }
+    });
+    (request, Some(expired))
+}
+
+/// The 408 for a body that missed its deadline; the connection closes after it.
+fn body_timeout_answer(deadline: Duration) -> Response {
     let mut response = ApiError::RequestTimeout(format!(
         "body: not received within {} ms (http_body_timeout_millis); send the whole request at once",
         deadline.as_millis()
@@ -205,7 +260,7 @@ pub async fn require_body_within(State(deadline): State<Duration>, request: Requ
 struct DeadlineBody {
     inner: Body,
     deadline: Pin<Box<tokio::time::Sleep>>,
-    /// Tells [`require_body_within`] to answer 408 whatever the handler made of the failed read.
+    /// Tells the [`Edge`] to answer 408 whatever the handler made of the failed read.
     expired: Arc<AtomicBool>,
 }
 
@@ -250,15 +305,9 @@ pub async fn unknown_route(method: Method, uri: axum::http::Uri) -> ApiError {
     ))
 }
 
-/// Middleware: any error answer that is not JSON (an extractor rejection, the router's 405) becomes
-/// the one `{"error": …}` shape with the same status and headers. `max_body_bytes` words the 413.
-pub async fn answer_errors_as_json(
-    State(max_body_bytes): State<usize>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let method = request.method().clone();
-    let response = next.run(request).await;
+/// Any error answer that is not JSON (an extractor rejection, the router's 405) becomes the one
+/// `{"error": …}` shape with the same status and headers. `max_body_bytes` words the 413.
+async fn errors_as_json(method: &Method, max_body_bytes: usize, response: Response) -> Response {
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error())
         || is_json(&response)
