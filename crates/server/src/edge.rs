@@ -10,7 +10,7 @@
 //!   The deadline covers reading the request only, never writing the response, so long answers (a
 //!   stream, a slow gated order) are not cut.
 //! - **Every error is JSON.** axum's extractor rejections (a body over the limit, a bad percent-escape in
-//!   a path, a wrong content type) and the router's own `405` are plain text or empty; one middleware
+//!   a path, a wrong content type) and the router's own `405` are plain text or empty; the [`Edge`] service
 //!   rewrites any error answer that is not JSON into the one [`ApiError`] shape, keeping its status and
 //!   headers (`Allow`, `Retry-After`). Unknown routes get a JSON `404` from the router's fallback. Only
 //!   answers marked [`PassThrough`] (the gate's upstream answers) reach the client as they are.
