@@ -13,17 +13,17 @@ use std::sync::OnceLock;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use axum::Router;
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
 use rankgate::app::{router, Application};
 use rankgate::config::Config;
+use rankgate::edge::Edge;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
 struct Harness {
     runtime: tokio::runtime::Runtime,
-    router: Router,
+    router: Edge,
 }
 
 fn harness() -> &'static Harness {
@@ -72,7 +72,7 @@ fn harness() -> &'static Harness {
     })
 }
 
-async fn send(router: &Router, request: Request<Body>) -> (StatusCode, Vec<u8>) {
+async fn send(router: &Edge, request: Request<Body>) -> (StatusCode, Vec<u8>) {
     let response = router
         .clone()
         .oneshot(request)
