@@ -21,7 +21,9 @@ use rankgate_store::ranking::engine::{
 };
 use rankgate_store::ranking::recompute::BatchModel;
 use rankgate_store::ranking::sqlite::SqliteSource;
-use workload::{assert_same, categories, ingestor_over, raw_event, to_event, RawEvent, BASE, HOUR};
+use workload::{
+    assert_engine_equals_model, categories, ingestor_over, raw_event, to_event, RawEvent, BASE, HOUR,
+};
 
 fn query(category: CategoryOrAll, span: Span) -> RankingQuery {
     RankingQuery {
@@ -207,22 +209,7 @@ fn check_built_in_steps_while_ingesting_equals_recompute(
         ingestor.ingest(batch, BASE).unwrap();
     }
     let (model, _) = BatchModel::from_stream(events.clone(), lateness, zone.clone(), weights);
-    let mut engine = engine.write();
-    for span in spans(&zone) {
-        for category in categories() {
-            for ranker in RankerName::ALL {
-                let query = RankingQuery {
-                    ranker,
-                    category: category.clone(),
-                    span,
-                };
-                let served = engine.full_ranking(&query);
-                let expected = model.ranking(ranker, &category, &span);
-                assert_same(&format!("{ranker} {category} {span:?}"), &served, &expected)?;
-            }
-        }
-    }
-    Ok(())
+    assert_engine_equals_model(&engine, &model, &spans(&zone))
 }
 
 proptest! {

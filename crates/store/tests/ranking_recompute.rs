@@ -20,7 +20,8 @@ use rankgate_store::ranking::ingest::{EventOutcome, Ingestor};
 use rankgate_store::ranking::recompute::BatchModel;
 use rankgate_store::ranking::sqlite::SqliteSource;
 use workload::{
-    assert_same, categories, ingestor_over, postgres_url, raw_event, to_event, PgSchema, RawEvent, BASE, HOUR,
+    assert_engine_equals_model, categories, ingestor_over, postgres_url, raw_event, to_event, PgSchema,
+    RawEvent, BASE, HOUR,
 };
 
 fn spans(zone: &Zone) -> Vec<Span> {
@@ -129,22 +130,7 @@ fn compare_everything(
     model: &BatchModel,
     zone: &Zone,
 ) -> Result<(), TestCaseError> {
-    let mut engine = engine.write();
-    for span in spans(zone) {
-        for category in categories() {
-            for ranker in RankerName::ALL {
-                let query = RankingQuery {
-                    ranker,
-                    category: category.clone(),
-                    span,
-                };
-                let served = engine.full_ranking(&query);
-                let expected = model.ranking(ranker, &category, &span);
-                assert_same(&format!("{ranker} {category} {span:?}"), &served, &expected)?;
-            }
-        }
-    }
-    Ok(())
+    assert_engine_equals_model(engine, model, &spans(zone))
 }
 
 proptest! {
@@ -201,10 +187,13 @@ fn a_policy_switch_rebuilds_every_cached_span_under_the_new_weights() {
         carry_ratio: 0.5,
         carry_top_n: 3,
     };
-    let rebuilt = engine.read().rebuild_with(Policy {
-        version: 2,
-        weights: new_weights,
-    });
+    let rebuilt = RankingEngine::rebuild_in_steps(
+        &engine,
+        Policy {
+            version: 2,
+            weights: new_weights,
+        },
+    );
     engine.write().install(rebuilt);
     assert_eq!(engine.read().policy().version, 2);
     let model = BatchModel::from_accepted(events, zone.clone(), new_weights);

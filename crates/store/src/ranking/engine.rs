@@ -1494,34 +1494,15 @@ impl RankingEngine {
         self.top(query, 0, usize::MAX).items
     }
 
-    /// Rebuilds every cached span under `policy` without touching the served state, so it can run under
-    /// a shared lock while reads go on. [`RankingEngine::install`] switches to the result atomically.
-    pub fn rebuild_with(&self, policy: Policy) -> RebuiltSpans {
-        let inputs = Inputs {
-            policy: &policy,
-            ..self.inputs()
-        };
-        let mut carry_cache = CarryCache::new();
-        let spans = self
-            .spans
-            .keys()
-            .map(|key| (*key, inputs.build_span(&mut carry_cache, *key)))
-            .collect();
-        RebuiltSpans {
-            policy,
-            spans,
-            carry_cache,
-        }
-    }
-
-    /// [`RankingEngine::rebuild_with`] in short holds of the shared lock, a few spans (≤ ~5 ms of work)
-    /// at a time, so a policy switch never makes reads wait for the whole build. One long shared hold
+    /// Rebuilds every cached span under `policy` without touching the served state, in short holds of the
+    /// shared lock, a few spans (≤ ~5 ms of work) at a time, so a policy switch never makes reads wait for
+    /// the whole build. One long shared hold
     /// would: the lock is fair to writers, so once an ingest or the refresher queues behind the build,
     /// every new reader queues behind it too (4.2 s stalls with 30 days retained). Blocking: call it off
     /// the async runtime.
     ///
     /// Batches land between steps; that is safe for the same reason it is between a one-hold build and
-    /// its install: [`RankingEngine::install`] rebuilds every span whose metrics moved meanwhile (and
+    /// its install: [`RankingEngine::install`] (which switches to the result atomically) rebuilds every span whose metrics moved meanwhile (and
     /// any span cached meanwhile) and rechecks every carry chain. Spans evicted meanwhile are skipped.
     pub fn rebuild_in_steps(engine: &parking_lot::RwLock<RankingEngine>, policy: Policy) -> RebuiltSpans {
         Self::rebuild_in_steps_observed(engine, policy, || {})
@@ -1567,7 +1548,7 @@ impl RankingEngine {
         }
     }
 
-    /// Switches to spans built by [`RankingEngine::rebuild_with`]. Spans that changed since the build
+    /// Switches to spans built by [`RankingEngine::rebuild_in_steps`]. Spans that changed since the build
     /// started (new batches) are rebuilt here, so nothing applied in between is lost.
     pub fn install(&mut self, rebuilt: RebuiltSpans) {
         self.generation += 1;

@@ -99,10 +99,13 @@ impl ServingFixture {
             60 * 24 * HOUR,
         );
         // Ingest, carry and publication never look at the version; reads report it.
-        let rebuilt = engine.read().rebuild_with(Policy {
-            version: POPULAR_VERSION,
-            weights: PopularWeights::default(),
-        });
+        let rebuilt = RankingEngine::rebuild_in_steps(
+            &engine,
+            Policy {
+                version: POPULAR_VERSION,
+                weights: PopularWeights::default(),
+            },
+        );
         engine.write().install(rebuilt);
         let mut fixture = ServingFixture {
             _dir: dir,

@@ -10,10 +10,11 @@ use serde_json::json;
 
 use rankgate_core::event::{Event, ParseLimits};
 use rankgate_core::ids::{Category, CategoryOrAll};
-use rankgate_core::period::Zone;
-use rankgate_core::ranker::{Policy, PopularWeights};
-use rankgate_store::ranking::engine::{EngineConfig, RankedItem, RankingEngine};
+use rankgate_core::period::{Span, Zone};
+use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
+use rankgate_store::ranking::engine::{EngineConfig, RankedItem, RankingEngine, RankingQuery};
 use rankgate_store::ranking::ingest::{IngestConfig, Ingestor};
+use rankgate_store::ranking::recompute::BatchModel;
 use rankgate_store::ranking::source::SourceOfTruth;
 
 pub const HOUR: i64 = 3_600_000;
@@ -163,4 +164,29 @@ impl Drop for PgSchema {
             let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.0));
         }
     }
+}
+
+/// Every ranking of every ranker and category over `spans`, as the engine serves it, equals the batch
+/// recompute's.
+pub fn assert_engine_equals_model(
+    engine: &RwLock<RankingEngine>,
+    model: &BatchModel,
+    spans: &[Span],
+) -> Result<(), TestCaseError> {
+    let mut engine = engine.write();
+    for span in spans {
+        for category in categories() {
+            for ranker in RankerName::ALL {
+                let query = RankingQuery {
+                    ranker,
+                    category: category.clone(),
+                    span: *span,
+                };
+                let served = engine.full_ranking(&query);
+                let expected = model.ranking(ranker, &category, span);
+                assert_same(&format!("{ranker} {category} {span:?}"), &served, &expected)?;
+            }
+        }
+    }
+    Ok(())
 }
