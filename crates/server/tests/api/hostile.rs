@@ -170,6 +170,14 @@ impl Client {
             .await
     }
 
+    async fn admin_get(&self, path: &str) -> Answer {
+        let request = self
+            .http
+            .get(format!("{}{path}", self.address))
+            .bearer_auth(ADMIN);
+        self.send(request, &format!("GET {path}")).await
+    }
+
     async fn admin_put(&self, path: &str, body: &str) -> Answer {
         let request = self
             .http
@@ -244,15 +252,7 @@ async fn snapshot(client: &Client, day: &str, hour: &str) -> Vec<(String, Value)
         object.remove("stale");
         reads.push((path, answer.body));
     }
-    let stats = client
-        .send(
-            client
-                .http
-                .get(format!("{}/v1/admin/queues/hostile-q", client.address))
-                .bearer_auth(ADMIN),
-            "GET /v1/admin/queues/hostile-q",
-        )
-        .await;
+    let stats = client.admin_get("/v1/admin/queues/hostile-q").await;
     assert_eq!(stats.status, 200, "{}", stats.body);
     let mut queue = stats.body.clone();
     let object = queue.as_object_mut().unwrap();
@@ -265,6 +265,9 @@ async fn snapshot(client: &Client, day: &str, hour: &str) -> Vec<(String, Value)
         object.remove(moving);
     }
     reads.push(("queue hostile-q".into(), queue));
+    let ranker = client.admin_get("/v1/admin/rankers/popular").await;
+    assert_eq!(ranker.status, 200, "{}", ranker.body);
+    reads.push(("ranker popular".into(), ranker.body));
     for member in ["m1", "m2"] {
         let path = format!("/v1/queues/hostile-q/entries/{member}");
         let answer = client.get(&path).await;
@@ -630,6 +633,47 @@ async fn hostile_batches_and_requests_leave_answers_unchanged_across_a_sigkill_r
         )
         .await;
     must(bad_request(&answer, "claimId", "a 129-byte claimId"));
+
+    // Ranker policies (stored as transitions of the shared policy state): every hostile body is refused
+    // naming its field and creates no version; one valid change then builds version 2.
+    for (body, field) in [
+        (r#"{"weights":{"view":-1}}"#, "weights.view"),
+        (r#"{"weights":{"like":1e309}}"#, "body"),
+        (r#"{"weights":{"sales":1e300}}"#, "weights.sales"),
+        (r#"{"carryRatio":1.5}"#, "carryRatio"),
+        (r#"{"carryTopN":18446744073709551615}"#, "body"),
+        (r#"{"carryTopN":4294967295}"#, "carryTopN"),
+        (r#"{"weights":{"view":1},"weights":{"view":2}}"#, "body"),
+        (r#"{"weights":{"view\u0000":1}}"#, "body"),
+        (r#"{"weigths":{"view":1}}"#, "body"),
+        (r#"{"weights":"heavy"}"#, "body"),
+        (r#"{"weights":{"view":1}"#, "body"),
+    ] {
+        let answer = client.admin_put("/v1/admin/rankers/popular", body).await;
+        must(bad_request(&answer, field, body));
+    }
+    let answer = client
+        .admin_put("/v1/admin/rankers/popular", r#"{"weights":{"view":0.25}}"#)
+        .await;
+    must(answer.status(202, "a valid weight change"));
+    assert_eq!(
+        answer.body["policyVersion"], 2,
+        "hostile bodies created no version: {}",
+        answer.body
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let view = client.admin_get("/v1/admin/rankers/popular").await;
+        if view.body["activeVersion"] == 2 && view.body["building"].is_null() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "version 2 never became active: {}",
+            view.body
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 
     // --- Record, SIGKILL, restart, compare -------------------------------------------------------------
     let before = snapshot(&client, &day, &hour).await;
