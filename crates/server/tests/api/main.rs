@@ -19,3 +19,4 @@ mod serving_redis;
 mod stream;
 mod top_streams;
 mod waiting_room_redis;
+mod webhooks;
