@@ -84,9 +84,7 @@ const ADMIN_ENDPOINTS: &[Endpoint<AppState>] = &[
         on(m, admin::rollback_ranker)
     }),
     Endpoint::new(Method::POST, "/v1/admin/rebuild", |m| on(m, admin::rebuild)),
-    Endpoint::new(Method::GET, "/v1/admin/webhooks", |m| {
-        on(m, admin::get_webhooks)
-    }),
+    Endpoint::new(Method::GET, "/v1/admin/webhooks", |m| on(m, admin::get_webhooks)),
     Endpoint::new(Method::POST, "/v1/admin/webhooks/dead/{id}/replay", |m| {
         on(m, admin::replay_webhook_delivery)
     }),

@@ -77,9 +77,7 @@ impl WatchLedger for EmbeddedWatchLedger {
     }
 
     async fn record(&self, _owner: &str, watch: &str, snapshot: &WatchSnapshot) -> Result<bool, StoreError> {
-        self.snapshots
-            .lock()
-            .insert(watch.to_string(), snapshot.clone());
+        self.snapshots.lock().insert(watch.to_string(), snapshot.clone());
         Ok(true)
     }
 }
@@ -116,12 +114,7 @@ impl WatchLedger for RedisWatchLedger {
     async fn hold_lease(&self, owner: &str, ttl_millis: u64) -> Result<bool, StoreError> {
         let held: i64 = self
             .connection
-            .invoke(
-                self.lease
-                    .key(&self.lease_key)
-                    .arg(owner)
-                    .arg(ttl_millis.max(1)),
-            )
+            .invoke(self.lease.key(&self.lease_key).arg(owner).arg(ttl_millis.max(1)))
             .await?;
         Ok(held == 1)
     }

@@ -27,7 +27,10 @@ async fn lease_fences_records(nodes: Vec<String>) {
     };
     let ledger = RedisWatchLedger::connect(&nodes, &prefix).await.unwrap();
     assert_eq!(ledger.snapshot("hook").await.unwrap(), None);
-    assert!(ledger.hold_lease("a", 300).await.unwrap(), "a free lease is taken");
+    assert!(
+        ledger.hold_lease("a", 300).await.unwrap(),
+        "a free lease is taken"
+    );
     assert!(!ledger.hold_lease("b", 300).await.unwrap(), "a held lease is not");
     assert!(ledger.hold_lease("a", 300).await.unwrap(), "the holder renews");
     assert!(ledger.record("a", "hook", &snapshot(1, &["p1"])).await.unwrap());
@@ -38,13 +41,25 @@ async fn lease_fences_records(nodes: Vec<String>) {
     assert_eq!(ledger.snapshot("hook").await.unwrap(), Some(snapshot(1, &["p1"])));
     // The holder goes silent: the lease expires and b takes over, continuing from a's snapshot.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(ledger.hold_lease("b", 60_000).await.unwrap(), "an expired lease moves");
-    assert!(ledger.record("b", "hook", &snapshot(2, &["p2", "p1"])).await.unwrap());
     assert!(
-        !ledger.record("a", "hook", &snapshot(2, &["stale"])).await.unwrap(),
+        ledger.hold_lease("b", 60_000).await.unwrap(),
+        "an expired lease moves"
+    );
+    assert!(ledger
+        .record("b", "hook", &snapshot(2, &["p2", "p1"]))
+        .await
+        .unwrap());
+    assert!(
+        !ledger
+            .record("a", "hook", &snapshot(2, &["stale"]))
+            .await
+            .unwrap(),
         "the former holder cannot overwrite the new holder's snapshot"
     );
-    assert_eq!(ledger.snapshot("hook").await.unwrap(), Some(snapshot(2, &["p2", "p1"])));
+    assert_eq!(
+        ledger.snapshot("hook").await.unwrap(),
+        Some(snapshot(2, &["p2", "p1"]))
+    );
     // A release hands over at once.
     ledger.release_lease("b").await.unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;

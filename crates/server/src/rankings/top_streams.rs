@@ -50,7 +50,7 @@ use rankgate_core::read::{parse_read_query, ReadContext, ReadEndpoint, ReadReque
 use rankgate_store::clock::Clock;
 use rankgate_store::ranking::engine::RankingQuery;
 
-use super::reader::{ReadError, RankingsReader, TopRequest};
+use super::reader::{RankingsReader, ReadError, TopRequest};
 
 /// How many streams, how much buffer, how often.
 #[derive(Debug, Clone, Copy)]
@@ -442,9 +442,7 @@ async fn next_event(mut state: StreamState) -> Option<(Result<Event, std::io::Er
 
 fn top_event(body: &Bytes) -> Event {
     // The reader's bodies are compact JSON: never a newline, so one `data:` line.
-    Event::default()
-        .event("top")
-        .data(String::from_utf8_lossy(body))
+    Event::default().event("top").data(String::from_utf8_lossy(body))
 }
 
 #[cfg(test)]

@@ -83,7 +83,8 @@ pub async fn top_events(
 ) -> ApiResult<Response> {
     let category = CategoryOrAll::parse(&category).map_err(|e| ApiError::bad_field("category", e))?;
     let parsed = parse_query(&state, ReadEndpoint::Top, query.as_deref())?;
-    let at_given = form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()).any(|(name, _)| name == "at");
+    let at_given =
+        form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()).any(|(name, _)| name == "at");
     let stream = state.top_streams.open(category, &parsed, at_given).await?;
     Ok(Sse::new(stream).into_response())
 }

@@ -153,8 +153,8 @@ impl WebhookConfig {
         let raw_url = file
             .url
             .ok_or_else(|| anyhow::anyhow!("{}: is required", key("url")))?;
-        let url = reqwest::Url::parse(&raw_url)
-            .map_err(|e| anyhow::anyhow!("{}: not a URL ({e})", key("url")))?;
+        let url =
+            reqwest::Url::parse(&raw_url).map_err(|e| anyhow::anyhow!("{}: not a URL ({e})", key("url")))?;
         anyhow::ensure!(
             matches!(url.scheme(), "http" | "https"),
             "{}: the scheme must be http or https",
@@ -184,12 +184,11 @@ impl WebhookConfig {
             key("secret"),
             secret.len()
         );
-        let category = CategoryOrAll::parse(
-            file.category
-                .as_deref()
-                .ok_or_else(|| anyhow::anyhow!("{}: is required (a category or \"all\")", key("category")))?,
-        )
-        .map_err(|e| anyhow::anyhow!("{}: {e}", key("category")))?;
+        let category =
+            CategoryOrAll::parse(file.category.as_deref().ok_or_else(|| {
+                anyhow::anyhow!("{}: is required (a category or \"all\")", key("category"))
+            })?)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", key("category")))?;
         let limit = file.limit.unwrap_or(10);
         anyhow::ensure!(
             (1..=rankgate_core::read::MAX_LIMIT as u64).contains(&limit),
@@ -330,26 +329,65 @@ mod tests {
         assert_eq!(hook.events.len(), 3);
         assert_eq!(hook.retry.max_attempts, 8);
         assert_eq!(hook.query, "ranker=popular&period=daily&limit=5");
-        assert!(!format!("{hook:?}").contains("0123456789abcdef"), "Debug hides the secret");
+        assert!(
+            !format!("{hook:?}").contains("0123456789abcdef"),
+            "Debug hides the secret"
+        );
     }
 
     #[test]
     fn every_bad_field_is_refused_naming_its_key_and_never_quoting_the_secret() {
         let cases = [
-            ("url = \"https://shop.example/hook\"", "url = \"ftp://shop.example/hook\"", "webhook[0].url"),
-            ("url = \"https://shop.example/hook\"", "url = \"https://u:p@shop.example/hook\"", "webhook[0].url"),
-            ("secret = \"0123456789abcdef-secret\"", "secret = \"short\"", "webhook[0].secret"),
+            (
+                "url = \"https://shop.example/hook\"",
+                "url = \"ftp://shop.example/hook\"",
+                "webhook[0].url",
+            ),
+            (
+                "url = \"https://shop.example/hook\"",
+                "url = \"https://u:p@shop.example/hook\"",
+                "webhook[0].url",
+            ),
+            (
+                "secret = \"0123456789abcdef-secret\"",
+                "secret = \"short\"",
+                "webhook[0].secret",
+            ),
             ("category = \"toys\"", "category = \"\"", "webhook[0].category"),
-            ("period = \"daily\"", "period = \"fortnightly\"", "webhook[0].period"),
+            (
+                "period = \"daily\"",
+                "period = \"fortnightly\"",
+                "webhook[0].period",
+            ),
             ("limit = 5", "limit = 1001", "webhook[0].limit"),
             ("limit = 5", "limit = 0", "webhook[0].limit"),
             ("name = \"toys\"", "name = \"to ys\"", "webhook[0].name"),
-            ("limit = 5", "limit = 5\nevents = [\"jumped\"]", "webhook[0].events"),
+            (
+                "limit = 5",
+                "limit = 5\nevents = [\"jumped\"]",
+                "webhook[0].events",
+            ),
             ("limit = 5", "limit = 5\nevents = []", "webhook[0].events"),
-            ("limit = 5", "limit = 5\nmax_attempts = 0", "webhook[0].max_attempts"),
-            ("limit = 5", "limit = 5\ntimeout_millis = 1", "webhook[0].timeout_millis"),
-            ("limit = 5", "limit = 5\nretry_base_millis = 5", "webhook[0].retry_base_millis"),
-            ("limit = 5", "limit = 5\nretry_base_millis = 1000\nretry_max_millis = 10", "webhook[0].retry_max_millis"),
+            (
+                "limit = 5",
+                "limit = 5\nmax_attempts = 0",
+                "webhook[0].max_attempts",
+            ),
+            (
+                "limit = 5",
+                "limit = 5\ntimeout_millis = 1",
+                "webhook[0].timeout_millis",
+            ),
+            (
+                "limit = 5",
+                "limit = 5\nretry_base_millis = 5",
+                "webhook[0].retry_base_millis",
+            ),
+            (
+                "limit = 5",
+                "limit = 5\nretry_base_millis = 1000\nretry_max_millis = 10",
+                "webhook[0].retry_max_millis",
+            ),
         ];
         for (from, to, key) in cases {
             let text = format!("[[webhook]]\n{}", GOOD.replace(from, to));
@@ -361,6 +399,9 @@ mod tests {
         let error = format!("{:#}", parse(&twice).unwrap_err());
         assert!(error.starts_with("webhook[1].name"), "{error}");
         let unknown = format!("[[webhook]]\n{GOOD}colour = \"red\"\n");
-        assert!(parse(&unknown).is_err(), "an unknown key in a webhook table is refused");
+        assert!(
+            parse(&unknown).is_err(),
+            "an unknown key in a webhook table is refused"
+        );
     }
 }

@@ -426,7 +426,9 @@ impl Webhooks {
                 span,
                 products,
             };
-            return self.record(hook, baseline, recorded, WatchOutcome::Baseline).await;
+            return self
+                .record(hook, baseline, recorded, WatchOutcome::Baseline)
+                .await;
         };
         if previous.span == span && previous.products == products {
             recorded.insert(hook.name.clone(), previous);
@@ -521,7 +523,7 @@ impl Webhooks {
                 tracing::warn!(error = %error, "webhook deliveries could not be claimed; will retry");
             }
             // The job counts once a second: the dead-letter gauge for alerts.
-            if rounds % 5 == 0 {
+            if rounds.is_multiple_of(5) {
                 if let Ok(counts) = self.jobs.counts(JOB_QUEUE).await {
                     publish_counts(&counts);
                 }
@@ -531,10 +533,7 @@ impl Webhooks {
 
     async fn deliver_due(&self, claim_millis: i64) -> Result<(), rankgate_store::queue::StoreError> {
         self.jobs.reap_expired(JOB_QUEUE).await?;
-        let claimed = self
-            .jobs
-            .claim_due(JOB_QUEUE, CLAIM_BATCH, claim_millis)
-            .await?;
+        let claimed = self.jobs.claim_due(JOB_QUEUE, CLAIM_BATCH, claim_millis).await?;
         let attempts = claimed.into_iter().map(|job| self.deliver(job));
         for (webhook, outcome) in futures_util::future::join_all(attempts).await {
             metrics::counter!(

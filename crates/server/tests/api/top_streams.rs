@@ -74,7 +74,10 @@ impl SseClient {
 
     /// The next record and when it arrived, or `None` when nothing came within `within`.
     pub async fn next(&mut self, within: Duration) -> Option<(Instant, SseItem)> {
-        tokio::time::timeout(within, self.records.recv()).await.ok().flatten()
+        tokio::time::timeout(within, self.records.recv())
+            .await
+            .ok()
+            .flatten()
     }
 
     /// The next top page, skipping heartbeats; fails the test after `within`.
@@ -127,17 +130,25 @@ async fn a_top_stream_sends_the_page_on_open_and_each_change_at_most_once_per_fr
     let path = format!("/v1/categories/toys/top/events?{query}");
     let mut stream = SseClient::open(&app, &path).await;
     let (_, first) = stream.next_top(Duration::from_secs(5)).await;
-    let top = app
-        .get_json(&format!("/v1/categories/toys/top?{query}"))
-        .await;
-    assert!(same_page(&first, &top), "the first message is GET …/top's object: {first} vs {top}");
+    let top = app.get_json(&format!("/v1/categories/toys/top?{query}")).await;
+    assert!(
+        same_page(&first, &top),
+        "the first message is GET …/top's object: {first} vs {top}"
+    );
     assert_eq!(product_ids(&first), ["p0"]);
 
     // A scripted burst: every 40 ms a new product takes the lead, 12 times (480 ms of changes).
     let burst_started = Instant::now();
     for i in 1..=12u32 {
-        app.post_events_ok(&json!([sale(&format!("e{i}"), &format!("p{i}"), now, 1 + i, 100, &["toys"])]))
-            .await;
+        app.post_events_ok(&json!([sale(
+            &format!("e{i}"),
+            &format!("p{i}"),
+            now,
+            1 + i,
+            100,
+            &["toys"]
+        )]))
+        .await;
         tokio::time::sleep(Duration::from_millis(40)).await;
     }
     let mut arrivals = Vec::new();
@@ -148,10 +159,11 @@ async fn a_top_stream_sends_the_page_on_open_and_each_change_at_most_once_per_fr
             break page;
         }
     };
-    let top = app
-        .get_json(&format!("/v1/categories/toys/top?{query}"))
-        .await;
-    assert!(same_page(&last, &top), "the stream ends on what GET …/top answers");
+    let top = app.get_json(&format!("/v1/categories/toys/top?{query}")).await;
+    assert!(
+        same_page(&last, &top),
+        "the stream ends on what GET …/top answers"
+    );
     for pair in arrivals.windows(2) {
         let gap = pair[1] - pair[0];
         // The server spaces pages by the freshness interval; arrival times jitter by a few ms.
@@ -167,7 +179,10 @@ async fn a_top_stream_sends_the_page_on_open_and_each_change_at_most_once_per_fr
         arrivals.len(),
         burst_started.elapsed()
     );
-    assert!(arrivals.len() >= 2, "the burst was followed, not only its end: {arrivals:?}");
+    assert!(
+        arrivals.len() >= 2,
+        "the burst was followed, not only its end: {arrivals:?}"
+    );
 
     // An ingest elsewhere moves `asOf` but not this ranking: heartbeats, no page.
     app.post_events_ok(&json!([sale("g1", "g1", now, 5, 100, &["garden"])]))
@@ -183,7 +198,10 @@ async fn a_top_stream_sends_the_page_on_open_and_each_change_at_most_once_per_fr
             SseItem::Top(page) => panic!("a page without a change of this ranking: {page}"),
         }
     }
-    assert!(heartbeats >= 2, "a heartbeat every 300 ms, got {heartbeats} in 1 s");
+    assert!(
+        heartbeats >= 2,
+        "a heartbeat every 300 ms, got {heartbeats} in 1 s"
+    );
 
     // Streams on one ranking share one watcher; the instance's limit holds.
     let second = SseClient::open(&app, &path).await;
@@ -204,7 +222,10 @@ async fn a_top_stream_sends_the_page_on_open_and_each_change_at_most_once_per_fr
     drop(other);
     let deadline = Instant::now() + Duration::from_secs(10);
     while app.state.top_streams.open_streams() > 1 {
-        assert!(Instant::now() < deadline, "the closed streams' slots were not freed");
+        assert!(
+            Instant::now() < deadline,
+            "the closed streams' slots were not freed"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let _reopened = SseClient::open(&app, &path).await;
@@ -218,7 +239,10 @@ async fn a_top_stream_sends_the_page_on_open_and_each_change_at_most_once_per_fr
         let response = app.get(bad).await;
         assert_eq!(response.status(), 400, "{bad}");
         let body: Value = response.json().await.unwrap();
-        assert!(body["error"].as_str().unwrap().starts_with(named), "{bad}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().starts_with(named),
+            "{bad}: {body}"
+        );
     }
     drop(stream);
     app.stop().await;
@@ -235,7 +259,16 @@ async fn a_client_that_stops_reading_is_dropped_not_buffered_for() {
     let now = now_millis();
     // 1,000 products, so each page is large (~130 kB) and a few fill the socket buffers.
     let events: Vec<Value> = (0..1_000)
-        .map(|i| sale(&format!("base{i}"), &format!("p{i:04}"), now, 1 + i % 7, 100, &["toys"]))
+        .map(|i| {
+            sale(
+                &format!("base{i}"),
+                &format!("p{i:04}"),
+                now,
+                1 + i % 7,
+                100,
+                &["toys"],
+            )
+        })
         .collect();
     app.post_events_ok(&Value::Array(events)).await;
     // A client with a tiny receive window that sends its request and never reads.
@@ -260,8 +293,15 @@ async fn a_client_that_stops_reading_is_dropped_not_buffered_for() {
             "a client that does not read was kept (and buffered for) for 60 s"
         );
         let product = format!("p{:04}", round % 1_000);
-        app.post_events_ok(&json!([sale(&format!("more{round}"), &product, now, 50, 100, &["toys"])]))
-            .await;
+        app.post_events_ok(&json!([sale(
+            &format!("more{round}"),
+            &product,
+            now,
+            50,
+            100,
+            &["toys"]
+        )]))
+        .await;
         round += 1;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -311,8 +351,15 @@ async fn streams_follow_ingest_on_another_instance(redis: Vec<String>, label: &s
     // Through instance a only; the stream on b shows each step, from Redis once it is published.
     let mut arrivals = Vec::new();
     for (i, expected) in [(1u32, vec!["p1", "p0"]), (2, vec!["p2", "p1", "p0"])] {
-        a.post_events_ok(&json!([sale(&format!("e{i}"), &format!("p{i}"), now, 1 + i, 100, &["toys"])]))
-            .await;
+        a.post_events_ok(&json!([sale(
+            &format!("e{i}"),
+            &format!("p{i}"),
+            now,
+            1 + i,
+            100,
+            &["toys"]
+        )]))
+        .await;
         loop {
             let (at, page) = on_b.next_top(Duration::from_secs(30)).await;
             arrivals.push(at);
@@ -348,8 +395,7 @@ async fn streams_follow_ingest_on_another_instance(redis: Vec<String>, label: &s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_on_one_instance_shows_events_ingested_through_another_on_redis_standalone() {
-    streams_follow_ingest_on_another_instance(vec![redis_servers::STANDALONE_URL.into()], "standalone")
-        .await;
+    streams_follow_ingest_on_another_instance(vec![redis_servers::STANDALONE_URL.into()], "standalone").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -155,8 +155,14 @@ fn assert_signed(received: &Received) {
     assert_ne!(v1, forged_mac, "another body has another signature");
 }
 
+/// `(kind, productId, oldRank, newRank)` of one reported change.
+type Reported = (String, String, Value, Value);
+
+/// One step of the script: the sales it ingests (product, units) and the changes it must report.
+type Step = (Vec<(&'static str, u32)>, Vec<Reported>);
+
 /// `(kind, productId, oldRank, newRank)` of a delivery's events.
-fn events_of(body: &Value) -> Vec<(String, String, Value, Value)> {
+fn events_of(body: &Value) -> Vec<Reported> {
     body["events"]
         .as_array()
         .unwrap()
@@ -172,21 +178,27 @@ fn events_of(body: &Value) -> Vec<(String, String, Value, Value)> {
         .collect()
 }
 
-fn ev(kind: &str, product: &str, old: Option<u64>, new: Option<u64>) -> (String, String, Value, Value) {
+fn ev(kind: &str, product: &str, old: Option<u64>, new: Option<u64>) -> Reported {
     (kind.into(), product.into(), json!(old), json!(new))
 }
 
 /// The scripted sequence: each step's events and the changes it must report in the top 3 of `toys`.
-fn script() -> Vec<(Vec<(&'static str, u32)>, Vec<(String, String, Value, Value)>)> {
+fn script() -> Vec<Step> {
     vec![
         (vec![("p1", 5)], vec![ev("entered", "p1", None, Some(1))]),
         (
             vec![("p2", 10)],
-            vec![ev("entered", "p2", None, Some(1)), ev("moved", "p1", Some(1), Some(2))],
+            vec![
+                ev("entered", "p2", None, Some(1)),
+                ev("moved", "p1", Some(1), Some(2)),
+            ],
         ),
         (
             vec![("p3", 7)],
-            vec![ev("entered", "p3", None, Some(2)), ev("moved", "p1", Some(2), Some(3))],
+            vec![
+                ev("entered", "p3", None, Some(2)),
+                ev("moved", "p1", Some(2), Some(3)),
+            ],
         ),
         (
             vec![("p4", 20)],
@@ -206,10 +218,18 @@ async fn webhooks_post_signed_changes_retry_on_5xx_and_dead_letter_after_the_las
     let app = spawn_app_with(|config| {
         config.freshness_millis = 200;
         config.webhooks = vec![
-            webhook(config, &table("toys-top", &format!("{receiver_url}/ok"), "toys", "")),
             webhook(
                 config,
-                &table("flaky-top", &format!("{receiver_url}/flaky"), "flaky", "max_attempts = 5"),
+                &table("toys-top", &format!("{receiver_url}/ok"), "toys", ""),
+            ),
+            webhook(
+                config,
+                &table(
+                    "flaky-top",
+                    &format!("{receiver_url}/flaky"),
+                    "flaky",
+                    "max_attempts = 5",
+                ),
             ),
             webhook(
                 config,
@@ -232,14 +252,27 @@ async fn webhooks_post_signed_changes_retry_on_5xx_and_dead_letter_after_the_las
     for (step, (sales, expected)) in script().into_iter().enumerate() {
         let events: Vec<Value> = sales
             .iter()
-            .map(|(product, units)| sale(&format!("toys-{step}-{product}"), product, now, *units, 100, &["toys"]))
+            .map(|(product, units)| {
+                sale(
+                    &format!("toys-{step}-{product}"),
+                    product,
+                    now,
+                    *units,
+                    100,
+                    &["toys"],
+                )
+            })
             .collect();
         app.post_events_ok(&Value::Array(events)).await;
         let got = receiver.wait_for("ok", step + 1).await;
         let delivery = &got[step];
         let sequence = step as u64 + 1;
         assert_eq!(delivery.body["id"], format!("toys-top:{sequence}"));
-        assert_eq!(delivery.delivery, format!("toys-top:{sequence}"), "the id is in a header too");
+        assert_eq!(
+            delivery.delivery,
+            format!("toys-top:{sequence}"),
+            "the id is in a header too"
+        );
         assert_eq!(delivery.body["sequence"], sequence);
         assert_eq!(delivery.body["webhook"], "toys-top");
         assert_eq!(delivery.body["ranking"]["ranker"], "units");
@@ -259,11 +292,10 @@ async fn webhooks_post_signed_changes_retry_on_5xx_and_dead_letter_after_the_las
     app.post_events_ok(&json!([sale("flaky-1", "f1", now, 1, 100, &["flaky"])]))
         .await;
     let attempts = receiver.wait_for("flaky", 3).await;
-    assert_eq!(
-        attempts.iter().map(|r| r.attempt).collect::<Vec<_>>(),
-        [1, 2, 3]
-    );
-    assert!(attempts.iter().all(|r| r.delivery == "flaky-top:1" && r.raw == attempts[0].raw));
+    assert_eq!(attempts.iter().map(|r| r.attempt).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(attempts
+        .iter()
+        .all(|r| r.delivery == "flaky-top:1" && r.raw == attempts[0].raw));
     for r in &attempts {
         assert_signed(r);
     }
@@ -271,18 +303,22 @@ async fn webhooks_post_signed_changes_retry_on_5xx_and_dead_letter_after_the_las
     assert!(attempts[1].at - attempts[0].at >= Duration::from_millis(50));
     assert!(attempts[2].at - attempts[1].at >= Duration::from_millis(100));
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(receiver.on("flaky").len(), 3, "delivered once it succeeded, not again");
+    assert_eq!(
+        receiver.on("flaky").len(),
+        3,
+        "delivered once it succeeded, not again"
+    );
 
     // Dead letter: always 503, two attempts, then the dead set.
     app.post_events_ok(&json!([sale("down-1", "d1", now, 1, 100, &["down"])]))
         .await;
     receiver.wait_for("down", 2).await;
-    let admin = read_until(&app, "/v1/admin/webhooks", "the dead delivery", |body| body["dead"] == 1).await;
+    let admin = read_until(&app, "/v1/admin/webhooks", "the dead delivery", |body| {
+        body["dead"] == 1
+    })
+    .await;
     assert_eq!(admin["deadDeliveries"][0]["id"], "down-top:1");
-    assert_eq!(
-        admin["deadDeliveries"][0]["reason"],
-        "the receiver answered 503"
-    );
+    assert_eq!(admin["deadDeliveries"][0]["reason"], "the receiver answered 503");
     assert_eq!(admin["webhooks"].as_array().unwrap().len(), 3);
     assert!(!admin.to_string().contains(SECRET), "no secret in the admin view");
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -295,14 +331,20 @@ async fn webhooks_post_signed_changes_retry_on_5xx_and_dead_letter_after_the_las
                 && line.contains(&format!("webhook=\"{hook}\""))
         })
     };
-    assert!(counted("dead", "down-top"), "the dead letter is counted: {metrics}");
+    assert!(
+        counted("dead", "down-top"),
+        "the dead letter is counted: {metrics}"
+    );
     assert!(counted("retry", "flaky-top"));
     assert!(counted("delivered", "toys-top"));
     assert!(!metrics.contains(SECRET));
     // A replayed dead delivery is attempted again, with fresh attempts.
     let replay = app
         .client
-        .post(format!("{}/v1/admin/webhooks/dead/down-top:1/replay", app.address))
+        .post(format!(
+            "{}/v1/admin/webhooks/dead/down-top:1/replay",
+            app.address
+        ))
         .send()
         .await
         .unwrap();
@@ -352,7 +394,16 @@ async fn each_change_is_delivered_once_across_instances(redis: Vec<String>, labe
         let app = if step % 2 == 0 { &a } else { &b };
         let events: Vec<Value> = sales
             .iter()
-            .map(|(product, units)| sale(&format!("fleet-{step}-{product}"), product, now, *units, 100, &["toys"]))
+            .map(|(product, units)| {
+                sale(
+                    &format!("fleet-{step}-{product}"),
+                    product,
+                    now,
+                    *units,
+                    100,
+                    &["toys"],
+                )
+            })
             .collect();
         app.post_events_ok(&Value::Array(events)).await;
         let got = receiver.wait_for("ok", step + 1).await;
@@ -366,7 +417,10 @@ async fn each_change_is_delivered_once_across_instances(redis: Vec<String>, labe
         assert_signed(&received);
     }
     let expected: HashMap<String, usize> = (1..=4).map(|s| (format!("fleet-top:{s}"), 1)).collect();
-    assert_eq!(per_id, expected, "each change once, numbered once across both instances");
+    assert_eq!(
+        per_id, expected,
+        "each change once, numbered once across both instances"
+    );
     a.stop().await;
     b.stop().await;
 }
