@@ -659,6 +659,30 @@ mod tests {
     }
 
     #[test]
+    fn top_stream_bounds_come_from_the_file_and_a_bad_one_is_refused_naming_its_key() {
+        let parse = |text: &str| Config::merge(toml::from_str(text).unwrap(), &Overrides::default());
+        let defaults = parse("").unwrap().top_streams;
+        assert_eq!(
+            (defaults.max_streams, defaults.buffer, defaults.heartbeat_millis),
+            (10_000, 8, 15_000)
+        );
+        let set = parse("max_top_streams = 5\ntop_stream_buffer = 2\ntop_stream_heartbeat_millis = 500\n")
+            .unwrap()
+            .top_streams;
+        assert_eq!((set.max_streams, set.buffer, set.heartbeat_millis), (5, 2, 500));
+        for (text, key) in [
+            ("max_top_streams = 0", "max_top_streams"),
+            ("top_stream_buffer = 0", "top_stream_buffer"),
+            ("top_stream_buffer = 100000", "top_stream_buffer"),
+            ("top_stream_heartbeat_millis = 1", "top_stream_heartbeat_millis"),
+            ("[[webhook]]\nname = \"x\"", "webhook[0].url"),
+        ] {
+            let error = format!("{:#}", parse(text).err().unwrap());
+            assert!(error.starts_with(key), "{text}: {error}");
+        }
+    }
+
+    #[test]
     fn debug_never_shows_keys() {
         let overrides = Overrides {
             admin_keys: Some(vec!["topsecret".into()]),

@@ -317,6 +317,15 @@ async fn run_watcher_until_unwatched(inner: Arc<Inner>, watcher: Arc<Watcher>, f
         }
         let mut changed = false;
         match read_watched(&inner, &watcher.key).await {
+            Err(WatchError::OutOfRange(error)) => {
+                // An `at` the clock has left behind (older than metric_retention): nothing more will
+                // come; end the streams rather than read a ranking that cannot be read.
+                tracing::info!(error = %error, "a watched ranking is out of range; its streams end");
+                let mut watchers = inner.watchers.lock();
+                watchers.remove(&watcher.key);
+                watcher.subscribers.lock().clear();
+                break;
+            }
             Ok(body) if body != latest => {
                 let print = fingerprint(&body);
                 changed = print != latest_fingerprint;
@@ -324,7 +333,9 @@ async fn run_watcher_until_unwatched(inner: Arc<Inner>, watcher: Arc<Watcher>, f
                 latest_fingerprint = print;
             }
             Ok(_) => {}
-            Err(error) => tracing::warn!(error = %error, "a watched ranking could not be read; will retry"),
+            Err(WatchError::Read(error)) => {
+                tracing::warn!(error = %error, "a watched ranking could not be read; will retry")
+            }
         }
         if changed || waiting {
             waiting = fan_out(&watcher, &latest, latest_fingerprint, inner.limits.freshness);
@@ -337,8 +348,19 @@ async fn run_watcher_until_unwatched(inner: Arc<Inner>, watcher: Arc<Watcher>, f
     metrics::gauge!("rankgate_top_stream_watchers").decrement(1.0);
 }
 
+/// Why a watched ranking was not read.
+#[derive(Debug, thiserror::Error)]
+enum WatchError {
+    /// The request no longer parses against the clock (its `at` fell out of retention).
+    #[error(transparent)]
+    OutOfRange(#[from] rankgate_core::read::ReadParamError),
+    /// The read failed; the next round tries again.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+}
+
 /// The watched ranking's current page, resolved against the clock now.
-async fn read_watched(inner: &Inner, key: &WatchKey) -> anyhow::Result<Bytes> {
+async fn read_watched(inner: &Inner, key: &WatchKey) -> Result<Bytes, WatchError> {
     let context = ReadContext {
         zone: &inner.zone,
         now_millis: inner.clock.now_millis(),
