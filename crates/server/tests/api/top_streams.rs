@@ -403,3 +403,46 @@ async fn a_stream_on_one_instance_shows_events_ingested_through_another_on_redis
     let nodes = redis_servers::cluster().urls.clone();
     streams_follow_ingest_on_another_instance(nodes, "cluster").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_streams_on_one_ranking_share_one_watcher_and_all_get_each_change() {
+    const STREAMS: usize = 500;
+    let app = spawn_app_with(|config| {
+        config.freshness_millis = FRESHNESS_MILLIS;
+    })
+    .await;
+    let now = now_millis();
+    app.post_events_ok(&json!([sale("e0", "p0", now, 1, 100, &["toys"])]))
+        .await;
+    let path = "/v1/categories/toys/top/events?ranker=units&limit=10";
+    let mut streams = Vec::with_capacity(STREAMS);
+    for _ in 0..STREAMS {
+        let mut stream = SseClient::open(&app, path).await;
+        stream.next_top(Duration::from_secs(10)).await;
+        streams.push(stream);
+    }
+    assert_eq!(
+        app.state.top_streams.watchers(),
+        1,
+        "{STREAMS} streams, one reader"
+    );
+    assert_eq!(app.state.top_streams.open_streams(), STREAMS);
+    let sent = Instant::now();
+    app.post_events_ok(&json!([sale("e1", "p1", now, 2, 100, &["toys"])]))
+        .await;
+    let mut slowest = Duration::ZERO;
+    for stream in &mut streams {
+        let (at, page) = stream.next_top(Duration::from_secs(10)).await;
+        assert_eq!(product_ids(&page), ["p1", "p0"]);
+        slowest = slowest.max(at - sent);
+    }
+    println!(
+        "{STREAMS} streams on one ranking: the change reached the last one {slowest:?} after the ingest"
+    );
+    assert!(
+        slowest < Duration::from_millis(3 * FRESHNESS_MILLIS + 1_000),
+        "the last of {STREAMS} streams got the change {slowest:?} after the ingest"
+    );
+    drop(streams);
+    app.stop().await;
+}
