@@ -358,7 +358,10 @@ async fn open_webhooks(
                  changes on its own; give --redis to deliver each change once across instances"
             );
         }
-        Arc::new(EmbeddedWatchLedger::default())
+        Arc::new(
+            EmbeddedWatchLedger::persisted(config.data_dir.join("webhooks.json"))
+                .context("opening the webhook ledger (webhooks.json in the data dir)")?,
+        )
     } else {
         Arc::new(
             RedisWatchLedger::connect(&config.redis, &config.redis_prefix)

@@ -17,7 +17,7 @@
 //!
 //! | backend | lease | snapshots |
 //! |---|---|---|
-//! | [`EmbeddedWatchLedger`] | always held: one process owns an embedded data dir | in memory; after a restart the first reading is a fresh baseline |
+//! | [`EmbeddedWatchLedger`] | always held: one process owns an embedded data dir | in memory, and (in `rankgate serve`) a JSON file in the data dir, replaced atomically on every record, so a restart continues the sequence |
 //! | [`RedisWatchLedger`] | `P{wh}:lease` (`SET NX PX`, renewed each round) | `P{wh}:state`, one hash field per webhook, written only by the lease holder (one script) |
 //!
 //! Both keys share the `{wh}` hash tag, so each script touches one slot on a Cluster.
@@ -56,10 +56,31 @@ pub trait WatchLedger: Send + Sync + 'static {
     async fn record(&self, owner: &str, watch: &str, snapshot: &WatchSnapshot) -> Result<bool, StoreError>;
 }
 
-/// One process, one ledger: the lease is always held, snapshots are kept in memory.
+/// One process, one ledger: the lease is always held; snapshots are kept in memory and, when opened
+/// with [`EmbeddedWatchLedger::persisted`], in a file.
 #[derive(Default)]
 pub struct EmbeddedWatchLedger {
     snapshots: Mutex<HashMap<String, WatchSnapshot>>,
+    /// Where snapshots are kept across restarts (`None`: memory only).
+    file: Option<std::path::PathBuf>,
+}
+
+impl EmbeddedWatchLedger {
+    /// A ledger kept in `file` (created on the first record; an unreadable file is refused).
+    pub fn persisted(file: std::path::PathBuf) -> Result<EmbeddedWatchLedger, StoreError> {
+        let snapshots = match std::fs::read(&file) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| StoreError::Corrupt(format!("{}: {e}", file.display())))?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+            Err(error) => {
+                return Err(StoreError::Unavailable(format!("{}: {error}", file.display())));
+            }
+        };
+        Ok(EmbeddedWatchLedger {
+            snapshots: Mutex::new(snapshots),
+            file: Some(file),
+        })
+    }
 }
 
 #[async_trait]
@@ -77,7 +98,24 @@ impl WatchLedger for EmbeddedWatchLedger {
     }
 
     async fn record(&self, _owner: &str, watch: &str, snapshot: &WatchSnapshot) -> Result<bool, StoreError> {
-        self.snapshots.lock().insert(watch.to_string(), snapshot.clone());
+        let encoded = {
+            let mut snapshots = self.snapshots.lock();
+            snapshots.insert(watch.to_string(), snapshot.clone());
+            self.file
+                .as_ref()
+                .map(|_| serde_json::to_vec(&*snapshots).expect("snapshots serialize"))
+        };
+        if let (Some(file), Some(encoded)) = (self.file.clone(), encoded) {
+            // Written beside and renamed over, so a crash leaves the old file or the new one, whole.
+            tokio::task::spawn_blocking(move || {
+                let partial = file.with_extension("json.partial");
+                std::fs::write(&partial, encoded)?;
+                std::fs::rename(&partial, &file)
+            })
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("webhook ledger writer: {e}")))?
+            .map_err(|e| StoreError::Unavailable(format!("writing the webhook ledger: {e}")))?;
+        }
         Ok(true)
     }
 }

@@ -83,3 +83,26 @@ async fn the_embedded_ledger_is_one_process_and_always_held() {
     assert!(ledger.record("a", "hook", &snapshot(3, &["p"])).await.unwrap());
     assert_eq!(ledger.snapshot("hook").await.unwrap(), Some(snapshot(3, &["p"])));
 }
+
+#[tokio::test]
+async fn the_persisted_embedded_ledger_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("webhooks.json");
+    let ledger = EmbeddedWatchLedger::persisted(file.clone()).unwrap();
+    assert_eq!(ledger.snapshot("hook").await.unwrap(), None);
+    assert!(ledger
+        .record("a", "hook", &snapshot(4, &["p1", "p2"]))
+        .await
+        .unwrap());
+    drop(ledger);
+    let reopened = EmbeddedWatchLedger::persisted(file.clone()).unwrap();
+    assert_eq!(
+        reopened.snapshot("hook").await.unwrap(),
+        Some(snapshot(4, &["p1", "p2"]))
+    );
+    std::fs::write(&file, b"{not json").unwrap();
+    assert!(
+        EmbeddedWatchLedger::persisted(file).is_err(),
+        "a damaged ledger is refused, not silently reset"
+    );
+}

@@ -20,9 +20,10 @@
 //!   the job queue's claim hands each job to one of them.
 //! - **Spans.** A webhook watches the current period or window. When the span moves on (midnight for
 //!   `daily`), the new span starts from an empty top N: its products arrive as `entered`; the old span's
-//!   products are not reported as `left`. The very first reading (no snapshot yet, e.g. the first start,
-//!   or an embedded restart: the embedded ledger keeps snapshots in memory) is recorded silently as a
-//!   baseline, so a restart does not post the whole top N again.
+//!   products are not reported as `left`. The very first reading (no snapshot yet: a webhook's first
+//!   start) is recorded silently as a baseline, so adding a webhook does not post the whole top N. The
+//!   snapshots outlive restarts (Redis, or `webhooks.json` in the embedded data dir), so a change made
+//!   while no instance ran is reported at the next start.
 //! - **Signatures.** `X-Rankgate-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`,
 //!   made at each attempt (so `t` is the attempt's time, for receivers to refuse old replays). Secrets
 //!   stay in the config: jobs hold only the body, and no log, error or admin view shows a secret.

@@ -215,7 +215,7 @@ fn script() -> Vec<Step> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_post_signed_changes_retry_on_5xx_and_dead_letter_after_the_last_attempt() {
     let (receiver_url, receiver) = spawn_receiver().await;
-    let app = spawn_app_with(|config| {
+    let configure = |config: &mut Config| {
         config.freshness_millis = 200;
         config.webhooks = vec![
             webhook(
@@ -241,8 +241,8 @@ async fn webhooks_post_signed_changes_retry_on_5xx_and_dead_letter_after_the_las
                 ),
             ),
         ];
-    })
-    .await;
+    };
+    let app = spawn_app_with(configure).await;
     // The first reading (an empty top) is the silent baseline.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(receiver.on("ok").is_empty(), "nothing changed yet");
@@ -358,7 +358,26 @@ async fn webhooks_post_signed_changes_retry_on_5xx_and_dead_letter_after_the_las
         .await
         .unwrap();
     assert_eq!(unknown.status(), 404);
-    app.stop().await;
+
+    // A restart continues the sequence from the snapshot kept in the data dir; a change made while
+    // the service was down is reported at the next start.
+    let data_dir = app.stop().await.unwrap();
+    let restarted = spawn_app_in(data_dir.path().to_path_buf(), configure).await;
+    restarted
+        .post_events_ok(&json!([sale("toys-5", "p5", now, 30, 100, &["toys"])]))
+        .await;
+    let got = receiver.wait_for("ok", 5).await;
+    assert_eq!(got[4].body["id"], "toys-top:5");
+    assert_eq!(
+        events_of(&got[4].body),
+        vec![
+            ev("left", "p3", Some(3), None),
+            ev("entered", "p5", None, Some(1)),
+            ev("moved", "p4", Some(1), Some(2)),
+            ev("moved", "p2", Some(2), Some(3)),
+        ]
+    );
+    restarted.stop().await;
 }
 
 /// Two instances on PostgreSQL + `redis`, one webhook: the scripted changes arrive once each.
