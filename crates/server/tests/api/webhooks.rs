@@ -393,7 +393,7 @@ async fn each_change_is_delivered_once_across_instances(redis: Vec<String>, labe
     };
     let spawn = || {
         let (schema, redis, prefix) = (schema.clone(), redis.clone(), prefix.clone());
-        let url = format!("{receiver_url}/ok");
+        let url = receiver_url.clone();
         spawn_app_with(move |config| {
             config.database = Some(POSTGRES.into());
             config.database_schema = schema;
@@ -401,7 +401,18 @@ async fn each_change_is_delivered_once_across_instances(redis: Vec<String>, labe
             config.redis_prefix = prefix;
             config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
             config.freshness_millis = 200;
-            config.webhooks = vec![webhook(config, &table("fleet-top", &url, "toys", ""))];
+            config.webhooks = vec![
+                webhook(config, &table("fleet-top", &format!("{url}/ok"), "toys", "")),
+                webhook(
+                    config,
+                    &table(
+                        "fleet-flaky",
+                        &format!("{url}/flaky"),
+                        "flaky",
+                        "max_attempts = 5",
+                    ),
+                ),
+            ];
         })
     };
     let a = spawn().await;
@@ -440,6 +451,14 @@ async fn each_change_is_delivered_once_across_instances(redis: Vec<String>, labe
         per_id, expected,
         "each change once, numbered once across both instances"
     );
+    // Retries through the Redis job queue, whichever instance claims each attempt: 500, 500, 2xx.
+    a.post_events_ok(&json!([sale("fleet-flaky-1", "f1", now, 1, 100, &["flaky"])]))
+        .await;
+    let attempts = receiver.wait_for("flaky", 3).await;
+    assert_eq!(attempts.iter().map(|r| r.attempt).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(attempts.iter().all(|r| r.delivery == "fleet-flaky:1"));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(receiver.on("flaky").len(), 3, "acked once delivered");
     a.stop().await;
     b.stop().await;
 }
