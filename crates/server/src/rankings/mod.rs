@@ -17,6 +17,7 @@
 
 pub mod reader;
 pub mod serving;
+pub mod top_streams;
 pub mod writer;
 
 use std::collections::HashMap;

@@ -207,3 +207,35 @@ pub async fn rebuild(State(state): State<AppState>) -> ApiResult<Json<Rebuilt>> 
         policy_version: version,
     }))
 }
+
+/// `GET /v1/admin/webhooks`: every `[[webhook]]` (never its secret), the delivery queue's counts and
+/// the oldest dead-lettered deliveries.
+pub async fn get_webhooks(State(state): State<AppState>) -> ApiResult<Json<crate::webhooks::WebhooksView>> {
+    let view = state
+        .webhooks
+        .view()
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("the job store cannot be read now: {e}")))?;
+    Ok(Json(view))
+}
+
+/// `POST /v1/admin/webhooks/dead/{id}/replay`: a dead-lettered delivery back in the queue, due now,
+/// with fresh attempts. 404 when no dead delivery has that id.
+pub async fn replay_webhook_delivery(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    if id.is_empty() || id.len() > 128 {
+        return Err(ApiError::bad_field("id", "must be 1 to 128 bytes"));
+    }
+    let replayed = state
+        .webhooks
+        .replay_dead(&id)
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("the job store cannot be written now: {e}")))?;
+    if replayed {
+        Ok(StatusCode::ACCEPTED)
+    } else {
+        Err(ApiError::NotFound(format!("id: no dead webhook delivery {id:?}")))
+    }
+}

@@ -1,4 +1,5 @@
-//! Read API: `GET /v1/categories/{category}/top` and `GET /v1/products/{productId}/rank` (SPEC 1.5).
+//! Read API: `GET /v1/categories/{category}/top`, its change stream `GET …/top/events` (SSE) and
+//! `GET /v1/products/{productId}/rank` (SPEC 1.5).
 //!
 //! Handlers parse every parameter into domain types first, so a bad one gets a 400 that names it, then
 //! hand the parsed request to the [`RankingsReader`](crate::rankings::reader::RankingsReader), which
@@ -8,6 +9,7 @@
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::header;
+use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
 
 use rankgate_core::ids::{CategoryOrAll, ProductId};
@@ -17,6 +19,7 @@ use rankgate_store::ranking::engine::RankingQuery;
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::rankings::reader::{RankRequest, ReadError, TopRequest};
+use crate::rankings::top_streams::OpenError;
 
 /// Parses a read's query string with the one read-parameter parser, against the server clock.
 fn parse_query(state: &AppState, endpoint: ReadEndpoint, query: Option<&str>) -> ApiResult<ReadRequest> {
@@ -56,6 +59,34 @@ pub async fn top(
         limit: parsed.limit,
     };
     Ok(json_response(state.reader.top(&request).await?))
+}
+
+impl From<OpenError> for ApiError {
+    fn from(error: OpenError) -> Self {
+        match error {
+            full @ OpenError::Full(_) => ApiError::TooManyRequests {
+                message: full.to_string(),
+                retry_after_secs: 5,
+                headers: Vec::new(),
+            },
+            OpenError::Read(error) => error.into(),
+        }
+    }
+}
+
+/// `GET /v1/categories/{category}/top/events`: the top page as Server-Sent Events, sent when the stream
+/// opens and whenever it changes (see [`crate::rankings::top_streams`]). Parameters as `…/top`.
+pub async fn top_events(
+    State(state): State<AppState>,
+    Path(category): Path<String>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Response> {
+    let category = CategoryOrAll::parse(&category).map_err(|e| ApiError::bad_field("category", e))?;
+    let parsed = parse_query(&state, ReadEndpoint::Top, query.as_deref())?;
+    let at_given =
+        form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()).any(|(name, _)| name == "at");
+    let stream = state.top_streams.open(category, &parsed, at_given).await?;
+    Ok(Sse::new(stream).into_response())
 }
 
 /// `GET /v1/products/{productId}/rank`

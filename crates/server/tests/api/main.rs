@@ -1,6 +1,9 @@
 //! HTTP API tests: the whole service on port 0 with its own data dir, driven over real HTTP.
 
 mod helpers;
+/// Redis servers the store tests start (the 3-node Cluster among them), shared with this binary.
+#[path = "../../../store/tests/support/redis_servers.rs"]
+mod redis_servers;
 
 mod admin;
 mod crash;
@@ -14,4 +17,6 @@ mod policies;
 mod rankings;
 mod serving_redis;
 mod stream;
+mod top_streams;
 mod waiting_room_redis;
+mod webhooks;
