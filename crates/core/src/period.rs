@@ -979,16 +979,23 @@ mod tests {
     #[test]
     fn span_bounds_are_rfc3339_with_the_offset_in_force_at_each_end() {
         let tokyo = Zone::parse("Asia/Tokyo").unwrap();
-        let day = PeriodKey::parse(PeriodKind::Daily, "20260717").unwrap().hours(&tokyo);
+        let day = PeriodKey::parse(PeriodKind::Daily, "20260717")
+            .unwrap()
+            .hours(&tokyo);
         assert_eq!(tokyo.format_hour_start(day.start), "2026-07-17T00:00:00+09:00");
         assert_eq!(tokyo.format_hour_start(day.end), "2026-07-18T00:00:00+09:00");
         let utc = Zone::utc();
         assert_eq!(utc.format_hour_start(Hour(0)), "1970-01-01T00:00:00+00:00");
         // The Berlin day of the spring-forward change starts at +01:00 and ends at +02:00 (23 hours).
         let berlin = Zone::parse("Europe/Berlin").unwrap();
-        let change = PeriodKey::parse(PeriodKind::Daily, "20260329").unwrap().hours(&berlin);
+        let change = PeriodKey::parse(PeriodKind::Daily, "20260329")
+            .unwrap()
+            .hours(&berlin);
         assert_eq!(change.end.0 - change.start.0, 23);
-        assert_eq!(berlin.format_hour_start(change.start), "2026-03-29T00:00:00+01:00");
+        assert_eq!(
+            berlin.format_hour_start(change.start),
+            "2026-03-29T00:00:00+01:00"
+        );
         assert_eq!(berlin.format_hour_start(change.end), "2026-03-30T00:00:00+02:00");
     }
 

@@ -1,7 +1,9 @@
 //! The query string of a ranking read (SPEC 1.5), parsed in one place into a [`ReadRequest`].
 //!
-//! `GET /v1/categories/{category}/top` and `GET /v1/products/{productId}/rank` both call
-//! [`parse_read_query`] on their raw query string, and so does the fuzz target. Every rule of what a read may
+//! `GET /v1/categories/{category}/top`, `GET /v1/products/{productId}/rank` and `…/ranks` call
+//! [`parse_read_query`] on their raw query string, and so does the fuzz target; `POST /v1/rankings/sort`
+//! parses its body's `ranker`, `period`, `window` and `at` with the same [`parse_ranker`] and
+//! [`parse_span`]. [`percentile`] is how every read shows a rank as a share of the total. Every rule of what a read may
 //! ask for lives here, so the handlers never see a raw parameter:
 //!
 //! - each parameter is given at most once: a repeated one is refused rather than resolved silently;
@@ -425,12 +427,20 @@ mod tests {
 
     #[test]
     fn percentile_is_the_share_at_or_above_rounded_up_to_hundredths() {
-        assert_eq!(percentile(Some(1), 778), Some(0.13), "100/778 = 0.1285… rounds up");
+        assert_eq!(
+            percentile(Some(1), 778),
+            Some(0.13),
+            "100/778 = 0.1285… rounds up"
+        );
         assert_eq!(percentile(Some(778), 778), Some(100.0));
         assert_eq!(percentile(Some(1), 1), Some(100.0));
         assert_eq!(percentile(Some(1), 4), Some(25.0));
         assert_eq!(percentile(Some(2), 3), Some(66.67));
-        assert_eq!(percentile(Some(1), 1_000_000), Some(0.01), "never 0 for a ranked product");
+        assert_eq!(
+            percentile(Some(1), 1_000_000),
+            Some(0.01),
+            "never 0 for a ranked product"
+        );
         assert_eq!(percentile(None, 10), None);
         assert_eq!(percentile(Some(1), 0), None);
     }
@@ -440,7 +450,12 @@ mod tests {
         let ranks = parse(ReadEndpoint::Ranks, "window=7d&ranker=units&category=x&limit=abc").unwrap();
         assert_eq!(ranks.ranker, RankerName::Units);
         assert_eq!((ranks.category, ranks.limit, ranks.offset), (None, 0, 0));
-        assert_eq!(parse(ReadEndpoint::Ranks, "period=hourly&at=x").unwrap_err().parameter(), "at");
+        assert_eq!(
+            parse(ReadEndpoint::Ranks, "period=hourly&at=x")
+                .unwrap_err()
+                .parameter(),
+            "at"
+        );
     }
 
     #[test]

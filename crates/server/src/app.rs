@@ -101,9 +101,7 @@ const PUBLIC_ENDPOINTS: &[Endpoint<AppState>] = &[
     Endpoint::new(Method::GET, "/v1/products/{product_id}/ranks", |m| {
         on(m, rankings::ranks)
     }),
-    Endpoint::new(Method::POST, "/v1/rankings/sort", |m| {
-        on(m, rankings::sort)
-    }),
+    Endpoint::new(Method::POST, "/v1/rankings/sort", |m| on(m, rankings::sort)),
     Endpoint::new(Method::GET, "/healthz", |m| on(m, ops::healthz)),
     Endpoint::new(Method::GET, "/readyz", |m| on(m, ops::readyz)),
     Endpoint::new(Method::GET, "/metrics", |m| on(m, ops::metrics)),

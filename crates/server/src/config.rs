@@ -501,8 +501,14 @@ mod tests {
             cache_max_age_seconds: Some(30),
             ..Overrides::default()
         };
-        assert_eq!(config("cache_max_age_seconds = 5", &flag).unwrap(), 30, "the flag wins");
-        let error = config("cache_max_age_seconds = 31536001", &none).unwrap_err().to_string();
+        assert_eq!(
+            config("cache_max_age_seconds = 5", &flag).unwrap(),
+            30,
+            "the flag wins"
+        );
+        let error = config("cache_max_age_seconds = 31536001", &none)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("cache_max_age_seconds"), "{error}");
     }
 

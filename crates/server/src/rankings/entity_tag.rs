@@ -121,7 +121,9 @@ mod tests {
         let text = tag.as_str();
         assert_eq!(text.len(), 18);
         assert!(text.starts_with('"') && text.ends_with('"'));
-        assert!(text[1..17].bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert!(text[1..17]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
     }
 
     #[test]
@@ -134,7 +136,10 @@ mod tests {
         assert!(matches(&tag, "*"));
         assert!(matches(&tag, " * "));
         assert!(matches(&tag, &format!("\"x\", W/\"y\" ,{quoted}")));
-        assert!(matches(&tag, &format!("garbage, {quoted}")), "a malformed member is skipped");
+        assert!(
+            matches(&tag, &format!("garbage, {quoted}")),
+            "a malformed member is skipped"
+        );
         assert!(!matches(&tag, "\"0000000000000000\""));
         assert!(!matches(&tag, opaque), "unquoted is not a tag");
         assert!(!matches(&tag, &format!("\"{opaque}x\"")));
@@ -151,8 +156,14 @@ mod tests {
     fn a_huge_if_none_match_is_not_read() {
         let tag = EntityTag::of_body(b"body");
         let huge = format!("{}{}", "\"x\",".repeat(MAX_IF_NONE_MATCH_BYTES), tag.as_str());
-        assert!(!matches(&tag, &huge), "past the bound: answered in full, not scanned");
+        assert!(
+            !matches(&tag, &huge),
+            "past the bound: answered in full, not scanned"
+        );
         let commas = ",".repeat(MAX_IF_NONE_MATCH_BYTES - 20);
-        assert!(matches(&tag, &format!("{commas}{}", tag.as_str())), "within it: found");
+        assert!(
+            matches(&tag, &format!("{commas}{}", tag.as_str())),
+            "within it: found"
+        );
     }
 }

@@ -1,28 +1,35 @@
-//! The one owner of a ranking read (`GET …/top`, `GET …/rank`): everything between a parsed request and
-//! the bytes of its answer is decided here, once.
+//! The one owner of a ranking read (`GET …/top`, `GET …/rank`, `GET …/ranks`, `POST /v1/rankings/sort`):
+//! everything between a parsed request and the bytes of its answer is decided here, once.
 //!
 //! ```text
-//! TopRequest / RankRequest
+//! TopRequest / RankRequest / RanksRequest / SortRequest
 //!   → route: a hot span while Redis's pointer is healthy and current → Redis (at the pointer's
 //!            generation); a hot span while Redis is unreachable, pointerless or lagging → engine, stale;
 //!            any other span → engine, fresh
 //!   → response cache (keyed by source + resolved request, valid under the stamps the answer was made at)
 //!   → ServingStore read: Redis declines (not published there, past the Top-N depth K) → engine, fresh;
 //!                        Redis fails → engine, stale, and Redis is marked unreachable until the next poll
-//!   → typed response (camelCase, `asOf`, `stale`, `policyVersion`) serialized once
+//!   → typed response (camelCase, `asOf`, `stale`, `policyVersion`, `percentile`, `periodStart` /
+//!     `periodEnd`) serialized once, with its entity tag ([`Served`])
 //! ```
 //!
 //! **Versions never mix.** An answer's `total`, `asOf` and `policyVersion` all come from the store that
 //! answered, as [`ServingStore`] returns them: the engine's policy for engine answers, the pointer's
-//! `popular` version for Redis answers.
+//! `popular` version for Redis answers. A sort or a `ranks` answer that Redis cannot give whole (a product
+//! past the depth K, a category not published) is the engine's whole, never a mix.
 //!
 //! **Warm reads stay on the async worker.** The engine store answers a warm, clean span inline and moves
 //! anything that needs a flush or a build to the blocking pool ([`EngineRead`]).
 //!
-//! **What is cached.** Top pages always (serializing 20–50 items costs more than a lookup). Rank answers
-//! only when they came from Redis (a round trip saved) or from the blocking pool: a rank read of a warm span
-//! costs less to compute than to cache, and random-product rank reads would fill the cache with entries
-//! that are seldom asked again.
+//! **What is cached.** Top pages and `ranks` answers always (serializing 20–50 items costs more than a
+//! lookup). Rank answers only when they came from Redis (a round trip saved) or from the blocking pool: a
+//! rank read of a warm span costs less to compute than to cache, and random-product rank reads would fill
+//! the cache with entries that are seldom asked again. Sorts never (a POST; product lists vary). The entity
+//! tag is made with the body and cached beside it ([`super::entity_tag`]); the span's echo (`at`, the
+//! bounds) is formatted once per span ([`EchoMemo`]), not per read.
+//!
+//! **Numbers.** `percentile` is [`rankgate_core::read::percentile`]: rank / total in percent, rounded up to
+//! hundredths. `periodEnd` is the span's exclusive end.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -36,10 +43,10 @@ use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::{format_hour_key, Hour, Span, Zone};
 use rankgate_core::ranker::RankerName;
+use rankgate_core::read::percentile;
 use rankgate_store::clock::Clock;
 use rankgate_store::ranking::engine::{RankAnswer, RankedItem, RankingQuery, TopPage};
 use rankgate_store::ranking::redis_serving::{is_hot, Active, ServingError};
-use rankgate_core::read::percentile;
 use rankgate_store::ranking::serving_store::{
     EngineRead, EngineReadError, EngineServing, ServingStore, SortedProducts,
 };
@@ -452,12 +459,16 @@ impl RankingsReader {
         let queries = request.queries(categories);
         // One script call per category (each its own hash slot on a Cluster), all sent at once.
         let replies = futures_util::future::join_all(
-            queries.iter().map(|query| served.rank_of(query, &request.product)),
+            queries
+                .iter()
+                .map(|query| served.rank_of(query, &request.product)),
         )
         .await;
         let mut answers = Vec::with_capacity(queries.len());
         for (query, reply) in queries.into_iter().zip(replies) {
-            let answer = reply.map_err(RedisDeclined::Failed)?.ok_or(RedisDeclined::NotServed)?;
+            let answer = reply
+                .map_err(RedisDeclined::Failed)?
+                .ok_or(RedisDeclined::NotServed)?;
             if answer.rank.is_none() && served.depth().is_some_and(|depth| answer.total > depth) {
                 return Err(RedisDeclined::PastDepth);
             }
@@ -889,7 +900,10 @@ impl Source {
 /// What was asked, fully resolved (never the raw query string: the default `at` moves with the clock).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Asked {
-    Top { offset: usize, limit: usize },
+    Top {
+        offset: usize,
+        limit: usize,
+    },
     Rank(ProductId),
     /// Every category of a product (the key's category is `all`).
     Ranks(ProductId),

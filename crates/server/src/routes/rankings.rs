@@ -54,7 +54,12 @@ impl<S: Send + Sync> FromRequestParts<S> for IfNoneMatch {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         Ok(IfNoneMatch(
-            parts.headers.get_all(header::IF_NONE_MATCH).iter().cloned().collect(),
+            parts
+                .headers
+                .get_all(header::IF_NONE_MATCH)
+                .iter()
+                .cloned()
+                .collect(),
         ))
     }
 }
@@ -110,7 +115,11 @@ pub async fn top(
         offset: parsed.offset,
         limit: parsed.limit,
     };
-    Ok(cacheable_response(&state, &if_none_match, state.reader.top_served(&request).await?))
+    Ok(cacheable_response(
+        &state,
+        &if_none_match,
+        state.reader.top_served(&request).await?,
+    ))
 }
 
 /// `GET /v1/products/{productId}/rank`
@@ -130,7 +139,11 @@ pub async fn rank(
         },
         product,
     };
-    Ok(cacheable_response(&state, &if_none_match, state.reader.rank_served(&request).await?))
+    Ok(cacheable_response(
+        &state,
+        &if_none_match,
+        state.reader.rank_served(&request).await?,
+    ))
 }
 
 /// `GET /v1/products/{productId}/ranks`: the product's place in `all` and in each of its categories.
@@ -147,7 +160,11 @@ pub async fn ranks(
         span: parsed.span,
         product,
     };
-    Ok(cacheable_response(&state, &if_none_match, state.reader.ranks_served(&request).await?))
+    Ok(cacheable_response(
+        &state,
+        &if_none_match,
+        state.reader.ranks_served(&request).await?,
+    ))
 }
 
 /// Largest sort body: 1,000 ids of 128 bytes, each escaped as `\uXXXX` at worst, fit with room to spare.
@@ -172,7 +189,8 @@ pub fn parse_sort_body(state: &AppState, body: &[u8]) -> ApiResult<SortRequest> 
             "body: a sort request may be at most {MAX_SORT_BODY_BYTES} bytes ({MAX_SORT_PRODUCTS} productIds)"
         )));
     }
-    let body: SortBody = serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("body: {e}")))?;
+    let body: SortBody =
+        serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("body: {e}")))?;
     let ranker = parse_ranker(body.ranker.as_deref()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let category = match body.category.as_deref() {
         None => CategoryOrAll::All,
@@ -197,7 +215,8 @@ pub fn parse_sort_body(state: &AppState, body: &[u8]) -> ApiResult<SortRequest> 
     let mut products = Vec::with_capacity(body.product_ids.len());
     let mut seen = std::collections::HashSet::with_capacity(body.product_ids.len());
     for (index, raw) in body.product_ids.iter().enumerate() {
-        let product = ProductId::parse(raw).map_err(|e| ApiError::bad_field(&format!("productIds[{index}]"), e))?;
+        let product =
+            ProductId::parse(raw).map_err(|e| ApiError::bad_field(&format!("productIds[{index}]"), e))?;
         if !seen.insert(raw.as_str()) {
             return Err(ApiError::bad_field(
                 &format!("productIds[{index}]"),

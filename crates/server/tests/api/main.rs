@@ -12,6 +12,9 @@ mod instances;
 mod ops;
 mod policies;
 mod rankings;
+mod reads;
+#[path = "../../../store/tests/support/redis_servers.rs"]
+mod redis_servers;
 mod serving_redis;
 mod stream;
 mod waiting_room_redis;

@@ -1496,7 +1496,12 @@ impl RankingEngine {
             return Some(products.iter().map(|_| self.unlisted(query.ranker)).collect());
         };
         let state = self.spans.get(&key).filter(|state| state.is_clean())?;
-        Some(products.iter().map(|p| self.rank_in(state, query.ranker, p)).collect())
+        Some(
+            products
+                .iter()
+                .map(|p| self.rank_in(state, query.ranker, p))
+                .collect(),
+        )
     }
 
     /// [`RankingEngine::rank_many_cached`], building or flushing the span first when needed.
@@ -1506,7 +1511,10 @@ impl RankingEngine {
         };
         self.ensure_span(key);
         let state = &self.spans[&key];
-        products.iter().map(|p| self.rank_in(state, query.ranker, p)).collect()
+        products
+            .iter()
+            .map(|p| self.rank_in(state, query.ranker, p))
+            .collect()
     }
 
     /// The rankings a product can be listed in: `all`, then each of its categories (the union of every

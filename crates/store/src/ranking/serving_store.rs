@@ -214,7 +214,10 @@ impl EngineServing {
         products: &[ProductId],
         read: EngineRead,
     ) -> Option<SortedProducts> {
-        let answers = match self.engine.read().rank_many_cached(query, products) {
+        // Bound first: a guard in the match scrutinee would live through the arms, and the build below
+        // takes the write lock.
+        let cached = self.engine.read().rank_many_cached(query, products);
+        let answers = match cached {
             Some(answers) => answers,
             None => match read {
                 EngineRead::CachedOnly => return None,

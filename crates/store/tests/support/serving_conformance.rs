@@ -291,25 +291,56 @@ pub async fn check_store<S: ServingStore>(store: &S, fixture: &ServingFixture) {
                 .unwrap_or_else(|e| panic!("{label}: {e}"))
                 .unwrap_or_else(|| panic!("{label}: sort not served"));
             assert_eq!(sorted.total, total, "{label}: sort total");
-            assert_eq!(sorted.policy_version, expected_version(ranker), "{label}: sort version");
+            assert_eq!(
+                sorted.policy_version,
+                expected_version(ranker),
+                "{label}: sort version"
+            );
             assert_eq!(sorted.as_of_millis, as_of, "{label}: sort asOf");
-            let held_in_order: Vec<&RankedItem> = shown.iter().filter(|item| asked.contains(&item.product)).collect();
+            let held_in_order: Vec<&RankedItem> = shown
+                .iter()
+                .filter(|item| asked.contains(&item.product))
+                .collect();
             let unranked_in_asked_order: Vec<&ProductId> = asked
                 .iter()
                 .filter(|p| !held_in_order.iter().any(|item| item.product == **p))
                 .collect();
-            assert_eq!(sorted.items.len(), asked.len(), "{label}: one item per product asked");
+            assert_eq!(
+                sorted.items.len(),
+                asked.len(),
+                "{label}: one item per product asked"
+            );
             for (item, want) in sorted.items.iter().zip(&held_in_order) {
                 assert_eq!(item.product, want.product, "{label}: sorted order");
-                assert_eq!(item.rank, Some(want.rank), "{label}: sorted rank of {}", want.product);
-                assert_eq!(item.score.map(f64::to_bits), Some(want.score.to_bits()), "{label}: score");
-                assert_eq!(item.metrics, want.metrics, "{label}: sorted metrics of {}", want.product);
+                assert_eq!(
+                    item.rank,
+                    Some(want.rank),
+                    "{label}: sorted rank of {}",
+                    want.product
+                );
+                assert_eq!(
+                    item.score.map(f64::to_bits),
+                    Some(want.score.to_bits()),
+                    "{label}: score"
+                );
+                assert_eq!(
+                    item.metrics, want.metrics,
+                    "{label}: sorted metrics of {}",
+                    want.product
+                );
             }
-            let unranked: Vec<&ProductId> =
-                sorted.items[held_in_order.len()..].iter().map(|item| &item.product).collect();
-            assert_eq!(unranked, unranked_in_asked_order, "{label}: unranked last, in the order asked");
+            let unranked: Vec<&ProductId> = sorted.items[held_in_order.len()..]
+                .iter()
+                .map(|item| &item.product)
+                .collect();
+            assert_eq!(
+                unranked, unranked_in_asked_order,
+                "{label}: unranked last, in the order asked"
+            );
             assert!(
-                sorted.items[held_in_order.len()..].iter().all(|item| item.rank.is_none() && item.score.is_none()),
+                sorted.items[held_in_order.len()..]
+                    .iter()
+                    .all(|item| item.rank.is_none() && item.score.is_none()),
                 "{label}: unranked items have no rank and no score"
             );
         }
