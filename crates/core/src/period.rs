@@ -229,6 +229,17 @@ impl Zone {
         &self.name
     }
 
+    /// The instant UTC hour `hour` starts, as RFC 3339 in this zone with the offset in force then, e.g.
+    /// `2026-07-17T00:00:00+09:00` (`+00:00` in UTC): what a read shows as its span's bounds
+    /// (`periodStart` / `periodEnd`), so a client sees local midnight as local midnight.
+    #[must_use]
+    pub fn format_hour_start(&self, hour: Hour) -> String {
+        hour.start_timestamp()
+            .to_zoned(self.tz.clone())
+            .strftime("%Y-%m-%dT%H:%M:%S%:z")
+            .to_string()
+    }
+
     /// The local hour (hours since 1970-01-01T00:00 local civil time) in which UTC hour `hour` starts.
     fn local_hour_of(&self, hour: Hour) -> i64 {
         let offset_seconds = match self.fixed_offset_seconds {
@@ -963,6 +974,29 @@ mod tests {
 
     fn daily(key: &str) -> Span {
         Span::Period(PeriodKey::parse(PeriodKind::Daily, key).unwrap())
+    }
+
+    #[test]
+    fn span_bounds_are_rfc3339_with_the_offset_in_force_at_each_end() {
+        let tokyo = Zone::parse("Asia/Tokyo").unwrap();
+        let day = PeriodKey::parse(PeriodKind::Daily, "20260717")
+            .unwrap()
+            .hours(&tokyo);
+        assert_eq!(tokyo.format_hour_start(day.start), "2026-07-17T00:00:00+09:00");
+        assert_eq!(tokyo.format_hour_start(day.end), "2026-07-18T00:00:00+09:00");
+        let utc = Zone::utc();
+        assert_eq!(utc.format_hour_start(Hour(0)), "1970-01-01T00:00:00+00:00");
+        // The Berlin day of the spring-forward change starts at +01:00 and ends at +02:00 (23 hours).
+        let berlin = Zone::parse("Europe/Berlin").unwrap();
+        let change = PeriodKey::parse(PeriodKind::Daily, "20260329")
+            .unwrap()
+            .hours(&berlin);
+        assert_eq!(change.end.0 - change.start.0, 23);
+        assert_eq!(
+            berlin.format_hour_start(change.start),
+            "2026-03-29T00:00:00+01:00"
+        );
+        assert_eq!(berlin.format_hour_start(change.end), "2026-03-30T00:00:00+02:00");
     }
 
     #[test]

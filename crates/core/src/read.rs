@@ -1,7 +1,9 @@
 //! The query string of a ranking read (SPEC 1.5), parsed in one place into a [`ReadRequest`].
 //!
-//! `GET /v1/categories/{category}/top` and `GET /v1/products/{productId}/rank` both call
-//! [`parse_read_query`] on their raw query string, and so does the fuzz target. Every rule of what a read may
+//! `GET /v1/categories/{category}/top`, `GET /v1/products/{productId}/rank` and `…/ranks` call
+//! [`parse_read_query`] on their raw query string, and so does the fuzz target; `POST /v1/rankings/sort`
+//! parses its body's `ranker`, `period`, `window` and `at` with the same [`parse_ranker`] and
+//! [`parse_span`]. [`percentile`] is how every read shows a rank as a share of the total. Every rule of what a read may
 //! ask for lives here, so the handlers never see a raw parameter:
 //!
 //! - each parameter is given at most once: a repeated one is refused rather than resolved silently;
@@ -36,6 +38,9 @@ pub enum ReadEndpoint {
     Top,
     /// `GET /v1/products/{productId}/rank`: `ranker`, `period`, `window`, `at`, `category`.
     Rank,
+    /// `GET /v1/products/{productId}/ranks`: `ranker`, `period`, `window`, `at` (every category of the
+    /// product is answered, so `category` is not read).
+    Ranks,
 }
 
 impl ReadEndpoint {
@@ -205,15 +210,7 @@ pub fn parse_read_query(
     }
     let get = |parameter: Parameter| given[parameter as usize].as_deref();
 
-    let ranker = match get(Parameter::Ranker) {
-        None => RankerName::Popular,
-        Some(raw) => RankerName::parse(raw).map_err(|_| {
-            ReadParamError::invalid(
-                "ranker",
-                format!("must be popular, units or revenue, got {}", shown(raw)),
-            )
-        })?,
-    };
+    let ranker = parse_ranker(get(Parameter::Ranker))?;
     let span = parse_span(
         get(Parameter::Period),
         get(Parameter::Window),
@@ -221,7 +218,7 @@ pub fn parse_read_query(
         context,
     )?;
     let (limit, offset) = match endpoint {
-        ReadEndpoint::Rank => (0, 0),
+        ReadEndpoint::Rank | ReadEndpoint::Ranks => (0, 0),
         ReadEndpoint::Top => {
             let limit = get(Parameter::Limit).map_or(Ok(DEFAULT_LIMIT), |raw| {
                 parse_digits(Parameter::Limit, raw, (1, MAX_LIMIT))
@@ -238,7 +235,7 @@ pub fn parse_read_query(
         }
     };
     let category = match endpoint {
-        ReadEndpoint::Top => None,
+        ReadEndpoint::Top | ReadEndpoint::Ranks => None,
         ReadEndpoint::Rank => Some(match get(Parameter::Category) {
             None => CategoryOrAll::All,
             Some(raw) => {
@@ -255,7 +252,23 @@ pub fn parse_read_query(
     })
 }
 
-fn parse_span(
+/// `ranker` (default `popular`), as every read names it: the query parameter, or the field of
+/// `POST /v1/rankings/sort`.
+pub fn parse_ranker(raw: Option<&str>) -> Result<RankerName, ReadParamError> {
+    match raw {
+        None => Ok(RankerName::Popular),
+        Some(raw) => RankerName::parse(raw).map_err(|_| {
+            ReadParamError::invalid(
+                "ranker",
+                format!("must be popular, units or revenue, got {}", shown(raw)),
+            )
+        }),
+    }
+}
+
+/// The span named by `period` or `window` and `at` (defaults as for [`parse_read_query`]), bounded by
+/// [`ReadableRange`]: the query parameters, or the fields of `POST /v1/rankings/sort`.
+pub fn parse_span(
     period: Option<&str>,
     window: Option<&str>,
     at: Option<&str>,
@@ -290,6 +303,17 @@ fn parse_span(
     };
     readable.check(&span, zone)?;
     Ok(span)
+}
+
+/// A ranked product's `percentile`: the share of the `total` listed products ranked at or above it (its
+/// rank), in percent, **rounded up** to two decimals. Rounding up keeps rank 1 of any ranking above 0 and
+/// the last rank at exactly 100, and never shows a product in a better percentile than it is in.
+/// Computed in integers, so it is exact; `None` when unranked (or `total` is 0).
+#[must_use]
+pub fn percentile(rank: Option<usize>, total: usize) -> Option<f64> {
+    let rank = rank.filter(|rank| *rank >= 1 && total > 0)? as u128;
+    let hundredths = (rank * 10_000).div_ceil(total as u128);
+    Some(hundredths as f64 / 100.0)
 }
 
 #[cfg(test)]
@@ -399,6 +423,39 @@ mod tests {
         }
         // A parameter of the other endpoint is not read here either.
         assert!(parse(ReadEndpoint::Rank, "limit=abc&category=toys").is_ok());
+    }
+
+    #[test]
+    fn percentile_is_the_share_at_or_above_rounded_up_to_hundredths() {
+        assert_eq!(
+            percentile(Some(1), 778),
+            Some(0.13),
+            "100/778 = 0.1285… rounds up"
+        );
+        assert_eq!(percentile(Some(778), 778), Some(100.0));
+        assert_eq!(percentile(Some(1), 1), Some(100.0));
+        assert_eq!(percentile(Some(1), 4), Some(25.0));
+        assert_eq!(percentile(Some(2), 3), Some(66.67));
+        assert_eq!(
+            percentile(Some(1), 1_000_000),
+            Some(0.01),
+            "never 0 for a ranked product"
+        );
+        assert_eq!(percentile(None, 10), None);
+        assert_eq!(percentile(Some(1), 0), None);
+    }
+
+    #[test]
+    fn ranks_reads_the_span_and_ranker_but_not_category_or_paging() {
+        let ranks = parse(ReadEndpoint::Ranks, "window=7d&ranker=units&category=x&limit=abc").unwrap();
+        assert_eq!(ranks.ranker, RankerName::Units);
+        assert_eq!((ranks.category, ranks.limit, ranks.offset), (None, 0, 0));
+        assert_eq!(
+            parse(ReadEndpoint::Ranks, "period=hourly&at=x")
+                .unwrap_err()
+                .parameter(),
+            "at"
+        );
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub struct AppState {
     pub rankings: Arc<RankingService>,
     /// Answers ranking reads (routing, fallback, staleness, response cache).
     pub reader: Arc<RankingsReader>,
+    /// `Cache-Control` of cacheable ranking reads, made once from `cache_max_age_seconds`.
+    pub cache_control: axum::http::HeaderValue,
     /// The waiting room.
     pub waiting_room: Arc<WaitingRoom>,
     /// Server clock (a manual one in tests).
@@ -109,6 +111,10 @@ const PUBLIC_ENDPOINTS: &[Endpoint<AppState>] = &[
     Endpoint::new(Method::GET, "/v1/products/{product_id}/rank", |m| {
         on(m, rankings::rank)
     }),
+    Endpoint::new(Method::GET, "/v1/products/{product_id}/ranks", |m| {
+        on(m, rankings::ranks)
+    }),
+    Endpoint::new(Method::POST, "/v1/rankings/sort", |m| on(m, rankings::sort)),
     Endpoint::new(Method::GET, "/healthz", |m| on(m, ops::healthz)),
     Endpoint::new(Method::GET, "/readyz", |m| on(m, ops::readyz)),
     Endpoint::new(Method::GET, "/metrics", |m| on(m, ops::metrics)),
@@ -239,10 +245,12 @@ impl Application {
             shutdown.clone(),
         ));
         let webhooks = Arc::new(open_webhooks(&config, &reader, &waiting_room, &clock).await?);
+        let cache_control = crate::routes::rankings::cache_control(config.cache_max_age_seconds);
         let state = AppState {
             config: Arc::new(config),
             rankings,
             reader,
+            cache_control,
             waiting_room,
             clock,
             prometheus: prometheus_handle(),

@@ -42,6 +42,10 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// An acknowledged event is visible in reads within this time.
     pub freshness_millis: u64,
+    /// `Cache-Control: public, max-age=` of ranking reads (SPEC 1.5): how long a CDN or browser may reuse
+    /// an answer unasked. Default: the freshness bound rounded up to whole seconds, so a cached answer is
+    /// never older than the freshness the service promises by more than that bound again.
+    pub cache_max_age_seconds: u64,
     /// Upper bound on product entries across cached ranking spans.
     pub max_cached_members: usize,
     /// SHA-256 of each admin key; empty means admin endpoints are open.
@@ -206,6 +210,7 @@ pub struct FileConfig {
     max_batch: Option<usize>,
     max_body_bytes: Option<usize>,
     freshness_millis: Option<u64>,
+    cache_max_age_seconds: Option<u64>,
     max_cached_members: Option<usize>,
     #[serde(default)]
     admin_keys: Vec<String>,
@@ -288,9 +293,15 @@ pub struct Overrides {
     /// "normal" only at checkpoints (survives a process crash) [default: full]
     #[arg(long, env = "RANKGATE_SQLITE_SYNCHRONOUS")]
     pub sqlite_synchronous: Option<String>,
+    /// `Cache-Control: public, max-age=N` seconds of ranking reads, 0 to 31536000 [default: the
+    /// freshness bound rounded up to whole seconds]
+    #[arg(long, env = "RANKGATE_CACHE_MAX_AGE_SECONDS")]
+    pub cache_max_age_seconds: Option<u64>,
 }
 
 const HOUR_MILLIS: i64 = 3_600_000;
+/// Largest `cache_max_age_seconds`: a year, the most RFC 9111 caches are expected to honour anyway.
+const MAX_CACHE_MAX_AGE_SECONDS: u64 = 31_536_000;
 
 impl Config {
     /// Merges defaults, the file named by `overrides.config` (if any), and the overrides.
@@ -372,6 +383,15 @@ impl Config {
             )?,
         };
         let webhooks = webhooks_from_file(file.webhook, &zone, metric_retention_millis)?;
+        let freshness_millis = file.freshness_millis.unwrap_or(1000);
+        let cache_max_age_seconds = match overrides.cache_max_age_seconds.or(file.cache_max_age_seconds) {
+            Some(seconds) if seconds > MAX_CACHE_MAX_AGE_SECONDS => anyhow::bail!(
+                "cache_max_age_seconds (--cache-max-age-seconds / RANKGATE_CACHE_MAX_AGE_SECONDS) must be at \
+                 most {MAX_CACHE_MAX_AGE_SECONDS} (one year), got {seconds}"
+            ),
+            Some(seconds) => seconds,
+            None => freshness_millis.div_ceil(1000),
+        };
         Ok(Config {
             listen: overrides
                 .listen
@@ -389,7 +409,8 @@ impl Config {
             metric_retention_millis,
             max_batch: file.max_batch.unwrap_or(10_000),
             max_body_bytes: file.max_body_bytes.unwrap_or(16 * 1024 * 1024),
-            freshness_millis: file.freshness_millis.unwrap_or(1000),
+            freshness_millis,
+            cache_max_age_seconds,
             max_cached_members: file.max_cached_members.unwrap_or(5_000_000),
             admin_keys: BearerKeys::from_plain(overrides.admin_keys.as_deref().unwrap_or(&file.admin_keys)),
             ingest_keys: BearerKeys::from_plain(
@@ -452,7 +473,7 @@ fn millis_of(key: &str, value: i64, unit_millis: i64) -> anyhow::Result<i64> {
 }
 
 /// Top-level keys of the config file.
-const KNOWN_KEYS: [&str; 32] = [
+const KNOWN_KEYS: [&str; 33] = [
     "listen",
     "data_dir",
     "time_zone",
@@ -463,6 +484,7 @@ const KNOWN_KEYS: [&str; 32] = [
     "max_batch",
     "max_body_bytes",
     "freshness_millis",
+    "cache_max_age_seconds",
     "max_cached_members",
     "admin_keys",
     "ingest_keys",
@@ -536,6 +558,31 @@ mod tests {
             (gate.routes[0].method.as_str(), gate.routes[0].path.as_str()),
             ("POST", "/orders")
         );
+    }
+
+    #[test]
+    fn cache_max_age_defaults_to_the_freshness_bound_rounded_up_and_is_bounded() {
+        let config = |text: &str, overrides: &Overrides| {
+            Config::merge(toml::from_str(text).unwrap(), overrides).map(|c| c.cache_max_age_seconds)
+        };
+        let none = Overrides::default();
+        assert_eq!(config("", &none).unwrap(), 1);
+        assert_eq!(config("freshness_millis = 1500", &none).unwrap(), 2);
+        assert_eq!(config("freshness_millis = 200", &none).unwrap(), 1);
+        assert_eq!(config("cache_max_age_seconds = 0", &none).unwrap(), 0);
+        let flag = Overrides {
+            cache_max_age_seconds: Some(30),
+            ..Overrides::default()
+        };
+        assert_eq!(
+            config("cache_max_age_seconds = 5", &flag).unwrap(),
+            30,
+            "the flag wins"
+        );
+        let error = config("cache_max_age_seconds = 31536001", &none)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("cache_max_age_seconds"), "{error}");
     }
 
     #[test]

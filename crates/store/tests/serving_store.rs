@@ -166,4 +166,11 @@ async fn redis_declines_rankings_it_does_not_serve() {
         served.rank_of(&query, &product).await.expect("redis answers"),
         None
     );
+    assert_eq!(
+        served
+            .sort_products(&query, &[product])
+            .await
+            .expect("redis answers"),
+        None
+    );
 }

@@ -15,6 +15,7 @@
 //! Ranking reads over HTTP go through [`reader::RankingsReader`], which owns routing, fallback, staleness,
 //! the response cache and the reported policy version.
 
+pub mod entity_tag;
 pub mod reader;
 pub mod serving;
 pub mod top_streams;

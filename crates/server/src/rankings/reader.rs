@@ -1,28 +1,35 @@
-//! The one owner of a ranking read (`GET …/top`, `GET …/rank`): everything between a parsed request and
-//! the bytes of its answer is decided here, once.
+//! The one owner of a ranking read (`GET …/top`, `GET …/rank`, `GET …/ranks`, `POST /v1/rankings/sort`):
+//! everything between a parsed request and the bytes of its answer is decided here, once.
 //!
 //! ```text
-//! TopRequest / RankRequest
+//! TopRequest / RankRequest / RanksRequest / SortRequest
 //!   → route: a hot span while Redis's pointer is healthy and current → Redis (at the pointer's
 //!            generation); a hot span while Redis is unreachable, pointerless or lagging → engine, stale;
 //!            any other span → engine, fresh
 //!   → response cache (keyed by source + resolved request, valid under the stamps the answer was made at)
 //!   → ServingStore read: Redis declines (not published there, past the Top-N depth K) → engine, fresh;
 //!                        Redis fails → engine, stale, and Redis is marked unreachable until the next poll
-//!   → typed response (camelCase, `asOf`, `stale`, `policyVersion`) serialized once
+//!   → typed response (camelCase, `asOf`, `stale`, `policyVersion`, `percentile`, `periodStart` /
+//!     `periodEnd`) serialized once, with its entity tag ([`Served`])
 //! ```
 //!
 //! **Versions never mix.** An answer's `total`, `asOf` and `policyVersion` all come from the store that
 //! answered, as [`ServingStore`] returns them: the engine's policy for engine answers, the pointer's
-//! `popular` version for Redis answers.
+//! `popular` version for Redis answers. A sort or a `ranks` answer that Redis cannot give whole (a product
+//! past the depth K, a category not published) is the engine's whole, never a mix.
 //!
 //! **Warm reads stay on the async worker.** The engine store answers a warm, clean span inline and moves
 //! anything that needs a flush or a build to the blocking pool ([`EngineRead`]).
 //!
-//! **What is cached.** Top pages always (serializing 20–50 items costs more than a lookup). Rank answers
-//! only when they came from Redis (a round trip saved) or from the blocking pool: a rank read of a warm span
-//! costs less to compute than to cache, and random-product rank reads would fill the cache with entries
-//! that are seldom asked again.
+//! **What is cached.** Top pages and `ranks` answers always (serializing 20–50 items costs more than a
+//! lookup). Rank answers only when they came from Redis (a round trip saved) or from the blocking pool: a
+//! rank read of a warm span costs less to compute than to cache, and random-product rank reads would fill
+//! the cache with entries that are seldom asked again. Sorts never (a POST; product lists vary). The entity
+//! tag is made with the body and cached beside it ([`super::entity_tag`]); the span's echo (`at`, the
+//! bounds) is formatted once per span ([`EchoMemo`]), not per read.
+//!
+//! **Numbers.** `percentile` is [`rankgate_core::read::percentile`]: rank / total in percent, rounded up to
+//! hundredths. `periodEnd` is the span's exclusive end.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -36,11 +43,15 @@ use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::{format_hour_key, Hour, Span, Zone};
 use rankgate_core::ranker::RankerName;
+use rankgate_core::read::percentile;
 use rankgate_store::clock::Clock;
 use rankgate_store::ranking::engine::{RankAnswer, RankedItem, RankingQuery, TopPage};
 use rankgate_store::ranking::redis_serving::{is_hot, Active, ServingError};
-use rankgate_store::ranking::serving_store::{EngineRead, EngineReadError, EngineServing, ServingStore};
+use rankgate_store::ranking::serving_store::{
+    EngineRead, EngineReadError, EngineServing, ServingStore, SortedProducts,
+};
 
+use super::entity_tag::EntityTag;
 use super::serving::Serving;
 use super::RankingService;
 
@@ -62,6 +73,67 @@ pub struct RankRequest {
     pub query: RankingQuery,
     /// The product asked about.
     pub product: ProductId,
+}
+
+/// `POST /v1/rankings/sort`, parsed: distinct products, at least one, at most [`MAX_SORT_PRODUCTS`].
+#[derive(Debug, Clone)]
+pub struct SortRequest {
+    /// Ranker, category and span.
+    pub query: RankingQuery,
+    /// The products to order.
+    pub products: Vec<ProductId>,
+}
+
+/// Most products one sort request may name (SPEC 1.5).
+pub const MAX_SORT_PRODUCTS: usize = 1_000;
+
+/// `GET /v1/products/{productId}/ranks`, parsed.
+#[derive(Debug, Clone)]
+pub struct RanksRequest {
+    /// Which scoring policy.
+    pub ranker: RankerName,
+    /// Calendar period or sliding window.
+    pub span: Span,
+    /// The product asked about.
+    pub product: ProductId,
+}
+
+impl RanksRequest {
+    /// One ranking query per category.
+    fn queries(&self, categories: Vec<CategoryOrAll>) -> Vec<RankingQuery> {
+        categories
+            .into_iter()
+            .map(|category| RankingQuery {
+                ranker: self.ranker,
+                category,
+                span: self.span,
+            })
+            .collect()
+    }
+}
+
+/// A read's answer as HTTP serves it: the JSON body and its entity tag, made together (and cached
+/// together), so the tag is computed once per body, never per request that reuses it.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// The JSON body.
+    pub body: Bytes,
+    /// Its entity tag ([`EntityTag::of_body`]).
+    pub etag: EntityTag,
+}
+
+impl Served {
+    fn of(body: Bytes) -> Served {
+        Served {
+            etag: EntityTag::of_body(&body),
+            body,
+        }
+    }
+
+    /// What it costs the response cache.
+    fn weight(&self) -> usize {
+        self.body.len() + std::mem::size_of::<EntityTag>()
+    }
 }
 
 /// A read that could not be answered at all (Redis failing is not one: the engine answers, stale).
@@ -137,33 +209,43 @@ impl RankingsReader {
 
     /// The JSON body of a top page.
     pub async fn top(&self, request: &TopRequest) -> Result<Bytes, ReadError> {
+        Ok(self.top_served(request).await?.body)
+    }
+
+    /// A top page as HTTP serves it: the JSON body and its entity tag.
+    pub async fn top_served(&self, request: &TopRequest) -> Result<Served, ReadError> {
         let freshness = match self.route(&request.query.span) {
             Route::Redis { active, stamp } => match self.top_from_redis(request, &active, stamp).await {
-                Ok(body) => return Ok(body),
+                Ok(served) => return Ok(served),
                 Err(declined) => self.freshness_after(declined),
             },
             Route::Engine(freshness) => freshness,
         };
         let key = ResponseKey::top(Source::engine(freshness), request);
         let stamps = self.engine_stamps();
-        if let Some(body) = self.responses.get(&key, stamps) {
-            return Ok(body);
+        if let Some(served) = self.responses.get(&key, stamps) {
+            return Ok(served);
         }
         let page = self
             .engine
             .top_page(&request.query, request.offset, request.limit)
             .await?
             .expect("the engine serves every ranking");
-        let body = self.top_body(request, page, freshness);
-        self.responses.insert(key, stamps, body.clone());
-        Ok(body)
+        let served = Served::of(self.top_body(request, page, freshness));
+        self.responses.insert(key, stamps, served.clone());
+        Ok(served)
     }
 
     /// The JSON body of a product's rank.
     pub async fn rank(&self, request: &RankRequest) -> Result<Bytes, ReadError> {
+        Ok(self.rank_served(request).await?.body)
+    }
+
+    /// A product's rank as HTTP serves it: the JSON body and its entity tag.
+    pub async fn rank_served(&self, request: &RankRequest) -> Result<Served, ReadError> {
         let freshness = match self.route(&request.query.span) {
             Route::Redis { active, stamp } => match self.rank_from_redis(request, &active, stamp).await {
-                Ok(body) => return Ok(body),
+                Ok(served) => return Ok(served),
                 Err(declined) => self.freshness_after(declined),
             },
             Route::Engine(freshness) => freshness,
@@ -173,21 +255,73 @@ impl RankingsReader {
             .engine
             .rank_with(&request.query, &request.product, EngineRead::CachedOnly)
         {
-            return Ok(self.rank_body(request, answer, freshness));
+            return Ok(Served::of(self.rank_body(request, answer, freshness)));
         }
         let key = ResponseKey::rank(Source::engine(freshness), request);
         let stamps = self.engine_stamps();
-        if let Some(body) = self.responses.get(&key, stamps) {
-            return Ok(body);
+        if let Some(served) = self.responses.get(&key, stamps) {
+            return Ok(served);
         }
         let answer = self
             .engine
             .rank_of(&request.query, &request.product)
             .await?
             .expect("the engine serves every ranking");
-        let body = self.rank_body(request, answer, freshness);
-        self.responses.insert(key, stamps, body.clone());
-        Ok(body)
+        let served = Served::of(self.rank_body(request, answer, freshness));
+        self.responses.insert(key, stamps, served.clone());
+        Ok(served)
+    }
+
+    /// The JSON body of `POST /v1/rankings/sort`: the products in the ranking's order, unranked last in
+    /// the order asked. Routed like any read; Redis answers in one script call, and when it holds only
+    /// the top K and some product is not among them, the engine answers the whole request (as a rank
+    /// read past K does), so one answer never mixes stores or versions. Not cached: product lists vary.
+    pub async fn sort(&self, request: &SortRequest) -> Result<Bytes, ReadError> {
+        let freshness = match self.route(&request.query.span) {
+            Route::Redis { active, .. } => match self.sort_from_redis(request, &active).await {
+                Ok(sorted) => return Ok(self.sort_body(request, sorted, Freshness::Fresh)),
+                Err(declined) => self.freshness_after(declined),
+            },
+            Route::Engine(freshness) => freshness,
+        };
+        let sorted = self
+            .engine
+            .sort_products(&request.query, &request.products)
+            .await?
+            .expect("the engine serves every ranking");
+        Ok(self.sort_body(request, sorted, freshness))
+    }
+
+    /// `GET /v1/products/{id}/ranks` as HTTP serves it: the product's place in `all` and in each of its
+    /// categories for one span, every place from one store (Redis for a hot span unless it declines any
+    /// of them, then the engine for all), cached like a top page.
+    pub async fn ranks_served(&self, request: &RanksRequest) -> Result<Served, ReadError> {
+        let freshness = match self.route(&request.span) {
+            Route::Redis { active, stamp } => match self.ranks_from_redis(request, &active, stamp).await {
+                Ok(served) => return Ok(served),
+                Err(declined) => self.freshness_after(declined),
+            },
+            Route::Engine(freshness) => freshness,
+        };
+        let key = ResponseKey::ranks(Source::engine(freshness), request);
+        // Stamps before the categories: a category learnt after them is in a newer answer.
+        let stamps = self.engine_stamps();
+        if let Some(served) = self.responses.get(&key, stamps) {
+            return Ok(served);
+        }
+        let categories = self.rankings.engine().read().product_categories(&request.product);
+        let mut answers = Vec::with_capacity(categories.len());
+        for query in request.queries(categories) {
+            let answer = self
+                .engine
+                .rank_of(&query, &request.product)
+                .await?
+                .expect("the engine serves every ranking");
+            answers.push((query.category, answer));
+        }
+        let served = Served::of(self.ranks_body(request, &answers, freshness));
+        self.responses.insert(key, stamps, served.clone());
+        Ok(served)
     }
 
     /// Where a read of `span` goes. Spans Redis does not hold are the engine's to answer, fresh, whatever
@@ -238,7 +372,7 @@ impl RankingsReader {
         request: &TopRequest,
         active: &Active,
         stamp: u64,
-    ) -> Result<Bytes, RedisDeclined> {
+    ) -> Result<Served, RedisDeclined> {
         if active
             .depth
             .is_some_and(|depth| request.offset.saturating_add(request.limit) > depth)
@@ -247,8 +381,8 @@ impl RankingsReader {
         }
         let key = ResponseKey::top(Source::Redis, request);
         let stamps = (stamp, self.rankings.catalog_generation());
-        if let Some(body) = self.responses.get(&key, stamps) {
-            return Ok(body);
+        if let Some(served) = self.responses.get(&key, stamps) {
+            return Ok(served);
         }
         let serving = self.serving();
         let page = serving
@@ -258,9 +392,9 @@ impl RankingsReader {
             .await
             .map_err(RedisDeclined::Failed)?
             .ok_or(RedisDeclined::NotServed)?;
-        let body = self.top_body(request, page, Freshness::Fresh);
-        self.responses.insert(key, stamps, body.clone());
-        Ok(body)
+        let served = Served::of(self.top_body(request, page, Freshness::Fresh));
+        self.responses.insert(key, stamps, served.clone());
+        Ok(served)
     }
 
     async fn rank_from_redis(
@@ -268,11 +402,11 @@ impl RankingsReader {
         request: &RankRequest,
         active: &Active,
         stamp: u64,
-    ) -> Result<Bytes, RedisDeclined> {
+    ) -> Result<Served, RedisDeclined> {
         let key = ResponseKey::rank(Source::Redis, request);
         let stamps = (stamp, self.rankings.catalog_generation());
-        if let Some(body) = self.responses.get(&key, stamps) {
-            return Ok(body);
+        if let Some(served) = self.responses.get(&key, stamps) {
+            return Ok(served);
         }
         let served = self.serving().store().at(active);
         let answer = served
@@ -285,7 +419,62 @@ impl RankingsReader {
         if answer.rank.is_none() && served.depth().is_some_and(|depth| answer.total > depth) {
             return Err(RedisDeclined::PastDepth);
         }
-        let body = self.rank_body(request, answer, Freshness::Fresh);
+        let served = Served::of(self.rank_body(request, answer, Freshness::Fresh));
+        self.responses.insert(key, stamps, served.clone());
+        Ok(served)
+    }
+
+    async fn sort_from_redis(
+        &self,
+        request: &SortRequest,
+        active: &Active,
+    ) -> Result<SortedProducts, RedisDeclined> {
+        let served = self.serving().store().at(active);
+        let sorted = served
+            .sort_products(&request.query, &request.products)
+            .await
+            .map_err(RedisDeclined::Failed)?
+            .ok_or(RedisDeclined::NotServed)?;
+        // Top-N-only serving: a product Redis does not hold may rank past the depth (see rank_from_redis).
+        let unranked = sorted.items.iter().any(|item| item.rank.is_none());
+        if unranked && served.depth().is_some_and(|depth| sorted.total > depth) {
+            return Err(RedisDeclined::PastDepth);
+        }
+        Ok(sorted)
+    }
+
+    async fn ranks_from_redis(
+        &self,
+        request: &RanksRequest,
+        active: &Active,
+        stamp: u64,
+    ) -> Result<Served, RedisDeclined> {
+        let key = ResponseKey::ranks(Source::Redis, request);
+        let stamps = (stamp, self.rankings.catalog_generation());
+        if let Some(served) = self.responses.get(&key, stamps) {
+            return Ok(served);
+        }
+        let categories = self.rankings.engine().read().product_categories(&request.product);
+        let served = self.serving().store().at(active);
+        let queries = request.queries(categories);
+        // One script call per category (each its own hash slot on a Cluster), all sent at once.
+        let replies = futures_util::future::join_all(
+            queries
+                .iter()
+                .map(|query| served.rank_of(query, &request.product)),
+        )
+        .await;
+        let mut answers = Vec::with_capacity(queries.len());
+        for (query, reply) in queries.into_iter().zip(replies) {
+            let answer = reply
+                .map_err(RedisDeclined::Failed)?
+                .ok_or(RedisDeclined::NotServed)?;
+            if answer.rank.is_none() && served.depth().is_some_and(|depth| answer.total > depth) {
+                return Err(RedisDeclined::PastDepth);
+            }
+            answers.push((query.category, answer));
+        }
+        let body = Served::of(self.ranks_body(request, &answers, Freshness::Fresh));
         self.responses.insert(key, stamps, body.clone());
         Ok(body)
     }
@@ -318,6 +507,7 @@ impl RankingsReader {
                 .map(|item| {
                     TopItem::of(
                         item,
+                        page.total,
                         with_catalog
                             .then(|| self.rankings.catalog_entry(&item.product))
                             .flatten(),
@@ -327,6 +517,8 @@ impl RankingsReader {
             limit: request.limit,
             offset: request.offset,
             period: echo.period,
+            period_end: &echo.period_end,
+            period_start: &echo.period_start,
             policy_version: page.policy_version,
             ranker: request.query.ranker,
             stale: freshness == Freshness::Stale,
@@ -345,7 +537,10 @@ impl RankingsReader {
             carry: answer.carry,
             category: request.query.category.as_str(),
             metrics: MetricsBody::of(&answer.metrics),
+            percentile: percentile(answer.rank, answer.total),
             period: echo.period,
+            period_end: &echo.period_end,
+            period_start: &echo.period_start,
             policy_version: answer.policy_version,
             product: self.rankings.catalog_entry(&request.product),
             product_id: request.product.as_str(),
@@ -357,6 +552,72 @@ impl RankingsReader {
             window: echo.window,
         };
         serialize(&response, 384)
+    }
+
+    fn sort_body(&self, request: &SortRequest, sorted: SortedProducts, freshness: Freshness) -> Bytes {
+        let echo = self.echoes.span(&request.query.span, &self.zone);
+        let as_of = sorted.as_of_millis.and_then(|millis| self.echoes.as_of(millis));
+        let response = SortResponse {
+            as_of: as_of.as_deref(),
+            at: &echo.at,
+            category: request.query.category.as_str(),
+            items: sorted
+                .items
+                .iter()
+                .map(|item| SortItem {
+                    metrics: MetricsBody::of(&item.metrics),
+                    percentile: percentile(item.rank, sorted.total),
+                    product_id: item.product.as_str(),
+                    rank: item.rank,
+                    score: item.score,
+                })
+                .collect(),
+            period: echo.period,
+            period_end: &echo.period_end,
+            period_start: &echo.period_start,
+            policy_version: sorted.policy_version,
+            ranker: request.query.ranker,
+            stale: freshness == Freshness::Stale,
+            total: sorted.total,
+            window: echo.window,
+        };
+        serialize(&response, 256 + 160 * response.items.len())
+    }
+
+    /// `answers`: one per ranking the product can be listed in, `all` first, from one store.
+    fn ranks_body(
+        &self,
+        request: &RanksRequest,
+        answers: &[(CategoryOrAll, RankAnswer)],
+        freshness: Freshness,
+    ) -> Bytes {
+        let echo = self.echoes.span(&request.span, &self.zone);
+        // Every answer came from one store; `all` (always first) speaks for its version and `asOf`.
+        let head = &answers.first().expect("`all` is always asked").1;
+        let as_of = head.as_of_millis.and_then(|millis| self.echoes.as_of(millis));
+        let response = RanksResponse {
+            as_of: as_of.as_deref(),
+            at: &echo.at,
+            period: echo.period,
+            period_end: &echo.period_end,
+            period_start: &echo.period_start,
+            policy_version: head.policy_version,
+            product_id: request.product.as_str(),
+            ranker: request.ranker,
+            ranks: answers
+                .iter()
+                .map(|(category, answer)| CategoryRank {
+                    category: category.as_str(),
+                    percentile: percentile(answer.rank, answer.total),
+                    rank: answer.rank,
+                    score: answer.score,
+                    total: answer.total,
+                })
+                .collect(),
+            stale: freshness == Freshness::Stale,
+            window: echo.window,
+        };
+        serialize(&response, 256 + 96 * response.ranks.len())
     }
 }
 
@@ -391,6 +652,8 @@ struct TopResponse<'a> {
     offset: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     period: Option<&'static str>,
+    period_end: &'a str,
+    period_start: &'a str,
     policy_version: u32,
     ranker: RankerName,
     stale: bool,
@@ -405,6 +668,7 @@ struct TopResponse<'a> {
 struct TopItem<'a> {
     carry: f64,
     metrics: MetricsBody,
+    percentile: Option<f64>,
     /// Catalogue data, when the product has any.
     #[serde(skip_serializing_if = "Option::is_none")]
     product: Option<serde_json::Value>,
@@ -414,10 +678,11 @@ struct TopItem<'a> {
 }
 
 impl TopItem<'_> {
-    fn of(item: &RankedItem, product: Option<serde_json::Value>) -> TopItem<'_> {
+    fn of(item: &RankedItem, total: usize, product: Option<serde_json::Value>) -> TopItem<'_> {
         TopItem {
             carry: item.carry,
             metrics: MetricsBody::of(&item.metrics),
+            percentile: percentile(Some(item.rank), total),
             product,
             product_id: item.product.as_str(),
             rank: item.rank,
@@ -435,8 +700,12 @@ struct RankResponse<'a> {
     carry: f64,
     category: &'a str,
     metrics: MetricsBody,
+    /// Share of `total` ranked at or above the product, in percent ([`percentile`]); `null` unranked.
+    percentile: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     period: Option<&'static str>,
+    period_end: &'a str,
+    period_start: &'a str,
     policy_version: u32,
     /// Catalogue data, when the product has any.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -450,6 +719,69 @@ struct RankResponse<'a> {
     total: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     window: Option<&'static str>,
+}
+
+/// `POST /v1/rankings/sort`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SortResponse<'a> {
+    as_of: Option<&'a str>,
+    at: &'a str,
+    category: &'a str,
+    /// Ranking order; unranked products last, in the order asked.
+    items: Vec<SortItem<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    period: Option<&'static str>,
+    period_end: &'a str,
+    period_start: &'a str,
+    policy_version: u32,
+    ranker: RankerName,
+    stale: bool,
+    total: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<&'static str>,
+}
+
+/// One product of a sort answer.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SortItem<'a> {
+    metrics: MetricsBody,
+    percentile: Option<f64>,
+    product_id: &'a str,
+    rank: Option<usize>,
+    score: Option<f64>,
+}
+
+/// `GET /v1/products/{productId}/ranks`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RanksResponse<'a> {
+    as_of: Option<&'a str>,
+    at: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    period: Option<&'static str>,
+    period_end: &'a str,
+    period_start: &'a str,
+    policy_version: u32,
+    product_id: &'a str,
+    ranker: RankerName,
+    /// `all` first, then each of the product's categories by name; `rank: null` where it is not listed.
+    ranks: Vec<CategoryRank<'a>>,
+    stale: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<&'static str>,
+}
+
+/// A product's place in one category's ranking.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CategoryRank<'a> {
+    category: &'a str,
+    percentile: Option<f64>,
+    rank: Option<usize>,
+    score: Option<f64>,
+    total: usize,
 }
 
 /// A product's metrics over the span.
@@ -479,27 +811,31 @@ fn format_as_of(millis: i64) -> Option<String> {
         .map(|ts| format!("{ts:.3}"))
 }
 
-/// The span as the request named it: `period` or `window` with its value, and `at`.
-#[derive(Clone)]
+/// The span as the request named it (`period` or `window` with its value, and `at`) and its bounds.
 struct SpanEcho {
     period: Option<&'static str>,
     window: Option<&'static str>,
-    at: Arc<str>,
+    at: String,
+    /// `periodStart`: the instant the span's first hour starts, RFC 3339 with the zone's offset then.
+    period_start: String,
+    /// `periodEnd`: the **exclusive** end, the instant the hour after the span starts (a daily period
+    /// ends at the next local midnight, a window at the end of its `at` hour), with the offset then.
+    period_end: String,
 }
 
 impl SpanEcho {
     fn of(span: &Span, zone: &Zone) -> SpanEcho {
-        match span {
-            Span::Period(key) => SpanEcho {
-                period: Some(key.kind().as_str()),
-                window: None,
-                at: key.to_string().into(),
-            },
-            Span::Window { len, end } => SpanEcho {
-                period: None,
-                window: Some(len.as_str()),
-                at: format_hour_key(*end, zone).into(),
-            },
+        let hours = span.hours(zone);
+        let (period, window, at) = match span {
+            Span::Period(key) => (Some(key.kind().as_str()), None, key.to_string()),
+            Span::Window { len, end } => (None, Some(len.as_str()), format_hour_key(*end, zone)),
+        };
+        SpanEcho {
+            period,
+            window,
+            at,
+            period_start: zone.format_hour_start(hours.start),
+            period_end: zone.format_hour_start(hours.end),
         }
     }
 }
@@ -507,19 +843,20 @@ impl SpanEcho {
 /// Spans whose echo is remembered before the memo starts over (reads concentrate on a few spans).
 const ECHO_MEMO_SPANS: usize = 4_096;
 
-/// Remembered [`SpanEcho`]s and the latest `asOf` text.
+/// Remembered [`SpanEcho`]s (behind an `Arc`: a read takes one reference count, not four strings) and
+/// the latest `asOf` text.
 #[derive(Default)]
 struct EchoMemo {
-    spans: RwLock<HashMap<Span, SpanEcho>>,
+    spans: RwLock<HashMap<Span, Arc<SpanEcho>>>,
     as_of: RwLock<Option<(i64, Arc<str>)>>,
 }
 
 impl EchoMemo {
-    fn span(&self, span: &Span, zone: &Zone) -> SpanEcho {
+    fn span(&self, span: &Span, zone: &Zone) -> Arc<SpanEcho> {
         if let Some(echo) = self.spans.read().get(span) {
             return echo.clone();
         }
-        let echo = SpanEcho::of(span, zone);
+        let echo = Arc::new(SpanEcho::of(span, zone));
         let mut spans = self.spans.write();
         if spans.len() >= ECHO_MEMO_SPANS {
             spans.clear();
@@ -563,8 +900,13 @@ impl Source {
 /// What was asked, fully resolved (never the raw query string: the default `at` moves with the clock).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Asked {
-    Top { offset: usize, limit: usize },
+    Top {
+        offset: usize,
+        limit: usize,
+    },
     Rank(ProductId),
+    /// Every category of a product (the key's category is `all`).
+    Ranks(ProductId),
 }
 
 /// A cached answer's key.
@@ -601,11 +943,21 @@ impl ResponseKey {
         }
     }
 
+    fn ranks(source: Source, request: &RanksRequest) -> ResponseKey {
+        ResponseKey {
+            source,
+            ranker: request.ranker,
+            category: CategoryOrAll::All,
+            span: request.span,
+            asked: Asked::Ranks(request.product.clone()),
+        }
+    }
+
     /// Roughly what the key holds, for the cache's byte bound.
     fn weight(&self) -> usize {
         let product = match &self.asked {
             Asked::Top { .. } => 0,
-            Asked::Rank(product) => product.as_str().len(),
+            Asked::Rank(product) | Asked::Ranks(product) => product.as_str().len(),
         };
         std::mem::size_of::<ResponseKey>() + self.category.as_str().len() + product
     }
@@ -619,7 +971,7 @@ const RESPONSE_CACHE_SHARDS: usize = 16;
 /// One shard: responses by key with the stamps they were made at, and the bytes they hold.
 #[derive(Default)]
 struct CacheShard {
-    entries: HashMap<ResponseKey, ((u64, u64), Bytes)>,
+    entries: HashMap<ResponseKey, ((u64, u64), Served)>,
     bytes: usize,
 }
 
@@ -647,23 +999,23 @@ impl ResponseCache {
     }
 
     /// The answer cached for `key`, if it was made at `stamps`.
-    fn get(&self, key: &ResponseKey, stamps: (u64, u64)) -> Option<Bytes> {
+    fn get(&self, key: &ResponseKey, stamps: (u64, u64)) -> Option<Served> {
         let shard = self.shard(key).read();
-        let (made_at, body) = shard.entries.get(key)?;
-        (*made_at == stamps).then(|| body.clone())
+        let (made_at, served) = shard.entries.get(key)?;
+        (*made_at == stamps).then(|| served.clone())
     }
 
     /// Remembers an answer made at `stamps`.
-    fn insert(&self, key: ResponseKey, stamps: (u64, u64), body: Bytes) {
+    fn insert(&self, key: ResponseKey, stamps: (u64, u64), served: Served) {
         let key_weight = key.weight();
         let mut shard = self.shard(&key).write();
-        if shard.bytes + key_weight + body.len() > RESPONSE_CACHE_SHARD_BYTES {
+        if shard.bytes + key_weight + served.weight() > RESPONSE_CACHE_SHARD_BYTES {
             shard.entries.clear();
             shard.bytes = 0;
         }
-        shard.bytes += key_weight + body.len();
-        if let Some((_, old)) = shard.entries.insert(key, (stamps, body)) {
-            shard.bytes -= key_weight + old.len();
+        shard.bytes += key_weight + served.weight();
+        if let Some((_, old)) = shard.entries.insert(key, (stamps, served)) {
+            shard.bytes -= key_weight + old.weight();
         }
     }
 }

@@ -1,38 +1,96 @@
-//! Read API: `GET /v1/categories/{category}/top`, its change stream `GET …/top/events` (SSE) and
-//! `GET /v1/products/{productId}/rank` (SPEC 1.5).
+//! Read API (SPEC 1.5): `GET /v1/categories/{category}/top`, its change stream `GET …/top/events` (SSE),
+//! `GET /v1/products/{productId}/rank`, `GET /v1/products/{productId}/ranks` and `POST /v1/rankings/sort`.
 //!
 //! Handlers parse every parameter into domain types first, so a bad one gets a 400 that names it, then
 //! hand the parsed request to the [`RankingsReader`](crate::rankings::reader::RankingsReader), which
 //! decides everything else and answers the serialized body. The query string goes through the one
 //! read-parameter parser, [`rankgate_core::read::parse_read_query`], which also bounds `at` by the server
-//! clock.
+//! clock; the sort body's span fields go through the same span parser.
+//!
+//! **CDN-friendly GETs.** `top`, `rank` and `ranks` answer `Cache-Control: public, max-age=<N>`
+//! (`cache_max_age_seconds`) and the `ETag` the reader made with the body; a request whose
+//! `If-None-Match` matches gets `304 Not Modified` with the same two headers and no body. The sort is a
+//! POST, `Cache-Control: no-store`.
 
-use axum::extract::{Path, RawQuery, State};
-use axum::http::header;
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 
 use rankgate_core::ids::{CategoryOrAll, ProductId};
-use rankgate_core::read::{parse_read_query, ReadContext, ReadEndpoint, ReadRequest};
+use rankgate_core::read::{
+    parse_ranker, parse_read_query, parse_span, ReadContext, ReadEndpoint, ReadRequest,
+};
 use rankgate_store::ranking::engine::RankingQuery;
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::rankings::reader::{RankRequest, ReadError, TopRequest};
+use crate::rankings::reader::{
+    RankRequest, RanksRequest, ReadError, Served, SortRequest, TopRequest, MAX_SORT_PRODUCTS,
+};
 use crate::rankings::top_streams::OpenError;
 
-/// Parses a read's query string with the one read-parameter parser, against the server clock.
-fn parse_query(state: &AppState, endpoint: ReadEndpoint, query: Option<&str>) -> ApiResult<ReadRequest> {
-    let context = ReadContext {
+/// What reads are checked against: the zone, the server clock, retention.
+fn read_context(state: &AppState) -> ReadContext<'_> {
+    ReadContext {
         zone: &state.config.zone,
         now_millis: state.clock.now_millis(),
         metric_retention_millis: state.config.metric_retention_millis,
-    };
-    parse_read_query(endpoint, query.unwrap_or(""), &context).map_err(|e| ApiError::BadRequest(e.to_string()))
+    }
 }
 
-fn json_response(body: bytes::Bytes) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+/// Parses a read's query string with the one read-parameter parser, against the server clock.
+fn parse_query(state: &AppState, endpoint: ReadEndpoint, query: Option<&str>) -> ApiResult<ReadRequest> {
+    parse_read_query(endpoint, query.unwrap_or(""), &read_context(state))
+        .map_err(|e| ApiError::BadRequest(e.to_string()))
+}
+
+/// The request's `If-None-Match` values, in order. Extracted alone rather than as a whole `HeaderMap`,
+/// which would copy every header of every read; without the header this allocates nothing.
+pub struct IfNoneMatch(Vec<HeaderValue>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IfNoneMatch {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(IfNoneMatch(
+            parts
+                .headers
+                .get_all(header::IF_NONE_MATCH)
+                .iter()
+                .cloned()
+                .collect(),
+        ))
+    }
+}
+
+/// The `Cache-Control` value of cacheable reads.
+pub fn cache_control(max_age_seconds: u64) -> HeaderValue {
+    HeaderValue::try_from(format!("public, max-age={max_age_seconds}")).expect("digits and ASCII")
+}
+
+/// A cacheable read's answer: 200 with the body, or 304 when the client already holds it. Both carry the
+/// `ETag` and `Cache-Control` (RFC 9110 §15.4.5: a 304 sends what a 200 would have in those).
+fn cacheable_response(state: &AppState, if_none_match: &IfNoneMatch, served: Served) -> Response {
+    let etag = HeaderValue::from_str(served.etag.as_str()).expect("quotes and hex digits");
+    let not_modified = served
+        .etag
+        .matches_if_none_match(if_none_match.0.iter().map(HeaderValue::as_bytes));
+    let headers = [
+        (header::ETAG, etag),
+        (header::CACHE_CONTROL, state.cache_control.clone()),
+    ];
+    if not_modified {
+        return (StatusCode::NOT_MODIFIED, headers).into_response();
+    }
+    (
+        headers,
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        served.body,
+    )
+        .into_response()
 }
 
 impl From<ReadError> for ApiError {
@@ -46,6 +104,7 @@ pub async fn top(
     State(state): State<AppState>,
     Path(category): Path<String>,
     RawQuery(query): RawQuery,
+    if_none_match: IfNoneMatch,
 ) -> ApiResult<Response> {
     let category = CategoryOrAll::parse(&category).map_err(|e| ApiError::bad_field("category", e))?;
     let parsed = parse_query(&state, ReadEndpoint::Top, query.as_deref())?;
@@ -58,7 +117,11 @@ pub async fn top(
         offset: parsed.offset,
         limit: parsed.limit,
     };
-    Ok(json_response(state.reader.top(&request).await?))
+    Ok(cacheable_response(
+        &state,
+        &if_none_match,
+        state.reader.top_served(&request).await?,
+    ))
 }
 
 impl From<OpenError> for ApiError {
@@ -94,6 +157,7 @@ pub async fn rank(
     State(state): State<AppState>,
     Path(product): Path<String>,
     RawQuery(query): RawQuery,
+    if_none_match: IfNoneMatch,
 ) -> ApiResult<Response> {
     let product = ProductId::parse(&product).map_err(|e| ApiError::bad_field("productId", e))?;
     let parsed = parse_query(&state, ReadEndpoint::Rank, query.as_deref())?;
@@ -105,5 +169,112 @@ pub async fn rank(
         },
         product,
     };
-    Ok(json_response(state.reader.rank(&request).await?))
+    Ok(cacheable_response(
+        &state,
+        &if_none_match,
+        state.reader.rank_served(&request).await?,
+    ))
+}
+
+/// `GET /v1/products/{productId}/ranks`: the product's place in `all` and in each of its categories.
+pub async fn ranks(
+    State(state): State<AppState>,
+    Path(product): Path<String>,
+    RawQuery(query): RawQuery,
+    if_none_match: IfNoneMatch,
+) -> ApiResult<Response> {
+    let product = ProductId::parse(&product).map_err(|e| ApiError::bad_field("productId", e))?;
+    let parsed = parse_query(&state, ReadEndpoint::Ranks, query.as_deref())?;
+    let request = RanksRequest {
+        ranker: parsed.ranker,
+        span: parsed.span,
+        product,
+    };
+    Ok(cacheable_response(
+        &state,
+        &if_none_match,
+        state.reader.ranks_served(&request).await?,
+    ))
+}
+
+/// Largest sort body: 1,000 ids of 128 bytes, each escaped as `\uXXXX` at worst, fit with room to spare.
+const MAX_SORT_BODY_BYTES: usize = 1 << 20;
+
+/// The body of `POST /v1/rankings/sort`. Unknown fields and fields given twice are refused, naming them.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SortBody {
+    ranker: Option<String>,
+    category: Option<String>,
+    period: Option<String>,
+    window: Option<String>,
+    at: Option<String>,
+    product_ids: Vec<String>,
+}
+
+/// Parses a sort body into a [`SortRequest`]: every field checked, each error naming its field.
+pub fn parse_sort_body(state: &AppState, body: &[u8]) -> ApiResult<SortRequest> {
+    if body.len() > MAX_SORT_BODY_BYTES {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "body: a sort request may be at most {MAX_SORT_BODY_BYTES} bytes ({MAX_SORT_PRODUCTS} productIds)"
+        )));
+    }
+    let body: SortBody =
+        serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("body: {e}")))?;
+    let ranker = parse_ranker(body.ranker.as_deref()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let category = match body.category.as_deref() {
+        None => CategoryOrAll::All,
+        Some(raw) => CategoryOrAll::parse(raw).map_err(|e| ApiError::bad_field("category", e))?,
+    };
+    let span = parse_span(
+        body.period.as_deref(),
+        body.window.as_deref(),
+        body.at.as_deref(),
+        &read_context(state),
+    )
+    .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    if body.product_ids.is_empty() || body.product_ids.len() > MAX_SORT_PRODUCTS {
+        return Err(ApiError::bad_field(
+            "productIds",
+            format!(
+                "give 1 to {MAX_SORT_PRODUCTS} product ids, got {}",
+                body.product_ids.len()
+            ),
+        ));
+    }
+    let mut products = Vec::with_capacity(body.product_ids.len());
+    let mut seen = std::collections::HashSet::with_capacity(body.product_ids.len());
+    for (index, raw) in body.product_ids.iter().enumerate() {
+        let product =
+            ProductId::parse(raw).map_err(|e| ApiError::bad_field(&format!("productIds[{index}]"), e))?;
+        if !seen.insert(raw.as_str()) {
+            return Err(ApiError::bad_field(
+                &format!("productIds[{index}]"),
+                "given more than once; name each product once",
+            ));
+        }
+        products.push(product);
+    }
+    Ok(SortRequest {
+        query: RankingQuery {
+            ranker,
+            category,
+            span,
+        },
+        products,
+    })
+}
+
+/// `POST /v1/rankings/sort`: the products in the ranking's order, unranked ones last in the order asked.
+pub async fn sort(State(state): State<AppState>, body: axum::body::Bytes) -> ApiResult<Response> {
+    let request = parse_sort_body(&state, &body)?;
+    let body = state.reader.sort(&request).await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        body,
+    )
+        .into_response())
 }

@@ -15,6 +15,7 @@ mod instances;
 mod ops;
 mod policies;
 mod rankings;
+mod reads;
 mod serving_redis;
 mod stream;
 mod top_streams;

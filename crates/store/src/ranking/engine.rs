@@ -1489,6 +1489,54 @@ impl RankingEngine {
         self.rank_in(&self.spans[&key], query.ranker, product)
     }
 
+    /// The places of several products in one ranking, in the order asked, if they can be answered under
+    /// a shared lock: one lock hold and one O(log n) lookup per product (`POST /v1/rankings/sort`).
+    pub fn rank_many_cached(&self, query: &RankingQuery, products: &[ProductId]) -> Option<Vec<RankAnswer>> {
+        let Some(key) = self.span_key(query) else {
+            return Some(products.iter().map(|_| self.unlisted(query.ranker)).collect());
+        };
+        let state = self.spans.get(&key).filter(|state| state.is_clean())?;
+        Some(
+            products
+                .iter()
+                .map(|p| self.rank_in(state, query.ranker, p))
+                .collect(),
+        )
+    }
+
+    /// [`RankingEngine::rank_many_cached`], building or flushing the span first when needed.
+    pub fn rank_many(&mut self, query: &RankingQuery, products: &[ProductId]) -> Vec<RankAnswer> {
+        let Some(key) = self.span_key(query) else {
+            return products.iter().map(|_| self.unlisted(query.ranker)).collect();
+        };
+        self.ensure_span(key);
+        let state = &self.spans[&key];
+        products
+            .iter()
+            .map(|p| self.rank_in(state, query.ranker, p))
+            .collect()
+    }
+
+    /// The rankings a product can be listed in: `all`, then each of its categories (the union of every
+    /// category seen on its events) by name, bytes ascending. Just `all` for a product never seen.
+    pub fn product_categories(&self, product: &ProductId) -> Vec<CategoryOrAll> {
+        let mut categories: Vec<CategoryOrAll> = self
+            .products
+            .index
+            .get(product.as_str())
+            .map(|&idx| {
+                self.products.categories[idx as usize]
+                    .iter()
+                    .filter_map(|&c| self.categories.names[c as usize].clone())
+                    .map(CategoryOrAll::Category)
+                    .collect()
+            })
+            .unwrap_or_default();
+        categories.sort_by(|a, b| a.as_str().as_bytes().cmp(b.as_str().as_bytes()));
+        categories.insert(0, CategoryOrAll::All);
+        categories
+    }
+
     /// Every listed product of a ranking, in order: (product, score, metrics, carry). For verification.
     pub fn full_ranking(&mut self, query: &RankingQuery) -> Vec<RankedItem> {
         self.top(query, 0, usize::MAX).items

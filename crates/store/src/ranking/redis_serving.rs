@@ -202,10 +202,20 @@ pub struct ServedRank {
     pub carry: f64,
 }
 
+/// Several products' places read from Redis, in the order asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedSort {
+    /// Listed products in the whole ranking.
+    pub total: usize,
+    /// Per product asked: 1-based rank (`None` when Redis does not hold it), score, metrics.
+    pub places: Vec<(Option<usize>, Option<f64>, Metrics)>,
+}
+
 struct Scripts {
     publish: Script,
     top: Script,
     rank: Script,
+    sort: Script,
     lease: Script,
     stamp: Script,
 }
@@ -462,6 +472,7 @@ impl RedisServing {
                 publish: script(include_str!("lua/serving_publish.lua")),
                 top: script(include_str!("lua/serving_top.lua")),
                 rank: script(include_str!("lua/serving_rank.lua")),
+                sort: script(include_str!("lua/serving_sort.lua")),
                 lease: script(include_str!("lua/serving_lease.lua")),
                 stamp: script(include_str!("lua/serving_stamp.lua")),
             },
@@ -897,6 +908,39 @@ impl RedisServing {
             metrics,
             carry: if ranker == RankerName::Popular { carry } else { 0.0 },
         }))
+    }
+
+    /// The places of `products` (at least one) in a served ranking, in one script call (`ZMSCORE`, then
+    /// `ZRANK` for the held ones, and one `HMGET` of their details), or `None` when `generation` does not
+    /// serve this span. The keys share the category's hash tag, so this is one slot on a Cluster.
+    pub async fn sort(
+        &self,
+        generation: u64,
+        ranker: RankerName,
+        category: &CategoryOrAll,
+        span: &Span,
+        products: &[ProductId],
+    ) -> Result<Option<ServedSort>, ServingError> {
+        let mut call = self.read_call(&self.scripts.sort, generation, ranker, category, span);
+        call.arg(ranker_slot(ranker) + 1);
+        for product in products {
+            call.arg(product.as_str());
+        }
+        let reply: redis::Value = self.connection.invoke(&call).await?;
+        if matches!(reply, redis::Value::Nil) {
+            return Ok(None);
+        }
+        let mut reply = Reply::new(reply)?;
+        let total: usize = parse_number(&reply.string()?, "total")?;
+        let (mut ranks, mut keys, mut details) = (reply.array()?, reply.array()?, reply.array()?);
+        let mut places = Vec::with_capacity(products.len());
+        for _ in products {
+            let rank = usize::try_from(ranks.int()?).ok().map(|r| r + 1);
+            let key = keys.opt_f64()?;
+            let (metrics, _carry) = parse_detail(&details.string()?)?;
+            places.push((rank, key.map(|k| -k + 0.0), metrics));
+        }
+        Ok(Some(ServedSort { total, places }))
     }
 
     /// Deletes every serving key under this prefix on a standalone server (tests, and the "Redis was

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use rankgate_core::ids::ProductId;
+use rankgate_core::metrics::Metrics;
 
 use super::engine::{RankAnswer, RankingEngine, RankingQuery, TopPage};
 use super::redis_serving::{Active, RedisServing, ServingError};
@@ -47,6 +48,88 @@ pub trait ServingStore: Send + Sync {
         query: &RankingQuery,
         product: &ProductId,
     ) -> impl Future<Output = Result<Option<RankAnswer>, Self::Error>> + Send;
+
+    /// `products` (distinct, at least one) in the ranking's order, read at once (one engine lock hold, one Redis round
+    /// trip), as [`SortedProducts`] orders them; a product past [`Self::depth`] is unranked like an
+    /// unlisted one. `None` when this store does not serve the ranking.
+    fn sort_products(
+        &self,
+        query: &RankingQuery,
+        products: &[ProductId],
+    ) -> impl Future<Output = Result<Option<SortedProducts>, Self::Error>> + Send;
+}
+
+/// Products of one ranking in its order (`POST /v1/rankings/sort`): ranked ones by rank, then the
+/// unranked ones in the order they were asked for. Ranks are distinct (ties are broken by product id),
+/// so the order is total and the same whichever store answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SortedProducts {
+    /// Policy version the scores come from.
+    pub policy_version: u32,
+    /// Number of listed products in the whole ranking.
+    pub total: usize,
+    /// Time of the latest ingest the data includes.
+    pub as_of_millis: Option<i64>,
+    /// The products, in ranking order, unranked last.
+    pub items: Vec<SortedItem>,
+}
+
+/// One product of a [`SortedProducts`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SortedItem {
+    /// The product.
+    pub product: ProductId,
+    /// 1-based rank; `None` when unlisted (or past a Top-N depth).
+    pub rank: Option<usize>,
+    /// Score when ranked.
+    pub score: Option<f64>,
+    /// Metrics over the span (zero when unknown).
+    pub metrics: Metrics,
+}
+
+impl SortedProducts {
+    /// Orders `places`, one per product of `products` in the same order, into ranking order; the
+    /// version, total and `asOf` are the ones the store read with them.
+    pub fn in_ranking_order(
+        products: &[ProductId],
+        places: impl IntoIterator<Item = (Option<usize>, Option<f64>, Metrics)>,
+        policy_version: u32,
+        total: usize,
+        as_of_millis: Option<i64>,
+    ) -> SortedProducts {
+        let mut items: Vec<SortedItem> = products
+            .iter()
+            .zip(places)
+            .map(|(product, (rank, score, metrics))| SortedItem {
+                product: product.clone(),
+                rank,
+                score,
+                metrics,
+            })
+            .collect();
+        // Stable: unranked items keep the order they were asked in.
+        items.sort_by_key(|item| item.rank.unwrap_or(usize::MAX));
+        SortedProducts {
+            policy_version,
+            total,
+            as_of_millis,
+            items,
+        }
+    }
+
+    /// From the engine's answers, one per product of `products` (at least one: the version, total and
+    /// `asOf` are the same in each).
+    fn of_engine_answers(products: &[ProductId], answers: Vec<RankAnswer>) -> SortedProducts {
+        let head = answers.first().expect("sort asks for at least one product");
+        let (policy_version, total, as_of_millis) = (head.policy_version, head.total, head.as_of_millis);
+        SortedProducts::in_ranking_order(
+            products,
+            answers.into_iter().map(|a| (a.rank, a.score, a.metrics)),
+            policy_version,
+            total,
+            as_of_millis,
+        )
+    }
 }
 
 /// How much work an engine read may do where it is called.
@@ -123,6 +206,30 @@ impl EngineServing {
         }
     }
 
+    /// `products` in the ranking's order as `read` allows; see [`EngineServing::top_with`]. One lock hold
+    /// answers all of them.
+    pub fn sort_with(
+        &self,
+        query: &RankingQuery,
+        products: &[ProductId],
+        read: EngineRead,
+    ) -> Option<SortedProducts> {
+        // Bound first: a guard in the match scrutinee would live through the arms, and the build below
+        // takes the write lock.
+        let cached = self.engine.read().rank_many_cached(query, products);
+        let answers = match cached {
+            Some(answers) => answers,
+            None => match read {
+                EngineRead::CachedOnly => return None,
+                EngineRead::BuildIfNeeded => {
+                    RankingEngine::build_span_in_steps(&self.engine, query);
+                    self.engine.write().rank_many(query, products)
+                }
+            },
+        };
+        Some(SortedProducts::of_engine_answers(products, answers))
+    }
+
     /// Runs `compute` inline when the span is warm (a hand-off to the blocking pool would cost more than
     /// the lookup), else on the blocking pool, so a cold build never holds up an async worker.
     async fn answer<T: Send + 'static>(
@@ -171,6 +278,20 @@ impl ServingStore for EngineServing {
         }
         let (query, product) = (query.clone(), product.clone());
         self.answer(move |engine, read| engine.rank_with(&query, &product, read))
+            .await
+            .map(Some)
+    }
+
+    async fn sort_products(
+        &self,
+        query: &RankingQuery,
+        products: &[ProductId],
+    ) -> Result<Option<SortedProducts>, EngineReadError> {
+        if let Some(sorted) = self.sort_with(query, products, EngineRead::CachedOnly) {
+            return Ok(Some(sorted));
+        }
+        let (query, products) = (query.clone(), products.to_vec());
+        self.answer(move |engine, read| engine.sort_with(&query, &products, read))
             .await
             .map(Some)
     }
@@ -245,6 +366,32 @@ impl ServingStore for ServedGeneration<'_> {
             carry: served.carry,
             total: served.total,
             as_of_millis: self.active.as_of_millis,
+        }))
+    }
+
+    async fn sort_products(
+        &self,
+        query: &RankingQuery,
+        products: &[ProductId],
+    ) -> Result<Option<SortedProducts>, ServingError> {
+        let served = self
+            .store
+            .sort(
+                self.active.generation,
+                query.ranker,
+                &query.category,
+                &query.span,
+                products,
+            )
+            .await?;
+        Ok(served.map(|served| {
+            SortedProducts::in_ranking_order(
+                products,
+                served.places,
+                self.active.policy_version(query.ranker),
+                served.total,
+                self.active.as_of_millis,
+            )
         }))
     }
 }

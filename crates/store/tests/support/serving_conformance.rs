@@ -275,6 +275,74 @@ pub async fn check_store<S: ServingStore>(store: &S, fixture: &ServingFixture) {
                     None => assert_eq!(answer.score, None, "{label}: {product} past the depth"),
                 }
             }
+
+            // Every product the workload touched and one it never did, asked for in a scrambled order
+            // (odd numbers descending, then even ones ascending), sorted in one call.
+            let asked: Vec<ProductId> = (0..PRODUCTS as u32)
+                .rev()
+                .filter(|n| n % 2 == 1)
+                .chain([99])
+                .chain((0..PRODUCTS as u32).filter(|n| n % 2 == 0))
+                .map(product)
+                .collect();
+            let sorted = store
+                .sort_products(&query, &asked)
+                .await
+                .unwrap_or_else(|e| panic!("{label}: {e}"))
+                .unwrap_or_else(|| panic!("{label}: sort not served"));
+            assert_eq!(sorted.total, total, "{label}: sort total");
+            assert_eq!(
+                sorted.policy_version,
+                expected_version(ranker),
+                "{label}: sort version"
+            );
+            assert_eq!(sorted.as_of_millis, as_of, "{label}: sort asOf");
+            let held_in_order: Vec<&RankedItem> = shown
+                .iter()
+                .filter(|item| asked.contains(&item.product))
+                .collect();
+            let unranked_in_asked_order: Vec<&ProductId> = asked
+                .iter()
+                .filter(|p| !held_in_order.iter().any(|item| item.product == **p))
+                .collect();
+            assert_eq!(
+                sorted.items.len(),
+                asked.len(),
+                "{label}: one item per product asked"
+            );
+            for (item, want) in sorted.items.iter().zip(&held_in_order) {
+                assert_eq!(item.product, want.product, "{label}: sorted order");
+                assert_eq!(
+                    item.rank,
+                    Some(want.rank),
+                    "{label}: sorted rank of {}",
+                    want.product
+                );
+                assert_eq!(
+                    item.score.map(f64::to_bits),
+                    Some(want.score.to_bits()),
+                    "{label}: score"
+                );
+                assert_eq!(
+                    item.metrics, want.metrics,
+                    "{label}: sorted metrics of {}",
+                    want.product
+                );
+            }
+            let unranked: Vec<&ProductId> = sorted.items[held_in_order.len()..]
+                .iter()
+                .map(|item| &item.product)
+                .collect();
+            assert_eq!(
+                unranked, unranked_in_asked_order,
+                "{label}: unranked last, in the order asked"
+            );
+            assert!(
+                sorted.items[held_in_order.len()..]
+                    .iter()
+                    .all(|item| item.rank.is_none() && item.score.is_none()),
+                "{label}: unranked items have no rank and no score"
+            );
         }
     }
     assert!(ties_seen > 0, "the workload has ties to check");
