@@ -277,7 +277,12 @@ pub fn trending_decay(end: Hour, hour: Hour, half_life_hours: f64) -> f64 {
 impl Decayed {
     /// Adds hour `hour`'s metrics, decayed for a span ending at `end`. Call it hour by hour, ascending.
     pub fn add_hour(&mut self, end: Hour, hour: Hour, metrics: &Metrics, half_life_hours: f64) {
-        let decay = trending_decay(end, hour, half_life_hours);
+        self.add_decayed(metrics, trending_decay(end, hour, half_life_hours));
+    }
+
+    /// Adds one hour's metrics weighted by `decay`, that hour's [`trending_decay`] (computed once per
+    /// hour when many products share it).
+    pub fn add_decayed(&mut self, metrics: &Metrics, decay: f64) {
         self.views += metrics.views as f64 * decay;
         self.likes += metrics.likes as f64 * decay;
         self.sales += metrics.sales as f64 * decay;

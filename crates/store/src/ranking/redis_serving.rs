@@ -142,13 +142,31 @@ pub struct Active {
 
 impl Active {
     /// The policy version answers read at this pointer report for `ranker`: the published `popular`
-    /// version, and 1 for the rankers that have no versions.
+    /// version, 1 for the rankers that have no versions, and `None` for `trending`, which Redis does
+    /// not serve ([`PUBLISHED_RANKERS`]).
     #[must_use]
-    pub fn policy_version(&self, ranker: RankerName) -> u32 {
+    pub fn policy_version(&self, ranker: RankerName) -> Option<u32> {
         match ranker {
-            RankerName::Popular => self.popular_version,
-            RankerName::Units | RankerName::Revenue => 1,
+            RankerName::Popular => Some(self.popular_version),
+            RankerName::Units | RankerName::Revenue => Some(1),
+            RankerName::Trending => None,
         }
+    }
+}
+
+/// The rankers Redis serves, in the order of their slots in the span keys and scripts.
+///
+/// `trending` is not among them: a running period's `trending` scores all move when the hour turns (E is
+/// the current hour), so publishing it would rewrite every running span whole once an hour, and each
+/// instance's engine computes the same bits from the shared source of truth anyway. Its reads are
+/// answered by the engine ([`ServedGeneration`] declines them).
+pub const PUBLISHED_RANKERS: [RankerName; 3] = [RankerName::Popular, RankerName::Units, RankerName::Revenue];
+
+impl Active {
+    /// Whether answers of `ranker` can be read at this pointer.
+    #[must_use]
+    pub fn serves(&self, ranker: RankerName) -> bool {
+        self.policy_version(ranker).is_some()
     }
 }
 
@@ -401,10 +419,10 @@ pub fn is_hot(span: &Span, now_hour: Hour, zone: &Zone) -> bool {
 }
 
 fn ranker_slot(ranker: RankerName) -> usize {
-    RankerName::ALL
+    PUBLISHED_RANKERS
         .iter()
         .position(|r| *r == ranker)
-        .expect("every ranker is in ALL")
+        .expect("only published rankers are read from redis")
 }
 
 fn detail_value(metrics: &Metrics, carry: f64) -> String {
@@ -511,7 +529,7 @@ impl RedisServing {
         let base = self.category_base(category);
         let field = span_field(span);
         let [p, u, r] =
-            RankerName::ALL.map(|ranker| format!("{base}:{}:{field}:v{generation}", ranker.as_str()));
+            PUBLISHED_RANKERS.map(|ranker| format!("{base}:{}:{field}:v{generation}", ranker.as_str()));
         [p, u, r, format!("{base}:detail:{field}:v{generation}")]
     }
 
@@ -796,7 +814,7 @@ impl RedisServing {
             let base = self.category_base(category);
             let mut pipeline = redis::pipe();
             for field in &fields {
-                for name in RankerName::ALL
+                for name in PUBLISHED_RANKERS
                     .map(RankerName::as_str)
                     .into_iter()
                     .chain(["detail"])

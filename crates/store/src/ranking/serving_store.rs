@@ -203,6 +203,9 @@ impl ServingStore for ServedGeneration<'_> {
         offset: usize,
         limit: usize,
     ) -> Result<Option<TopPage>, ServingError> {
+        let Some(policy_version) = self.active.policy_version(query.ranker) else {
+            return Ok(None);
+        };
         let served = self
             .store
             .top(
@@ -215,7 +218,7 @@ impl ServingStore for ServedGeneration<'_> {
             )
             .await?;
         Ok(served.map(|served| TopPage {
-            policy_version: self.active.policy_version(query.ranker),
+            policy_version,
             total: served.total,
             items: served.items,
             as_of_millis: self.active.as_of_millis,
@@ -227,6 +230,9 @@ impl ServingStore for ServedGeneration<'_> {
         query: &RankingQuery,
         product: &ProductId,
     ) -> Result<Option<RankAnswer>, ServingError> {
+        let Some(policy_version) = self.active.policy_version(query.ranker) else {
+            return Ok(None);
+        };
         let served = self
             .store
             .rank(
@@ -238,7 +244,7 @@ impl ServingStore for ServedGeneration<'_> {
             )
             .await?;
         Ok(served.map(|served| RankAnswer {
-            policy_version: self.active.policy_version(query.ranker),
+            policy_version,
             rank: served.rank,
             score: served.score,
             metrics: served.metrics,
