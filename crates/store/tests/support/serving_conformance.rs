@@ -101,6 +101,7 @@ impl ServingFixture {
         // Ingest, carry and publication never look at the version; reads report it.
         let rebuilt = RankingEngine::rebuild_in_steps(
             &engine,
+            RankerName::Popular,
             Policy {
                 version: POPULAR_VERSION,
                 weights: PopularWeights::default(),
