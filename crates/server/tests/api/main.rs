@@ -14,4 +14,5 @@ mod policies;
 mod rankings;
 mod serving_redis;
 mod stream;
+mod trending;
 mod waiting_room_redis;
