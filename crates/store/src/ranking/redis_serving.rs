@@ -418,11 +418,9 @@ pub fn is_hot(span: &Span, now_hour: Hour, zone: &Zone) -> bool {
     }
 }
 
-fn ranker_slot(ranker: RankerName) -> usize {
-    PUBLISHED_RANKERS
-        .iter()
-        .position(|r| *r == ranker)
-        .expect("only published rankers are read from redis")
+/// `ranker`'s slot in the span keys, `None` for a ranker Redis does not serve.
+fn ranker_slot(ranker: RankerName) -> Option<usize> {
+    PUBLISHED_RANKERS.iter().position(|r| *r == ranker)
 }
 
 fn detail_value(metrics: &Metrics, carry: f64) -> String {
@@ -837,20 +835,21 @@ impl RedisServing {
         &self,
         script: &'a Script,
         generation: u64,
-        ranker: RankerName,
+        slot: usize,
         category: &CategoryOrAll,
         span: &Span,
     ) -> redis::ScriptInvocation<'a> {
         let keys = self.span_keys(category, span, generation);
         let mut call = script.prepare_invoke();
-        call.key(&keys[ranker_slot(ranker)])
+        call.key(&keys[slot])
             .key(&keys[3])
             .key(self.totals_key(category, generation))
             .arg(span_field(span));
         call
     }
 
-    /// A page of a served ranking, or `None` when `generation` does not serve this span.
+    /// A page of a served ranking, or `None` when `generation` does not serve this span (or Redis does
+    /// not serve this ranker: [`PUBLISHED_RANKERS`]).
     pub async fn top(
         &self,
         generation: u64,
@@ -860,9 +859,12 @@ impl RedisServing {
         offset: usize,
         limit: usize,
     ) -> Result<Option<ServedPage>, ServingError> {
+        let Some(slot) = ranker_slot(ranker) else {
+            return Ok(None);
+        };
         let last = offset.saturating_add(limit).saturating_sub(1);
-        let mut call = self.read_call(&self.scripts.top, generation, ranker, category, span);
-        call.arg(offset).arg(last).arg(ranker_slot(ranker) + 1);
+        let mut call = self.read_call(&self.scripts.top, generation, slot, category, span);
+        call.arg(offset).arg(last).arg(slot + 1);
         let reply: redis::Value = self.connection.invoke(&call).await?;
         if matches!(reply, redis::Value::Nil) {
             return Ok(None);
@@ -888,7 +890,8 @@ impl RedisServing {
         Ok(Some(ServedPage { total, items }))
     }
 
-    /// A product's place in a served ranking, or `None` when `generation` does not serve this span.
+    /// A product's place in a served ranking, or `None` when `generation` does not serve this span (or
+    /// Redis does not serve this ranker).
     pub async fn rank(
         &self,
         generation: u64,
@@ -897,8 +900,11 @@ impl RedisServing {
         span: &Span,
         product: &ProductId,
     ) -> Result<Option<ServedRank>, ServingError> {
-        let mut call = self.read_call(&self.scripts.rank, generation, ranker, category, span);
-        call.arg(product.as_str()).arg(ranker_slot(ranker) + 1);
+        let Some(slot) = ranker_slot(ranker) else {
+            return Ok(None);
+        };
+        let mut call = self.read_call(&self.scripts.rank, generation, slot, category, span);
+        call.arg(product.as_str()).arg(slot + 1);
         let reply: redis::Value = self.connection.invoke(&call).await?;
         if matches!(reply, redis::Value::Nil) {
             return Ok(None);
