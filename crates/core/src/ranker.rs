@@ -176,10 +176,16 @@ impl PopularWeights {
         self.validate()?;
         if ranker == RankerName::Trending {
             if self.carry_ratio != 0.0 {
-                return Err(RankerError::InvalidWeight("carryRatio", "trending has no carry".into()));
+                return Err(RankerError::InvalidWeight(
+                    "carryRatio",
+                    "trending has no carry".into(),
+                ));
             }
             if self.carry_top_n != 0 {
-                return Err(RankerError::InvalidWeight("carryTopN", "trending has no carry".into()));
+                return Err(RankerError::InvalidWeight(
+                    "carryTopN",
+                    "trending has no carry".into(),
+                ));
             }
             let half_life = self.half_life_hours;
             if !(half_life.is_finite() && (MIN_HALF_LIFE_HOURS..=MAX_HALF_LIFE_HOURS).contains(&half_life)) {
@@ -499,7 +505,10 @@ mod tests {
             decayed,
             ..ScoreInputs::default()
         };
-        assert_eq!(score(RankerName::Trending, &inputs, &w).to_bits(), expected.to_bits());
+        assert_eq!(
+            score(RankerName::Trending, &inputs, &w).to_bits(),
+            expected.to_bits()
+        );
         assert!(is_listed(RankerName::Trending, &inputs));
         // Negative decayed sales contribute nothing, and no carry ever counts.
         let refunds = ScoreInputs {
@@ -563,7 +572,10 @@ mod tests {
                 assert!(error.to_string().starts_with("halfLifeHours"), "{error}");
             }
         }
-        let with_carry = PopularWeights { carry_ratio: 0.1, ..w };
+        let with_carry = PopularWeights {
+            carry_ratio: 0.1,
+            ..w
+        };
         assert!(with_carry
             .validate_for(RankerName::Trending)
             .unwrap_err()
@@ -574,7 +586,9 @@ mod tests {
             Err(RankerError::NotConfigurable(RankerName::Units))
         );
         // The popular ranker ignores the half-life.
-        assert!(PopularWeights::default().validate_for(RankerName::Popular).is_ok());
+        assert!(PopularWeights::default()
+            .validate_for(RankerName::Popular)
+            .is_ok());
     }
 
     #[test]

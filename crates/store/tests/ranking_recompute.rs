@@ -379,7 +379,8 @@ fn check_trending_incremental_equals_recompute(
             engine.top(&query, 0, 3);
         }
     }
-    let (model, _) = BatchModel::from_stream(events.clone(), lateness, zone.clone(), PopularWeights::default());
+    let (model, _) =
+        BatchModel::from_stream(events.clone(), lateness, zone.clone(), PopularWeights::default());
     let model = model.with_trending(trending).at_hour(now);
     compare_everything(&engine, &model, &zone)?;
     // At least one ranking is a running period, so E really was the moving clock.
@@ -498,7 +499,11 @@ fn a_trending_policy_switch_built_while_batches_land_equals_the_recompute() {
     }
     engine.write().install(rebuilt);
     assert_eq!(engine.read().policy_version(RankerName::Trending), 2);
-    assert_eq!(engine.read().policy_version(RankerName::Popular), 1, "popular is untouched");
+    assert_eq!(
+        engine.read().policy_version(RankerName::Popular),
+        1,
+        "popular is untouched"
+    );
     let model = BatchModel::from_accepted(events, zone.clone(), PopularWeights::default())
         .with_trending(new_weights)
         .at_hour(now);

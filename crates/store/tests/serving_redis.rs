@@ -23,7 +23,9 @@ use rankgate_core::ranker::{PopularWeights, RankerName};
 use rankgate_store::ranking::engine::{RankedItem, RankingEngine, RankingQuery};
 use rankgate_store::ranking::publication::{take_publication, PublicationScope};
 use rankgate_store::ranking::recompute::BatchModel;
-use rankgate_store::ranking::redis_serving::{PUBLISHED_RANKERS, Active, Published, RedisServing, ServingOptions, Stamped};
+use rankgate_store::ranking::redis_serving::{
+    Active, Published, RedisServing, ServingOptions, Stamped, PUBLISHED_RANKERS,
+};
 use rankgate_store::ranking::sqlite::SqliteSource;
 use redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
 use workload::{

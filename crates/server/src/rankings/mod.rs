@@ -126,9 +126,7 @@ impl RankingService {
         engine.set_trending_policy(policies[configurable_index(RankerName::Trending)].active);
         // The application moves it to its own clock; the command line (`rankgate top`, the demo) runs on
         // the system's.
-        engine.advance_to_hour(Hour::from_millis(
-            rankgate_store::clock::SystemClock.now_millis(),
-        ));
+        engine.advance_to_hour(Hour::from_millis(rankgate_store::clock::SystemClock.now_millis()));
         let engine = Arc::new(RwLock::new(engine));
         let ingestor = Ingestor::open(
             source,

@@ -29,8 +29,10 @@ fn workload(now: i64) -> Value {
     for n in 0..3 {
         events.push(view(&format!("new-{n}"), "p-new", now, &["toys"]));
     }
-    events.push(json!({ "id": "flip-like", "type": "product_liked", "ts": now - 24 * HOUR,
-                        "product_id": "p-flip", "categories": ["toys"] }));
+    events.push(
+        json!({ "id": "flip-like", "type": "product_liked", "ts": now - 24 * HOUR,
+                        "product_id": "p-flip", "categories": ["toys"] }),
+    );
     events.push(json!({ "id": "flip-unlike", "type": "product_unliked", "ts": now,
                         "product_id": "p-flip", "categories": ["toys"] }));
     events.push(sale("sale-1", "p-sale", now - 24 * HOUR, 1, 1000, &["toys"]));
@@ -41,7 +43,8 @@ fn workload(now: i64) -> Value {
 /// formula: (product, score), best first.
 fn expected(half_life: f64, view_weight: f64) -> Vec<(&'static str, f64)> {
     let (like_weight, sales_weight) = (0.2, 0.7);
-    let score = |v: f64, l: f64, s: f64| v * view_weight + l * like_weight + f64::ln_1p(s.max(0.0)) * sales_weight;
+    let score =
+        |v: f64, l: f64, s: f64| v * view_weight + l * like_weight + f64::ln_1p(s.max(0.0)) * sales_weight;
     // Each sum in ascending hour order, starting from 0.
     let old = score(0.0 + 16.0 * decay(72, half_life), 0.0, 0.0);
     let new = score(0.0 + 3.0 * decay(0, half_life), 0.0, 0.0);
@@ -66,11 +69,15 @@ fn serves(body: &Value, version: u64, ranking: &[(&str, f64)]) -> bool {
         && body["policyVersion"] == version
         && body["total"] == ranking.len()
         && items.len() == ranking.len()
-        && items.iter().zip(ranking).enumerate().all(|(i, (item, (product, score)))| {
-            item["rank"] == i + 1
-                && item["productId"] == *product
-                && item["score"].as_f64().map(f64::to_bits) == Some(score.to_bits())
-        })
+        && items
+            .iter()
+            .zip(ranking)
+            .enumerate()
+            .all(|(i, (item, (product, score)))| {
+                item["rank"] == i + 1
+                    && item["productId"] == *product
+                    && item["score"].as_f64().map(f64::to_bits) == Some(score.to_bits())
+            })
 }
 
 async fn put_trending(app: &TestApp, body: Value) -> reqwest::Response {
@@ -92,9 +99,15 @@ async fn put_and_rollback_trending(writer: &TestApp, readers: &[&TestApp]) {
     assert_eq!(v1[0].0, "p-sale");
     assert!(v1.iter().position(|p| p.0 == "p-new") < v1.iter().position(|p| p.0 == "p-old"));
     for reader in readers {
-        read_until(reader, &window_path(now, "trending"), "trending v1", |body| serves(body, 1, &v1)).await;
+        read_until(reader, &window_path(now, "trending"), "trending v1", |body| {
+            serves(body, 1, &v1)
+        })
+        .await;
         // `popular` ranks by the undecayed totals: the old product first, the flip not at all.
-        let popular = read_until(reader, &window_path(now, "popular"), "popular", |body| body["total"] == 3).await;
+        let popular = read_until(reader, &window_path(now, "popular"), "popular", |body| {
+            body["total"] == 3
+        })
+        .await;
         assert_eq!(popular["items"][1]["productId"], "p-old", "{popular}");
         let rank = reader
             .get_json(&format!(
@@ -103,8 +116,14 @@ async fn put_and_rollback_trending(writer: &TestApp, readers: &[&TestApp]) {
             ))
             .await;
         let position = v1.iter().position(|p| p.0 == "p-new").unwrap();
-        assert_eq!((rank["rank"].clone(), rank["total"].clone()), (json!(position + 1), json!(4)));
-        assert_eq!(rank["score"].as_f64().map(f64::to_bits), Some(v1[position].1.to_bits()));
+        assert_eq!(
+            (rank["rank"].clone(), rank["total"].clone()),
+            (json!(position + 1), json!(4))
+        );
+        assert_eq!(
+            rank["score"].as_f64().map(f64::to_bits),
+            Some(v1[position].1.to_bits())
+        );
         assert_eq!(rank["ranker"], "trending");
     }
 
@@ -112,21 +131,34 @@ async fn put_and_rollback_trending(writer: &TestApp, readers: &[&TestApp]) {
     assert_eq!(accepted.status(), 202);
     let accepted: Value = accepted.json().await.unwrap();
     assert_eq!(
-        (accepted["ranker"].clone(), accepted["policyVersion"].clone(), accepted["status"].clone()),
+        (
+            accepted["ranker"].clone(),
+            accepted["policyVersion"].clone(),
+            accepted["status"].clone()
+        ),
         (json!("trending"), json!(2), json!("building"))
     );
     let v2 = expected(72.0, 1.0);
     assert_ne!(v1, v2);
     for reader in readers {
-        read_until(reader, &window_path(now, "trending"), "trending v2", |body| serves(body, 2, &v2)).await;
+        read_until(reader, &window_path(now, "trending"), "trending v2", |body| {
+            serves(body, 2, &v2)
+        })
+        .await;
         let admin = read_until(reader, "/v1/admin/rankers/trending", "admin view v2", |body| {
             body["activeVersion"] == 2 && body["building"].is_null()
         })
         .await;
         assert_eq!(admin["halfLifeHours"], 72.0, "{admin}");
-        assert_eq!(admin["weights"], json!({ "view": 1.0, "like": 0.2, "sales": 0.7 }));
+        assert_eq!(
+            admin["weights"],
+            json!({ "view": 1.0, "like": 0.2, "sales": 0.7 })
+        );
         assert_eq!(admin["previousVersion"], 1);
-        assert!(admin.get("carryRatio").is_none() && admin.get("carryTopN").is_none(), "{admin}");
+        assert!(
+            admin.get("carryRatio").is_none() && admin.get("carryTopN").is_none(),
+            "{admin}"
+        );
         // `popular` has versions of its own, untouched.
         let popular = reader.get_json("/v1/admin/rankers/popular").await;
         assert_eq!(popular["activeVersion"], 1);
@@ -147,9 +179,12 @@ async fn put_and_rollback_trending(writer: &TestApp, readers: &[&TestApp]) {
         (json!(1), json!(2))
     );
     for reader in std::iter::once(&writer).chain(readers) {
-        read_until(reader, &window_path(now, "trending"), "trending rolled back", |body| {
-            serves(body, 1, &v1)
-        })
+        read_until(
+            reader,
+            &window_path(now, "trending"),
+            "trending rolled back",
+            |body| serves(body, 1, &v1),
+        )
         .await;
     }
 }
@@ -199,7 +234,10 @@ async fn trending_reweighted_through_one_instance_reaches_the_other_on_postgres_
         .arg(format!("{prefix}*trending*"))
         .query(&mut connection)
         .unwrap();
-    assert!(!popular.is_empty() && trending.is_empty(), "{popular:?} {trending:?}");
+    assert!(
+        !popular.is_empty() && trending.is_empty(),
+        "{popular:?} {trending:?}"
+    );
     let data_dir = a.data_dir.display().to_string();
     assert_verify_passes(&[
         "--database",
@@ -218,7 +256,9 @@ struct RedisPrefixGuard(String);
 
 impl Drop for RedisPrefixGuard {
     fn drop(&mut self) {
-        if let Ok(mut connection) = redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection()) {
+        if let Ok(mut connection) =
+            redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection())
+        {
             let keys: Vec<String> = redis::cmd("KEYS")
                 .arg(format!("{}*", self.0))
                 .query(&mut connection)
@@ -246,7 +286,10 @@ async fn a_running_period_decays_when_the_server_clock_turns_the_hour() {
         events.push(view(&format!("b-{n}"), "p-b", start - HOUR, &[]));
     }
     app.post_events_ok(&Value::Array(events)).await;
-    let today_path = format!("/v1/categories/all/top?ranker=trending&period=daily&at={}", day_key(start));
+    let today_path = format!(
+        "/v1/categories/all/top?ranker=trending&period=daily&at={}",
+        day_key(start)
+    );
     let window_path = format!(
         "/v1/categories/all/top?ranker=trending&window=1d&at={}",
         hour_key(start)
@@ -262,19 +305,37 @@ async fn a_running_period_decays_when_the_server_clock_turns_the_hour() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|item| (item["productId"].as_str().unwrap().to_string(), item["score"].as_f64().unwrap().to_bits()))
+            .map(|item| {
+                (
+                    item["productId"].as_str().unwrap().to_string(),
+                    item["score"].as_f64().unwrap().to_bits(),
+                )
+            })
             .collect()
     };
     let want = |ranking: [(&str, f64); 2]| -> Vec<(String, u64)> {
-        ranking.iter().map(|(p, s)| (p.to_string(), s.to_bits())).collect()
+        ranking
+            .iter()
+            .map(|(p, s)| (p.to_string(), s.to_bits()))
+            .collect()
     };
-    read_until(&app, &today_path, "today at E = 10:00", |body| scores(body) == want(score_at(0))).await;
+    read_until(&app, &today_path, "today at E = 10:00", |body| {
+        scores(body) == want(score_at(0))
+    })
+    .await;
     let window = app.get_json(&window_path).await;
     assert_eq!(scores(&window), want(score_at(0)));
 
     clock.advance(HOUR);
-    read_until(&app, &today_path, "today at E = 11:00", |body| scores(body) == want(score_at(1))).await;
-    assert_eq!(scores(&app.get_json(&window_path).await), want(score_at(0)), "a window keeps its E");
+    read_until(&app, &today_path, "today at E = 11:00", |body| {
+        scores(body) == want(score_at(1))
+    })
+    .await;
+    assert_eq!(
+        scores(&app.get_json(&window_path).await),
+        want(score_at(0)),
+        "a window keeps its E"
+    );
     let finished = app
         .get_json(&format!(
             "/v1/categories/all/top?ranker=trending&period=hourly&at={}",
@@ -319,10 +380,17 @@ async fn hostile_trending_puts_are_refused_naming_the_field_and_create_no_versio
         .unwrap();
     assert_eq!(popular.status(), 400);
     let error: Value = popular.json().await.unwrap();
-    assert!(error["error"].as_str().unwrap().starts_with("halfLifeHours"), "{error}");
+    assert!(
+        error["error"].as_str().unwrap().starts_with("halfLifeHours"),
+        "{error}"
+    );
     let admin = app.get_json("/v1/admin/rankers/trending").await;
     assert_eq!(
-        (admin["activeVersion"].clone(), admin["building"].clone(), admin["halfLifeHours"].clone()),
+        (
+            admin["activeVersion"].clone(),
+            admin["building"].clone(),
+            admin["halfLifeHours"].clone()
+        ),
         (json!(1), Value::Null, json!(24.0))
     );
     let bad_read = app.get("/v1/categories/all/top?ranker=trendy").await;

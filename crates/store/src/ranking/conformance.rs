@@ -339,7 +339,10 @@ pub fn policies_round_trip(open: Factory<'_>) {
     assert_eq!(state.building.map(|p| p.weights.half_life_hours), Some(6.5));
     ranker_state_survives_a_reopen(open, RankerName::Trending, &state);
     assert_eq!(
-        source.load_policies(RankerName::Popular).expect("load").map(|s| s.latest_version),
+        source
+            .load_policies(RankerName::Popular)
+            .expect("load")
+            .map(|s| s.latest_version),
         Some(3),
         "popular's versions are its own"
     );
@@ -350,10 +353,7 @@ fn state_survives_a_reopen(open: Factory<'_>, state: &PolicyState) {
 }
 
 fn ranker_state_survives_a_reopen(open: Factory<'_>, ranker: RankerName, state: &PolicyState) {
-    let loaded = open()
-        .load_policies(ranker)
-        .expect("load")
-        .expect("stored");
+    let loaded = open().load_policies(ranker).expect("load").expect("stored");
     assert_eq!(&loaded, state, "the stored policy state round-trips");
 }
 

@@ -717,17 +717,31 @@ impl Inputs<'_> {
                 carry: state.carry.get(product).copied().unwrap_or(0.0),
                 decayed: *decayed,
             };
-            insert_scores(&mut state.rankings, &self.products.ids[*product as usize], &inputs, &policies);
+            insert_scores(
+                &mut state.rankings,
+                &self.products.ids[*product as usize],
+                &inputs,
+                &policies,
+            );
         }
         // Products listed only through their carry have no cell in the span.
-        let carried_only: Vec<ProductIdx> =
-            state.carry.keys().filter(|p| !decayed.contains_key(p)).copied().collect();
+        let carried_only: Vec<ProductIdx> = state
+            .carry
+            .keys()
+            .filter(|p| !decayed.contains_key(p))
+            .copied()
+            .collect();
         for product in carried_only {
             let inputs = ScoreInputs {
                 carry: state.carry[&product],
                 ..ScoreInputs::default()
             };
-            insert_scores(&mut state.rankings, &self.products.ids[product as usize], &inputs, &policies);
+            insert_scores(
+                &mut state.rankings,
+                &self.products.ids[product as usize],
+                &inputs,
+                &policies,
+            );
         }
         state
     }
@@ -831,7 +845,11 @@ impl<'a> CachedSpan<'a> {
     pub fn detail(&self, product: &ProductId) -> Option<(Metrics, f64)> {
         let idx = self.products.index.get(product.as_str())?;
         let member = product.as_str().as_bytes();
-        let listed = self.state.rankings.iter().any(|ranking| ranking.zscore(member).is_some());
+        let listed = self
+            .state
+            .rankings
+            .iter()
+            .any(|ranking| ranking.zscore(member).is_some());
         let metrics = self.state.metrics.get(idx).copied().unwrap_or_default();
         let carry = self.state.carry.get(idx).copied().unwrap_or(0.0);
         listed.then_some((metrics, carry))

@@ -134,7 +134,9 @@ impl BatchModel {
             for (product, metrics) in cells {
                 let member = match category {
                     CategoryOrAll::All => true,
-                    CategoryOrAll::Category(c) => self.memberships.get(product).is_some_and(|cs| cs.contains(c)),
+                    CategoryOrAll::Category(c) => {
+                        self.memberships.get(product).is_some_and(|cs| cs.contains(c))
+                    }
                 };
                 if member {
                     decayed.entry(product.clone()).or_default().add_hour(
@@ -256,7 +258,8 @@ impl BatchModel {
                     carry: c,
                     ..ScoreInputs::default()
                 };
-                is_listed(RankerName::Popular, &inputs).then(|| (p.clone(), popular_score(c, &m, &self.weights)))
+                is_listed(RankerName::Popular, &inputs)
+                    .then(|| (p.clone(), popular_score(c, &m, &self.weights)))
             })
             .collect();
         scored.sort_by(|a, b| ranking_order(a.1, a.0.as_str().as_bytes(), b.1, b.0.as_str().as_bytes()));
@@ -280,7 +283,8 @@ impl BatchModel {
             RankerName::Trending => &self.trending,
             _ => &self.weights,
         };
-        let products: BTreeSet<&ProductId> = totals.keys().chain(carry.keys()).chain(decayed.keys()).collect();
+        let products: BTreeSet<&ProductId> =
+            totals.keys().chain(carry.keys()).chain(decayed.keys()).collect();
         let mut items: Vec<RankedItem> = products
             .into_iter()
             .filter_map(|product| {

@@ -195,11 +195,21 @@ pub async fn check_store<S: ServingStore>(store: &S, fixture: &ServingFixture) -
                 span,
             };
             let label = format!("{ranker} {category} {span:?}");
-            let first = store.top_page(&query, 0, 1).await.unwrap_or_else(|e| panic!("{label}: {e}"));
+            let first = store
+                .top_page(&query, 0, 1)
+                .await
+                .unwrap_or_else(|e| panic!("{label}: {e}"));
             if first.is_none() || declined.contains(&ranker) {
-                assert_eq!(ranker, RankerName::Trending, "{label}: only trending may be declined");
+                assert_eq!(
+                    ranker,
+                    RankerName::Trending,
+                    "{label}: only trending may be declined"
+                );
                 assert!(first.is_none(), "{label}: declined elsewhere, served here");
-                let rank = store.rank_of(&query, &product(0)).await.unwrap_or_else(|e| panic!("{label}: {e}"));
+                let rank = store
+                    .rank_of(&query, &product(0))
+                    .await
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
                 assert!(rank.is_none(), "{label}: pages declined, ranks served");
                 if !declined.contains(&ranker) {
                     declined.push(ranker);
