@@ -38,7 +38,7 @@ use rankgate_core::period::{format_hour_key, Hour, Span, Zone};
 use rankgate_core::ranker::RankerName;
 use rankgate_store::clock::Clock;
 use rankgate_store::ranking::engine::{RankAnswer, RankedItem, RankingQuery, TopPage};
-use rankgate_store::ranking::redis_serving::{is_hot, Active, ServingError};
+use rankgate_store::ranking::redis_serving::{is_hot, Active, ServingError, PUBLISHED_RANKERS};
 use rankgate_store::ranking::serving_store::{EngineRead, EngineReadError, EngineServing, ServingStore};
 
 use super::serving::Serving;
@@ -137,7 +137,7 @@ impl RankingsReader {
 
     /// The JSON body of a top page.
     pub async fn top(&self, request: &TopRequest) -> Result<Bytes, ReadError> {
-        let freshness = match self.route(&request.query.span) {
+        let freshness = match self.route(request.query.ranker, &request.query.span) {
             Route::Redis { active, stamp } => match self.top_from_redis(request, &active, stamp).await {
                 Ok(body) => return Ok(body),
                 Err(declined) => self.freshness_after(declined),
@@ -161,7 +161,7 @@ impl RankingsReader {
 
     /// The JSON body of a product's rank.
     pub async fn rank(&self, request: &RankRequest) -> Result<Bytes, ReadError> {
-        let freshness = match self.route(&request.query.span) {
+        let freshness = match self.route(request.query.ranker, &request.query.span) {
             Route::Redis { active, stamp } => match self.rank_from_redis(request, &active, stamp).await {
                 Ok(body) => return Ok(body),
                 Err(declined) => self.freshness_after(declined),
@@ -190,15 +190,18 @@ impl RankingsReader {
         Ok(body)
     }
 
-    /// Where a read of `span` goes. Spans Redis does not hold are the engine's to answer, fresh, whatever
-    /// Redis's state; hot spans go to Redis while its pointer exists, was reachable at the last poll and
-    /// is not older than this instance's newest ingest by more than the lag bound (its publisher died
-    /// and the lease has not moved yet, or a rebuild is under way).
-    fn route(&self, span: &Span) -> Route {
+    /// Where a read of `span` goes. Spans (and rankers: `trending`, see [`PUBLISHED_RANKERS`]) Redis does
+    /// not hold are the engine's to answer, fresh, whatever Redis's state; hot spans go to Redis while its
+    /// pointer exists, was reachable at the last poll and is not older than this instance's newest ingest
+    /// by more than the lag bound (its publisher died and the lease has not moved yet, or a rebuild is
+    /// under way).
+    fn route(&self, ranker: RankerName, span: &Span) -> Route {
         let Some(serving) = self.rankings.serving() else {
             return Route::Engine(Freshness::Fresh);
         };
-        if !is_hot(span, Hour::from_millis(self.clock.now_millis()), &self.zone) {
+        if !PUBLISHED_RANKERS.contains(&ranker)
+            || !is_hot(span, Hour::from_millis(self.clock.now_millis()), &self.zone)
+        {
             return Route::Engine(Freshness::Fresh);
         }
         let pointer = serving.pointer();

@@ -942,14 +942,13 @@ impl RankingEngine {
         if before == now {
             return Vec::new();
         }
+        // Answers of running periods change even when none of their spans is cached (a response cache
+        // may still hold one).
+        self.generation += 1;
         let zone = &self.config.zone;
         let moved = |key: &SpanKey| key.span.trending_end(zone, before) != key.span.trending_end(zone, now);
         self.builds.retain(|key, _| !moved(key));
         let dropped: Vec<SpanKey> = self.spans.keys().filter(|key| moved(key)).copied().collect();
-        if dropped.is_empty() {
-            return Vec::new();
-        }
-        self.generation += 1;
         for key in &dropped {
             self.spans.remove(key);
         }
