@@ -25,8 +25,8 @@
 //!
 //! # Trending: scores that depend on the span's end hour
 //! `trending` decays each hour's metrics by its age relative to the span's end hour E
-//! ([`Span::trending_end`]), so its score is not a function of the span totals. Every product's hours are
-//! indexed ([`ProductTable::hours`]), and re-scoring a product computes its decayed metrics from all its
+//! ([`Span::trending_end`]), so its score is not a function of the span totals. Every product's cells are
+//! also kept by product ([`ProductTable::cells`]), and re-scoring a product computes its decayed metrics from all its
 //! hours in the span, in ascending order, never by adding a delta: the result is bit-identical to the
 //! batch recompute however events arrived. E of a running period is the engine's current hour, so when
 //! the hour turns ([`RankingEngine::advance_to_hour`]) every running period's cached span is dropped and
@@ -311,9 +311,10 @@ struct ProductTable {
     categories: Vec<Vec<CatIdx>>,
     /// The inverse: products of each category, so small categories are summed product by product.
     members: HashMap<CatIdx, Vec<ProductIdx>>,
-    /// The hours each product has a cell in, ascending: `trending` re-scores a product from all its
-    /// hours in a span without scanning the span's other products.
-    hours: Vec<std::collections::BTreeSet<Hour>>,
+    /// Each product's hourly cells by hour, ascending (a copy of its cells in
+    /// [`RankingEngine::hours`]): `trending` re-scores a product from all its hours in a span without
+    /// scanning the span's other products or looking each hour up.
+    cells: Vec<BTreeMap<Hour, Metrics>>,
 }
 
 impl ProductTable {
@@ -325,7 +326,7 @@ impl ProductTable {
         self.ids.push(product.clone());
         self.index.insert(product.as_str().into(), idx);
         self.categories.push(Vec::new());
-        self.hours.push(std::collections::BTreeSet::new());
+        self.cells.push(BTreeMap::new());
         idx
     }
 
@@ -504,11 +505,8 @@ impl Inputs<'_> {
     /// ascending, from the hourly table (never a running sum patched with deltas).
     fn decayed_of(&self, product: ProductIdx, hours: Range<Hour>, end: Hour) -> Decayed {
         let mut decayed = Decayed::default();
-        let cells = self.products.hours[product as usize].range(hours);
-        for hour in cells {
-            if let Some(metrics) = self.hours.get(hour).and_then(|cells| cells.get(&product)) {
-                decayed.add_hour(end, *hour, metrics, self.trending.weights.half_life_hours);
-            }
+        for (hour, metrics) in self.products.cells[product as usize].range(hours) {
+            decayed.add_hour(end, *hour, metrics, self.trending.weights.half_life_hours);
         }
         decayed
     }
@@ -1074,7 +1072,7 @@ impl RankingEngine {
         for (hour, product, delta) in deltas {
             let p = self.products.intern(product);
             add_metrics(self.hours.entry(*hour).or_default().entry(p).or_default(), delta);
-            self.products.hours[p as usize].insert(*hour);
+            add_metrics(self.products.cells[p as usize].entry(*hour).or_default(), delta);
             self.note_day_changed(*hour, p);
             let categories = std::iter::once(ALL).chain(self.products.categories[p as usize].iter().copied());
             for category in categories {
@@ -1954,8 +1952,8 @@ impl RankingEngine {
                 .start
         });
         self.carry_cache.clear();
-        for hours in &mut self.products.hours {
-            *hours = hours.split_off(&before);
+        for cells in &mut self.products.cells {
+            *cells = cells.split_off(&before);
         }
         // A build in progress may have read rows that are gone now; its readers start over.
         self.builds.clear();
