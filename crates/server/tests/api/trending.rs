@@ -11,6 +11,10 @@ use serde_json::{json, Value};
 use rankgate_store::clock::ManualClock;
 
 use crate::helpers::*;
+use redis_servers::{cluster, KeyCleanup, STANDALONE_URL};
+
+#[path = "../../../store/tests/support/redis_servers.rs"]
+mod redis_servers;
 
 const HOUR: i64 = 3_600_000;
 
@@ -199,22 +203,24 @@ async fn trending_on_the_embedded_engine_is_the_formula_and_can_be_reweighted_an
     drop(dir);
 }
 
-/// Two instances on one PostgreSQL schema and one Redis (standalone): Redis serves the hot spans of the
-/// other rankers, the engines answer `trending`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn trending_reweighted_through_one_instance_reaches_the_other_on_postgres_and_redis() {
-    let schema = format!("rgtest_trending_{}", std::process::id());
+/// Two instances on one PostgreSQL schema and one Redis (`redis_urls`: standalone, or the nodes of a
+/// Cluster): Redis serves the hot spans of the other rankers, the engines answer `trending`.
+async fn two_instances_on_postgres_and_redis(name: &str, redis_urls: Vec<String>) {
+    let schema = format!("rgtest_trending_{name}_{}", std::process::id());
     drop_schema(&schema);
     let _guard = SchemaGuard(schema.clone());
-    let prefix = format!("rgtest:trending:{}:", std::process::id());
-    let _redis_guard = RedisPrefixGuard(prefix.clone());
+    let prefix = format!("rgtest:trending:{name}:{}:", std::process::id());
+    let _cleanup = KeyCleanup {
+        nodes: redis_urls.clone(),
+        prefix: prefix.clone(),
+    };
     let spawn = || {
-        let (schema, prefix) = (schema.clone(), prefix.clone());
+        let (schema, prefix, urls) = (schema.clone(), prefix.clone(), redis_urls.clone());
         spawn_app_with(move |config| {
             config.database = Some(POSTGRES.into());
             config.database_schema = schema;
             config.freshness_millis = 200;
-            config.redis = vec!["redis://127.0.0.1:6379".into()];
+            config.redis = urls;
             config.redis_prefix = prefix;
             config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
         })
@@ -223,17 +229,19 @@ async fn trending_reweighted_through_one_instance_reaches_the_other_on_postgres_
     let b = spawn().await;
     put_and_rollback_trending(&a, &[&b]).await;
     // Redis holds the other rankers' hot spans and no trending key.
-    let mut connection = redis::Client::open("redis://127.0.0.1:6379")
-        .and_then(|client| client.get_connection())
-        .unwrap();
-    let popular: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*:popular:7d:*"))
-        .query(&mut connection)
-        .unwrap();
-    let trending: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*trending*"))
-        .query(&mut connection)
-        .unwrap();
+    let (mut popular, mut trending) = (Vec::new(), Vec::new());
+    for url in &redis_urls {
+        let mut connection = redis::Client::open(url.as_str())
+            .and_then(|client| client.get_connection())
+            .unwrap();
+        for (pattern, found) in [("*:popular:7d:*", &mut popular), ("*trending*", &mut trending)] {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{prefix}{pattern}"))
+                .query(&mut connection)
+                .unwrap();
+            found.extend(keys);
+        }
+    }
     assert!(
         !popular.is_empty() && trending.is_empty(),
         "{popular:?} {trending:?}"
@@ -251,23 +259,17 @@ async fn trending_reweighted_through_one_instance_reaches_the_other_on_postgres_
     b.stop().await;
 }
 
-/// Deletes a test's Redis keys when it ends, passed or failed.
-struct RedisPrefixGuard(String);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trending_reweighted_through_one_instance_reaches_the_other_on_postgres_and_redis() {
+    two_instances_on_postgres_and_redis("standalone", vec![STANDALONE_URL.into()]).await;
+}
 
-impl Drop for RedisPrefixGuard {
-    fn drop(&mut self) {
-        if let Ok(mut connection) =
-            redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection())
-        {
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("{}*", self.0))
-                .query(&mut connection)
-                .unwrap_or_default();
-            for key in keys {
-                let _: Result<(), _> = redis::cmd("DEL").arg(key).query(&mut connection);
-            }
-        }
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trending_reweighted_through_one_instance_reaches_the_other_on_postgres_and_a_redis_cluster() {
+    let urls = tokio::task::spawn_blocking(|| cluster().urls.clone())
+        .await
+        .unwrap();
+    two_instances_on_postgres_and_redis("cluster", urls).await;
 }
 
 /// A running period's E is the server clock's hour: when the hour turns, today's trending scores decay
