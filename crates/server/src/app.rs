@@ -15,7 +15,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
+use rankgate_core::period::Hour;
 use rankgate_store::clock::{Clock, SystemClock};
+use rankgate_store::ranking::engine::RankingEngine;
 
 use crate::auth::{require_admin, require_ingest};
 use crate::config::Config;
@@ -196,6 +198,11 @@ impl Application {
         let rankings_config = config.clone();
         let (rankings, _writer_thread) =
             tokio::task::spawn_blocking(move || RankingService::open(&rankings_config)).await??;
+        // `trending` ends running periods at the current hour of this server's clock.
+        rankings
+            .engine()
+            .write()
+            .advance_to_hour(Hour::from_millis(clock.now_millis()));
         tracing::info!(
             elapsed_ms = started.elapsed().as_millis() as u64,
             "rankings restored from the source of truth"
@@ -390,7 +397,9 @@ async fn open_webhooks(
 }
 
 /// Applies pending changes to every cached ranking well inside the freshness bound, so most reads find
-/// their span clean and need only the shared lock.
+/// their span clean and need only the shared lock. Also moves the engine to the clock's hour: when the
+/// hour turns, the running periods' spans (whose `trending` end hour moved) are dropped and built again
+/// here, in steps, so reads rarely have to wait for one.
 async fn run_refresher_until_stopped(state: AppState, shutdown: CancellationToken) {
     let period = Duration::from_millis((state.config.freshness_millis / 4).max(10));
     let mut ticker = tokio::time::interval(period);
@@ -400,7 +409,15 @@ async fn run_refresher_until_stopped(state: AppState, shutdown: CancellationToke
             _ = ticker.tick() => {}
         }
         let engine = state.rankings.engine().clone();
-        let _ = tokio::task::spawn_blocking(move || engine.write().flush_all()).await;
+        let now = Hour::from_millis(state.clock.now_millis());
+        let _ = tokio::task::spawn_blocking(move || {
+            let dropped = engine.write().advance_to_hour(now);
+            for query in &dropped {
+                RankingEngine::build_span_in_steps(&engine, query);
+            }
+            engine.write().flush_all();
+        })
+        .await;
     }
 }
 

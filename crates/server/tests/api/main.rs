@@ -19,5 +19,6 @@ mod reads;
 mod serving_redis;
 mod stream;
 mod top_streams;
+mod trending;
 mod waiting_room_redis;
 mod webhooks;
