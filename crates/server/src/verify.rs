@@ -74,7 +74,7 @@ pub fn compare_rankings(
     }
 }
 
-/// The spans verified: every day, ISO week and month touched by the log, hourly periods of the last
+/// The spans verified: every day, ISO week, month and year touched by the log, hourly periods of the last
 /// day, and each sliding window ending at the newest hour.
 pub fn spans_to_verify(range: std::ops::Range<Hour>, zone: &rankgate_core::period::Zone) -> Vec<Span> {
     let mut spans = Vec::new();
@@ -86,7 +86,12 @@ pub fn spans_to_verify(range: std::ops::Range<Hour>, zone: &rankgate_core::perio
     };
     let mut hour = range.start;
     while hour < range.end {
-        for kind in [PeriodKind::Daily, PeriodKind::Weekly, PeriodKind::Monthly] {
+        for kind in [
+            PeriodKind::Daily,
+            PeriodKind::Weekly,
+            PeriodKind::Monthly,
+            PeriodKind::Yearly,
+        ] {
             add(Span::Period(PeriodKey::containing(kind, hour, zone)));
         }
         hour = hour.plus(1);
