@@ -380,7 +380,10 @@ mod tests {
     #[test]
     fn yearly_defaults_to_the_current_year_and_reaches_back_to_the_oldest_retained_one() {
         let year = |key: &str| Span::Period(PeriodKey::parse(PeriodKind::Yearly, key).unwrap());
-        assert_eq!(parse(ReadEndpoint::Top, "period=yearly").unwrap().span, year("2026"));
+        assert_eq!(
+            parse(ReadEndpoint::Top, "period=yearly").unwrap().span,
+            year("2026")
+        );
         // 400 days before 2026-07-17 is in 2025, so 2025 still holds retained hours; 2027 is one ahead.
         for key in ["2025", "2026", "2027"] {
             let query = format!("period=yearly&at={key}");

@@ -313,8 +313,14 @@ fn years_are_local_calendar_years() {
     assert_eq!(hour_count(&key(PeriodKind::Yearly, "2024"), &utc), 366 * 24);
     assert_eq!(year_2026.next(&utc), key(PeriodKind::Yearly, "2027"));
     assert_eq!(year_2026.prev(&utc), key(PeriodKind::Yearly, "2025"));
-    assert_eq!(key(PeriodKind::Yearly, "9998").next(&utc), key(PeriodKind::Yearly, "9998"));
-    assert_eq!(key(PeriodKind::Yearly, "0001").prev(&utc), key(PeriodKind::Yearly, "0001"));
+    assert_eq!(
+        key(PeriodKind::Yearly, "9998").next(&utc),
+        key(PeriodKind::Yearly, "9998")
+    );
+    assert_eq!(
+        key(PeriodKind::Yearly, "0001").prev(&utc),
+        key(PeriodKind::Yearly, "0001")
+    );
     assert!(key(PeriodKind::Yearly, "2025") < year_2026);
 
     // Tokyo's new year starts nine hours before UTC's; New York's five hours after (in winter, EST).

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use rankgate_core::event::{Event, ParseLimits};
-use rankgate_core::ids::CategoryOrAll;
+use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen};
 use rankgate_core::ranker::{Policy, RankerName};
 use rankgate_store::ranking::engine::{EngineConfig, RankedItem, RankingEngine, RankingQuery};
@@ -117,6 +117,17 @@ fn categories_of(model: &BatchModel) -> Vec<CategoryOrAll> {
         .collect()
 }
 
+/// The products the stored catalogue delists: the recompute leaves them out of every ranking, as the
+/// service does.
+fn delisted_products(source: &mut dyn SourceOfTruth) -> anyhow::Result<Vec<ProductId>> {
+    Ok(source
+        .load_catalog()?
+        .into_iter()
+        .filter(|(_, entry)| !entry.listed)
+        .map(|(product, _)| product)
+        .collect())
+}
+
 /// Reads every raw event of the log.
 pub fn read_event_log(source: &mut dyn SourceOfTruth) -> anyhow::Result<Vec<Event>> {
     // Stored events were validated on arrival; don't re-apply the future check against today's clock.
@@ -146,11 +157,13 @@ pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Resu
         .unwrap_or_default();
     progress("reading the raw event log");
     let events = read_event_log(source.as_mut())?;
+    let delisted = delisted_products(source.as_mut())?;
     let mut report = VerifyReport {
         events: events.len(),
         ..VerifyReport::default()
     };
-    let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
+    let model =
+        BatchModel::from_accepted(events, config.zone.clone(), policy.weights).with_delisted(delisted);
 
     progress("loading serving state from the stored metrics");
     let engine = Arc::new(RwLock::new(RankingEngine::new(
@@ -241,20 +254,23 @@ pub async fn verify_server(
 ) -> anyhow::Result<VerifyReport> {
     let blocking_config = config.clone();
     // The blocking stores (the PostgreSQL client has its own runtime) are read off the async runtime.
-    let (events, policy) = tokio::task::spawn_blocking(move || -> anyhow::Result<(Vec<Event>, Policy)> {
+    type Stored = (Vec<Event>, Policy, Vec<ProductId>);
+    let (events, policy, delisted) = tokio::task::spawn_blocking(move || -> anyhow::Result<Stored> {
         let mut source = crate::rankings::open_source(&blocking_config)?;
         let policy = source
             .load_policies(RankerName::Popular)?
             .map(|p| p.active)
             .unwrap_or_default();
-        Ok((read_event_log(source.as_mut())?, policy))
+        let events = read_event_log(source.as_mut())?;
+        Ok((events, policy, delisted_products(source.as_mut())?))
     })
     .await??;
     let mut report = VerifyReport {
         events: events.len(),
         ..VerifyReport::default()
     };
-    let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
+    let model =
+        BatchModel::from_accepted(events, config.zone.clone(), policy.weights).with_delisted(delisted);
     let Some(range) = model.hour_range() else {
         return Ok(report);
     };

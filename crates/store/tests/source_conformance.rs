@@ -137,6 +137,11 @@ fn postgres_failed_commit_leaves_nothing() {
 }
 
 #[test]
+fn postgres_catalog_changes_reach_other_instances() {
+    with_postgres(suite::catalog_changes_reach_other_instances);
+}
+
+#[test]
 fn postgres_dedupe_by_database() {
     with_postgres(suite::dedupe_by_database);
 }
@@ -214,7 +219,7 @@ fn postgres_migrations_are_versioned_and_idempotent() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3, 4], "every migration applied once");
+    assert_eq!(versions, vec![1, 2, 3, 4, 5], "every migration applied once");
     assert!(
         PostgresSource::connect(&postgres_url(), "Bad-Name").is_err(),
         "schema names are plain identifiers"

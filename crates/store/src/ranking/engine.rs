@@ -17,6 +17,15 @@
 //! members stays cached, least recently used spans are dropped first. Every span counts against that
 //! bound, an empty one too ([`SPAN_OVERHEAD_MEMBERS`]), and so does every cached carry day.
 //!
+//! # Delisted products
+//! A product the catalogue delists ([`RankingEngine::set_listed`]) keeps its metrics in every span, but
+//! no sorted set holds it, so it has no rank, `total` leaves it out and the products below it move up.
+//! It is also left out of the day rankings carry is taken from (a delisted product neither gets carry nor
+//! takes one of the `carry_top_n` places), exactly as the batch recompute does. A change of the flag
+//! marks the product dirty in every cached span of its categories and drops the carry it could have
+//! touched, so the lock is held for a few map operations per span; the re-scoring happens at the next
+//! flush, and the change log carries it to Redis like any re-score.
+//!
 //! # Cold spans
 //! A read of a span that is not cached builds it with [`RankingEngine::build_span_in_steps`]: the hours
 //! are read a slice at a time and the sorted sets are built with no lock held, so ingest's
@@ -264,6 +273,8 @@ struct ProductTable {
     categories: Vec<Vec<CatIdx>>,
     /// The inverse: products of each category, so small categories are summed product by product.
     members: HashMap<CatIdx, Vec<ProductIdx>>,
+    /// Products the catalogue delisted: in no ranking, whatever their metrics.
+    delisted: HashSet<ProductIdx>,
 }
 
 impl ProductTable {
@@ -280,6 +291,11 @@ impl ProductTable {
 
     fn in_category(&self, product: ProductIdx, category: CatIdx) -> bool {
         category == ALL || self.categories[product as usize].contains(&category)
+    }
+
+    /// Whether `product` may appear in rankings (the catalogue has not delisted it).
+    fn is_shown(&self, product: ProductIdx) -> bool {
+        !self.delisted.contains(&product)
     }
 }
 
@@ -365,6 +381,10 @@ pub struct RankingEngine {
     /// Bumped by every [`RankingEngine::install`]: a publication that saw two values mixed scores of
     /// two installs (a version number alone cannot tell, since a rollback returns to an earlier one).
     policy_epoch: u64,
+    /// Bumped by every change of a listing flag ([`RankingEngine::set_listed`]): spans rebuilt off to the
+    /// side under another value may rank a product the wrong way, so [`RankingEngine::install`] rebuilds
+    /// them.
+    listing_epoch: u64,
 }
 
 /// Spans rebuilt under a new policy, off to the side, ready for [`RankingEngine::install`].
@@ -373,6 +393,8 @@ pub struct RebuiltSpans {
     policy: Policy,
     spans: HashMap<SpanKey, SpanState>,
     carry_cache: CarryCache,
+    /// [`RankingEngine::listing_epoch`] when the rebuild started.
+    listing_epoch: u64,
 }
 
 impl RebuiltSpans {
@@ -562,9 +584,11 @@ impl Inputs<'_> {
                     .map(|(&p, &c)| (p, Metrics::default(), c)),
             );
             let products = self.products;
+            // A delisted product is in no day ranking, so it takes no carry place.
             let carried = next_day_carry(
                 candidates
                     .into_iter()
+                    .filter(|(p, _, _)| products.is_shown(*p))
                     .map(|(p, m, c)| (ProductKey(p, products), m, c)),
                 &self.policy.weights,
             );
@@ -610,6 +634,7 @@ impl Inputs<'_> {
         for product in state.dirty.drain() {
             let metrics = state.metrics.get(&product).copied().unwrap_or_default();
             let member = self.products.ids[product as usize].as_str().as_bytes();
+            let shown = self.products.is_shown(product);
             for ranker in RankerName::ALL {
                 let carry = if ranker == RankerName::Popular {
                     state.carry.get(&product).copied().unwrap_or(0.0)
@@ -617,7 +642,7 @@ impl Inputs<'_> {
                     0.0
                 };
                 let ranking = &mut state.rankings[ranker.index()];
-                let key = is_listed(ranker, &metrics, carry)
+                let key = (shown && is_listed(ranker, &metrics, carry))
                     .then(|| ascending_key(score(ranker, &metrics, carry, &self.policy.weights)));
                 if let Some(log) = &mut state.change_log {
                     if ranking.zscore(member).map(f64::to_bits) != key.map(f64::to_bits) {
@@ -706,6 +731,9 @@ impl<'a> CachedSpan<'a> {
     #[must_use]
     pub fn detail(&self, product: &ProductId) -> Option<(Metrics, f64)> {
         let idx = self.products.index.get(product.as_str())?;
+        if !self.products.is_shown(*idx) {
+            return None;
+        }
         let metrics = self.state.metrics.get(idx).copied().unwrap_or_default();
         let carry = self.state.carry.get(idx).copied().unwrap_or(0.0);
         let listed = RankerName::ALL.iter().any(|ranker| {
@@ -750,6 +778,7 @@ impl RankingEngine {
             lru_clock: AtomicU64::new(1),
             generation: 0,
             policy_epoch: 0,
+            listing_epoch: 0,
         }
     }
 
@@ -965,6 +994,72 @@ impl RankingEngine {
             return;
         }
         self.apply(&deltas, &new_memberships, as_of_millis);
+    }
+
+    /// Applies catalogue listing flags: `false` takes the product out of every ranking (every ranker,
+    /// category and span, cached or being built) while its metrics keep counting; `true` puts it back.
+    /// Flags equal to the current ones change nothing. Holds the lock for a few map operations per cached
+    /// span of the product's categories: the product is marked dirty where it has metrics or carry, and
+    /// the carry of the days after its first active day is dropped (it may have held a carry place); the
+    /// next flush re-scores.
+    pub fn set_listed(&mut self, listings: &[(ProductId, bool)]) {
+        for (product, listed) in listings {
+            let p = self.products.intern(product);
+            let changed = if *listed {
+                self.products.delisted.remove(&p)
+            } else {
+                self.products.delisted.insert(p)
+            };
+            if !changed {
+                continue;
+            }
+            self.generation += 1;
+            self.listing_epoch += 1;
+            let first_active_day =
+                self.hours
+                    .iter()
+                    .find(|(_, cells)| cells.contains_key(&p))
+                    .map(|(hour, _)| {
+                        PeriodKey::containing(PeriodKind::Daily, *hour, &self.config.zone)
+                            .hours(&self.config.zone)
+                            .start
+                    });
+            let categories: Vec<CatIdx> = std::iter::once(ALL)
+                .chain(self.products.categories[p as usize].iter().copied())
+                .collect();
+            for category in categories {
+                for span in self.spans_by_category.get(&category).into_iter().flatten() {
+                    let state = self
+                        .spans
+                        .get_mut(&SpanKey {
+                            category,
+                            span: *span,
+                        })
+                        .expect("indexed span");
+                    if state.metrics.contains_key(&p) || state.carry.contains_key(&p) {
+                        state.dirty.insert(p);
+                    }
+                }
+                for (key, build) in &mut self.builds {
+                    if key.category == category {
+                        build.note_changed(p);
+                    }
+                }
+                // Carry comes from earlier days' rankings: only days after the product's first active
+                // day can differ (a product with no metrics has no score, so it held no carry place).
+                if let Some(day_start) = first_active_day {
+                    self.invalidate_carry_after(category, Some(day_start));
+                }
+            }
+        }
+    }
+
+    /// Whether the catalogue has delisted `product`.
+    pub fn is_delisted(&self, product: &ProductId) -> bool {
+        self.products
+            .index
+            .get(product.as_str())
+            .is_some_and(|p| !self.products.is_shown(*p))
     }
 
     fn note_day_changed(&mut self, hour: Hour, product: ProductIdx) {
@@ -1293,8 +1388,11 @@ impl RankingEngine {
         build.changed.clear();
         build.carry_stale = false;
         let products: HashSet<ProductIdx> = build.metrics.keys().chain(carry.keys()).copied().collect();
+        // Delisted products keep their metrics in the span but are scored into no ranking; a flag
+        // changed while scoring runs marks them changed, so the install re-scores them.
         let entries = products
             .into_iter()
+            .filter(|p| self.products.is_shown(*p))
             .map(|p| {
                 (
                     self.products.ids[p as usize].clone(),
@@ -1516,7 +1614,10 @@ impl RankingEngine {
         mut between_steps: impl FnMut(),
     ) -> RebuiltSpans {
         const STEP: std::time::Duration = std::time::Duration::from_millis(5);
-        let keys: Vec<SpanKey> = engine.read().spans.keys().copied().collect();
+        let (keys, listing_epoch): (Vec<SpanKey>, u64) = {
+            let engine = engine.read();
+            (engine.spans.keys().copied().collect(), engine.listing_epoch)
+        };
         let mut carry_cache = CarryCache::new();
         let mut spans = HashMap::with_capacity(keys.len());
         let mut keys = keys.into_iter().peekable();
@@ -1545,6 +1646,7 @@ impl RankingEngine {
             policy,
             spans,
             carry_cache,
+            listing_epoch,
         }
     }
 
@@ -1557,7 +1659,12 @@ impl RankingEngine {
         // The rebuilt carry may predate batches applied during the build; recompute it lazily instead.
         drop(rebuilt.carry_cache);
         let keys: Vec<SpanKey> = self.spans.keys().copied().collect();
-        let mut fresh = rebuilt.spans;
+        // A listing flag changed during the build: any rebuilt span may rank that product wrongly.
+        let mut fresh = if rebuilt.listing_epoch == self.listing_epoch {
+            rebuilt.spans
+        } else {
+            HashMap::new()
+        };
         let mut cache = CarryCache::new();
         let mut spans = HashMap::new();
         for key in keys {

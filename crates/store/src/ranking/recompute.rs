@@ -4,6 +4,9 @@
 //! "incremental equals recompute" tests). It is deliberately simple: hash maps, full scans, one sort,
 //! and a carry chain walked day by day from the earliest day. It shares only the spec's formulas
 //! (`popular_score`, `is_listed`, `ranking_order`) with the engine, never its data structures.
+//!
+//! Delisted products ([`BatchModel::with_delisted`]) keep their metrics but are left out of every
+//! ranking, the day rankings carry is taken from included (SPEC 1.5).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -35,6 +38,8 @@ pub struct BatchModel {
     weights: PopularWeights,
     hourly: BTreeMap<Hour, HashMap<ProductId, Metrics>>,
     memberships: HashMap<ProductId, BTreeSet<Category>>,
+    /// Products the catalogue delisted: in no ranking.
+    delisted: HashSet<ProductId>,
     /// carry(category, day start) memo: the chain is walked once per category, not once per read.
     carry_memo: RefCell<HashMap<(String, Hour), HashMap<ProductId, f64>>>,
     /// Totals of every category of recently asked spans, computed in one pass over the span's cells.
@@ -61,6 +66,7 @@ impl BatchModel {
             weights,
             hourly: BTreeMap::new(),
             memberships: HashMap::new(),
+            delisted: HashSet::new(),
             carry_memo: RefCell::default(),
             totals_memo: RefCell::default(),
         };
@@ -98,6 +104,14 @@ impl BatchModel {
             accepted.push(event);
         }
         (BatchModel::from_accepted(accepted, zone, weights), counts)
+    }
+
+    /// This model with `products` delisted (in no ranking; their metrics still count in the hourly rows).
+    #[must_use]
+    pub fn with_delisted(mut self, products: impl IntoIterator<Item = ProductId>) -> Self {
+        self.delisted = products.into_iter().collect();
+        self.carry_memo.borrow_mut().clear();
+        self
     }
 
     fn add(&mut self, event: &Event) {
@@ -199,6 +213,7 @@ impl BatchModel {
         let products: BTreeSet<&ProductId> = totals.keys().chain(carry.keys()).collect();
         let mut scored: Vec<(ProductId, f64)> = products
             .into_iter()
+            .filter(|p| !self.delisted.contains(*p))
             .filter_map(|p| {
                 let m = totals.get(p).copied().unwrap_or_default();
                 let c = carry.get(p).copied().unwrap_or(0.0);
@@ -222,6 +237,7 @@ impl BatchModel {
         let products: BTreeSet<&ProductId> = totals.keys().chain(carry.keys()).collect();
         let mut items: Vec<RankedItem> = products
             .into_iter()
+            .filter(|product| !self.delisted.contains(*product))
             .filter_map(|product| {
                 let metrics = totals.get(product).copied().unwrap_or_default();
                 let c = carry.get(product).copied().unwrap_or(0.0);
