@@ -16,9 +16,9 @@ use proptest::prelude::*;
 
 use rankgate_core::event::Event;
 use rankgate_core::ids::CategoryOrAll;
+use rankgate_core::ids::ProductId;
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen, Zone};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
-use rankgate_core::ids::ProductId;
 use rankgate_store::ranking::catalog::CatalogUpdate;
 use rankgate_store::ranking::engine::{RankingEngine, RankingQuery};
 use rankgate_store::ranking::ingest::{EventOutcome, Ingestor};
@@ -396,7 +396,12 @@ fn a_delisted_product_leaves_every_ranking_and_its_carry_place_and_relisting_res
     ingestor.ingest(&more, BASE).unwrap();
     let all_events: Vec<Event> = events.iter().chain(&more).cloned().collect();
     let model = BatchModel::from_accepted(all_events, zone.clone(), weights);
-    compare_everything(&engine, &model.clone().with_delisted([workload_product(0)]), &zone).unwrap();
+    compare_everything(
+        &engine,
+        &model.clone().with_delisted([workload_product(0)]),
+        &zone,
+    )
+    .unwrap();
 
     set_listed(&mut ingestor, 0, true);
     compare_everything(&engine, &model, &zone).unwrap();

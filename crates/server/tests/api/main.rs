@@ -1,9 +1,13 @@
 //! HTTP API tests: the whole service on port 0 with its own data dir, driven over real HTTP.
 
 mod helpers;
+/// Redis servers this binary starts (the 3-node Cluster), shared with the store's tests.
+#[path = "../../../store/tests/support/redis_servers.rs"]
+mod redis_servers;
 
 mod admin;
 mod crash;
+mod delisting;
 mod edge;
 mod events;
 mod faults;
