@@ -29,7 +29,10 @@ fn product(n: u64) -> ProductId {
 }
 
 fn cell(hour: i64, slot: u64) -> (Hour, ProductId, Metrics) {
-    let n = (hour as u64).wrapping_mul(7_919).wrapping_add(slot.wrapping_mul(2_654_435_761)) % PRODUCTS;
+    let n = (hour as u64)
+        .wrapping_mul(7_919)
+        .wrapping_add(slot.wrapping_mul(2_654_435_761))
+        % PRODUCTS;
     let metrics = if slot.is_multiple_of(10) {
         Metrics {
             views: 3,
@@ -57,7 +60,12 @@ fn retained_engine() -> RankingEngine {
         Policy::default(),
     );
     let memberships: Vec<(ProductId, Category)> = (0..PRODUCTS)
-        .map(|n| (product(n), Category::parse(&format!("c{}", n % CATEGORIES)).unwrap()))
+        .map(|n| {
+            (
+                product(n),
+                Category::parse(&format!("c{}", n % CATEGORIES)).unwrap(),
+            )
+        })
         .collect();
     engine.apply(&[], &memberships, None);
     let first = NOW.0 - RETAINED_HOURS + 1;
@@ -110,7 +118,10 @@ fn first_reads(c: &mut Criterion) {
     group.sample_size(10);
     let month = Span::Period(PeriodKey::containing(PeriodKind::Monthly, NOW, &Zone::utc()));
     for (name, span) in [("yearly", year()), ("monthly", month)] {
-        for category in [CategoryOrAll::All, CategoryOrAll::Category(Category::parse("c7").unwrap())] {
+        for category in [
+            CategoryOrAll::All,
+            CategoryOrAll::Category(Category::parse("c7").unwrap()),
+        ] {
             let query = RankingQuery {
                 category: category.clone(),
                 ..query(span)
@@ -137,7 +148,11 @@ fn keeping_current(c: &mut Criterion) {
             engine.top(query, 0, 20);
         }
         let mut round = 0u64;
-        let name = if with_year { "with_yearly" } else { "without_yearly" };
+        let name = if with_year {
+            "with_yearly"
+        } else {
+            "without_yearly"
+        };
         group.bench_function(name, |b| {
             b.iter_batched(
                 || {

@@ -1015,15 +1015,17 @@ impl RankingEngine {
             }
             self.generation += 1;
             self.listing_epoch += 1;
-            let first_active_day =
-                self.hours
-                    .iter()
-                    .find(|(_, cells)| cells.contains_key(&p))
-                    .map(|(hour, _)| {
-                        PeriodKey::containing(PeriodKind::Daily, *hour, &self.config.zone)
-                            .hours(&self.config.zone)
-                            .start
-                    });
+            // Nothing cached yet (the flags a start loads): nothing to mark or drop, so skip the scan.
+            let anything_cached =
+                !(self.spans.is_empty() && self.builds.is_empty() && self.carry_cache.is_empty());
+            let first_active_day = anything_cached
+                .then(|| self.hours.iter().find(|(_, cells)| cells.contains_key(&p)))
+                .flatten()
+                .map(|(hour, _)| {
+                    PeriodKey::containing(PeriodKind::Daily, *hour, &self.config.zone)
+                        .hours(&self.config.zone)
+                        .start
+                });
             let categories: Vec<CatIdx> = std::iter::once(ALL)
                 .chain(self.products.categories[p as usize].iter().copied())
                 .collect();
@@ -1202,6 +1204,15 @@ impl RankingEngine {
     pub fn cached_cost(&self) -> usize {
         let spans: usize = self.spans.values().map(SpanState::cost).sum();
         spans + self.carry_cost()
+    }
+
+    /// Whether the span of (`category`, `span`) is cached (ready to serve, maybe dirty); `true` for a
+    /// category the engine has never seen, which has nothing to build.
+    pub fn is_span_cached(&self, category: &CategoryOrAll, span: Span) -> bool {
+        match self.categories.lookup(category) {
+            Some(category) => self.spans.contains_key(&SpanKey { category, span }),
+            None => true,
+        }
     }
 
     /// Number of cached spans (ready to serve; builds in progress not included).
