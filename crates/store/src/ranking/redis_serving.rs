@@ -918,8 +918,11 @@ mod tests {
         let zone = Zone::utc();
         let now = Hour(500_000);
         let spans = hot_spans(now, &zone);
-        assert_eq!(spans.len(), 8);
+        assert_eq!(spans.len(), 9, "five period kinds and four windows");
         assert!(spans.iter().all(|span| is_hot(span, now, &zone)));
+        let year = PeriodKey::containing(PeriodKind::Yearly, now, &zone);
+        assert!(spans.contains(&Span::Period(year)));
+        assert!(!is_hot(&Span::Period(year.prev(&zone)), now, &zone));
         let earlier_window = Span::Window {
             len: WindowLen::D7,
             end: now.plus(-1),
