@@ -385,3 +385,71 @@ async fn on_postgres_and_standalone_redis_a_delisting_reaches_both_instances() {
 async fn on_postgres_and_a_redis_cluster_top_n_only_a_delisting_reaches_both_instances() {
     delisting_reaches_both_instances(cluster().urls.clone(), Some(3), "cluster").await;
 }
+
+/// `rankgate catalog load FILE.csv` with the optional `listed` column: `false` delists, an empty cell
+/// keeps the stored flag, and a row merges into the stored entry; a bad value names `listed` and loads
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_load_reads_an_optional_listed_column() {
+    let app = spawn_app().await;
+    let now = now_millis();
+    app.post_events_ok(&workload(now, 0)).await;
+    put_product_ok(&app, "p3", &json!({ "listed": false, "url": "https://shop/p3" })).await;
+    let data_dir = app.data_dir.clone();
+    let dir = app.stop().await;
+    let csv = data_dir.join("catalog.csv");
+    let load = |body: &str| {
+        std::fs::write(&csv, body).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_rankgate"))
+            .args(["catalog", "load"])
+            .arg(&csv)
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .output()
+            .expect("the rankgate binary runs")
+    };
+    let refused = load("id,name,listed\np1,One,maybe\n");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("listed"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let loaded = load("id,name,listed\np0,Zero,false\np1,One,\np3,Three,\n");
+    assert!(
+        loaded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+
+    let app = spawn_app_in(data_dir, |_| {}).await;
+    assert_eq!(
+        app.get_json("/v1/products/p0").await,
+        json!({ "productId": "p0", "listed": false, "name": "Zero" })
+    );
+    assert_eq!(
+        app.get_json("/v1/products/p1").await,
+        json!({ "productId": "p1", "listed": true, "name": "One" })
+    );
+    assert_eq!(
+        app.get_json("/v1/products/p3").await,
+        json!({ "productId": "p3", "listed": false, "name": "Three", "url": "https://shop/p3" }),
+        "an empty cell keeps the flag; the row merges"
+    );
+    let top = app.get_json("/v1/categories/all/top?ranker=units&limit=50").await;
+    assert_hidden(&top, "p0", "all");
+    assert_hidden(&top, "p3", "all");
+    let p1 = top["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|item| item["productId"] == "p1")
+        .expect("p1 is listed");
+    assert_eq!(
+        p1["product"],
+        json!({ "name": "One" }),
+        "listed products carry their entry"
+    );
+    app.stop().await;
+    drop(dir);
+}
