@@ -22,12 +22,6 @@ fn zones() -> &'static [Zone] {
     })
 }
 
-const KINDS: [PeriodKind; 4] = [
-    PeriodKind::Hourly,
-    PeriodKind::Daily,
-    PeriodKind::Weekly,
-    PeriodKind::Monthly,
-];
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, key)) = data.split_first() else {
@@ -36,8 +30,9 @@ fuzz_target!(|data: &[u8]| {
     let Ok(key) = std::str::from_utf8(key) else {
         return;
     };
-    let kind = KINDS[usize::from(selector % 4)];
-    let zone = &zones()[usize::from(selector / 4) % zones().len()];
+    let kinds = PeriodKind::ALL;
+    let kind = kinds[usize::from(selector) % kinds.len()];
+    let zone = &zones()[usize::from(selector) / kinds.len() % zones().len()];
 
     if let Ok(hour) = parse_end_hour(key, zone) {
         let formatted = format_hour_key(hour, zone);

@@ -3,7 +3,7 @@
 //! The source of truth buckets metrics by **UTC hour** ([`Hour`]). Everything a reader asks for is a set of
 //! those hours:
 //!
-//! - a calendar period ([`PeriodKey`]: hourly, daily, ISO-weekly or monthly) is a *local* interval in the
+//! - a calendar period ([`PeriodKey`]: hourly, daily, ISO-weekly, monthly or yearly) is a *local* interval in the
 //!   configured [`Zone`], mapped to the UTC hours it covers. Because the zone's offsets are whole hours
 //!   (checked by [`Zone::parse`]), every local period boundary falls on a UTC hour boundary, so a period is
 //!   exactly a contiguous range of hour buckets; DST days have 23 or 25 of them;
@@ -18,7 +18,7 @@
 //! overlap. An hourly period whose local hour is skipped is empty; one whose local hour repeats covers two
 //! UTC hours.
 //!
-//! Calendar arithmetic (days, ISO weeks, months) is done here on plain integers, which keeps
+//! Calendar arithmetic (days, ISO weeks, months, years) is done here on plain integers, which keeps
 //! [`PeriodKey::containing`] cheap and total; `jiff` is used only to look up the zone's UTC offsets.
 
 use std::fmt;
@@ -50,8 +50,8 @@ const WHOLE_HOUR_CHECK_UNTIL_SECONDS: i64 = 4_102_444_800; // 2100-01-01T00:00:0
 /// parameter it is about (`period`, `window`, `at`, `timezone`) so it can be shown as is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PeriodError {
-    /// `period=` is not one of the four kinds.
-    #[error("period: must be one of hourly, daily, weekly, monthly")]
+    /// `period=` is not one of the five kinds.
+    #[error("period: must be one of hourly, daily, weekly, monthly, yearly")]
     UnknownPeriodKind,
     /// `window=` is not one of the four lengths.
     #[error("window: must be one of 1h, 1d, 7d, 30d")]
@@ -402,7 +402,7 @@ fn iso_week_of(days: i64) -> (i64, i64) {
 // Period kinds and keys
 // ---------------------------------------------------------------------------------------------------------
 
-/// The four calendar period kinds (SPEC 1.4).
+/// The five calendar period kinds (SPEC 1.4).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PeriodKind {
     /// One local hour, key `YYYYMMDDHH`.
@@ -413,29 +413,33 @@ pub enum PeriodKind {
     Weekly,
     /// One local calendar month, key `YYYYMM`.
     Monthly,
+    /// One local calendar year, key `YYYY`.
+    Yearly,
 }
 
 impl PeriodKind {
     /// Every kind, shortest first.
-    pub const ALL: [PeriodKind; 4] = [
+    pub const ALL: [PeriodKind; 5] = [
         PeriodKind::Hourly,
         PeriodKind::Daily,
         PeriodKind::Weekly,
         PeriodKind::Monthly,
+        PeriodKind::Yearly,
     ];
 
-    /// Parses `hourly`, `daily`, `weekly` or `monthly`.
+    /// Parses `hourly`, `daily`, `weekly`, `monthly` or `yearly`.
     pub fn parse(s: &str) -> Result<PeriodKind, PeriodError> {
         match s {
             "hourly" => Ok(PeriodKind::Hourly),
             "daily" => Ok(PeriodKind::Daily),
             "weekly" => Ok(PeriodKind::Weekly),
             "monthly" => Ok(PeriodKind::Monthly),
+            "yearly" => Ok(PeriodKind::Yearly),
             _ => Err(PeriodError::UnknownPeriodKind),
         }
     }
 
-    /// `hourly`, `daily`, `weekly` or `monthly`.
+    /// `hourly`, `daily`, `weekly`, `monthly` or `yearly`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -443,6 +447,7 @@ impl PeriodKind {
             PeriodKind::Daily => "daily",
             PeriodKind::Weekly => "weekly",
             PeriodKind::Monthly => "monthly",
+            PeriodKind::Yearly => "yearly",
         }
     }
 
@@ -453,6 +458,7 @@ impl PeriodKind {
             PeriodKind::Daily => "YYYYMMDD",
             PeriodKind::Weekly => "YYYYWww (ISO week, e.g. 2026W29)",
             PeriodKind::Monthly => "YYYYMM",
+            PeriodKind::Yearly => "YYYY",
         }
     }
 }
@@ -473,7 +479,7 @@ pub struct PeriodKey {
     kind: PeriodKind,
     /// Calendar year; the ISO week-year for weekly keys.
     year: i16,
-    /// Month (hourly, daily, monthly) or ISO week (weekly).
+    /// Month (hourly, daily, monthly) or ISO week (weekly); 0 for yearly.
     month_or_week: u8,
     /// Day of month (hourly, daily); 0 otherwise.
     day: u8,
@@ -483,7 +489,7 @@ pub struct PeriodKey {
 
 impl PeriodKey {
     /// Parses a key of the given kind: `YYYYMMDDHH`, `YYYYMMDD`, `YYYY'W'ww` (ISO week-year and week
-    /// 01–53; week 53 only in years that have it) or `YYYYMM`. Rejects dates that do not exist.
+    /// 01–53; week 53 only in years that have it), `YYYYMM` or `YYYY`. Rejects dates that do not exist.
     pub fn parse(kind: PeriodKind, key: &str) -> Result<PeriodKey, PeriodError> {
         // Quoted in messages: short and escaped, whatever the client sent.
         let shown = shown_key(key);
@@ -508,6 +514,7 @@ impl PeriodKey {
             PeriodKind::Daily => 8,
             PeriodKind::Weekly => 7,
             PeriodKind::Monthly => 6,
+            PeriodKind::Yearly => 4,
         };
         if bytes.len() != expected_len {
             return Err(malformed());
@@ -535,6 +542,7 @@ impl PeriodKey {
             }
         };
         let (month_or_week, day, hour) = match kind {
+            PeriodKind::Yearly => (0, 0, 0),
             PeriodKind::Monthly => (check_month(digits(4..6)?)?, 0, 0),
             PeriodKind::Daily => {
                 let month = check_month(digits(4..6)?)?;
@@ -707,6 +715,7 @@ impl PeriodKey {
             }
             PeriodKind::Daily => PeriodKey::from_fields(kind, year, month, day, 0),
             PeriodKind::Weekly | PeriodKind::Monthly => PeriodKey::from_fields(kind, year, month, 0, 0),
+            PeriodKind::Yearly => PeriodKey::from_fields(kind, year, 0, 0, 0),
         }
     }
 
@@ -714,6 +723,7 @@ impl PeriodKey {
         match kind {
             PeriodKind::Hourly | PeriodKind::Daily => PeriodKey::from_fields(kind, MIN_YEAR, 1, 1, 0),
             PeriodKind::Weekly | PeriodKind::Monthly => PeriodKey::from_fields(kind, MIN_YEAR, 1, 0, 0),
+            PeriodKind::Yearly => PeriodKey::from_fields(kind, MIN_YEAR, 0, 0, 0),
         }
     }
 
@@ -723,6 +733,7 @@ impl PeriodKey {
             PeriodKind::Daily => PeriodKey::from_fields(kind, MAX_YEAR, 12, 31, 0),
             PeriodKind::Weekly => PeriodKey::from_fields(kind, MAX_YEAR, iso_weeks_in_year(MAX_YEAR), 0, 0),
             PeriodKind::Monthly => PeriodKey::from_fields(kind, MAX_YEAR, 12, 0, 0),
+            PeriodKind::Yearly => PeriodKey::from_fields(kind, MAX_YEAR, 0, 0, 0),
         }
     }
 
@@ -738,6 +749,7 @@ impl PeriodKey {
             PeriodKind::Daily => days_from_civil(year, month_or_week, i64::from(self.day)) * HOURS_PER_DAY,
             PeriodKind::Weekly => (iso_year_start(year) + (month_or_week - 1) * 7) * HOURS_PER_DAY,
             PeriodKind::Monthly => days_from_civil(year, month_or_week, 1) * HOURS_PER_DAY,
+            PeriodKind::Yearly => days_from_civil(year, 1, 1) * HOURS_PER_DAY,
         }
     }
 
@@ -751,11 +763,12 @@ impl PeriodKey {
             PeriodKind::Monthly => {
                 start + days_in_month(i64::from(self.year), i64::from(self.month_or_week)) * HOURS_PER_DAY
             }
+            PeriodKind::Yearly => days_from_civil(i64::from(self.year) + 1, 1, 1) * HOURS_PER_DAY,
         }
     }
 }
 
-/// The canonical key: `YYYYMMDDHH`, `YYYYMMDD`, `YYYY'W'ww` or `YYYYMM`.
+/// The canonical key: `YYYYMMDDHH`, `YYYYMMDD`, `YYYY'W'ww`, `YYYYMM` or `YYYY`.
 impl fmt::Display for PeriodKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (year, month_or_week, day, hour) = (self.year, self.month_or_week, self.day, self.hour);
@@ -764,6 +777,7 @@ impl fmt::Display for PeriodKey {
             PeriodKind::Daily => write!(f, "{year:04}{month_or_week:02}{day:02}"),
             PeriodKind::Weekly => write!(f, "{year:04}W{month_or_week:02}"),
             PeriodKind::Monthly => write!(f, "{year:04}{month_or_week:02}"),
+            PeriodKind::Yearly => write!(f, "{year:04}"),
         }
     }
 }

@@ -383,7 +383,10 @@ mod tests {
     fn period_errors_name_the_parameter_once() {
         for (query, parameter) in [
             ("period=daily&at=2026W29", "at"),
-            ("period=yearly", "period"),
+            ("period=annual", "period"),
+            ("period=yearly&at=202607", "at"),
+            ("period=yearly&at=2024", "at"),
+            ("period=yearly&at=2028", "at"),
             ("window=2d", "window"),
             ("window=1d&at=20260717", "at"),
             ("period=daily&at=99981231", "at"),
@@ -399,6 +402,20 @@ mod tests {
                 "{query}: {message}"
             );
             assert_eq!(error.parameter(), parameter);
+        }
+    }
+
+    #[test]
+    fn yearly_defaults_to_the_current_year_and_reaches_back_to_the_oldest_retained_one() {
+        let year = |key: &str| Span::Period(PeriodKey::parse(PeriodKind::Yearly, key).unwrap());
+        assert_eq!(
+            parse(ReadEndpoint::Top, "period=yearly").unwrap().span,
+            year("2026")
+        );
+        // 400 days before 2026-07-17 is in 2025, so 2025 still holds retained hours; 2027 is one ahead.
+        for key in ["2025", "2026", "2027"] {
+            let query = format!("period=yearly&at={key}");
+            assert_eq!(parse(ReadEndpoint::Rank, &query).unwrap().span, year(key));
         }
     }
 

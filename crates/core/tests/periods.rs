@@ -44,7 +44,8 @@ fn period_kinds_and_window_lengths_parse_their_wire_names() {
     for kind in PeriodKind::ALL {
         assert_eq!(PeriodKind::parse(kind.as_str()), Ok(kind));
     }
-    assert_eq!(PeriodKind::parse("yearly"), Err(PeriodError::UnknownPeriodKind));
+    assert_eq!(PeriodKind::parse("yearly"), Ok(PeriodKind::Yearly));
+    assert_eq!(PeriodKind::parse("annual"), Err(PeriodError::UnknownPeriodKind));
     assert_eq!(PeriodKind::parse("Daily"), Err(PeriodError::UnknownPeriodKind));
     for len in WindowLen::ALL {
         assert_eq!(WindowLen::parse(len.as_str()), Ok(len));
@@ -64,6 +65,9 @@ fn keys_round_trip_through_display() {
         (PeriodKind::Weekly, "2026W29"),
         (PeriodKind::Weekly, "2026W01"),
         (PeriodKind::Monthly, "202607"),
+        (PeriodKind::Yearly, "2026"),
+        (PeriodKind::Yearly, "0001"),
+        (PeriodKind::Yearly, "9998"),
     ] {
         let parsed = key(kind, text);
         assert_eq!(parsed.to_string(), text);
@@ -92,6 +96,12 @@ fn malformed_or_impossible_keys_are_rejected_naming_at() {
         (PeriodKind::Monthly, "202600"),
         (PeriodKind::Monthly, "202613"),
         (PeriodKind::Monthly, "２０２６07"),
+        (PeriodKind::Yearly, "202"),
+        (PeriodKind::Yearly, "20260"),
+        (PeriodKind::Yearly, "0000"),
+        (PeriodKind::Yearly, "9999"),
+        (PeriodKind::Yearly, "+202"),
+        (PeriodKind::Yearly, "２０２"),
     ] {
         let error = PeriodKey::parse(kind, text).unwrap_err();
         assert!(error.to_string().starts_with("at: "), "{kind} {text}: {error}");
@@ -289,6 +299,51 @@ fn next_and_prev_cross_day_month_and_year_boundaries() {
     // Keys of one kind order chronologically.
     assert!(key(PeriodKind::Daily, "20251231") < key(PeriodKind::Daily, "20260101"));
     assert!(key(PeriodKind::Weekly, "2020W53") < key(PeriodKind::Weekly, "2021W01"));
+}
+
+#[test]
+fn years_are_local_calendar_years() {
+    let utc = Zone::utc();
+    let year_2026 = key(PeriodKind::Yearly, "2026");
+    assert_eq!(
+        year_2026.hours(&utc),
+        hour_at("2026-01-01T00:00:00Z")..hour_at("2027-01-01T00:00:00Z")
+    );
+    assert_eq!(hour_count(&year_2026, &utc), 365 * 24);
+    assert_eq!(hour_count(&key(PeriodKind::Yearly, "2024"), &utc), 366 * 24);
+    assert_eq!(year_2026.next(&utc), key(PeriodKind::Yearly, "2027"));
+    assert_eq!(year_2026.prev(&utc), key(PeriodKind::Yearly, "2025"));
+    assert_eq!(
+        key(PeriodKind::Yearly, "9998").next(&utc),
+        key(PeriodKind::Yearly, "9998")
+    );
+    assert_eq!(
+        key(PeriodKind::Yearly, "0001").prev(&utc),
+        key(PeriodKind::Yearly, "0001")
+    );
+    assert!(key(PeriodKind::Yearly, "2025") < year_2026);
+
+    // Tokyo's new year starts nine hours before UTC's; New York's five hours after (in winter, EST).
+    let tokyo = zone("Asia/Tokyo");
+    assert_eq!(
+        year_2026.hours(&tokyo),
+        hour_at("2025-12-31T15:00:00Z")..hour_at("2026-12-31T15:00:00Z")
+    );
+    assert_eq!(
+        PeriodKey::containing(PeriodKind::Yearly, hour_at("2025-12-31T15:00:00Z"), &tokyo),
+        year_2026
+    );
+    assert_eq!(
+        PeriodKey::containing(PeriodKind::Yearly, hour_at("2025-12-31T14:00:00Z"), &tokyo),
+        key(PeriodKind::Yearly, "2025")
+    );
+    let new_york = zone("America/New_York");
+    assert_eq!(
+        year_2026.hours(&new_york),
+        hour_at("2026-01-01T05:00:00Z")..hour_at("2027-01-01T05:00:00Z")
+    );
+    // Both DST changes fall inside the year, so it still has 365 × 24 hours.
+    assert_eq!(hour_count(&year_2026, &new_york), 365 * 24);
 }
 
 #[test]
@@ -533,6 +588,9 @@ proptest! {
             PeriodKind::Daily => 22..=26,
             PeriodKind::Weekly => 142..=194,
             PeriodKind::Monthly => 27 * 24..=32 * 24,
+            // 365 or 366 local days; a zone that changed its standard offset (or skipped a day, as Samoa
+            // did in 2011) moves that by up to a day.
+            PeriodKind::Yearly => 364 * 24..=367 * 24,
         };
         prop_assert!(allowed.contains(&length), "{} {} has {} hours", zone, period, length);
     }

@@ -95,6 +95,9 @@ const ADMIN_ENDPOINTS: &[Endpoint<AppState>] = &[
     Endpoint::new(Method::PUT, "/v1/products/{product_id}", |m| {
         on(m, catalog::put_product)
     }),
+    Endpoint::new(Method::GET, "/v1/products/{product_id}", |m| {
+        on(m, catalog::get_product)
+    }),
 ];
 
 /// Ingest (behind the ingest token).
@@ -432,8 +435,12 @@ async fn run_follower_until_stopped(state: AppState, shutdown: CancellationToken
             _ = ticker.tick() => {}
         }
         match state.rankings.writer().run(|ingestor| ingestor.follow()).await {
-            // Metrics are applied by `follow`; a newer policy state wakes the policy driver.
-            Ok(Ok(followed)) => state.rankings.observe_policies(&followed.policies),
+            // Metrics and listing flags are applied by `follow`; a newer policy state wakes the policy
+            // driver, and catalogue entries replace the served ones.
+            Ok(Ok(followed)) => {
+                state.rankings.observe_policies(&followed.policies);
+                state.rankings.observe_catalog(&followed.catalog);
+            }
             Ok(Err(error)) => tracing::warn!(error = %error, "following other instances failed; will retry"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "the writer has stopped"),
         }

@@ -98,7 +98,8 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum CatalogCommand {
-    /// Load a CSV with a header: id (or product_id), name, brand, price, image
+    /// Load a CSV with a header: id (or product_id), name, brand, price, image, and optionally listed
+    /// (true/false; an empty cell keeps the stored flag). Rows are merged into the stored entries.
     Load {
         /// The CSV file
         file: PathBuf,
@@ -433,7 +434,9 @@ pub fn replay_metrics(config: &Config) -> anyhow::Result<usize> {
     Ok(rows.len())
 }
 
-fn read_catalog_csv(file: &std::path::Path) -> anyhow::Result<Vec<(ProductId, serde_json::Value)>> {
+fn read_catalog_csv(
+    file: &std::path::Path,
+) -> anyhow::Result<Vec<(ProductId, rankgate_store::ranking::catalog::CatalogUpdate)>> {
     let mut reader = csv::Reader::from_path(file).with_context(|| format!("opening {}", file.display()))?;
     let headers = reader.headers()?.clone();
     let id_column = headers
@@ -457,11 +460,21 @@ fn read_catalog_csv(file: &std::path::Path) -> anyhow::Result<Vec<(ProductId, se
                         .parse::<u64>()
                         .map_err(|_| anyhow::anyhow!("line {}: price: must be an integer", line + 2))?,
                 ),
+                // An optional column: an empty cell leaves the flag as stored (a new product is listed).
+                "listed" if value.is_empty() => continue,
+                "listed" => match value.to_ascii_lowercase().as_str() {
+                    "true" | "1" | "yes" => serde_json::Value::Bool(true),
+                    "false" | "0" | "no" => serde_json::Value::Bool(false),
+                    _ => anyhow::bail!(
+                        "line {}: listed: must be true or false (or 1/0, yes/no), got {value:?}",
+                        line + 2
+                    ),
+                },
                 _ => serde_json::Value::from(value),
             };
             entry.insert(header.to_string(), value);
         }
-        let entry = crate::routes::catalog::parse_entry(&serde_json::Value::Object(entry))
+        let entry = crate::routes::catalog::parse_update(&serde_json::Value::Object(entry))
             .map_err(|e| anyhow::anyhow!("line {}: {e}", line + 2))?;
         entries.push((product, entry));
     }

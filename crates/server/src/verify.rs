@@ -11,7 +11,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use rankgate_core::event::{Event, ParseLimits};
-use rankgate_core::ids::CategoryOrAll;
+use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen};
 use rankgate_core::ranker::{Policy, RankerName};
 use rankgate_store::clock::{Clock, SystemClock};
@@ -75,7 +75,7 @@ pub fn compare_rankings(
     }
 }
 
-/// The spans verified: every day, ISO week and month touched by the log, hourly periods of the last
+/// The spans verified: every day, ISO week, month and year touched by the log, hourly periods of the last
 /// day, and each sliding window ending at the newest hour.
 pub fn spans_to_verify(range: std::ops::Range<Hour>, zone: &rankgate_core::period::Zone) -> Vec<Span> {
     let mut spans = Vec::new();
@@ -87,7 +87,12 @@ pub fn spans_to_verify(range: std::ops::Range<Hour>, zone: &rankgate_core::perio
     };
     let mut hour = range.start;
     while hour < range.end {
-        for kind in [PeriodKind::Daily, PeriodKind::Weekly, PeriodKind::Monthly] {
+        for kind in [
+            PeriodKind::Daily,
+            PeriodKind::Weekly,
+            PeriodKind::Monthly,
+            PeriodKind::Yearly,
+        ] {
             add(Span::Period(PeriodKey::containing(kind, hour, zone)));
         }
         hour = hour.plus(1);
@@ -111,6 +116,17 @@ fn categories_of(model: &BatchModel) -> Vec<CategoryOrAll> {
     std::iter::once(CategoryOrAll::All)
         .chain(model.categories().into_iter().map(CategoryOrAll::Category))
         .collect()
+}
+
+/// The products the stored catalogue delists: the recompute leaves them out of every ranking, as the
+/// service does.
+fn delisted_products(source: &mut dyn SourceOfTruth) -> anyhow::Result<Vec<ProductId>> {
+    Ok(source
+        .load_catalog()?
+        .into_iter()
+        .filter(|(_, entry)| !entry.listed)
+        .map(|(product, _)| product)
+        .collect())
 }
 
 /// Reads every raw event of the log.
@@ -141,13 +157,15 @@ pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Resu
     let now = Hour::from_millis(SystemClock.now_millis());
     progress("reading the raw event log");
     let events = read_event_log(source.as_mut())?;
+    let delisted = delisted_products(source.as_mut())?;
     let mut report = VerifyReport {
         events: events.len(),
         ..VerifyReport::default()
     };
     let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights)
         .with_trending(trending.weights)
-        .at_hour(now);
+        .at_hour(now)
+        .with_delisted(delisted);
 
     progress("loading serving state from the stored metrics");
     let mut engine = RankingEngine::new(
@@ -248,12 +266,13 @@ pub async fn verify_server(
 ) -> anyhow::Result<VerifyReport> {
     let blocking_config = config.clone();
     // The blocking stores (the PostgreSQL client has its own runtime) are read off the async runtime.
-    type Loaded = (Vec<Event>, Policy, Policy);
-    let (events, policy, trending) = tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {
+    type Loaded = (Vec<Event>, Policy, Policy, Vec<ProductId>);
+    let (events, policy, trending, delisted) = tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {
         let mut source = crate::rankings::open_source(&blocking_config)?;
         let policy = active_policy(source.as_mut(), RankerName::Popular)?;
         let trending = active_policy(source.as_mut(), RankerName::Trending)?;
-        Ok((read_event_log(source.as_mut())?, policy, trending))
+        let events = read_event_log(source.as_mut())?;
+        Ok((events, policy, trending, delisted_products(source.as_mut())?))
     })
     .await??;
     let mut report = VerifyReport {
@@ -264,7 +283,8 @@ pub async fn verify_server(
     // may see the other side of it.
     let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights)
         .with_trending(trending.weights)
-        .at_hour(Hour::from_millis(SystemClock.now_millis()));
+        .at_hour(Hour::from_millis(SystemClock.now_millis()))
+        .with_delisted(delisted);
     let Some(range) = model.hour_range() else {
         return Ok(report);
     };

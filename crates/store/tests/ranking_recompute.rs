@@ -2,6 +2,9 @@
 //! refunds and unlikes go through the real ingest path (SQLite source of truth + engine) in random
 //! micro-batches, with reads in between so cached spans are updated incrementally, not rebuilt. Every
 //! (ranker, category, span) is then compared with the plain batch recompute, and again after a restart.
+//! Products are delisted and relisted through the catalogue between batches (SPEC 1.5): the recompute
+//! leaves out the products delisted at the end, the engine must agree after every flip it applied in
+//! place, and the restart must keep the flags.
 
 #[path = "support/workload.rs"]
 mod workload;
@@ -13,8 +16,10 @@ use proptest::prelude::*;
 
 use rankgate_core::event::Event;
 use rankgate_core::ids::CategoryOrAll;
+use rankgate_core::ids::ProductId;
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen, Zone};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
+use rankgate_store::ranking::catalog::CatalogUpdate;
 use rankgate_store::ranking::engine::{RankingEngine, RankingQuery};
 use rankgate_store::ranking::ingest::{EventOutcome, Ingestor};
 use rankgate_store::ranking::recompute::BatchModel;
@@ -40,7 +45,7 @@ fn spans(zone: &Zone) -> Vec<Span> {
             zone,
         )));
     }
-    for kind in [PeriodKind::Weekly, PeriodKind::Monthly] {
+    for kind in [PeriodKind::Weekly, PeriodKind::Monthly, PeriodKind::Yearly] {
         spans.push(Span::Period(PeriodKey::containing(
             kind,
             Hour::from_millis(BASE + 50 * HOUR),
@@ -69,13 +74,45 @@ fn open(
     ingestor_over(Box::new(SqliteSource::open(dir).unwrap()), weights, lateness)
 }
 
-/// The property itself, for any backend: ingest in random micro-batches with reads in between, compare
-/// every ranking and the outcome counts with the batch recompute, then reopen (`open` again, i.e. a
-/// restart rebuilt from the source of truth alone) and compare again.
+/// A product of the workload (`p0` … `p11`).
+fn workload_product(n: u8) -> ProductId {
+    ProductId::parse(&format!("p{n}")).unwrap()
+}
+
+/// Stores `listed` for product `n` through the catalogue, as `PUT /v1/products/{id}` does.
+fn set_listed(ingestor: &mut Ingestor, n: u8, listed: bool) {
+    ingestor
+        .put_catalog(&[(
+            workload_product(n),
+            CatalogUpdate {
+                listed: Some(listed),
+                ..CatalogUpdate::default()
+            },
+        )])
+        .unwrap();
+}
+
+/// The products delisted once every flip, in order, has been applied.
+fn delisted_after(flips: &[(u8, bool)]) -> Vec<ProductId> {
+    let mut last = std::collections::BTreeMap::new();
+    for (n, listed) in flips {
+        last.insert(*n, *listed);
+    }
+    last.into_iter()
+        .filter(|(_, listed)| !listed)
+        .map(|(n, _)| workload_product(n))
+        .collect()
+}
+
+/// The property itself, for any backend: ingest in random micro-batches with reads in between and a
+/// listing flip after each of the first batches (`flips[i]` after batch `i`), compare every ranking and
+/// the outcome counts with the batch recompute, then reopen (`open` again, i.e. a restart rebuilt from
+/// the source of truth alone) and compare again.
 fn check_incremental_equals_recompute(
     open: &dyn Fn() -> (Ingestor, Arc<RwLock<RankingEngine>>),
     raw: &[RawEvent],
     batch_sizes: &[usize],
+    flips: &[(u8, bool)],
     weights: PopularWeights,
     lateness: i64,
 ) -> Result<(), TestCaseError> {
@@ -85,11 +122,15 @@ fn check_incremental_equals_recompute(
     let mut outcomes = Vec::new();
     let mut rest = &events[..];
     let mut sizes = batch_sizes.iter().cycle();
+    let mut pending_flips = flips.iter();
     while !rest.is_empty() {
         let size = (*sizes.next().unwrap()).min(rest.len());
         let (batch, tail) = rest.split_at(size);
         outcomes.extend(ingestor.ingest(batch, BASE).unwrap());
         rest = tail;
+        if let Some((n, listed)) = pending_flips.next() {
+            set_listed(&mut ingestor, *n, *listed);
+        }
         // Read a few rankings between batches so later batches update cached spans in place.
         let mut engine = engine.write();
         for span in spans(&zone).into_iter().step_by(3) {
@@ -107,7 +148,11 @@ fn check_incremental_equals_recompute(
             engine.top(&units, 0, 3);
         }
     }
+    for (n, listed) in pending_flips {
+        set_listed(&mut ingestor, *n, *listed);
+    }
     let (model, counts) = BatchModel::from_stream(events.clone(), lateness, zone.clone(), weights);
+    let model = model.with_delisted(delisted_after(flips));
     let count = |wanted: EventOutcome| outcomes.iter().filter(|o| **o == wanted).count();
     prop_assert_eq!(
         (
@@ -140,13 +185,21 @@ proptest! {
     fn incremental_equals_recompute(
         raw in proptest::collection::vec(raw_event(), 1..300),
         batch_sizes in proptest::collection::vec(1usize..60, 1..20),
+        flips in proptest::collection::vec((0u8..12, any::<bool>()), 0..8),
         carry_top_n in 1u32..6,
     ) {
         let weights = PopularWeights { carry_top_n, ..PopularWeights::default() };
         // Small lateness so some late events are dropped as tooOld.
         let lateness = 72 * HOUR;
         let dir = tempfile::tempdir().unwrap();
-        check_incremental_equals_recompute(&|| open(dir.path(), weights, lateness), &raw, &batch_sizes, weights, lateness)?;
+        check_incremental_equals_recompute(
+            &|| open(dir.path(), weights, lateness),
+            &raw,
+            &batch_sizes,
+            &flips,
+            weights,
+            lateness,
+        )?;
     }
 }
 
@@ -256,6 +309,10 @@ fn a_policy_switch_built_in_steps_while_batches_land_equals_the_recompute() {
             if let Some(chunk) = chunks.next() {
                 ingestor.ingest(chunk, BASE).unwrap();
             }
+            // A delisting in the middle of the build: spans already rebuilt still rank p3.
+            if steps == 3 {
+                set_listed(&mut ingestor, 3, false);
+            }
         },
     );
     for chunk in chunks {
@@ -267,8 +324,94 @@ fn a_policy_switch_built_in_steps_while_batches_land_equals_the_recompute() {
     );
     engine.write().install(rebuilt);
     assert_eq!(engine.read().policy().version, 2);
-    let model = BatchModel::from_accepted(events, zone.clone(), new_weights);
+    let model =
+        BatchModel::from_accepted(events, zone.clone(), new_weights).with_delisted([workload_product(3)]);
     compare_everything(&engine, &model, &zone).unwrap();
+}
+
+#[test]
+fn a_delisted_product_leaves_every_ranking_and_its_carry_place_and_relisting_restores_it() {
+    let zone = Zone::utc();
+    let dir = tempfile::tempdir().unwrap();
+    let weights = PopularWeights {
+        carry_top_n: 2,
+        ..PopularWeights::default()
+    };
+    let (mut ingestor, engine) = open(dir.path(), weights, 35 * 24 * HOUR);
+    // p0 leads every day by far, so it holds a carry place until it is delisted.
+    let events: Vec<Event> = (0..300u32)
+        .map(|i| RawEvent {
+            id: i,
+            kind: if i % 3 == 0 { 3 } else { 0 },
+            hour_offset: (i as i64 * 13) % 90,
+            minute: 3,
+            product: if i % 2 == 0 { 0 } else { (i % 7) as u8 },
+            categories: vec![(i % 2) as u8],
+            quantity: 1,
+            price: 500,
+        })
+        .map(|raw| to_event(&raw))
+        .collect();
+    ingestor.ingest(&events, BASE).unwrap();
+    let model = BatchModel::from_accepted(events.clone(), zone.clone(), weights);
+    compare_everything(&engine, &model, &zone).unwrap();
+    let day = Span::Period(PeriodKey::containing(
+        PeriodKind::Daily,
+        Hour::from_millis(BASE + 30 * HOUR),
+        &zone,
+    ));
+    let query = RankingQuery {
+        ranker: RankerName::Popular,
+        category: CategoryOrAll::All,
+        span: day,
+    };
+    let before = engine.write().full_ranking(&query);
+    assert_eq!(before[0].product, workload_product(0));
+    assert!(before[0].carry > 0.0, "p0 carries over from the day before");
+
+    set_listed(&mut ingestor, 0, false);
+    let delisted = model.clone().with_delisted([workload_product(0)]);
+    compare_everything(&engine, &delisted, &zone).unwrap();
+    let after = engine.write().full_ranking(&query);
+    // (Its carry place goes to the next product of the day before, which may list one product more.)
+    assert!(after.iter().all(|item| item.product != workload_product(0)));
+    assert!(
+        after.iter().enumerate().all(|(i, item)| item.rank == i + 1),
+        "ranks close up"
+    );
+    assert_eq!(after[0].product, before[1].product);
+    let rank = engine.write().rank(&query, &workload_product(0));
+    assert_eq!((rank.rank, rank.score), (None, None));
+    assert_eq!(rank.total, after.len());
+    // Its metrics keep counting while it is delisted.
+    let more: Vec<Event> = (1000..1010u32)
+        .map(|i| RawEvent {
+            id: i,
+            kind: 0,
+            hour_offset: 30,
+            minute: 4,
+            product: 0,
+            categories: vec![0],
+            quantity: 1,
+            price: 1,
+        })
+        .map(|raw| to_event(&raw))
+        .collect();
+    ingestor.ingest(&more, BASE).unwrap();
+    let all_events: Vec<Event> = events.iter().chain(&more).cloned().collect();
+    let model = BatchModel::from_accepted(all_events, zone.clone(), weights);
+    compare_everything(
+        &engine,
+        &model.clone().with_delisted([workload_product(0)]),
+        &zone,
+    )
+    .unwrap();
+
+    set_listed(&mut ingestor, 0, true);
+    compare_everything(&engine, &model, &zone).unwrap();
+    let relisted = engine.write().full_ranking(&query);
+    assert_eq!(relisted[0].product, workload_product(0));
+    assert_eq!(relisted[0].metrics.views, before[0].metrics.views + 10);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -292,6 +435,7 @@ proptest! {
     fn incremental_equals_recompute_on_postgres(
         raw in proptest::collection::vec(raw_event(), 1..300),
         batch_sizes in proptest::collection::vec(1usize..60, 1..20),
+        flips in proptest::collection::vec((0u8..12, any::<bool>()), 0..8),
         carry_top_n in 1u32..6,
     ) {
         let weights = PopularWeights { carry_top_n, ..PopularWeights::default() };
@@ -301,6 +445,7 @@ proptest! {
             &|| open_postgres(&schema, weights, lateness),
             &raw,
             &batch_sizes,
+            &flips,
             weights,
             lateness,
         )?;

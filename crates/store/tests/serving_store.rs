@@ -4,7 +4,8 @@
 //! Top-N-only serving. Redis is filled the way the server's publisher fills it: the engine computes
 //! (`publication::take_publication`), [`RedisServing::publish`] writes a fresh generation, the lease holder moves
 //! the pointer, and reads go through the pointer read back from Redis. A second batch then travels as
-//! coalesced changes, and the suite runs again.
+//! coalesced changes, and the suite runs again; so do a delisting of the leader and of another product
+//! (SPEC 1.5), and the leader's relisting.
 
 #[path = "support/redis_servers.rs"]
 mod redis_servers;
@@ -31,6 +32,12 @@ async fn the_engine_answers_what_the_recompute_ranks() {
     assert_eq!(check_store(&store, &fixture).await, vec![]);
     check_store(&store, &fixture).await;
     fixture.ingest_batch(1);
+    assert_eq!(check_store(&store, &fixture).await, vec![]);
+    let leader = fixture.leader();
+    fixture.set_listed(leader, false);
+    fixture.set_listed(7, false);
+    assert_eq!(check_store(&store, &fixture).await, vec![]);
+    fixture.set_listed(leader, true);
     assert_eq!(check_store(&store, &fixture).await, vec![]);
 }
 
@@ -106,6 +113,16 @@ async fn redis_answers_what_the_recompute_ranks(urls: Vec<String>, depth: Option
     let trending = vec![rankgate_core::ranker::RankerName::Trending];
     assert_eq!(check_store(&store.at(&active), &fixture).await, trending);
     fixture.ingest_batch(1);
+    let active = publish_and_point(&store, &fixture, "suite", generation, depth, false).await;
+    assert_eq!(check_store(&store.at(&active), &fixture).await, trending);
+    // A delisting travels as changes too: removed members, forgotten details, the next product moved
+    // into a Top-N cut.
+    let leader = fixture.leader();
+    fixture.set_listed(leader, false);
+    fixture.set_listed(7, false);
+    let active = publish_and_point(&store, &fixture, "suite", generation, depth, false).await;
+    assert_eq!(check_store(&store.at(&active), &fixture).await, trending);
+    fixture.set_listed(leader, true);
     let active = publish_and_point(&store, &fixture, "suite", generation, depth, false).await;
     assert_eq!(check_store(&store.at(&active), &fixture).await, trending);
 }

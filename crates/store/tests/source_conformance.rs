@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use rankgate_core::ids::ProductId;
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::Hour;
 use rankgate_store::ranking::conformance::{self as suite, batch_of, views, DAY0};
@@ -137,6 +138,11 @@ fn postgres_failed_commit_leaves_nothing() {
 }
 
 #[test]
+fn postgres_catalog_changes_reach_other_instances() {
+    with_postgres(suite::catalog_changes_reach_other_instances);
+}
+
+#[test]
 fn postgres_dedupe_by_database() {
     with_postgres(suite::dedupe_by_database);
 }
@@ -214,7 +220,7 @@ fn postgres_migrations_are_versioned_and_idempotent() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3, 4], "every migration applied once");
+    assert_eq!(versions, vec![1, 2, 3, 4, 5], "every migration applied once");
     assert!(
         PostgresSource::connect(&postgres_url(), "Bad-Name").is_err(),
         "schema names are plain identifiers"
@@ -516,4 +522,61 @@ fn sqlite_upgrade_to_policy_states_keeps_the_versions() {
         (3, 4.0, Some(1))
     );
     assert_eq!((state.building, state.latest_version, state.seq), (None, 3, 0));
+}
+
+/// A catalogue stored before products could be delisted (migration 5): its entries stay listed, keep
+/// their fields, and a later write joins the change feed.
+#[test]
+fn postgres_upgrade_to_listing_keeps_the_catalogue_listed() {
+    use rankgate_store::ranking::catalog::CatalogUpdate;
+    let schema = Schema::new();
+    let mut admin = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls).unwrap();
+    drop(schema.open());
+    admin
+        .batch_execute(&format!(
+            "SET search_path TO \"{s}\";
+             DROP INDEX catalog_change; ALTER TABLE catalog DROP COLUMN listed, DROP COLUMN change_seq;
+             DELETE FROM schema_migrations WHERE version = 5;
+             INSERT INTO catalog VALUES ('p1', '{{\"name\":\"Kettle\"}}');",
+            s = schema.0
+        ))
+        .unwrap();
+    let mut upgraded = schema.open();
+    let state = upgraded.load().unwrap();
+    assert_eq!(state.catalog.len(), 1);
+    assert!(state.catalog[0].1.listed);
+    assert_eq!(state.catalog[0].1.fields["name"], "Kettle");
+    let mut writer = schema.open();
+    writer
+        .put_catalog(&[(
+            ProductId::parse("p1").unwrap(),
+            CatalogUpdate {
+                listed: Some(false),
+                ..CatalogUpdate::default()
+            },
+        )])
+        .unwrap();
+    let changes = upgraded.changes_since(state.change_cursor).unwrap().unwrap();
+    assert_eq!(changes.catalog.len(), 1);
+    assert!(!changes.catalog[0].1.listed);
+    assert_eq!(changes.catalog[0].1.fields["name"], "Kettle");
+}
+
+/// The same for SQLite: a `catalog` table without the flag gets it on open, every entry listed.
+#[test]
+fn sqlite_upgrade_to_listing_keeps_the_catalogue_listed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let connection = rusqlite::Connection::open(dir.path().join("rankings.sqlite3")).unwrap();
+    connection
+        .execute_batch(
+            "CREATE TABLE catalog (product TEXT PRIMARY KEY, body TEXT NOT NULL);
+             INSERT INTO catalog VALUES ('p1', '{\"name\":\"Lamp\"}');",
+        )
+        .unwrap();
+    drop(connection);
+    let mut source = SqliteSource::open(dir.path()).expect("open sqlite");
+    let catalog = source.load_catalog().unwrap();
+    assert_eq!(catalog.len(), 1);
+    assert!(catalog[0].1.listed);
+    assert_eq!(catalog[0].1.fields["name"], "Lamp");
 }

@@ -35,6 +35,7 @@ use rankgate_core::period::Hour;
 use rankgate_core::policy::{Observed, PolicyError, PolicyState};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 use rankgate_store::clock::Clock;
+use rankgate_store::ranking::catalog::{CatalogEntry, CatalogUpdate};
 use rankgate_store::ranking::engine::{
     EngineConfig, RankAnswer, RankingEngine, RankingQuery, RebuiltSpans, TopPage,
 };
@@ -66,7 +67,9 @@ pub struct RankingService {
     /// instance, as last committed here or read from the change feed (never older than what this instance
     /// has seen: [`PolicyState::observe`]).
     policies: [Mutex<PolicyState>; RankerName::CONFIGURABLE.len()],
-    catalog: RwLock<HashMap<ProductId, serde_json::Value>>,
+    /// Every catalogue entry (display fields and listing flag) as stored, kept current by this instance's
+    /// writes and the change feed; the engine holds the listing flags it ranks by.
+    catalog: RwLock<HashMap<ProductId, CatalogEntry>>,
     /// Serializes this instance's builds (switches, rollbacks, rebuilds, following other instances), so
     /// two never interleave and the engine is installed in the order the builds decide.
     switch_lock: tokio::sync::Mutex<()>,
@@ -117,7 +120,6 @@ impl RankingService {
         }
         let policies: [PolicyState; RankerName::CONFIGURABLE.len()] =
             policies.try_into().expect("one state per configurable ranker");
-        let catalog = source.load_catalog()?.into_iter().collect();
         let mut engine = RankingEngine::new(
             EngineConfig {
                 zone: config.zone.clone(),
@@ -130,13 +132,15 @@ impl RankingService {
         // the system's.
         engine.advance_to_hour(Hour::from_millis(rankgate_store::clock::SystemClock.now_millis()));
         let engine = Arc::new(RwLock::new(engine));
-        let ingestor = Ingestor::open(
+        let mut ingestor = Ingestor::open(
             source,
             engine.clone(),
             IngestConfig {
                 max_lateness_millis: config.max_lateness_millis,
             },
         )?;
+        // The snapshot the engine was loaded from, so the change feed continues it exactly.
+        let catalog = ingestor.take_loaded_catalog().into_iter().collect();
         let (writer, thread) = WriterHandle::spawn(ingestor);
         let service = RankingService {
             engine,
@@ -206,8 +210,17 @@ impl RankingService {
         self.catalog_generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Catalogue data of a product, if loaded.
+    /// The display fields of a product (the `product` object of ranking items), if it has any.
     pub fn catalog_entry(&self, product: &ProductId) -> Option<serde_json::Value> {
+        self.catalog
+            .read()
+            .get(product)
+            .filter(|entry| !entry.fields.is_empty())
+            .map(|entry| serde_json::Value::Object(entry.fields.clone()))
+    }
+
+    /// A product's stored catalogue entry, display fields and listing flag, if it was ever written.
+    pub fn catalog_record(&self, product: &ProductId) -> Option<CatalogEntry> {
         self.catalog.read().get(product).cloned()
     }
 
@@ -216,28 +229,38 @@ impl RankingService {
         !self.catalog.read().is_empty()
     }
 
-    /// Stores catalogue entries durably, then serves them.
+    /// Merges catalogue updates into the stored entries durably, applies their listing flags to the
+    /// engine (a delisted product leaves every ranking here at once; other instances follow through the
+    /// change feed), then serves the entries. Returns them as stored.
     ///
-    /// Runs as a task of its own: a caller dropped between the two steps (an HTTP client hanging up)
-    /// would otherwise leave entries stored but not served until the next restart.
+    /// Runs as a task of its own: a caller dropped between the steps (an HTTP client hanging up) would
+    /// otherwise leave entries stored but not served until the next restart.
     pub async fn put_catalog(
         self: &Arc<Self>,
-        entries: Vec<(ProductId, serde_json::Value)>,
-    ) -> anyhow::Result<()> {
+        updates: Vec<(ProductId, CatalogUpdate)>,
+    ) -> anyhow::Result<Vec<(ProductId, CatalogEntry)>> {
         let service = Arc::clone(self);
         tokio::spawn(async move {
-            let stored = entries.clone();
-            service
+            let written = service
                 .writer
-                .run(move |ingestor| ingestor.source_mut().put_catalog(&stored))
+                .run(move |ingestor| ingestor.put_catalog(&updates))
                 .await??;
-            service.catalog.write().extend(entries);
-            service
-                .catalog_generation
-                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            Ok(())
+            service.observe_catalog(&written);
+            Ok(written)
         })
         .await?
+    }
+
+    /// Adopts catalogue entries as stored (written here, or read from the change feed: whole entries, so
+    /// a repeat changes nothing). Their listing flags are the engine's business
+    /// ([`Ingestor::put_catalog`], [`Ingestor::follow`]).
+    pub fn observe_catalog(&self, entries: &[(ProductId, CatalogEntry)]) {
+        if entries.is_empty() {
+            return;
+        }
+        self.catalog.write().extend(entries.iter().cloned());
+        self.catalog_generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// The shared state of `ranker`, one of [`RankerName::CONFIGURABLE`].

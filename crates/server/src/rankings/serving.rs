@@ -16,7 +16,7 @@
 //!   in parallel; then bumps the pointer's sequence number, which tells every instance to drop its cached
 //!   responses.
 //!
-//! Hot spans are the current hour, day, ISO week and month and the four windows ending at the current
+//! Hot spans are the current hour, day, ISO week, month and year and the four windows ending at the current
 //! hour, for `all` and every category. Older spans are answered by each instance's engine, which is
 //! built from the source of truth ("computed on first read, cached after").
 //!

@@ -7,6 +7,7 @@ mod redis_servers;
 
 mod admin;
 mod crash;
+mod delisting;
 mod edge;
 mod events;
 mod faults;

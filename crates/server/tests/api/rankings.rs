@@ -85,7 +85,8 @@ async fn bad_parameters_get_400_naming_the_parameter() {
         ("/v1/categories/all/top?offset=-1", "offset"),
         ("/v1/categories/all/top?offset=9990&limit=20", "offset"),
         ("/v1/categories/all/top?ranker=best", "ranker"),
-        ("/v1/categories/all/top?period=yearly", "period"),
+        ("/v1/categories/all/top?period=annual", "period"),
+        ("/v1/categories/all/top?period=yearly&at=202607", "at"),
         ("/v1/categories/all/top?window=2d", "window"),
         ("/v1/categories/all/top?period=daily&at=2026W29", "at"),
         ("/v1/categories/all/top?period=weekly&at=2021W53", "at"),
@@ -119,6 +120,8 @@ async fn at_out_of_bounds_gets_400_naming_at_and_builds_nothing() {
         format!("/v1/categories/all/top?window=1h&at={far_hour}"),
         "/v1/products/p1/rank?period=monthly&at=999812".to_string(),
         "/v1/products/p1/rank?period=weekly&at=0001W01".to_string(),
+        "/v1/products/p1/rank?period=yearly&at=0001".to_string(),
+        "/v1/categories/all/top?period=yearly&at=9998".to_string(),
     ] {
         let response = app.get(&query).await;
         assert_eq!(response.status(), 400, "{query}");

@@ -18,6 +18,7 @@ use rankgate_core::period::Hour;
 use rankgate_core::policy::{PolicyError, PolicyState};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 
+use super::catalog::{CatalogEntry, CatalogUpdate};
 use super::source::{CommitBatch, SourceError, SourceOfTruth};
 
 /// Opens a new handle to the store under test (the same store on every call).
@@ -481,19 +482,119 @@ pub fn concurrent_policy_transitions_apply_in_one_order(open: Factory<'_>) {
     );
 }
 
-/// Catalogue entries upsert (last write wins) and round-trip as JSON values.
+fn catalog_update(fields: serde_json::Value, listed: Option<bool>) -> CatalogUpdate {
+    let serde_json::Value::Object(fields) = fields else {
+        panic!("test fields are an object");
+    };
+    CatalogUpdate { fields, listed }
+}
+
+fn catalog_entry(fields: serde_json::Value, listed: bool) -> CatalogEntry {
+    CatalogEntry::default().merged(&catalog_update(fields, Some(listed)))
+}
+
+/// Catalogue updates merge into the stored entries (a field given replaces, `null` removes, one not
+/// given stays; `listed` given sets the flag, not given keeps it), come back as stored, and survive a
+/// reopen and a load.
 pub fn catalog_round_trip(open: Factory<'_>) {
     let mut source = open();
     let a = serde_json::json!({"name": "Kettle", "price": 1999, "tags": ["home", "kitchen"], "ratio": 0.25});
-    let b = serde_json::json!({"name": "Lamp"});
-    let b2 = serde_json::json!({"name": "Lamp v2", "nested": {"x": null}});
-    source
-        .put_catalog(&[(product("p1"), a.clone()), (product("p2"), b)])
+    let written = source
+        .put_catalog(&[
+            (product("p1"), catalog_update(a.clone(), None)),
+            (
+                product("p2"),
+                catalog_update(serde_json::json!({"name": "Lamp", "brand": "Acme"}), None),
+            ),
+        ])
         .expect("put");
-    source.put_catalog(&[(product("p2"), b2.clone())]).expect("put");
+    assert_eq!(written.len(), 2);
+    let hidden = source
+        .put_catalog(&[(product("p2"), catalog_update(serde_json::json!({}), Some(false)))])
+        .expect("put");
+    assert_eq!(
+        hidden,
+        vec![(
+            product("p2"),
+            catalog_entry(serde_json::json!({"name": "Lamp", "brand": "Acme"}), false)
+        )],
+        "listed alone keeps every field"
+    );
+    source
+        .put_catalog(&[
+            (
+                product("p2"),
+                catalog_update(serde_json::json!({"name": "Lamp v2", "brand": null}), None),
+            ),
+            (product("p3"), catalog_update(serde_json::json!({}), Some(false))),
+            (
+                product("p3"),
+                catalog_update(serde_json::json!({"name": "Mug"}), None),
+            ),
+        ])
+        .expect("put");
+    let expected = vec![
+        (product("p1"), catalog_entry(a, true)),
+        (
+            product("p2"),
+            catalog_entry(serde_json::json!({"name": "Lamp v2"}), false),
+        ),
+        (
+            product("p3"),
+            catalog_entry(serde_json::json!({"name": "Mug"}), false),
+        ),
+    ];
     let mut loaded = open().load_catalog().expect("load");
     loaded.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
-    assert_eq!(loaded, vec![(product("p1"), a), (product("p2"), b2)]);
+    assert_eq!(loaded, expected);
+    let mut in_state = open().load().expect("load").catalog;
+    in_state.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
+    assert_eq!(in_state, expected, "load carries the catalogue in its snapshot");
+}
+
+/// On a shared backend the change feed carries catalogue writes to the other instances, whole entries,
+/// after the cursor of what they loaded.
+pub fn catalog_changes_reach_other_instances(open: Factory<'_>) {
+    let mut writer = open();
+    writer
+        .put_catalog(&[(
+            product("p1"),
+            catalog_update(serde_json::json!({"name": "Kettle"}), None),
+        )])
+        .expect("put");
+    let mut follower = open();
+    let cursor = follower.load().expect("load").change_cursor;
+    let nothing = follower
+        .changes_since(cursor)
+        .expect("changes")
+        .expect("a shared backend");
+    assert!(nothing.catalog.is_empty(), "what load saw is not sent again");
+    writer
+        .put_catalog(&[(product("p1"), catalog_update(serde_json::json!({}), Some(false)))])
+        .expect("put");
+    writer
+        .commit(&batch_of(&[(DAY0, "e1", "p1", views(1))]))
+        .expect("commit");
+    let changes = follower
+        .changes_since(cursor)
+        .expect("changes")
+        .expect("a shared backend");
+    assert_eq!(
+        changes.catalog,
+        vec![(
+            product("p1"),
+            catalog_entry(serde_json::json!({"name": "Kettle"}), false)
+        )]
+    );
+    assert_eq!(changes.metrics.len(), 1);
+    let later = follower
+        .changes_since(changes.cursor)
+        .expect("changes")
+        .expect("a shared backend");
+    assert!(
+        later.catalog.is_empty() && later.metrics.is_empty(),
+        "the cursor moved past both"
+    );
 }
 
 /// The raw log is scanned hour by hour, whatever the commit order, with every event exactly once. The

@@ -17,6 +17,15 @@
 //! members stays cached, least recently used spans are dropped first. Every span counts against that
 //! bound, an empty one too ([`SPAN_OVERHEAD_MEMBERS`]), and so does every cached carry day.
 //!
+//! # Delisted products
+//! A product the catalogue delists ([`RankingEngine::set_listed`]) keeps its metrics in every span, but
+//! no sorted set holds it, so it has no rank, `total` leaves it out and the products below it move up.
+//! It is also left out of the day rankings carry is taken from (a delisted product neither gets carry nor
+//! takes one of the `carry_top_n` places), exactly as the batch recompute does. A change of the flag
+//! marks the product dirty in every cached span of its categories and drops the carry it could have
+//! touched, so the lock is held for a few map operations per span; the re-scoring happens at the next
+//! flush, and the change log carries it to Redis like any re-score.
+//!
 //! # Cold spans
 //! A read of a span that is not cached builds it with [`RankingEngine::build_span_in_steps`]: the hours
 //! are read a slice at a time and the sorted sets are built with no lock held, so ingest's
@@ -315,6 +324,8 @@ struct ProductTable {
     /// [`RankingEngine::hours`]): `trending` re-scores a product from all its hours in a span without
     /// scanning the span's other products or looking each hour up.
     cells: Vec<BTreeMap<Hour, Metrics>>,
+    /// Products the catalogue delisted: in no ranking, whatever their metrics.
+    delisted: HashSet<ProductIdx>,
 }
 
 impl ProductTable {
@@ -332,6 +343,11 @@ impl ProductTable {
 
     fn in_category(&self, product: ProductIdx, category: CatIdx) -> bool {
         category == ALL || self.categories[product as usize].contains(&category)
+    }
+
+    /// Whether `product` may appear in rankings (the catalogue has not delisted it).
+    fn is_shown(&self, product: ProductIdx) -> bool {
+        !self.delisted.contains(&product)
     }
 }
 
@@ -422,6 +438,10 @@ pub struct RankingEngine {
     /// Bumped by every [`RankingEngine::install`]: a publication that saw two values mixed scores of
     /// two installs (a version number alone cannot tell, since a rollback returns to an earlier one).
     policy_epoch: u64,
+    /// Bumped by every change of a listing flag ([`RankingEngine::set_listed`]): spans rebuilt off to the
+    /// side under another value may rank a product the wrong way, so [`RankingEngine::install`] rebuilds
+    /// them.
+    listing_epoch: u64,
 }
 
 /// Spans rebuilt under a new policy of one ranker, off to the side, ready for [`RankingEngine::install`].
@@ -432,6 +452,8 @@ pub struct RebuiltSpans {
     policies: (Policy, Policy),
     spans: HashMap<SpanKey, SpanState>,
     carry_cache: CarryCache,
+    /// [`RankingEngine::listing_epoch`] when the rebuild started.
+    listing_epoch: u64,
 }
 
 impl RebuiltSpans {
@@ -662,9 +684,11 @@ impl Inputs<'_> {
                     .map(|(&p, &c)| (p, Metrics::default(), c)),
             );
             let products = self.products;
+            // A delisted product is in no day ranking, so it takes no carry place.
             let carried = next_day_carry(
                 candidates
                     .into_iter()
+                    .filter(|(p, _, _)| products.is_shown(*p))
                     .map(|(p, m, c)| (ProductKey(p, products), m, c)),
                 &self.policy.weights,
             );
@@ -709,7 +733,8 @@ impl Inputs<'_> {
             change_log: None,
         };
         let policies = (*self.policy, *self.trending);
-        for (product, decayed) in &decayed {
+        // Delisted products keep their metrics in the span but are in no ranking.
+        for (product, decayed) in decayed.iter().filter(|(p, _)| self.products.is_shown(**p)) {
             let inputs = ScoreInputs {
                 metrics: state.metrics.get(product).copied().unwrap_or_default(),
                 carry: state.carry.get(product).copied().unwrap_or(0.0),
@@ -726,7 +751,7 @@ impl Inputs<'_> {
         let carried_only: Vec<ProductIdx> = state
             .carry
             .keys()
-            .filter(|p| !decayed.contains_key(p))
+            .filter(|p| !decayed.contains_key(p) && self.products.is_shown(**p))
             .copied()
             .collect();
         for product in carried_only {
@@ -752,10 +777,12 @@ impl Inputs<'_> {
         for product in dirty {
             let inputs = self.score_inputs(state, product);
             let member = self.products.ids[product as usize].as_str().as_bytes();
+            let shown = self.products.is_shown(product);
             for ranker in RankerName::ALL {
                 let weights = weights_for(ranker, self.policy, self.trending);
                 let ranking = &mut state.rankings[ranker.index()];
-                let key = is_listed(ranker, &inputs).then(|| ascending_key(score(ranker, &inputs, weights)));
+                let key = (shown && is_listed(ranker, &inputs))
+                    .then(|| ascending_key(score(ranker, &inputs, weights)));
                 if let Some(log) = &mut state.change_log {
                     if ranking.zscore(member).map(f64::to_bits) != key.map(f64::to_bits) {
                         log.rankings[ranker.index()].insert(product);
@@ -888,6 +915,7 @@ impl RankingEngine {
             lru_clock: AtomicU64::new(1),
             generation: 0,
             policy_epoch: 0,
+            listing_epoch: 0,
         }
     }
 
@@ -1179,6 +1207,80 @@ impl RankingEngine {
         self.apply(&deltas, &new_memberships, as_of_millis);
     }
 
+    /// Applies catalogue listing flags: `false` takes the product out of every ranking (every ranker,
+    /// category and span, cached or being built) while its metrics keep counting; `true` puts it back.
+    /// Flags equal to the current ones change nothing. Holds the lock for a few map operations per cached
+    /// span of the product's categories: the product is marked dirty where it has metrics or carry, and
+    /// the carry of the days after its first active day is dropped (it may have held a carry place); the
+    /// next flush re-scores.
+    pub fn set_listed(&mut self, listings: &[(ProductId, bool)]) {
+        for (product, listed) in listings {
+            let p = self.products.intern(product);
+            let changed = if *listed {
+                self.products.delisted.remove(&p)
+            } else {
+                self.products.delisted.insert(p)
+            };
+            if !changed {
+                continue;
+            }
+            self.generation += 1;
+            self.listing_epoch += 1;
+            // Nothing cached yet (the flags a start loads): nothing to mark or drop, so skip the scan.
+            let anything_cached =
+                !(self.spans.is_empty() && self.builds.is_empty() && self.carry_cache.is_empty());
+            let first_active_day = anything_cached
+                .then(|| self.hours.iter().find(|(_, cells)| cells.contains_key(&p)))
+                .flatten()
+                .map(|(hour, _)| {
+                    PeriodKey::containing(PeriodKind::Daily, *hour, &self.config.zone)
+                        .hours(&self.config.zone)
+                        .start
+                });
+            let categories: Vec<CatIdx> = std::iter::once(ALL)
+                .chain(self.products.categories[p as usize].iter().copied())
+                .collect();
+            for category in categories {
+                for span in self.spans_by_category.get(&category).into_iter().flatten() {
+                    let state = self
+                        .spans
+                        .get_mut(&SpanKey {
+                            category,
+                            span: *span,
+                        })
+                        .expect("indexed span");
+                    // `trending` can list a product whose summed metrics are zero (a like and its
+                    // unlike in different hours), so a cell in the span counts too.
+                    let has_cell = self.products.cells[p as usize]
+                        .range(state.hours.clone())
+                        .next()
+                        .is_some();
+                    if has_cell || state.metrics.contains_key(&p) || state.carry.contains_key(&p) {
+                        state.dirty.insert(p);
+                    }
+                }
+                for (key, build) in &mut self.builds {
+                    if key.category == category {
+                        build.note_changed(p);
+                    }
+                }
+                // Carry comes from earlier days' rankings: only days after the product's first active
+                // day can differ (a product with no metrics has no score, so it held no carry place).
+                if let Some(day_start) = first_active_day {
+                    self.invalidate_carry_after(category, Some(day_start));
+                }
+            }
+        }
+    }
+
+    /// Whether the catalogue has delisted `product`.
+    pub fn is_delisted(&self, product: &ProductId) -> bool {
+        self.products
+            .index
+            .get(product.as_str())
+            .is_some_and(|p| !self.products.is_shown(*p))
+    }
+
     fn note_day_changed(&mut self, hour: Hour, product: ProductIdx) {
         let day = PeriodKey::containing(PeriodKind::Daily, hour, &self.config.zone);
         let day_start = day.hours(&self.config.zone).start;
@@ -1320,6 +1422,15 @@ impl RankingEngine {
     pub fn cached_cost(&self) -> usize {
         let spans: usize = self.spans.values().map(SpanState::cost).sum();
         spans + self.carry_cost()
+    }
+
+    /// Whether the span of (`category`, `span`) is cached (ready to serve, maybe dirty); `true` for a
+    /// category the engine has never seen, which has nothing to build.
+    pub fn is_span_cached(&self, category: &CategoryOrAll, span: Span) -> bool {
+        match self.categories.lookup(category) {
+            Some(category) => self.spans.contains_key(&SpanKey { category, span }),
+            None => true,
+        }
     }
 
     /// Number of cached spans (ready to serve; builds in progress not included).
@@ -1527,8 +1638,11 @@ impl RankingEngine {
             .chain(carry.keys())
             .copied()
             .collect();
+        // Delisted products keep their metrics in the span but are scored into no ranking; a flag
+        // changed while scoring runs marks them changed, so the install re-scores them.
         let entries = products
             .into_iter()
+            .filter(|p| self.products.is_shown(*p))
             .map(|p| {
                 let inputs = ScoreInputs {
                     metrics: build.metrics.get(&p).copied().unwrap_or_default(),
@@ -1815,10 +1929,10 @@ impl RankingEngine {
         mut between_steps: impl FnMut(),
     ) -> RebuiltSpans {
         const STEP: std::time::Duration = std::time::Duration::from_millis(5);
-        let (keys, mut policies) = {
+        let (keys, mut policies, listing_epoch) = {
             let engine = engine.read();
             let keys: Vec<SpanKey> = engine.spans.keys().copied().collect();
-            (keys, (engine.policy, engine.trending_policy))
+            (keys, (engine.policy, engine.trending_policy), engine.listing_epoch)
         };
         match ranker {
             RankerName::Trending => policies.1 = policy,
@@ -1856,6 +1970,7 @@ impl RankingEngine {
             policies,
             spans,
             carry_cache,
+            listing_epoch,
         }
     }
 
@@ -1876,7 +1991,12 @@ impl RankingEngine {
         // The rebuilt carry may predate batches applied during the build; recompute it lazily instead.
         drop(rebuilt.carry_cache);
         let keys: Vec<SpanKey> = self.spans.keys().copied().collect();
-        let mut fresh = rebuilt.spans;
+        // A listing flag changed during the build: any rebuilt span may rank that product wrongly.
+        let mut fresh = if rebuilt.listing_epoch == self.listing_epoch {
+            rebuilt.spans
+        } else {
+            HashMap::new()
+        };
         let mut cache = CarryCache::new();
         let mut spans = HashMap::new();
         for key in keys {

@@ -22,6 +22,7 @@ use rankgate_core::period::Hour;
 use rankgate_core::policy::PolicyState;
 use rankgate_core::ranker::RankerName;
 
+use super::catalog::{CatalogEntry, CatalogUpdate};
 use super::engine::RankingEngine;
 use super::source::{CommitBatch, SourceError, SourceOfTruth};
 
@@ -45,6 +46,9 @@ pub struct Followed {
     pub rows: usize,
     /// The stored policy state of every configured ranker.
     pub policies: Vec<(RankerName, PolicyState)>,
+    /// Catalogue entries written since the last call (their listing flags are already applied to the
+    /// engine; the display fields are the caller's).
+    pub catalog: Vec<(ProductId, CatalogEntry)>,
 }
 
 /// Ingest settings.
@@ -72,6 +76,16 @@ pub struct Ingestor {
     config: IngestConfig,
     /// Position in the source's change feed (shared backends only).
     change_cursor: i64,
+    /// The catalogue as loaded at open, until [`Ingestor::take_loaded_catalog`] hands it over.
+    loaded_catalog: Vec<(ProductId, CatalogEntry)>,
+}
+
+/// The listing flag of each entry, as the engine takes them.
+fn listings(entries: &[(ProductId, CatalogEntry)]) -> Vec<(ProductId, bool)> {
+    entries
+        .iter()
+        .map(|(product, entry)| (product.clone(), entry.listed))
+        .collect()
 }
 
 impl Ingestor {
@@ -86,6 +100,7 @@ impl Ingestor {
             let mut engine = engine.write();
             engine.apply(&[], &state.memberships, None);
             engine.apply(&state.metrics, &[], state.last_ingest_millis);
+            engine.set_listed(&listings(&state.catalog));
         }
         let processed = state
             .processed_ids
@@ -99,7 +114,26 @@ impl Ingestor {
             watermark_millis: state.watermark_millis,
             config,
             change_cursor: state.change_cursor,
+            loaded_catalog: state.catalog,
         })
+    }
+
+    /// The catalogue loaded at open, in the same snapshot as the engine's data and the change cursor (so
+    /// the change feed continues it exactly); empty after the first call.
+    pub fn take_loaded_catalog(&mut self) -> Vec<(ProductId, CatalogEntry)> {
+        std::mem::take(&mut self.loaded_catalog)
+    }
+
+    /// Stores catalogue updates durably (merged into the stored entries, see
+    /// [`super::catalog`]), then applies their listing flags to the engine: the same order as an ingest,
+    /// so a delisting is in effect here once this returns. Returns the entries as stored.
+    pub fn put_catalog(
+        &mut self,
+        updates: &[(ProductId, CatalogUpdate)],
+    ) -> Result<Vec<(ProductId, CatalogEntry)>, SourceError> {
+        let written = self.source.put_catalog(updates)?;
+        self.engine.write().set_listed(&listings(&written));
+        Ok(written)
     }
 
     /// Applies what other instances committed to a shared source of truth since the last call, so every
@@ -117,14 +151,15 @@ impl Ingestor {
                     .map_or(watermark, |mark| mark.max(watermark)),
             );
         }
-        self.engine.write().apply_absolute(
-            &changes.metrics,
-            &changes.memberships,
-            changes.last_ingest_millis,
-        );
+        {
+            let mut engine = self.engine.write();
+            engine.apply_absolute(&changes.metrics, &changes.memberships, changes.last_ingest_millis);
+            engine.set_listed(&listings(&changes.catalog));
+        }
         Ok(Followed {
             rows: changes.metrics.len(),
             policies: changes.policies,
+            catalog: changes.catalog,
         })
     }
 

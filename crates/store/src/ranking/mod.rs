@@ -9,10 +9,13 @@
 //! by several instances); [`packed`] is how one SQLite raw-log row holds many events. `conformance` (test
 //! code, behind the `testsuite` feature) is the one suite both must pass.
 //!
+//! [`catalog`] is what a shop says about a product: display fields, and whether it is listed at all.
+//!
 //! Serving from Redis: [`publication`] turns the engine's per-span change logs into the writes
 //! [`redis_serving`] applies, so Redis holds the hot rankings for every instance to read.
 //! [`serving_store::ServingStore`] is the read both Redis and the engine answer.
 
+pub mod catalog;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 pub mod engine;

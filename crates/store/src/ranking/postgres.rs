@@ -56,6 +56,10 @@
 //!   [`SourceOfTruth::changes_since`] returns every ranker's whole state in its snapshot; followers keep
 //!   the newer ones by `state_seq`.
 //! - Migrations are `.sql` files in `migrations/`, compiled in with `include_str!`.
+//! - **Catalogue** rows (display fields as JSON text, and the `listed` flag; migration 5) are merged
+//!   ([`CatalogEntry::merged`]) inside a transaction that holds the write lock, so concurrent writes
+//!   through several instances all land, and each written row draws `change_seq`: the change feed carries
+//!   a delisting to every instance like a metric row.
 //! - Ids and products are `text COLLATE "C"` so ordering is bytewise, as in SQLite; the catalogue and
 //!   policy weights are stored as JSON text so they round-trip exactly.
 
@@ -72,6 +76,7 @@ use rankgate_core::period::Hour;
 use rankgate_core::policy::{PolicyError, PolicyState};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 
+use super::catalog::{merge_updates, CatalogEntry, CatalogUpdate};
 use super::source::{Changes, CommitBatch, LoadedState, SourceError, SourceOfTruth};
 
 /// Advisory lock class ("RG") for writes to one schema's partitioned tables; the key is the schema's hash.
@@ -90,6 +95,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("migrations/0002_change_feed.sql")),
     (3, include_str!("migrations/0003_processed_seq.sql")),
     (4, include_str!("migrations/0004_policy_state.sql")),
+    (5, include_str!("migrations/0005_catalog_listing.sql")),
 ];
 
 /// The PostgreSQL source of truth: one connection, one schema.
@@ -721,6 +727,33 @@ fn store_versions(
     Ok(())
 }
 
+/// One `catalog` row of `product, body, listed`.
+fn catalog_row(row: &::postgres::Row) -> Result<(ProductId, CatalogEntry), SourceError> {
+    let product: &str = row.get(0);
+    let body: &str = row.get(1);
+    Ok((
+        parse_product(product, "catalog.product")?,
+        CatalogEntry::from_stored(body, row.get(2)).map_err(|e| corrupt("catalog.body", e))?,
+    ))
+}
+
+/// Every catalogue entry with its `change_seq`, or only those written after `since`.
+fn read_catalog(
+    transaction: &mut Transaction<'_>,
+    since: Option<i64>,
+) -> Result<Vec<(ProductId, CatalogEntry, i64)>, SourceError> {
+    let rows = transaction.query(
+        "SELECT product::text, body, listed, change_seq FROM catalog WHERE change_seq > $1 ORDER BY change_seq",
+        &[&since.unwrap_or(i64::MIN)],
+    )?;
+    rows.iter()
+        .map(|row| {
+            let (product, entry) = catalog_row(row)?;
+            Ok((product, entry, row.get(3)))
+        })
+        .collect()
+}
+
 fn version_u32(value: i64, what: &str) -> Result<u32, SourceError> {
     u32::try_from(value).map_err(|e| corrupt(what, e))
 }
@@ -789,10 +822,15 @@ impl SourceOfTruth for PostgresSource {
                     _ => {}
                 }
             }
+            state.catalog = read_catalog(&mut transaction, None)?
+                .into_iter()
+                .map(|(product, entry, _)| (product, entry))
+                .collect();
             state.change_cursor = transaction
                 .query_one(
                     "SELECT GREATEST((SELECT COALESCE(MAX(change_seq), 0) FROM metrics_hourly),
-                                     (SELECT COALESCE(MAX(change_seq), 0) FROM product_categories))",
+                                     (SELECT COALESCE(MAX(change_seq), 0) FROM product_categories),
+                                     (SELECT COALESCE(MAX(change_seq), 0) FROM catalog))",
                     &[],
                 )?
                 .get(0);
@@ -845,6 +883,10 @@ impl SourceOfTruth for PostgresSource {
                     "last_ingest_millis" => changes.last_ingest_millis = Some(row.get(1)),
                     _ => {}
                 }
+            }
+            for (product, entry, seq) in read_catalog(&mut transaction, Some(cursor))? {
+                changes.catalog.push((product, entry));
+                changes.cursor = changes.cursor.max(seq);
             }
             // Policy states travel whole (one small row per ranker): the follower keeps what is newer
             // than what it has seen by `state_seq`, so they need no cursor of their own.
@@ -997,37 +1039,50 @@ impl SourceOfTruth for PostgresSource {
         })
     }
 
-    fn put_catalog(&mut self, entries: &[(ProductId, serde_json::Value)]) -> Result<(), SourceError> {
-        // The last entry for a product wins, as with sequential upserts.
-        let mut last: HashMap<&str, String> = HashMap::new();
-        for (product, body) in entries {
-            last.insert(product.as_str(), body.to_string());
-        }
-        let (products, bodies): (Vec<&str>, Vec<String>) = last.into_iter().unzip();
+    fn put_catalog(
+        &mut self,
+        updates: &[(ProductId, CatalogUpdate)],
+    ) -> Result<Vec<(ProductId, CatalogEntry)>, SourceError> {
+        let lock = self.write_lock();
         self.with_reconnect(true, |client, _| {
             let mut transaction = client.transaction()?;
+            // Under the write lock: the merge reads what the last writer stored, and `change_seq` values
+            // become visible in the order they were drawn (see `changes_since`).
+            transaction.batch_execute(&lock)?;
+            let products: Vec<&str> = updates.iter().map(|(product, _)| product.as_str()).collect();
+            let mut stored: HashMap<ProductId, CatalogEntry> = HashMap::new();
+            for row in transaction.query(
+                "SELECT product::text, body, listed FROM catalog WHERE product = ANY($1::text[])",
+                &[&products],
+            )? {
+                let (product, entry) = catalog_row(&row)?;
+                stored.insert(product, entry);
+            }
+            let written = merge_updates(updates, |product| Ok::<_, SourceError>(stored.remove(product)))?;
+            let products: Vec<&str> = written.iter().map(|(product, _)| product.as_str()).collect();
+            let bodies: Vec<String> = written.iter().map(|(_, entry)| entry.fields_json()).collect();
+            let listed: Vec<bool> = written.iter().map(|(_, entry)| entry.listed).collect();
             transaction.execute(
-                "INSERT INTO catalog (product, body) SELECT * FROM unnest($1::text[], $2::text[])
-                 ON CONFLICT (product) DO UPDATE SET body = excluded.body",
-                &[&products, &bodies],
+                "INSERT INTO catalog (product, body, listed)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::bool[])
+                 ON CONFLICT (product) DO UPDATE
+                 SET body = excluded.body, listed = excluded.listed, change_seq = nextval('change_seq')",
+                &[&products, &bodies, &listed],
             )?;
             transaction.commit()?;
-            Ok(())
+            Ok(written)
         })
     }
 
-    fn load_catalog(&mut self) -> Result<Vec<(ProductId, serde_json::Value)>, SourceError> {
+    fn load_catalog(&mut self) -> Result<Vec<(ProductId, CatalogEntry)>, SourceError> {
         self.with_reconnect(true, |client, _| {
-            let mut entries = Vec::new();
-            for row in client.query("SELECT product::text, body FROM catalog ORDER BY product", &[])? {
-                let product: &str = row.get(0);
-                let body: &str = row.get(1);
-                entries.push((
-                    parse_product(product, "catalog.product")?,
-                    serde_json::from_str(body).map_err(|e| corrupt("catalog.body", e))?,
-                ));
-            }
-            Ok(entries)
+            let mut transaction = client.build_transaction().read_only(true).start()?;
+            let entries = read_catalog(&mut transaction, None)?;
+            transaction.commit()?;
+            Ok(entries
+                .into_iter()
+                .map(|(product, entry, _)| (product, entry))
+                .collect())
         })
     }
 }

@@ -16,7 +16,9 @@
 //!   did not change themselves.
 //!
 //! [`take_publication_in_slices`] takes the engine's write lock a few spans (one category's hot spans)
-//! at a time, so ingest's applies interleave with a long publication.
+//! at a time, so ingest's applies interleave with a long publication, and builds a span that is not
+//! cached yet (the first round, a new period, the current year: 8,760 hours) beforehand in short lock
+//! holds ([`RankingEngine::build_span_in_steps`]), so no slice's hold includes a cold build.
 
 use parking_lot::RwLock;
 
@@ -25,7 +27,7 @@ use rankgate_core::metrics::Metrics;
 use rankgate_core::period::{Hour, Span, Zone};
 use rankgate_core::ranker::RankerName;
 
-use super::engine::{CachedSpan, RankingEngine, SpanChanges};
+use super::engine::{CachedSpan, RankingEngine, RankingQuery, SpanChanges};
 use super::redis_serving::{hot_spans, PUBLISHED_RANKERS};
 
 /// Per published ranker, in [`PUBLISHED_RANKERS`] order: (product, ascending key or `None` to remove).
@@ -129,10 +131,21 @@ pub fn take_publication_in_slices(
 ) -> Vec<SpanPublication> {
     /// Spans per lock hold: one category's hot spans.
     const SLICE: usize = 8;
-    spans
-        .chunks(SLICE)
-        .flat_map(|slice| take_publication(&mut engine.write(), slice, depth, scope))
-        .collect()
+    let mut publications = Vec::new();
+    for slice in spans.chunks(SLICE) {
+        for (category, span) in slice {
+            if !engine.read().is_span_cached(category, *span) {
+                let query = RankingQuery {
+                    ranker: RankerName::Popular,
+                    category: category.clone(),
+                    span: *span,
+                };
+                RankingEngine::build_span_in_steps(engine, &query);
+            }
+        }
+        publications.extend(take_publication(&mut engine.write(), slice, depth, scope));
+    }
+    publications
 }
 
 /// A span's top `depth` per ranker (all of it when `None`), with the details of every product shown.

@@ -7,6 +7,9 @@
 //! `trending` is summed product by product over the span's hours in ascending order, for the end hour E
 //! of the model's current hour ([`BatchModel::at_hour`]; like the engine, "every period is over" until
 //! one is given).
+//!
+//! Delisted products ([`BatchModel::with_delisted`]) keep their metrics but are left out of every
+//! ranking, the day rankings carry is taken from included (SPEC 1.5).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -44,6 +47,8 @@ pub struct BatchModel {
     now: Hour,
     hourly: BTreeMap<Hour, HashMap<ProductId, Metrics>>,
     memberships: HashMap<ProductId, BTreeSet<Category>>,
+    /// Products the catalogue delisted: in no ranking.
+    delisted: HashSet<ProductId>,
     /// carry(category, day start) memo: the chain is walked once per category, not once per read.
     carry_memo: RefCell<HashMap<(String, Hour), HashMap<ProductId, f64>>>,
     /// Totals of every category of recently asked spans, computed in one pass over the span's cells.
@@ -72,6 +77,7 @@ impl BatchModel {
             now: Hour(i64::MAX),
             hourly: BTreeMap::new(),
             memberships: HashMap::new(),
+            delisted: HashSet::new(),
             carry_memo: RefCell::default(),
             totals_memo: RefCell::default(),
         };
@@ -149,6 +155,14 @@ impl BatchModel {
             }
         }
         decayed
+    }
+
+    /// This model with `products` delisted (in no ranking; their metrics still count in the hourly rows).
+    #[must_use]
+    pub fn with_delisted(mut self, products: impl IntoIterator<Item = ProductId>) -> Self {
+        self.delisted = products.into_iter().collect();
+        self.carry_memo.borrow_mut().clear();
+        self
     }
 
     fn add(&mut self, event: &Event) {
@@ -250,6 +264,7 @@ impl BatchModel {
         let products: BTreeSet<&ProductId> = totals.keys().chain(carry.keys()).collect();
         let mut scored: Vec<(ProductId, f64)> = products
             .into_iter()
+            .filter(|p| !self.delisted.contains(*p))
             .filter_map(|p| {
                 let m = totals.get(p).copied().unwrap_or_default();
                 let c = carry.get(p).copied().unwrap_or(0.0);
@@ -287,6 +302,7 @@ impl BatchModel {
             totals.keys().chain(carry.keys()).chain(decayed.keys()).collect();
         let mut items: Vec<RankedItem> = products
             .into_iter()
+            .filter(|product| !self.delisted.contains(*product))
             .filter_map(|product| {
                 let inputs = ScoreInputs {
                     metrics: totals.get(product).copied().unwrap_or_default(),

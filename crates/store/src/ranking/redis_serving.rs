@@ -17,7 +17,7 @@
 //! | `P{rk}:lease` | string | the publisher lease: owner id, with a TTL |
 //! | `P{rk}:generation` | counter | the last generation handed out |
 //!
-//! `<span>` is `hourly:2026071713`, `daily:20260717`, `weekly:2026W29`, `monthly:202607` (local keys), or
+//! `<span>` is `hourly:2026071713`, `daily:20260717`, `weekly:2026W29`, `monthly:202607`, `yearly:2026` (local keys), or
 //! `1h|1d|7d|30d:<end hour>` for a window (end hour = UTC hours since the epoch). Every key of one
 //! category shares the hash tag `{rk:<c>}`, so a Lua script writes a category's spans in one slot; the
 //! pointer, lease and counter share `{rk}`.
@@ -405,7 +405,7 @@ pub fn span_field(span: &Span) -> String {
     }
 }
 
-/// The hot spans at `now_hour`, the ones Redis serves: the current hour, day, ISO week and month, and the
+/// The hot spans at `now_hour`, the ones Redis serves: the current hour, day, ISO week, month and year, and the
 /// four windows ending at `now_hour`.
 #[must_use]
 pub fn hot_spans(now_hour: Hour, zone: &Zone) -> Vec<Span> {
@@ -989,8 +989,11 @@ mod tests {
         let zone = Zone::utc();
         let now = Hour(500_000);
         let spans = hot_spans(now, &zone);
-        assert_eq!(spans.len(), 8);
+        assert_eq!(spans.len(), 9, "five period kinds and four windows");
         assert!(spans.iter().all(|span| is_hot(span, now, &zone)));
+        let year = PeriodKey::containing(PeriodKind::Yearly, now, &zone);
+        assert!(spans.contains(&Span::Period(year)));
+        assert!(!is_hot(&Span::Period(year.prev(&zone)), now, &zone));
         let earlier_window = Span::Window {
             len: WindowLen::D7,
             end: now.plus(-1),

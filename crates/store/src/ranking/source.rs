@@ -1,7 +1,8 @@
 //! The rankings source of truth: what every ranking can be rebuilt from.
 //!
 //! A [`SourceOfTruth`] durably keeps hourly metric rows, the processed event ids, the raw event log,
-//! category memberships, ranker policy states ([`PolicyState`]) and the catalogue. One micro-batch is one [`CommitBatch`] and
+//! category memberships, ranker policy states ([`PolicyState`]) and the catalogue ([`CatalogEntry`]: display
+//! fields and the listing flag). One micro-batch is one [`CommitBatch`] and
 //! one transaction: an ingest is acknowledged only after `commit` returns.
 //!
 //! The trait is synchronous on purpose. Commits run on one dedicated writer thread that group-commits
@@ -20,6 +21,8 @@ use rankgate_core::metrics::Metrics;
 use rankgate_core::period::Hour;
 use rankgate_core::policy::{PolicyError, PolicyState};
 use rankgate_core::ranker::RankerName;
+
+use super::catalog::{CatalogEntry, CatalogUpdate};
 
 /// Everything one micro-batch changes, committed in one transaction.
 #[derive(Debug, Default)]
@@ -54,6 +57,9 @@ pub struct LoadedState {
     pub watermark_millis: Option<i64>,
     /// When the last batch was ingested.
     pub last_ingest_millis: Option<i64>,
+    /// Every catalogue entry, read in the same snapshot as the rest (so the change feed's cursor covers
+    /// it too): the listing flags rankings depend on, and the display fields.
+    pub catalog: Vec<(ProductId, CatalogEntry)>,
     /// Position in the change feed this state includes (see [`SourceOfTruth::changes_since`]).
     pub change_cursor: i64,
 }
@@ -76,6 +82,9 @@ pub struct Changes {
     /// state (a row per ranker), not the transitions since the cursor: the reader keeps what is newer than
     /// what it has seen by [`PolicyState::seq`], so a missed or repeated read changes nothing.
     pub policies: Vec<(RankerName, PolicyState)>,
+    /// Current catalogue entries written since the cursor (whole entries, so applying one twice changes
+    /// nothing): a delisting through one instance hides the product on every instance.
+    pub catalog: Vec<(ProductId, CatalogEntry)>,
 }
 
 /// Errors from a source of truth. Messages are lowercase and say what failed.
@@ -158,8 +167,15 @@ pub trait SourceOfTruth: Send {
         ranker: RankerName,
         transition: &mut dyn FnMut(&mut PolicyState) -> Result<(), PolicyError>,
     ) -> Result<PolicyState, SourceError>;
-    /// Upserts catalogue entries (product id → JSON object).
-    fn put_catalog(&mut self, entries: &[(ProductId, serde_json::Value)]) -> Result<(), SourceError>;
+    /// Merges catalogue updates into the stored entries ([`CatalogEntry::merged`]; a product never written
+    /// starts from [`CatalogEntry::default`]), in order, in one transaction, and returns each written
+    /// product's entry as stored afterwards (once per product). On a shared database the read and the
+    /// write happen under the write lock, so concurrent updates through several instances all land, and
+    /// the rows enter the change feed in commit order.
+    fn put_catalog(
+        &mut self,
+        updates: &[(ProductId, CatalogUpdate)],
+    ) -> Result<Vec<(ProductId, CatalogEntry)>, SourceError>;
     /// Loads the whole catalogue.
-    fn load_catalog(&mut self) -> Result<Vec<(ProductId, serde_json::Value)>, SourceError>;
+    fn load_catalog(&mut self) -> Result<Vec<(ProductId, CatalogEntry)>, SourceError>;
 }

@@ -23,6 +23,7 @@ use rankgate_core::period::Hour;
 use rankgate_core::policy::{PolicyError, PolicyState};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 
+use super::catalog::{merge_updates, CatalogEntry, CatalogUpdate};
 use super::packed::{self, RowFormat};
 use crate::synchronous::Synchronous;
 
@@ -67,7 +68,8 @@ CREATE TABLE IF NOT EXISTS ranker_state (
 );
 CREATE TABLE IF NOT EXISTS catalog (
     product TEXT PRIMARY KEY,
-    body    TEXT NOT NULL
+    body    TEXT NOT NULL,
+    listed  INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -108,6 +110,7 @@ impl SqliteSource {
         connection.execute_batch(SCHEMA)?;
         add_event_log_format_column(&connection)?;
         add_policy_state_columns(&connection)?;
+        add_catalog_listed_column(&connection)?;
         let next_seq: i64 =
             connection.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM event_log", [], |row| {
                 row.get(0)
@@ -165,6 +168,37 @@ fn add_policy_state_columns(connection: &Connection) -> Result<(), SourceError> 
         )?;
     }
     Ok(())
+}
+
+/// Gives a database created before products could be delisted (SPEC 1.5) the `listed` flag: every
+/// product it knows stays listed.
+fn add_catalog_listed_column(connection: &Connection) -> Result<(), SourceError> {
+    let has_listed = connection
+        .prepare("SELECT 1 FROM pragma_table_info('catalog') WHERE name = 'listed'")?
+        .exists([])?;
+    if !has_listed {
+        connection.execute_batch("ALTER TABLE catalog ADD COLUMN listed INTEGER NOT NULL DEFAULT 1")?;
+    }
+    Ok(())
+}
+
+/// Reads catalogue rows (`product, body, listed`) from `statement`.
+fn read_catalog_rows(
+    statement: &mut rusqlite::CachedStatement<'_>,
+    parameters: impl rusqlite::Params,
+) -> Result<Vec<(ProductId, CatalogEntry)>, SourceError> {
+    let mut rows = statement.query(parameters)?;
+    let mut entries = Vec::new();
+    while let Some(row) = rows.next()? {
+        let product: String = row.get(0)?;
+        let body: String = row.get(1)?;
+        let listed: bool = row.get(2)?;
+        entries.push((
+            ProductId::parse(&product).map_err(|e| corrupt("catalog.product", e))?,
+            CatalogEntry::from_stored(&body, listed).map_err(|e| corrupt("catalog.body", e))?,
+        ));
+    }
+    Ok(entries)
 }
 
 /// A ranker's stored policy state with the weights of every version it names, or `None`.
@@ -340,6 +374,7 @@ impl SourceOfTruth for SqliteSource {
         drop(statement);
         state.watermark_millis = self.meta_millis("watermark_millis")?;
         state.last_ingest_millis = self.meta_millis("last_ingest_millis")?;
+        state.catalog = self.load_catalog()?;
         Ok(state)
     }
 
@@ -449,31 +484,37 @@ impl SourceOfTruth for SqliteSource {
         Ok(state)
     }
 
-    fn put_catalog(&mut self, entries: &[(ProductId, serde_json::Value)]) -> Result<(), SourceError> {
+    fn put_catalog(
+        &mut self,
+        updates: &[(ProductId, CatalogUpdate)],
+    ) -> Result<Vec<(ProductId, CatalogEntry)>, SourceError> {
         let transaction = self.connection.transaction()?;
-        {
-            let mut upsert = transaction
-                .prepare_cached("INSERT OR REPLACE INTO catalog (product, body) VALUES (?1, ?2)")?;
-            for (product, body) in entries {
-                upsert.execute(params![product.as_str(), body.to_string()])?;
+        let written = {
+            let mut read =
+                transaction.prepare_cached("SELECT product, body, listed FROM catalog WHERE product = ?1")?;
+            let written = merge_updates(updates, |product| {
+                Ok::<_, SourceError>(
+                    read_catalog_rows(&mut read, params![product.as_str()])?
+                        .pop()
+                        .map(|(_, entry)| entry),
+                )
+            })?;
+            let mut upsert = transaction.prepare_cached(
+                "INSERT OR REPLACE INTO catalog (product, body, listed) VALUES (?1, ?2, ?3)",
+            )?;
+            for (product, entry) in &written {
+                upsert.execute(params![product.as_str(), entry.fields_json(), entry.listed])?;
             }
-        }
+            written
+        };
         transaction.commit()?;
-        Ok(())
+        Ok(written)
     }
 
-    fn load_catalog(&mut self) -> Result<Vec<(ProductId, serde_json::Value)>, SourceError> {
-        let mut statement = self.connection.prepare("SELECT product, body FROM catalog")?;
-        let mut rows = statement.query([])?;
-        let mut entries = Vec::new();
-        while let Some(row) = rows.next()? {
-            let product: String = row.get(0)?;
-            let body: String = row.get(1)?;
-            entries.push((
-                ProductId::parse(&product).map_err(|e| corrupt("catalog.product", e))?,
-                serde_json::from_str(&body).map_err(|e| corrupt("catalog.body", e))?,
-            ));
-        }
-        Ok(entries)
+    fn load_catalog(&mut self) -> Result<Vec<(ProductId, CatalogEntry)>, SourceError> {
+        let mut statement = self
+            .connection
+            .prepare_cached("SELECT product, body, listed FROM catalog ORDER BY product")?;
+        read_catalog_rows(&mut statement, [])
     }
 }

@@ -2,8 +2,8 @@
 //! engine, Redis standalone, Redis Cluster), it answers what the plain batch recompute says — same products
 //! in the same order (ties by product id, bytes ascending), scores bit for bit, metrics, carry, totals,
 //! `asOf` and policy version — for first pages, middle pages, pages that run past the end or start past
-//! it, ranks of listed, unlisted and unknown products; and a Top-N-only store truncates at its depth while
-//! still reporting the full total. Compiled only into test binaries (`#[path]`-included).
+//! it, ranks of listed, unlisted, delisted and unknown products; and a Top-N-only store truncates at its
+//! depth while still reporting the full total, also once a delisting took a product out of its top. Compiled only into test binaries (`#[path]`-included).
 //!
 //! A backend's test builds a [`ServingFixture`] (events, an engine that ingested them, the recompute of
 //! the same events), makes its store serve that engine's data (Redis: through the real publisher path,
@@ -42,6 +42,8 @@ pub struct ServingFixture {
     pub engine: Arc<RwLock<RankingEngine>>,
     events: Vec<Event>,
     next_id: u32,
+    /// Products the catalogue delisted (through the ingestor, as `PUT /v1/products/{id}` does).
+    delisted: std::collections::BTreeSet<ProductId>,
 }
 
 /// The spans every store is asked about: each period kind, days with carry, every window, and a day
@@ -65,6 +67,7 @@ pub fn spans(zone: &Zone) -> Vec<Span> {
         (PeriodKind::Hourly, 5),
         (PeriodKind::Weekly, 30),
         (PeriodKind::Monthly, 30),
+        (PeriodKind::Yearly, 30),
     ] {
         spans.push(Span::Period(PeriodKey::containing(
             kind,
@@ -114,6 +117,7 @@ impl ServingFixture {
             engine,
             events: Vec::new(),
             next_id: 0,
+            delisted: Default::default(),
         };
         fixture.ingest_batch(0);
         fixture
@@ -148,13 +152,41 @@ impl ServingFixture {
         self.events.extend(events);
     }
 
+    /// Delists (`listed: false`) or relists product `p<n>` through the catalogue.
+    pub fn set_listed(&mut self, n: u32, listed: bool) {
+        let update = rankgate_store::ranking::catalog::CatalogUpdate {
+            listed: Some(listed),
+            ..Default::default()
+        };
+        self.ingestor.put_catalog(&[(product(n), update)]).unwrap();
+        if listed {
+            self.delisted.remove(&product(n));
+        } else {
+            self.delisted.insert(product(n));
+        }
+    }
+
+    /// The batch recompute of everything ingested, without the delisted products.
+    pub fn model(&self) -> BatchModel {
+        BatchModel::from_accepted(self.events.clone(), Zone::utc(), PopularWeights::default())
+            .with_delisted(self.delisted.iter().cloned())
+    }
+
     /// What every store must answer for `query`: the full ranking by the batch recompute.
     pub fn expected(&self, query: &RankingQuery) -> Vec<RankedItem> {
-        BatchModel::from_accepted(self.events.clone(), Zone::utc(), PopularWeights::default()).ranking(
-            query.ranker,
-            &query.category,
-            &query.span,
-        )
+        self.model().ranking(query.ranker, &query.category, &query.span)
+    }
+
+    /// The product listed first in `all` over the first span, by `popular`: a delisting of it moves
+    /// every other product up, past a Top-N cut too.
+    pub fn leader(&self) -> u32 {
+        let query = RankingQuery {
+            ranker: RankerName::Popular,
+            category: CategoryOrAll::All,
+            span: spans(&Zone::utc())[0],
+        };
+        let leader = &self.expected(&query)[0].product;
+        leader.as_str()[1..].parse().expect("products are p<n>")
     }
 
     /// The `asOf` every answer must carry: the engine's newest ingest.
@@ -183,7 +215,7 @@ pub async fn check_store<S: ServingStore>(store: &S, fixture: &ServingFixture) -
     let cap = depth.unwrap_or(usize::MAX);
     let as_of = fixture.as_of_millis();
     assert!(as_of.is_some(), "the fixture ingested events");
-    let model = BatchModel::from_accepted(fixture.events.clone(), Zone::utc(), PopularWeights::default());
+    let model = fixture.model();
     let mut ties_seen = 0;
     let mut past_depth_seen = 0;
     let mut declined = Vec::new();
