@@ -19,7 +19,12 @@ pub fn next_day_carry<P: AsRef<[u8]> + Clone>(
     let mut scored: Vec<(P, f64)> = candidates
         .into_iter()
         .filter(|(_, metrics, carry)| {
-            crate::ranker::is_listed(crate::ranker::RankerName::Popular, metrics, *carry)
+            let inputs = crate::ranker::ScoreInputs {
+                metrics: *metrics,
+                carry: *carry,
+                ..Default::default()
+            };
+            crate::ranker::is_listed(crate::ranker::RankerName::Popular, &inputs)
         })
         .map(|(product, metrics, carry)| {
             let score = popular_score(carry, &metrics, weights);

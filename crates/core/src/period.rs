@@ -864,6 +864,20 @@ impl Span {
     pub fn end_hour_exclusive(&self, zone: &Zone) -> Hour {
         self.hours(zone).end
     }
+
+    /// `trending`'s end hour E (SPEC 1.3) when the current hour is `now`: a window's end hour (`at`); a
+    /// period's last hour once it is over; the current hour while it runs. A period that has not begun
+    /// yet (reads may ask one period ahead) uses its first hour, so E is always one of the span's hours.
+    #[must_use]
+    pub fn trending_end(&self, zone: &Zone, now: Hour) -> Hour {
+        match *self {
+            Span::Window { end, .. } => end,
+            Span::Period(key) => {
+                let hours = key.hours(zone);
+                now.clamp(hours.start, Hour(hours.end.0 - 1))
+            }
+        }
+    }
 }
 
 /// Parses a window's end hour `at=YYYYMMDDHH`, a **local** hour in `zone` (the same layout as hourly keys).

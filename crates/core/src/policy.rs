@@ -26,7 +26,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ranker::{Policy, PopularWeights};
+use crate::ranker::{Policy, PopularWeights, RankerName};
 
 /// A ranker's policy versions, as stored in the source of truth.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -125,13 +125,19 @@ pub enum PolicyError {
 }
 
 impl PolicyState {
-    /// A ranker that was never configured: version 1 with the default weights, nothing else.
+    /// `popular` never configured: version 1 with the default weights, nothing else.
     pub fn initial() -> PolicyState {
+        PolicyState::initial_for(RankerName::Popular)
+    }
+
+    /// `ranker` never configured: version 1 with its default weights ([`Policy::initial_for`]).
+    pub fn initial_for(ranker: RankerName) -> PolicyState {
+        let active = Policy::initial_for(ranker);
         PolicyState {
-            active: Policy::default(),
+            active,
             previous: None,
             building: None,
-            latest_version: Policy::default().version,
+            latest_version: active.version,
             seq: 0,
         }
     }

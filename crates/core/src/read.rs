@@ -260,7 +260,7 @@ pub fn parse_ranker(raw: Option<&str>) -> Result<RankerName, ReadParamError> {
         Some(raw) => RankerName::parse(raw).map_err(|_| {
             ReadParamError::invalid(
                 "ranker",
-                format!("must be popular, units or revenue, got {}", shown(raw)),
+                format!("must be popular, units, revenue or trending, got {}", shown(raw)),
             )
         }),
     }
@@ -344,6 +344,10 @@ mod tests {
         );
         assert_eq!((request.limit, request.offset, request.category), (20, 0, None));
         let rank = parse(ReadEndpoint::Rank, "category=toys&window=7d&ranker=units").unwrap();
+        assert_eq!(
+            parse(ReadEndpoint::Top, "ranker=trending").unwrap().ranker,
+            RankerName::Trending
+        );
         assert_eq!(rank.category, Some(CategoryOrAll::parse("toys").unwrap()));
         assert_eq!(rank.ranker, RankerName::Units);
     }

@@ -15,18 +15,22 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
+use rankgate_core::period::Hour;
 use rankgate_store::clock::{Clock, SystemClock};
+use rankgate_store::ranking::engine::RankingEngine;
 
 use crate::auth::{require_admin, require_ingest};
 use crate::config::Config;
 use crate::edge::{self, HttpLimits};
 use crate::rankings::reader::RankingsReader;
 use crate::rankings::serving::{self, Serving};
+use crate::rankings::top_streams::{TopStreamLimits, TopStreams};
 use crate::rankings::{lock_data_dir, RankingService};
 use crate::route_table::{self, Endpoint};
 use crate::routes::{admin, catalog, events, ops, rankings};
 use crate::stream::{StreamConfig, StreamConsumer};
 use crate::waiting_room::{self, WaitingRoom};
+use crate::webhooks::Webhooks;
 
 /// Everything a handler can reach.
 #[derive(Clone)]
@@ -45,6 +49,10 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     /// Renders `/metrics`.
     pub prometheus: PrometheusHandle,
+    /// Ranking change streams (`GET …/top/events`): one watcher per watched ranking.
+    pub top_streams: Arc<TopStreams>,
+    /// `[[webhook]]`: change detection and delivery.
+    pub webhooks: Arc<Webhooks>,
 }
 
 /// The process-wide Prometheus recorder; installed once even when tests start many apps.
@@ -80,6 +88,10 @@ const ADMIN_ENDPOINTS: &[Endpoint<AppState>] = &[
         on(m, admin::rollback_ranker)
     }),
     Endpoint::new(Method::POST, "/v1/admin/rebuild", |m| on(m, admin::rebuild)),
+    Endpoint::new(Method::GET, "/v1/admin/webhooks", |m| on(m, admin::get_webhooks)),
+    Endpoint::new(Method::POST, "/v1/admin/webhooks/dead/{id}/replay", |m| {
+        on(m, admin::replay_webhook_delivery)
+    }),
     Endpoint::new(Method::PUT, "/v1/products/{product_id}", |m| {
         on(m, catalog::put_product)
     }),
@@ -94,6 +106,9 @@ const INGEST_ENDPOINTS: &[Endpoint<AppState>] = &[Endpoint::new(Method::POST, "/
 const PUBLIC_ENDPOINTS: &[Endpoint<AppState>] = &[
     Endpoint::new(Method::GET, "/v1/categories/{category}/top", |m| {
         on(m, rankings::top)
+    }),
+    Endpoint::new(Method::GET, "/v1/categories/{category}/top/events", |m| {
+        on(m, rankings::top_events)
     }),
     Endpoint::new(Method::GET, "/v1/products/{product_id}/rank", |m| {
         on(m, rankings::rank)
@@ -183,6 +198,11 @@ impl Application {
         let rankings_config = config.clone();
         let (rankings, _writer_thread) =
             tokio::task::spawn_blocking(move || RankingService::open(&rankings_config)).await??;
+        // `trending` ends running periods at the current hour of this server's clock.
+        rankings
+            .engine()
+            .write()
+            .advance_to_hour(Hour::from_millis(clock.now_millis()));
         tracing::info!(
             elapsed_ms = started.elapsed().as_millis() as u64,
             "rankings restored from the source of truth"
@@ -217,6 +237,21 @@ impl Application {
             config.zone.clone(),
             config.freshness_millis,
         ));
+        let shutdown = CancellationToken::new();
+        let top_streams = Arc::new(TopStreams::new(
+            reader.clone(),
+            clock.clone(),
+            config.zone.clone(),
+            config.metric_retention_millis,
+            TopStreamLimits {
+                max_streams: config.top_streams.max_streams,
+                buffer: config.top_streams.buffer,
+                heartbeat: Duration::from_millis(config.top_streams.heartbeat_millis),
+                freshness: Duration::from_millis(config.freshness_millis.max(1)),
+            },
+            shutdown.clone(),
+        ));
+        let webhooks = Arc::new(open_webhooks(&config, &reader, &waiting_room, &clock).await?);
         let cache_control = crate::routes::rankings::cache_control(config.cache_max_age_seconds);
         let state = AppState {
             config: Arc::new(config),
@@ -226,8 +261,9 @@ impl Application {
             waiting_room,
             clock,
             prometheus: prometheus_handle(),
+            top_streams,
+            webhooks,
         };
-        let shutdown = CancellationToken::new();
         let mut workers = state.waiting_room.spawn_workers(shutdown.clone());
         workers.push(tokio::spawn(run_refresher_until_stopped(
             state.clone(),
@@ -255,6 +291,9 @@ impl Application {
                 state.clone(),
                 shutdown.clone(),
             )));
+        }
+        if !state.webhooks.is_empty() {
+            workers.extend(state.webhooks.spawn_workers(shutdown.clone()));
         }
         if let Some(url) = &state.config.stream {
             let consumer = StreamConsumer::connect(
@@ -317,8 +356,50 @@ impl Application {
     }
 }
 
+/// The webhooks of `config`: numbered under a lease in Redis when instances share one (so each change
+/// is delivered once, not once per instance), in memory otherwise; delivered through the waiting room's
+/// job store (embedded or Redis).
+async fn open_webhooks(
+    config: &Config,
+    reader: &Arc<RankingsReader>,
+    waiting_room: &Arc<WaitingRoom>,
+    clock: &Arc<dyn Clock>,
+) -> anyhow::Result<Webhooks> {
+    use rankgate_store::watch_ledger::{EmbeddedWatchLedger, RedisWatchLedger, WatchLedger};
+    let ledger: Arc<dyn WatchLedger> = if config.redis.is_empty() || config.webhooks.is_empty() {
+        if config.database.is_some() && !config.webhooks.is_empty() {
+            tracing::warn!(
+                "[[webhook]] with a shared database but no --redis: each instance detects and delivers \
+                 changes on its own; give --redis to deliver each change once across instances"
+            );
+        }
+        Arc::new(
+            EmbeddedWatchLedger::persisted(config.data_dir.join("webhooks.json"))
+                .context("opening the webhook ledger (webhooks.json in the data dir)")?,
+        )
+    } else {
+        Arc::new(
+            RedisWatchLedger::connect(&config.redis, &config.redis_prefix)
+                .await
+                .context("opening the webhook ledger on Redis (check --redis)")?,
+        )
+    };
+    Webhooks::new(
+        config.webhooks.clone(),
+        reader.clone(),
+        ledger,
+        waiting_room.jobs().clone(),
+        clock.clone(),
+        config.zone.clone(),
+        config.metric_retention_millis,
+        Duration::from_millis(config.freshness_millis.max(1)),
+    )
+}
+
 /// Applies pending changes to every cached ranking well inside the freshness bound, so most reads find
-/// their span clean and need only the shared lock.
+/// their span clean and need only the shared lock. Also moves the engine to the clock's hour: when the
+/// hour turns, the running periods' spans (whose `trending` end hour moved) are dropped and built again
+/// here, in steps, so reads rarely have to wait for one.
 async fn run_refresher_until_stopped(state: AppState, shutdown: CancellationToken) {
     let period = Duration::from_millis((state.config.freshness_millis / 4).max(10));
     let mut ticker = tokio::time::interval(period);
@@ -328,7 +409,15 @@ async fn run_refresher_until_stopped(state: AppState, shutdown: CancellationToke
             _ = ticker.tick() => {}
         }
         let engine = state.rankings.engine().clone();
-        let _ = tokio::task::spawn_blocking(move || engine.write().flush_all()).await;
+        let now = Hour::from_millis(state.clock.now_millis());
+        let _ = tokio::task::spawn_blocking(move || {
+            let dropped = engine.write().advance_to_hour(now);
+            for query in &dropped {
+                RankingEngine::build_span_in_steps(&engine, query);
+            }
+            engine.write().flush_all();
+        })
+        .await;
     }
 }
 

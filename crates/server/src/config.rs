@@ -17,6 +17,7 @@ use rankgate_core::period::Zone;
 use rankgate_store::synchronous::Synchronous;
 
 use crate::waiting_room::{GateConfig, WaitingRoomConfig};
+use crate::webhooks::config::{webhooks_from_file, WebhookConfig, WebhookFile};
 
 /// The settings of a running service, after every layer is merged.
 #[derive(Clone)]
@@ -76,6 +77,46 @@ pub struct Config {
     pub http: HttpConfig,
     /// `synchronous` level of the embedded SQLite databases (`rankings.sqlite3`, `queue.sqlite3`).
     pub sqlite_synchronous: Synchronous,
+    /// Ranking change streams (`GET …/top/events`): how many, how much buffer, how often a heartbeat.
+    pub top_streams: TopStreamConfig,
+    /// `[[webhook]]` tables, checked (secrets inside, never shown).
+    pub webhooks: Vec<WebhookConfig>,
+}
+
+/// Bounds of the ranking change streams (see [`crate::rankings::top_streams`]).
+#[derive(Debug, Clone, Copy)]
+pub struct TopStreamConfig {
+    /// `max_top_streams`: streams open at once on this instance; past it, 429.
+    pub max_streams: usize,
+    /// `top_stream_buffer`: messages queued per stream; a client that lets more pile up is dropped.
+    pub buffer: usize,
+    /// `top_stream_heartbeat_millis`: between heartbeat comments.
+    pub heartbeat_millis: u64,
+}
+
+impl Default for TopStreamConfig {
+    fn default() -> Self {
+        TopStreamConfig {
+            max_streams: 10_000,
+            buffer: 8,
+            heartbeat_millis: 15_000,
+        }
+    }
+}
+
+/// `value` of config key `key` within `range`, or an error naming the key.
+fn bounded<T: PartialOrd + std::fmt::Display + Copy>(
+    key: &str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> anyhow::Result<T> {
+    anyhow::ensure!(
+        range.contains(&value),
+        "{key} must be {} to {}, got {value}",
+        range.start(),
+        range.end()
+    );
+    Ok(value)
 }
 
 /// The HTTP listener's bounds (issue 9, defect 6); see [`crate::edge`].
@@ -192,6 +233,11 @@ pub struct FileConfig {
     #[serde(flatten)]
     http: HttpConfig,
     sqlite_synchronous: Option<String>,
+    max_top_streams: Option<usize>,
+    top_stream_buffer: Option<usize>,
+    top_stream_heartbeat_millis: Option<u64>,
+    #[serde(default)]
+    webhook: Vec<WebhookFile>,
 }
 
 /// Values given on the command line or in `RANKGATE_*` variables.
@@ -312,6 +358,31 @@ impl Config {
             Some(false) => Synchronous::Normal,
             None => sqlite_synchronous,
         };
+        let metric_retention_millis = millis_of(
+            "metric_retention_days",
+            file.metric_retention_days.unwrap_or(400),
+            24 * HOUR_MILLIS,
+        )?;
+        let stream_defaults = TopStreamConfig::default();
+        let top_streams = TopStreamConfig {
+            max_streams: bounded(
+                "max_top_streams",
+                file.max_top_streams.unwrap_or(stream_defaults.max_streams),
+                1..=1_000_000,
+            )?,
+            buffer: bounded(
+                "top_stream_buffer",
+                file.top_stream_buffer.unwrap_or(stream_defaults.buffer),
+                1..=1_024,
+            )?,
+            heartbeat_millis: bounded(
+                "top_stream_heartbeat_millis",
+                file.top_stream_heartbeat_millis
+                    .unwrap_or(stream_defaults.heartbeat_millis),
+                100..=3_600_000,
+            )?,
+        };
+        let webhooks = webhooks_from_file(file.webhook, &zone, metric_retention_millis)?;
         let freshness_millis = file.freshness_millis.unwrap_or(1000);
         let cache_max_age_seconds = match overrides.cache_max_age_seconds.or(file.cache_max_age_seconds) {
             Some(seconds) if seconds > MAX_CACHE_MAX_AGE_SECONDS => anyhow::bail!(
@@ -335,11 +406,7 @@ impl Config {
             max_future_millis: millis_of("max_future_seconds", file.max_future_seconds.unwrap_or(300), 1000)?,
             max_lateness_millis,
             event_retention_millis,
-            metric_retention_millis: millis_of(
-                "metric_retention_days",
-                file.metric_retention_days.unwrap_or(400),
-                24 * HOUR_MILLIS,
-            )?,
+            metric_retention_millis,
             max_batch: file.max_batch.unwrap_or(10_000),
             max_body_bytes: file.max_body_bytes.unwrap_or(16 * 1024 * 1024),
             freshness_millis,
@@ -377,6 +444,8 @@ impl Config {
             },
             http: file.http,
             sqlite_synchronous,
+            top_streams,
+            webhooks,
         })
     }
 
@@ -404,7 +473,7 @@ fn millis_of(key: &str, value: i64, unit_millis: i64) -> anyhow::Result<i64> {
 }
 
 /// Top-level keys of the config file.
-const KNOWN_KEYS: [&str; 29] = [
+const KNOWN_KEYS: [&str; 33] = [
     "listen",
     "data_dir",
     "time_zone",
@@ -434,6 +503,10 @@ const KNOWN_KEYS: [&str; 29] = [
     "http_body_timeout_millis",
     "max_connections",
     "sqlite_synchronous",
+    "max_top_streams",
+    "top_stream_buffer",
+    "top_stream_heartbeat_millis",
+    "webhook",
 ];
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -630,6 +703,30 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("RANKGATE_SQLITE_SYNCHRONOUS"), "{error}");
+    }
+
+    #[test]
+    fn top_stream_bounds_come_from_the_file_and_a_bad_one_is_refused_naming_its_key() {
+        let parse = |text: &str| Config::merge(toml::from_str(text).unwrap(), &Overrides::default());
+        let defaults = parse("").unwrap().top_streams;
+        assert_eq!(
+            (defaults.max_streams, defaults.buffer, defaults.heartbeat_millis),
+            (10_000, 8, 15_000)
+        );
+        let set = parse("max_top_streams = 5\ntop_stream_buffer = 2\ntop_stream_heartbeat_millis = 500\n")
+            .unwrap()
+            .top_streams;
+        assert_eq!((set.max_streams, set.buffer, set.heartbeat_millis), (5, 2, 500));
+        for (text, key) in [
+            ("max_top_streams = 0", "max_top_streams"),
+            ("top_stream_buffer = 0", "top_stream_buffer"),
+            ("top_stream_buffer = 100000", "top_stream_buffer"),
+            ("top_stream_heartbeat_millis = 1", "top_stream_heartbeat_millis"),
+            ("[[webhook]]\nname = \"x\"", "webhook[0].url"),
+        ] {
+            let error = format!("{:#}", parse(text).err().unwrap());
+            assert!(error.starts_with(key), "{text}: {error}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! - [`stream`]: the Redis Streams consumer group (`--stream`).
 //! - [`verify`]: batch recompute vs served rankings.
 //! - [`demo`]: the seed lesson's workload end to end.
+//! - [`webhooks`]: `[[webhook]]`: top-N changes posted, signed, retried through the job queue.
 
 pub mod app;
 pub mod auth;
@@ -28,3 +29,4 @@ pub mod routes;
 pub mod stream;
 pub mod verify;
 pub mod waiting_room;
+pub mod webhooks;

@@ -14,6 +14,7 @@ use rankgate_core::event::{Event, ParseLimits};
 use rankgate_core::ids::CategoryOrAll;
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen};
 use rankgate_core::ranker::{Policy, RankerName};
+use rankgate_store::clock::{Clock, SystemClock};
 use rankgate_store::ranking::engine::{EngineConfig, RankedItem, RankingEngine, RankingQuery};
 use rankgate_store::ranking::ingest::{IngestConfig, Ingestor};
 use rankgate_store::ranking::recompute::BatchModel;
@@ -135,26 +136,30 @@ pub fn read_event_log(source: &mut dyn SourceOfTruth) -> anyhow::Result<Vec<Even
 /// do not block the writer).
 pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Result<VerifyReport> {
     let mut source = crate::rankings::open_source(config)?;
-    let policy = source
-        .load_policies(RankerName::Popular)?
-        .map(|p| p.active)
-        .unwrap_or_default();
+    let policy = active_policy(source.as_mut(), RankerName::Popular)?;
+    let trending = active_policy(source.as_mut(), RankerName::Trending)?;
+    let now = Hour::from_millis(SystemClock.now_millis());
     progress("reading the raw event log");
     let events = read_event_log(source.as_mut())?;
     let mut report = VerifyReport {
         events: events.len(),
         ..VerifyReport::default()
     };
-    let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
+    let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights)
+        .with_trending(trending.weights)
+        .at_hour(now);
 
     progress("loading serving state from the stored metrics");
-    let engine = Arc::new(RwLock::new(RankingEngine::new(
+    let mut engine = RankingEngine::new(
         EngineConfig {
             zone: config.zone.clone(),
             max_cached_members: usize::MAX,
         },
         policy,
-    )));
+    );
+    engine.set_trending_policy(trending);
+    engine.advance_to_hour(now);
+    let engine = Arc::new(RwLock::new(engine));
     let _ingestor = Ingestor::open(source, engine.clone(), IngestConfig::default())?;
     let mut engine = engine.write();
 
@@ -184,7 +189,7 @@ pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Resu
     let categories = categories_of(&model);
     progress(&format!(
         "comparing {} rankings with the batch recompute",
-        spans.len() * categories.len() * 3
+        spans.len() * categories.len() * RankerName::ALL.len()
     ));
     for span in &spans {
         for category in &categories {
@@ -212,6 +217,13 @@ pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Resu
     Ok(report)
 }
 
+/// `ranker`'s active policy in the source of truth (version 1 when it was never configured).
+fn active_policy(source: &mut dyn SourceOfTruth, ranker: RankerName) -> anyhow::Result<Policy> {
+    Ok(source
+        .load_policies(ranker)?
+        .map_or_else(|| Policy::initial_for(ranker), |state| state.active))
+}
+
 /// The query string that asks the HTTP API for `span`.
 fn span_query(span: &Span, zone: &rankgate_core::period::Zone) -> String {
     match span {
@@ -236,20 +248,23 @@ pub async fn verify_server(
 ) -> anyhow::Result<VerifyReport> {
     let blocking_config = config.clone();
     // The blocking stores (the PostgreSQL client has its own runtime) are read off the async runtime.
-    let (events, policy) = tokio::task::spawn_blocking(move || -> anyhow::Result<(Vec<Event>, Policy)> {
+    type Loaded = (Vec<Event>, Policy, Policy);
+    let (events, policy, trending) = tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {
         let mut source = crate::rankings::open_source(&blocking_config)?;
-        let policy = source
-            .load_policies(RankerName::Popular)?
-            .map(|p| p.active)
-            .unwrap_or_default();
-        Ok((read_event_log(source.as_mut())?, policy))
+        let policy = active_policy(source.as_mut(), RankerName::Popular)?;
+        let trending = active_policy(source.as_mut(), RankerName::Trending)?;
+        Ok((read_event_log(source.as_mut())?, policy, trending))
     })
     .await??;
     let mut report = VerifyReport {
         events: events.len(),
         ..VerifyReport::default()
     };
-    let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
+    // The server's `trending` ends running periods at its clock's hour: verify near an hour's turn
+    // may see the other side of it.
+    let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights)
+        .with_trending(trending.weights)
+        .at_hour(Hour::from_millis(SystemClock.now_millis()));
     let Some(range) = model.hour_range() else {
         return Ok(report);
     };
@@ -257,7 +272,7 @@ pub async fn verify_server(
     let categories = categories_of(&model);
     progress(&format!(
         "comparing {} served rankings with the batch recompute",
-        spans.len() * categories.len() * 3
+        spans.len() * categories.len() * RankerName::ALL.len()
     ));
     let client = reqwest::Client::new();
     let base = base_url.trim_end_matches('/');

@@ -8,6 +8,7 @@
 //!   Redis serving store.
 //! - [`redact`]: credentials out of messages: `redact_url` for every connection string shown.
 //! - [`synchronous`]: the durability level (`synchronous` pragma) of both embedded SQLite databases.
+//! - [`watch_ledger`]: the webhook watches' lease and last reported snapshots (embedded, Redis).
 //! - `redis_connection`: one connection type over standalone Redis and Redis Cluster, shared by the Redis
 //!   backends.
 
@@ -17,3 +18,4 @@ pub mod ranking;
 pub mod redact;
 mod redis_connection;
 pub mod synchronous;
+pub mod watch_ledger;

@@ -186,9 +186,11 @@ fn a_policy_switch_rebuilds_every_cached_span_under_the_new_weights() {
         sales: 2.0,
         carry_ratio: 0.5,
         carry_top_n: 3,
+        ..PopularWeights::default()
     };
     let rebuilt = RankingEngine::rebuild_in_steps(
         &engine,
+        RankerName::Popular,
         Policy {
             version: 2,
             weights: new_weights,
@@ -237,12 +239,14 @@ fn a_policy_switch_built_in_steps_while_batches_land_equals_the_recompute() {
         sales: 1.0,
         carry_ratio: 0.25,
         carry_top_n: 2,
+        ..PopularWeights::default()
     };
     // One chunk of the remaining events lands between every two steps, and the rest after the last one.
     let mut chunks = during.chunks(10);
     let mut steps = 0;
     let rebuilt = RankingEngine::rebuild_in_steps_observed(
         &engine,
+        RankerName::Popular,
         Policy {
             version: 2,
             weights: new_weights,
@@ -301,4 +305,207 @@ proptest! {
             lateness,
         )?;
     }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// `trending`: its scores depend on the span's end hour E, which for a running period is the engine's
+// current hour. The clock moves between batches (hour turns drop the running spans, rebuilt in steps as
+// the refresher does), late and out-of-order events land in hours already scored, and reads keep spans
+// cached so most changes are applied incrementally. Every ranking (trending and the others) must equal
+// the batch recompute at the final hour, bit for bit, and again after a restart.
+
+/// The engine of `open`, on `trending` with `half_life_hours` and the clock at `now`.
+fn open_trending(
+    open: &dyn Fn() -> (Ingestor, Arc<RwLock<RankingEngine>>),
+    trending: PopularWeights,
+    now: Hour,
+) -> (Ingestor, Arc<RwLock<RankingEngine>>) {
+    let (ingestor, engine) = open();
+    {
+        let mut engine = engine.write();
+        engine.set_trending_policy(Policy {
+            version: 1,
+            weights: trending,
+        });
+        engine.advance_to_hour(now);
+    }
+    (ingestor, engine)
+}
+
+/// Moves the clock the way the server's refresher does: spans whose E moved are rebuilt in steps.
+fn advance_like_the_refresher(engine: &RwLock<RankingEngine>, now: Hour) {
+    let dropped = engine.write().advance_to_hour(now);
+    for query in &dropped {
+        RankingEngine::build_span_in_steps(engine, query);
+    }
+}
+
+fn check_trending_incremental_equals_recompute(
+    open: &dyn Fn() -> (Ingestor, Arc<RwLock<RankingEngine>>),
+    raw: &[RawEvent],
+    batch_sizes: &[usize],
+    clock_steps: &[i64],
+    half_life_hours: f64,
+) -> Result<(), TestCaseError> {
+    let zone = Zone::utc();
+    let lateness = 72 * HOUR;
+    let trending = PopularWeights {
+        half_life_hours,
+        ..PopularWeights::trending_default()
+    };
+    // The clock starts inside the workload's days, so daily, weekly and monthly periods are running.
+    let mut now = Hour::from_millis(BASE + 10 * HOUR);
+    let (mut ingestor, engine) = open_trending(open, trending, now);
+    engine.write().set_build_cells_per_step(7);
+    let events: Vec<Event> = raw.iter().map(to_event).collect();
+    let mut rest = &events[..];
+    let mut sizes = batch_sizes.iter().cycle();
+    let mut steps = clock_steps.iter().cycle();
+    while !rest.is_empty() {
+        let size = (*sizes.next().unwrap()).min(rest.len());
+        let (batch, tail) = rest.split_at(size);
+        ingestor.ingest(batch, BASE).unwrap();
+        rest = tail;
+        now = now.plus(*steps.next().unwrap());
+        advance_like_the_refresher(&engine, now);
+        // Reads between batches keep spans cached, so later batches re-score products in place.
+        let mut engine = engine.write();
+        for (i, span) in spans(&zone).into_iter().enumerate() {
+            let query = RankingQuery {
+                ranker: RankerName::Trending,
+                category: categories()[i % 3].clone(),
+                span,
+            };
+            engine.top(&query, 0, 3);
+        }
+    }
+    let (model, _) =
+        BatchModel::from_stream(events.clone(), lateness, zone.clone(), PopularWeights::default());
+    let model = model.with_trending(trending).at_hour(now);
+    compare_everything(&engine, &model, &zone)?;
+    // At least one ranking is a running period, so E really was the moving clock.
+    let running = spans(&zone)
+        .into_iter()
+        .any(|span| span.trending_end(&zone, now) == now && span.hours(&zone).end > now.plus(1));
+    prop_assert!(running || now > Hour::from_millis(BASE + 200 * HOUR));
+
+    drop(ingestor);
+    let (_reopened, engine) = open_trending(open, trending, now);
+    compare_everything(&engine, &model, &zone)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+
+    #[test]
+    fn trending_incremental_equals_recompute_across_hour_turns(
+        raw in proptest::collection::vec(raw_event(), 1..300),
+        batch_sizes in proptest::collection::vec(1usize..60, 1..20),
+        clock_steps in proptest::collection::vec(prop_oneof![3 => Just(0i64), 3 => Just(1i64), 1 => 2i64..30], 1..10),
+        half_life_hours in prop_oneof![Just(24.0), 1.0f64..100.0],
+    ) {
+        let lateness = 72 * HOUR;
+        let dir = tempfile::tempdir().unwrap();
+        check_trending_incremental_equals_recompute(
+            &|| open(dir.path(), PopularWeights::default(), lateness),
+            &raw,
+            &batch_sizes,
+            &clock_steps,
+            half_life_hours,
+        )?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4, .. ProptestConfig::default() })]
+
+    #[test]
+    fn trending_incremental_equals_recompute_on_postgres(
+        raw in proptest::collection::vec(raw_event(), 1..300),
+        batch_sizes in proptest::collection::vec(1usize..60, 1..20),
+        clock_steps in proptest::collection::vec(0i64..3, 1..10),
+    ) {
+        let lateness = 72 * HOUR;
+        let schema = PgSchema::new();
+        check_trending_incremental_equals_recompute(
+            &|| open_postgres(&schema, PopularWeights::default(), lateness),
+            &raw,
+            &batch_sizes,
+            &clock_steps,
+            24.0,
+        )?;
+    }
+}
+
+#[test]
+fn a_trending_policy_switch_built_while_batches_land_equals_the_recompute() {
+    let zone = Zone::utc();
+    let dir = tempfile::tempdir().unwrap();
+    let now = Hour::from_millis(BASE + 50 * HOUR);
+    let (mut ingestor, engine) = open_trending(
+        &|| open(dir.path(), PopularWeights::default(), 35 * 24 * HOUR),
+        PopularWeights::trending_default(),
+        now,
+    );
+    let events: Vec<Event> = (0..400u32)
+        .map(|i| RawEvent {
+            id: i,
+            kind: (i % 5) as u8,
+            hour_offset: (i as i64 * 11) % 90,
+            minute: 2,
+            product: (i % 13) as u8,
+            categories: vec![(i % 4) as u8],
+            quantity: 1 + i % 3,
+            price: 100 + u64::from(i),
+        })
+        .map(|raw| to_event(&raw))
+        .collect();
+    let (before, during) = events.split_at(150);
+    ingestor.ingest(before, BASE).unwrap();
+    for span in spans(&zone) {
+        for category in categories() {
+            let query = RankingQuery {
+                ranker: RankerName::Trending,
+                category,
+                span,
+            };
+            engine.write().top(&query, 0, 5);
+        }
+    }
+    engine.write().set_rebuild_spans_per_step(1);
+    let new_weights = PopularWeights {
+        view: 0.5,
+        like: 3.0,
+        sales: 1.0,
+        half_life_hours: 6.0,
+        ..PopularWeights::trending_default()
+    };
+    let mut chunks = during.chunks(10);
+    let rebuilt = RankingEngine::rebuild_in_steps_observed(
+        &engine,
+        RankerName::Trending,
+        Policy {
+            version: 2,
+            weights: new_weights,
+        },
+        || {
+            if let Some(chunk) = chunks.next() {
+                ingestor.ingest(chunk, BASE).unwrap();
+            }
+        },
+    );
+    for chunk in chunks {
+        ingestor.ingest(chunk, BASE).unwrap();
+    }
+    engine.write().install(rebuilt);
+    assert_eq!(engine.read().policy_version(RankerName::Trending), 2);
+    assert_eq!(
+        engine.read().policy_version(RankerName::Popular),
+        1,
+        "popular is untouched"
+    );
+    let model = BatchModel::from_accepted(events, zone.clone(), PopularWeights::default())
+        .with_trending(new_weights)
+        .at_hour(now);
+    compare_everything(&engine, &model, &zone).unwrap();
 }

@@ -27,10 +27,11 @@ async fn the_engine_answers_what_the_recompute_ranks() {
     let store = EngineServing::new(fixture.engine.clone());
     assert_eq!(store.depth(), None);
     // Cold spans first (built on the blocking pool), then the same reads warm (answered inline).
-    check_store(&store, &fixture).await;
+    // The engine serves every ranker, `trending` included.
+    assert_eq!(check_store(&store, &fixture).await, vec![]);
     check_store(&store, &fixture).await;
     fixture.ingest_batch(1);
-    check_store(&store, &fixture).await;
+    assert_eq!(check_store(&store, &fixture).await, vec![]);
 }
 
 /// Publishes everything (`everything`) or what changed since the last publication of `fixture`'s engine
@@ -101,10 +102,12 @@ async fn redis_answers_what_the_recompute_ranks(urls: Vec<String>, depth: Option
     let generation = store.new_generation().await.expect("redis answers");
     let active = publish_and_point(&store, &fixture, "suite", generation, depth, true).await;
     assert_eq!(active.depth, depth);
-    check_store(&store.at(&active), &fixture).await;
+    // Redis declines `trending` (not published: each engine answers it), and serves the rest.
+    let trending = vec![rankgate_core::ranker::RankerName::Trending];
+    assert_eq!(check_store(&store.at(&active), &fixture).await, trending);
     fixture.ingest_batch(1);
     let active = publish_and_point(&store, &fixture, "suite", generation, depth, false).await;
-    check_store(&store.at(&active), &fixture).await;
+    assert_eq!(check_store(&store.at(&active), &fixture).await, trending);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

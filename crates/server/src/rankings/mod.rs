@@ -3,7 +3,8 @@
 //! It owns the engine (shared, behind a read-write lock: reads of clean spans only take the shared side),
 //! the writer thread (the only writer of the source of truth), the ranker policy state and the catalogue.
 //!
-//! Policy versions are fleet state. The rules are [`PolicyState`]'s (core); every transition is one
+//! Policy versions are fleet state, per configurable ranker (`popular`, `trending`:
+//! [`RankerName::CONFIGURABLE`]). The rules are [`PolicyState`]'s (core); every transition is one
 //! transaction in the source of truth ([`SourceOfTruth::transition_policies`], which PostgreSQL runs on
 //! the locked row, so concurrent PUTs through several instances apply in one order), and the stored
 //! state reaches every instance through the change feed ([`RankingService::observe_policies`]). One
@@ -18,6 +19,7 @@
 pub mod entity_tag;
 pub mod reader;
 pub mod serving;
+pub mod top_streams;
 pub mod writer;
 
 use std::collections::HashMap;
@@ -32,6 +34,7 @@ use rankgate_core::ids::ProductId;
 use rankgate_core::period::Hour;
 use rankgate_core::policy::{Observed, PolicyError, PolicyState};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
+use rankgate_store::clock::Clock;
 use rankgate_store::ranking::engine::{
     EngineConfig, RankAnswer, RankingEngine, RankingQuery, RebuiltSpans, TopPage,
 };
@@ -59,9 +62,10 @@ pub enum PolicyChangeError {
 pub struct RankingService {
     engine: Arc<RwLock<RankingEngine>>,
     writer: WriterHandle,
-    /// The `popular` policy state shared by every instance, as last committed here or read from the
-    /// change feed (never older than what this instance has seen: [`PolicyState::observe`]).
-    popular: Mutex<PolicyState>,
+    /// The policy state of each configurable ranker ([`RankerName::CONFIGURABLE`] order) shared by every
+    /// instance, as last committed here or read from the change feed (never older than what this instance
+    /// has seen: [`PolicyState::observe`]).
+    policies: [Mutex<PolicyState>; RankerName::CONFIGURABLE.len()],
     catalog: RwLock<HashMap<ProductId, serde_json::Value>>,
     /// Serializes this instance's builds (switches, rollbacks, rebuilds, following other instances), so
     /// two never interleave and the engine is installed in the order the builds decide.
@@ -107,15 +111,25 @@ impl RankingService {
         // A no-op transition: stores the initial state of a ranker never configured, and reads the
         // shared one otherwise. A version still building (this instance crashed mid-build, or another
         // instance is building it now) is built again by the policy driver, which then completes it.
-        let policies = source.transition_policies(RankerName::Popular, &mut |_| Ok(()))?;
+        let mut policies = Vec::new();
+        for ranker in RankerName::CONFIGURABLE {
+            policies.push(source.transition_policies(ranker, &mut |_| Ok(()))?);
+        }
+        let policies: [PolicyState; RankerName::CONFIGURABLE.len()] =
+            policies.try_into().expect("one state per configurable ranker");
         let catalog = source.load_catalog()?.into_iter().collect();
-        let engine = Arc::new(RwLock::new(RankingEngine::new(
+        let mut engine = RankingEngine::new(
             EngineConfig {
                 zone: config.zone.clone(),
                 max_cached_members: config.max_cached_members,
             },
-            policies.active,
-        )));
+            policies[configurable_index(RankerName::Popular)].active,
+        );
+        engine.set_trending_policy(policies[configurable_index(RankerName::Trending)].active);
+        // The application moves it to its own clock; the command line (`rankgate top`, the demo) runs on
+        // the system's.
+        engine.advance_to_hour(Hour::from_millis(rankgate_store::clock::SystemClock.now_millis()));
+        let engine = Arc::new(RwLock::new(engine));
         let ingestor = Ingestor::open(
             source,
             engine.clone(),
@@ -127,7 +141,7 @@ impl RankingService {
         let service = RankingService {
             engine,
             writer,
-            popular: Mutex::new(policies),
+            policies: policies.map(Mutex::new),
             catalog: RwLock::new(catalog),
             switch_lock: tokio::sync::Mutex::new(()),
             policy_changed: tokio::sync::Notify::new(),
@@ -226,21 +240,27 @@ impl RankingService {
         .await?
     }
 
-    /// The `popular` ranker's policy state shared by every instance (as this instance last saw it).
-    pub fn popular_state(&self) -> PolicyState {
-        *self.popular.lock()
+    /// The shared state of `ranker`, one of [`RankerName::CONFIGURABLE`].
+    fn policy_cell(&self, ranker: RankerName) -> &Mutex<PolicyState> {
+        &self.policies[configurable_index(ranker)]
     }
 
-    /// Creates a new `popular` policy version with `weights` in the shared state (building) and returns
-    /// it at once. The policy driver of every instance builds it off to the side; the first to finish
-    /// switches the shared state, and each installs its own build atomically (see
-    /// [`RankingService::run_policy_driver`]).
-    pub async fn change_popular_weights(
+    /// A configurable ranker's policy state shared by every instance (as this instance last saw it).
+    pub fn policy_state(&self, ranker: RankerName) -> PolicyState {
+        *self.policy_cell(ranker).lock()
+    }
+
+    /// Creates a new policy version of `ranker` (`popular` or `trending`) with `weights` in the shared
+    /// state (building) and returns it at once. The policy driver of every instance builds it off to the
+    /// side; the first to finish switches the shared state, and each installs its own build atomically
+    /// (see [`RankingService::run_policy_driver`]).
+    pub async fn change_weights(
         self: &Arc<Self>,
+        ranker: RankerName,
         weights: PopularWeights,
     ) -> Result<u32, PolicyChangeError> {
         let state = self
-            .transition(move |state| state.create(weights).map(|_| ()), None)
+            .transition(ranker, move |state| state.create(weights).map(|_| ()), None)
             .await?;
         self.policy_changed.notify_one();
         // The transaction that stored `state` created its latest version.
@@ -251,7 +271,7 @@ impl RankingService {
     /// back (refused if another instance changed the previous version meanwhile: then retried on the
     /// new state, a few times) and installs the build in the same writer turn. Returns the version now
     /// active. Other instances follow through the change feed.
-    pub async fn rollback_popular(self: &Arc<Self>) -> Result<Policy, PolicyChangeError> {
+    pub async fn rollback(self: &Arc<Self>, ranker: RankerName) -> Result<Policy, PolicyChangeError> {
         let service = Arc::clone(self);
         // A task of its own: a caller dropped mid-rollback (an HTTP client hanging up) cannot leave the
         // shared state saying one version while this engine serves another.
@@ -261,13 +281,14 @@ impl RankingService {
             loop {
                 attempts += 1;
                 let previous = service
-                    .popular
+                    .policy_cell(ranker)
                     .lock()
                     .previous
                     .ok_or(PolicyChangeError::Refused(PolicyError::NoPrevious))?;
-                let rebuilt = service.build(previous).await?;
+                let rebuilt = service.build(ranker, previous).await?;
                 match service
                     .transition(
+                        ranker,
                         move |state| state.rollback_to(previous.version).map(|_| ()),
                         Some(rebuilt),
                     )
@@ -289,8 +310,8 @@ impl RankingService {
         let service = Arc::clone(self);
         tokio::spawn(async move {
             let _switching = service.switch_lock.lock().await;
-            let active = service.popular.lock().active;
-            let rebuilt = service.build(active).await?;
+            let active = service.policy_state(RankerName::Popular).active;
+            let rebuilt = service.build(RankerName::Popular, active).await?;
             service.install_if_active_blocking(rebuilt).await?;
             Ok(active.version)
         })
@@ -301,15 +322,15 @@ impl RankingService {
     /// one wakes the policy driver, which builds and installs what it names.
     pub fn observe_policies(&self, stored: &[(RankerName, PolicyState)]) {
         for (ranker, state) in stored {
-            if *ranker != RankerName::Popular {
+            if !ranker.is_configurable() {
                 continue;
             }
-            match self.popular.lock().observe(state) {
+            match self.policy_cell(*ranker).lock().observe(state) {
                 Ok(Observed::Newer) => self.policy_changed.notify_one(),
                 Ok(Observed::Unchanged) => {}
                 // A transition committed here is newer than what this read saw.
                 Err(PolicyError::Stale { .. }) => {}
-                Err(error) => tracing::warn!(%error, "ignoring a stored popular policy state"),
+                Err(error) => tracing::warn!(%error, %ranker, "ignoring a stored policy state"),
             }
         }
     }
@@ -331,7 +352,7 @@ impl RankingService {
                 Err(error) => {
                     tracing::warn!(
                         error = format!("{error:#}"),
-                        "following the popular policy failed; will retry"
+                        "following the shared policies failed; will retry"
                     );
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
@@ -345,15 +366,26 @@ impl RankingService {
     /// One step towards the shared policy state. Returns whether it did anything (then the state may
     /// have moved again: call it again).
     async fn converge_once(self: &Arc<Self>) -> anyhow::Result<bool> {
+        for ranker in RankerName::CONFIGURABLE {
+            if self.converge_ranker_once(ranker).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// [`RankingService::converge_once`] for one ranker.
+    async fn converge_ranker_once(self: &Arc<Self>, ranker: RankerName) -> anyhow::Result<bool> {
         let _switching = self.switch_lock.lock().await;
-        let shared = *self.popular.lock();
+        let shared = self.policy_state(ranker);
         if let Some(building) = shared.building {
             // Every instance builds the version being built and tries to complete it: the first to
             // finish switches the shared state (so a builder killed mid-build delays nobody), the
             // others find it active and install their own build at once.
-            let rebuilt = self.build(building).await?;
+            let rebuilt = self.build(ranker, building).await?;
             return match self
                 .transition(
+                    ranker,
                     move |state| state.complete_build(building.version).map(|_| ()),
                     Some(rebuilt),
                 )
@@ -367,8 +399,8 @@ impl RankingService {
                 Err(PolicyChangeError::Failed(error)) => Err(error),
             };
         }
-        if self.engine.read().policy() != shared.active {
-            let rebuilt = self.build(shared.active).await?;
+        if self.engine.read().policy_of(ranker) != shared.active {
+            let rebuilt = self.build(ranker, shared.active).await?;
             self.install_if_active_blocking(rebuilt).await?;
             return Ok(true);
         }
@@ -378,30 +410,30 @@ impl RankingService {
     /// Builds every cached span under `policy` on the blocking pool, in short holds of the engine's shared
     /// lock ([`RankingEngine::rebuild_in_steps`]): reads and ingest go on, served from the installed
     /// version, until the install.
-    async fn build(&self, policy: Policy) -> anyhow::Result<RebuiltSpans> {
+    async fn build(&self, ranker: RankerName, policy: Policy) -> anyhow::Result<RebuiltSpans> {
         let engine = self.engine.clone();
         let started = std::time::Instant::now();
         let rebuilt =
-            tokio::task::spawn_blocking(move || RankingEngine::rebuild_in_steps(&engine, policy)).await?;
+            tokio::task::spawn_blocking(move || RankingEngine::rebuild_in_steps(&engine, ranker, policy))
+                .await?;
         let elapsed = started.elapsed();
         metrics::histogram!("rankgate_policy_build_seconds").record(elapsed.as_secs_f64());
         tracing::info!(
+            %ranker,
             version = policy.version,
             elapsed_ms = elapsed.as_millis() as u64,
-            "built popular policy version"
+            "built policy version"
         );
         Ok(rebuilt)
     }
 
     /// Installs `rebuilt` if its policy is the shared active one; else drops it (the driver follows).
     fn install_if_active(&self, rebuilt: RebuiltSpans) {
-        let popular = self.popular.lock();
-        if popular.active == rebuilt.policy() {
+        let ranker = rebuilt.ranker();
+        let shared = self.policy_cell(ranker).lock();
+        if shared.active == rebuilt.policy() {
             self.engine.write().install(rebuilt);
-            tracing::info!(
-                version = popular.active.version,
-                "popular now served from policy version"
-            );
+            tracing::info!(%ranker, version = shared.active.version, "now served from policy version");
         }
     }
 
@@ -413,12 +445,13 @@ impl RankingService {
         Ok(())
     }
 
-    /// Runs `step` as one transition of the shared `popular` state (one transaction, on the writer
+    /// Runs `step` as one transition of `ranker`'s shared state (one transaction, on the writer
     /// thread), adopts the state it stored and, in the same writer turn, installs `rebuilt` when that
     /// state makes its policy active. A refused step adopts the stored state instead, so the next
     /// decision is made on it.
     async fn transition(
         self: &Arc<Self>,
+        ranker: RankerName,
         mut step: impl FnMut(&mut PolicyState) -> Result<(), PolicyError> + Send + 'static,
         rebuilt: Option<RebuiltSpans>,
     ) -> Result<PolicyState, PolicyChangeError> {
@@ -426,22 +459,22 @@ impl RankingService {
         self.writer
             .run(move |ingestor| {
                 let source = ingestor.source_mut();
-                match source.transition_policies(RankerName::Popular, &mut step) {
+                match source.transition_policies(ranker, &mut step) {
                     Ok(state) => {
-                        service.adopt(&state);
+                        service.adopt(ranker, &state);
                         if let Some(rebuilt) = rebuilt {
                             service.install_if_active(rebuilt);
                         }
                         Ok(state)
                     }
                     Err(SourceError::Policy(refused)) => {
-                        if let Ok(Some(state)) = source.load_policies(RankerName::Popular) {
-                            service.adopt(&state);
+                        if let Ok(Some(state)) = source.load_policies(ranker) {
+                            service.adopt(ranker, &state);
                         }
                         Err(PolicyChangeError::Refused(refused))
                     }
                     Err(error) => Err(PolicyChangeError::Failed(
-                        anyhow::Error::new(error).context("storing the popular policy transition"),
+                        anyhow::Error::new(error).context(format!("storing the {ranker} policy transition")),
                     )),
                 }
             })
@@ -449,10 +482,10 @@ impl RankingService {
     }
 
     /// Adopts a state this instance read or stored, unless it has seen a newer one.
-    fn adopt(&self, state: &PolicyState) {
-        match self.popular.lock().observe(state) {
+    fn adopt(&self, ranker: RankerName, state: &PolicyState) {
+        match self.policy_cell(ranker).lock().observe(state) {
             Ok(_) | Err(PolicyError::Stale { .. }) => {}
-            Err(error) => tracing::warn!(%error, "ignoring a stored popular policy state"),
+            Err(error) => tracing::warn!(%error, %ranker, "ignoring a stored policy state"),
         }
     }
 
@@ -483,6 +516,15 @@ impl RankingService {
     pub async fn barrier(&self) -> anyhow::Result<()> {
         self.writer.run(|_| ()).await
     }
+}
+
+/// Position of a configurable ranker in [`RankerName::CONFIGURABLE`] (and in the service's states).
+/// `units` and `revenue` have no policy state; they map to `popular`'s, whose version they never report.
+fn configurable_index(ranker: RankerName) -> usize {
+    RankerName::CONFIGURABLE
+        .iter()
+        .position(|r| *r == ranker)
+        .unwrap_or(0)
 }
 
 /// Opens the configured source of truth: PostgreSQL when `--database` is set, else SQLite in the data

@@ -46,7 +46,7 @@ use rankgate_core::ranker::RankerName;
 use rankgate_core::read::percentile;
 use rankgate_store::clock::Clock;
 use rankgate_store::ranking::engine::{RankAnswer, RankedItem, RankingQuery, TopPage};
-use rankgate_store::ranking::redis_serving::{is_hot, Active, ServingError};
+use rankgate_store::ranking::redis_serving::{is_hot, Active, ServingError, PUBLISHED_RANKERS};
 use rankgate_store::ranking::serving_store::{
     EngineRead, EngineReadError, EngineServing, ServingStore, SortedProducts,
 };
@@ -219,7 +219,7 @@ impl RankingsReader {
 
     /// A top page as HTTP serves it: the JSON body and its entity tag.
     pub async fn top_served(&self, request: &TopRequest) -> Result<Served, ReadError> {
-        let freshness = match self.route(&request.query.span) {
+        let freshness = match self.route(request.query.ranker, &request.query.span) {
             Route::Redis { active, stamp } => match self.top_from_redis(request, &active, stamp).await {
                 Ok(served) => return Ok(served),
                 Err(declined) => self.freshness_after(declined),
@@ -248,7 +248,7 @@ impl RankingsReader {
 
     /// A product's rank as HTTP serves it: the JSON body and its entity tag.
     pub async fn rank_served(&self, request: &RankRequest) -> Result<Served, ReadError> {
-        let freshness = match self.route(&request.query.span) {
+        let freshness = match self.route(request.query.ranker, &request.query.span) {
             Route::Redis { active, stamp } => match self.rank_from_redis(request, &active, stamp).await {
                 Ok(served) => return Ok(served),
                 Err(declined) => self.freshness_after(declined),
@@ -282,7 +282,7 @@ impl RankingsReader {
     /// the top K and some product is not among them, the engine answers the whole request (as a rank
     /// read past K does), so one answer never mixes stores or versions. Not cached: product lists vary.
     pub async fn sort(&self, request: &SortRequest) -> Result<Bytes, ReadError> {
-        let freshness = match self.route(&request.query.span) {
+        let freshness = match self.route(request.query.ranker, &request.query.span) {
             Route::Redis { active, .. } => match self.sort_from_redis(request, &active).await {
                 Ok(sorted) => return Ok(self.sort_body(request, sorted, Freshness::Fresh)),
                 Err(declined) => self.freshness_after(declined),
@@ -301,7 +301,7 @@ impl RankingsReader {
     /// categories for one span, every place from one store (Redis for a hot span unless it declines any
     /// of them, then the engine for all), cached like a top page.
     pub async fn ranks_served(&self, request: &RanksRequest) -> Result<Served, ReadError> {
-        let freshness = match self.route(&request.span) {
+        let freshness = match self.route(request.ranker, &request.span) {
             Route::Redis { active, stamp } => match self.ranks_from_redis(request, &active, stamp).await {
                 Ok(served) => return Ok(served),
                 Err(declined) => self.freshness_after(declined),
@@ -329,15 +329,18 @@ impl RankingsReader {
         Ok(served)
     }
 
-    /// Where a read of `span` goes. Spans Redis does not hold are the engine's to answer, fresh, whatever
-    /// Redis's state; hot spans go to Redis while its pointer exists, was reachable at the last poll and
-    /// is not older than this instance's newest ingest by more than the lag bound (its publisher died
-    /// and the lease has not moved yet, or a rebuild is under way).
-    fn route(&self, span: &Span) -> Route {
+    /// Where a read of `span` goes. Spans (and rankers: `trending`, see [`PUBLISHED_RANKERS`]) Redis does
+    /// not hold are the engine's to answer, fresh, whatever Redis's state; hot spans go to Redis while its
+    /// pointer exists, was reachable at the last poll and is not older than this instance's newest ingest
+    /// by more than the lag bound (its publisher died and the lease has not moved yet, or a rebuild is
+    /// under way).
+    fn route(&self, ranker: RankerName, span: &Span) -> Route {
         let Some(serving) = self.rankings.serving() else {
             return Route::Engine(Freshness::Fresh);
         };
-        if !is_hot(span, Hour::from_millis(self.clock.now_millis()), &self.zone) {
+        if !PUBLISHED_RANKERS.contains(&ranker)
+            || !is_hot(span, Hour::from_millis(self.clock.now_millis()), &self.zone)
+        {
             return Route::Engine(Freshness::Fresh);
         }
         let pointer = serving.pointer();

@@ -30,12 +30,15 @@ pub struct RankerView {
     carry_ratio: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     carry_top_n: Option<u32>,
-    /// What a fixed-formula ranker scores by; absent for `popular`.
+    /// `trending` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    half_life_hours: Option<f64>,
+    /// What a fixed-formula ranker scores by; absent for `popular` and `trending`.
     #[serde(skip_serializing_if = "Option::is_none")]
     formula: Option<&'static str>,
 }
 
-/// The weights of `popular`'s active version.
+/// The weights of a configurable ranker's active version.
 #[derive(Debug, Serialize)]
 pub struct WeightsView {
     view: f64,
@@ -43,7 +46,7 @@ pub struct WeightsView {
     sales: f64,
 }
 
-/// The 202 of `PUT /v1/admin/rankers/popular`.
+/// The 202 of `PUT /v1/admin/rankers/{popular,trending}`.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyAccepted {
@@ -61,7 +64,7 @@ pub struct Rebuilt {
 }
 
 fn ranker_view(state: &AppState, ranker: RankerName) -> RankerView {
-    if ranker != RankerName::Popular {
+    if !ranker.is_configurable() {
         return RankerView {
             ranker: ranker.as_str(),
             active_version: 1,
@@ -70,6 +73,7 @@ fn ranker_view(state: &AppState, ranker: RankerName) -> RankerView {
             weights: None,
             carry_ratio: None,
             carry_top_n: None,
+            half_life_hours: None,
             formula: Some(if ranker == RankerName::Units {
                 "units"
             } else {
@@ -78,20 +82,22 @@ fn ranker_view(state: &AppState, ranker: RankerName) -> RankerView {
         };
     }
     // The state shared by every instance (SPEC 1.3), as this instance last read or stored it.
-    let popular = state.rankings.popular_state();
-    let weights: PopularWeights = popular.active.weights;
+    let shared = state.rankings.policy_state(ranker);
+    let weights: PopularWeights = shared.active.weights;
+    let popular = ranker == RankerName::Popular;
     RankerView {
-        ranker: "popular",
-        active_version: popular.active.version,
-        previous_version: popular.previous.map(|p| p.version),
-        building: popular.building.map(|p| p.version),
+        ranker: ranker.as_str(),
+        active_version: shared.active.version,
+        previous_version: shared.previous.map(|p| p.version),
+        building: shared.building.map(|p| p.version),
         weights: Some(WeightsView {
             view: weights.view,
             like: weights.like,
             sales: weights.sales,
         }),
-        carry_ratio: Some(weights.carry_ratio),
-        carry_top_n: Some(weights.carry_top_n),
+        carry_ratio: popular.then_some(weights.carry_ratio),
+        carry_top_n: popular.then_some(weights.carry_top_n),
+        half_life_hours: (!popular).then_some(weights.half_life_hours),
         formula: None,
     }
 }
@@ -105,13 +111,15 @@ pub async fn get_ranker(
     Ok(Json(ranker_view(&state, ranker)))
 }
 
-/// The body of `PUT /v1/admin/rankers/popular`. Missing fields keep their current values.
+/// The body of `PUT /v1/admin/rankers/{popular,trending}`. Missing fields keep their current values.
+/// The carry fields belong to `popular`, the half-life to `trending`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PutRanker {
     weights: Option<WeightsBody>,
     carry_ratio: Option<f64>,
     carry_top_n: Option<u32>,
+    half_life_hours: Option<f64>,
 }
 
 /// The `weights` object.
@@ -130,15 +138,30 @@ pub async fn put_ranker(
     body: axum::body::Bytes,
 ) -> ApiResult<(StatusCode, Json<PolicyAccepted>)> {
     let ranker = parse_ranker(&name)?;
-    if ranker != RankerName::Popular {
+    if !ranker.is_configurable() {
         return Err(ApiError::bad_field(
             "ranker",
-            format!("`{ranker}` has no weights; only popular can be changed"),
+            format!("`{ranker}` has no weights; only popular and trending can be changed"),
         ));
     }
     let body: PutRanker =
         serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("body: {e}")))?;
-    let current = state.rankings.popular_state().active.weights;
+    match ranker {
+        RankerName::Trending if body.carry_ratio.is_some() => {
+            return Err(ApiError::bad_field("carryRatio", "trending has no carry"));
+        }
+        RankerName::Trending if body.carry_top_n.is_some() => {
+            return Err(ApiError::bad_field("carryTopN", "trending has no carry"));
+        }
+        RankerName::Popular if body.half_life_hours.is_some() => {
+            return Err(ApiError::bad_field(
+                "halfLifeHours",
+                "only trending has a half-life",
+            ));
+        }
+        _ => {}
+    }
+    let current = state.rankings.policy_state(ranker).active.weights;
     let weights_body = body.weights.unwrap_or(WeightsBody {
         view: None,
         like: None,
@@ -150,19 +173,20 @@ pub async fn put_ranker(
         sales: weights_body.sales.unwrap_or(current.sales),
         carry_ratio: body.carry_ratio.unwrap_or(current.carry_ratio),
         carry_top_n: body.carry_top_n.unwrap_or(current.carry_top_n),
+        half_life_hours: body.half_life_hours.unwrap_or(current.half_life_hours),
     };
     weights
-        .validate()
+        .validate_for(ranker)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let version = state
         .rankings
-        .change_popular_weights(weights)
+        .change_weights(ranker, weights)
         .await
-        .map_err(policy_change_error)?;
+        .map_err(|error| policy_change_error(ranker, error))?;
     Ok((
         StatusCode::ACCEPTED,
         Json(PolicyAccepted {
-            ranker: "popular",
+            ranker: ranker.as_str(),
             policy_version: version,
             status: "building",
         }),
@@ -175,26 +199,26 @@ pub async fn rollback_ranker(
     Path(name): Path<String>,
 ) -> ApiResult<Json<RankerView>> {
     let ranker = parse_ranker(&name)?;
-    if ranker != RankerName::Popular {
+    if !ranker.is_configurable() {
         return Err(ApiError::Conflict(format!(
             "`{ranker}` has a single version; nothing to roll back to"
         )));
     }
     state
         .rankings
-        .rollback_popular()
+        .rollback(ranker)
         .await
-        .map_err(policy_change_error)?;
+        .map_err(|error| policy_change_error(ranker, error))?;
     Ok(Json(ranker_view(&state, ranker)))
 }
 
 /// A transition the version rules refuse is a 409 naming why; a failure to store it is a 500.
-fn policy_change_error(error: PolicyChangeError) -> ApiError {
+fn policy_change_error(ranker: RankerName, error: PolicyChangeError) -> ApiError {
     match error {
         PolicyChangeError::Refused(PolicyError::NoPrevious) => {
-            ApiError::Conflict("popular has no previous version to roll back to".into())
+            ApiError::Conflict(format!("{ranker} has no previous version to roll back to"))
         }
-        PolicyChangeError::Refused(refused) => ApiError::Conflict(format!("popular: {refused}")),
+        PolicyChangeError::Refused(refused) => ApiError::Conflict(format!("{ranker}: {refused}")),
         PolicyChangeError::Failed(error) => error.into(),
     }
 }
@@ -206,4 +230,36 @@ pub async fn rebuild(State(state): State<AppState>) -> ApiResult<Json<Rebuilt>> 
         status: "rebuilt",
         policy_version: version,
     }))
+}
+
+/// `GET /v1/admin/webhooks`: every `[[webhook]]` (never its secret), the delivery queue's counts and
+/// the oldest dead-lettered deliveries.
+pub async fn get_webhooks(State(state): State<AppState>) -> ApiResult<Json<crate::webhooks::WebhooksView>> {
+    let view = state
+        .webhooks
+        .view()
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("the job store cannot be read now: {e}")))?;
+    Ok(Json(view))
+}
+
+/// `POST /v1/admin/webhooks/dead/{id}/replay`: a dead-lettered delivery back in the queue, due now,
+/// with fresh attempts. 404 when no dead delivery has that id.
+pub async fn replay_webhook_delivery(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    if id.is_empty() || id.len() > 128 {
+        return Err(ApiError::bad_field("id", "must be 1 to 128 bytes"));
+    }
+    let replayed = state
+        .webhooks
+        .replay_dead(&id)
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("the job store cannot be written now: {e}")))?;
+    if replayed {
+        Ok(StatusCode::ACCEPTED)
+    } else {
+        Err(ApiError::NotFound(format!("id: no dead webhook delivery {id:?}")))
+    }
 }

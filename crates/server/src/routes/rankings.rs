@@ -1,5 +1,5 @@
-//! Read API (SPEC 1.5): `GET /v1/categories/{category}/top`, `GET /v1/products/{productId}/rank`,
-//! `GET /v1/products/{productId}/ranks` and `POST /v1/rankings/sort`.
+//! Read API (SPEC 1.5): `GET /v1/categories/{category}/top`, its change stream `GET …/top/events` (SSE),
+//! `GET /v1/products/{productId}/rank`, `GET /v1/products/{productId}/ranks` and `POST /v1/rankings/sort`.
 //!
 //! Handlers parse every parameter into domain types first, so a bad one gets a 400 that names it, then
 //! hand the parsed request to the [`RankingsReader`](crate::rankings::reader::RankingsReader), which
@@ -15,6 +15,7 @@
 use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
@@ -29,6 +30,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::rankings::reader::{
     RankRequest, RanksRequest, ReadError, Served, SortRequest, TopRequest, MAX_SORT_PRODUCTS,
 };
+use crate::rankings::top_streams::OpenError;
 
 /// What reads are checked against: the zone, the server clock, retention.
 fn read_context(state: &AppState) -> ReadContext<'_> {
@@ -119,6 +121,34 @@ pub async fn top(
         &if_none_match,
         state.reader.top_served(&request).await?,
     ))
+}
+
+impl From<OpenError> for ApiError {
+    fn from(error: OpenError) -> Self {
+        match error {
+            full @ OpenError::Full(_) => ApiError::TooManyRequests {
+                message: full.to_string(),
+                retry_after_secs: 5,
+                headers: Vec::new(),
+            },
+            OpenError::Read(error) => error.into(),
+        }
+    }
+}
+
+/// `GET /v1/categories/{category}/top/events`: the top page as Server-Sent Events, sent when the stream
+/// opens and whenever it changes (see [`crate::rankings::top_streams`]). Parameters as `…/top`.
+pub async fn top_events(
+    State(state): State<AppState>,
+    Path(category): Path<String>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Response> {
+    let category = CategoryOrAll::parse(&category).map_err(|e| ApiError::bad_field("category", e))?;
+    let parsed = parse_query(&state, ReadEndpoint::Top, query.as_deref())?;
+    let at_given =
+        form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()).any(|(name, _)| name == "at");
+    let stream = state.top_streams.open(category, &parsed, at_given).await?;
+    Ok(Sse::new(stream).into_response())
 }
 
 /// `GET /v1/products/{productId}/rank`

@@ -56,6 +56,32 @@ pub async fn spawn_app_in(data_dir: PathBuf, configure: impl FnOnce(&mut Config)
     }
 }
 
+/// [`spawn_app_with`] on a clock the test moves (`rankgate_store::clock::ManualClock`).
+pub async fn spawn_app_with_clock(
+    clock: std::sync::Arc<dyn rankgate_store::clock::Clock>,
+    configure: impl FnOnce(&mut Config),
+) -> TestApp {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::for_data_dir(dir.path());
+    configure(&mut config);
+    let app = Application::build_with_clock(config, clock)
+        .await
+        .expect("the app builds");
+    let address = format!("http://{}", app.local_addr());
+    let state = app.state().clone();
+    let shutdown = app.shutdown_token();
+    let handle = tokio::spawn(app.run_until_stopped());
+    TestApp {
+        address,
+        state,
+        client: reqwest::Client::new(),
+        data_dir: dir.path().to_path_buf(),
+        shutdown,
+        handle: Some(handle),
+        _dir: Some(dir),
+    }
+}
+
 impl TestApp {
     pub fn rankings(&self) -> std::sync::Arc<rankgate::rankings::RankingService> {
         self.state.rankings.clone()

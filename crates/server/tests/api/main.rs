@@ -1,6 +1,9 @@
 //! HTTP API tests: the whole service on port 0 with its own data dir, driven over real HTTP.
 
 mod helpers;
+/// Redis servers the store tests start (the 3-node Cluster among them), shared with this binary.
+#[path = "../../../store/tests/support/redis_servers.rs"]
+mod redis_servers;
 
 mod admin;
 mod crash;
@@ -13,8 +16,9 @@ mod ops;
 mod policies;
 mod rankings;
 mod reads;
-#[path = "../../../store/tests/support/redis_servers.rs"]
-mod redis_servers;
 mod serving_redis;
 mod stream;
+mod top_streams;
+mod trending;
 mod waiting_room_redis;
+mod webhooks;

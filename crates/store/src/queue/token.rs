@@ -89,8 +89,17 @@ pub fn new_claim_id() -> Result<(String, Digest), rand::rand_core::OsError> {
     Ok((id, digest))
 }
 
-/// HMAC-SHA256 (RFC 2104), written out because it is eight lines on top of `sha2`.
-fn hmac_sha256(key: &[u8; 32], message: &[u8]) -> [u8; 32] {
+/// HMAC-SHA256 (RFC 2104), written out because it is a dozen lines on top of `sha2`. Used for entry
+/// tokens (32-byte keys) and for webhook signatures (operator-chosen secrets of any length: a key longer
+/// than SHA-256's 64-byte block is hashed first, as the RFC says).
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    let hashed;
+    let key = if key.len() > 64 {
+        hashed = Sha256::digest(key);
+        hashed.as_slice()
+    } else {
+        key
+    };
     let mut inner_key = [0x36u8; 64];
     let mut outer_key = [0x5cu8; 64];
     for (i, byte) in key.iter().enumerate() {
@@ -127,5 +136,23 @@ mod tests {
         assert_eq!(token.len(), 43, "32 bytes in unpadded base64");
         assert!(digest_of(&token).matches(&prepared.digest));
         assert_eq!(format!("{secret:?}"), "TokenSecret(…)");
+    }
+
+    #[test]
+    fn hmac_matches_rfc_4231_for_short_and_long_keys() {
+        let hex = |mac: [u8; 32]| mac.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        // RFC 4231 test case 2: a 4-byte key.
+        assert_eq!(
+            hex(hmac_sha256(b"Jefe", b"what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        // RFC 4231 test case 6: a 131-byte key, hashed first.
+        assert_eq!(
+            hex(hmac_sha256(
+                &[0xaa; 131],
+                b"Test Using Larger Than Block-Size Key - Hash Key First"
+            )),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
     }
 }

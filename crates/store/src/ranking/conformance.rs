@@ -273,6 +273,7 @@ fn weights_with_view(view: f64) -> PopularWeights {
         sales: 0.125,
         carry_ratio: 0.3,
         carry_top_n: 7,
+        half_life_hours: 24.0,
     }
 }
 
@@ -317,13 +318,42 @@ pub fn policies_round_trip(open: Factory<'_>) {
         .expect("create");
     state_survives_a_reopen(open, &state);
     assert!(source.load_policies(RankerName::Units).expect("load").is_none());
+
+    // `trending` has a state of its own, starting from its own defaults (no carry, a 24-hour
+    // half-life), and its half-life round-trips.
+    let trending = source
+        .transition_policies(RankerName::Trending, &mut |_| Ok(()))
+        .expect("a no-op transition");
+    assert_eq!(trending, PolicyState::initial_for(RankerName::Trending));
+    assert_eq!(trending.active.weights, PopularWeights::trending_default());
+    let state = source
+        .transition_policies(RankerName::Trending, &mut |state| {
+            state
+                .create(PopularWeights {
+                    half_life_hours: 6.5,
+                    ..PopularWeights::trending_default()
+                })
+                .map(|_| ())
+        })
+        .expect("create");
+    assert_eq!(state.building.map(|p| p.weights.half_life_hours), Some(6.5));
+    ranker_state_survives_a_reopen(open, RankerName::Trending, &state);
+    assert_eq!(
+        source
+            .load_policies(RankerName::Popular)
+            .expect("load")
+            .map(|s| s.latest_version),
+        Some(3),
+        "popular's versions are its own"
+    );
 }
 
 fn state_survives_a_reopen(open: Factory<'_>, state: &PolicyState) {
-    let loaded = open()
-        .load_policies(RankerName::Popular)
-        .expect("load")
-        .expect("stored");
+    ranker_state_survives_a_reopen(open, RankerName::Popular, state);
+}
+
+fn ranker_state_survives_a_reopen(open: Factory<'_>, ranker: RankerName, state: &PolicyState) {
+    let loaded = open().load_policies(ranker).expect("load").expect("stored");
     assert_eq!(&loaded, state, "the stored policy state round-trips");
 }
 

@@ -23,6 +23,18 @@
 //! [`RankingEngine::apply`] never waits for more than one slice. `apply` feeds the part already read, so
 //! the installed span is exactly what a build from scratch would give.
 //!
+//! # Trending: scores that depend on the span's end hour
+//! `trending` decays each hour's metrics by its age relative to the span's end hour E
+//! ([`Span::trending_end`]), so its score is not a function of the span totals. Every product's cells are
+//! also kept by product ([`ProductTable::cells`]), and re-scoring a product computes its decayed metrics from all its
+//! hours in the span, in ascending order, never by adding a delta: the result is bit-identical to the
+//! batch recompute however events arrived. E of a running period is the engine's current hour, so when
+//! the hour turns ([`RankingEngine::advance_to_hour`]) every running period's cached span is dropped and
+//! built again, in steps ([`RankingEngine::build_span_in_steps`]), as on a first read. Windows end at a
+//! fixed hour and past periods at their last one, so they never move. Until the engine is told the hour,
+//! every period counts as over (E = its last hour), so no hour is ever weighed as in the future of E
+//! by more than the clock says.
+//!
 //! # Change logs
 //! The engine does not know about Redis. A span that a reader follows ([`RankingEngine::take_span_changes`],
 //! called by [`publication`](super::publication)) keeps a change log: while flushing, the engine notes per
@@ -38,8 +50,13 @@ use rankgate_core::carry::next_day_carry;
 use rankgate_core::ids::{Category, CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, Zone};
-use rankgate_core::ranker::{ascending_key, is_listed, score, Policy, PopularWeights, RankerName};
+use rankgate_core::ranker::{
+    ascending_key, is_listed, score, trending_decay, Decayed, Policy, PopularWeights, RankerName, ScoreInputs,
+};
 use rankgate_zset::SortedSet;
+
+/// One entry per ranker, in [`RankerName::ALL`] order.
+const RANKERS: usize = RankerName::ALL.len();
 
 /// Dense index of a product in the engine's tables.
 type ProductIdx = u32;
@@ -119,7 +136,13 @@ struct SpanState {
     day_start: Option<Hour>,
     metrics: HashMap<ProductIdx, Metrics>,
     carry: Arc<HashMap<ProductIdx, f64>>,
-    rankings: [SortedSet; 3],
+    /// `trending`'s end hour E the span is scored for ([`Span::trending_end`]).
+    trending_end: Hour,
+    /// The engine [`generation`](RankingEngine::generation) of the last change applied to the span (or
+    /// of its build): a rebuild of it under a new policy is installed only if none came in between
+    /// (equal totals are not enough: `trending` depends on which hour moved).
+    applied: u64,
+    rankings: [SortedSet; RANKERS],
     dirty: HashSet<ProductIdx>,
     /// The carry for this day must be recomputed before the next read.
     carry_stale: bool,
@@ -137,7 +160,7 @@ struct SpanState {
 #[derive(Debug, Clone, Default)]
 struct ChangeLog {
     /// Products whose key (or listing) changed, per ranker.
-    rankings: [HashSet<ProductIdx>; 3],
+    rankings: [HashSet<ProductIdx>; RANKERS],
     /// Products whose metrics or carry changed.
     details: HashSet<ProductIdx>,
 }
@@ -176,13 +199,20 @@ struct SpanBuild {
     day: Option<PeriodKey>,
     scanned_until: Hour,
     metrics: HashMap<ProductIdx, Metrics>,
+    /// `trending`'s end hour E this build decays for; the engine drops the build when E moves.
+    trending_end: Hour,
+    /// Decayed metrics of the hours scanned so far, summed hour by hour in ascending order.
+    decayed: HashMap<ProductIdx, Decayed>,
+    /// Products whose cells in already scanned hours changed (a late event, a new membership): their
+    /// running sum is no longer in ascending order, so it is recomputed from their hours before scoring.
+    decayed_stale: HashSet<ProductIdx>,
     /// Set once the span is being scored off the lock: the scorer holds a clone, so a build whose scorer
     /// went away (strong count 1) can be taken over.
     scoring: Option<Arc<()>>,
     /// Carry the scorer used; set with `scoring`.
     carry: Arc<HashMap<ProductIdx, f64>>,
-    /// Policy version the scorer used; set with `scoring`.
-    scored_version: u32,
+    /// The `popular` and `trending` policies the scorer used; set with `scoring`.
+    scored_policies: Option<(Policy, Policy)>,
     /// Products whose metrics changed since scoring started: re-scored when the span is installed.
     changed: HashSet<ProductIdx>,
     /// The carry the scorer used went stale during scoring.
@@ -201,36 +231,53 @@ impl SpanBuild {
     }
 }
 
-/// What a cold build scores off the lock: every product of the span with its metrics and carry.
+/// What a cold build scores off the lock: every product of the span with its score inputs.
 struct ScoringInput {
     key: SpanKey,
-    entries: Vec<(ProductId, Metrics, f64)>,
-    weights: PopularWeights,
+    entries: Vec<(ProductId, ScoreInputs)>,
+    /// The `popular` and `trending` policies.
+    policies: (Policy, Policy),
     token: Arc<()>,
 }
 
 impl ScoringInput {
-    /// The three sorted sets, built with no lock held: the costly part of a cold build.
-    fn score(&self) -> [SortedSet; 3] {
-        let mut rankings: [SortedSet; 3] = Default::default();
-        for (product, metrics, carry) in &self.entries {
-            for ranker in RankerName::ALL {
-                let carry = if ranker == RankerName::Popular {
-                    *carry
-                } else {
-                    0.0
-                };
-                if is_listed(ranker, metrics, carry) {
-                    rankings[ranker.index()]
-                        .insert(
-                            product.as_str().as_bytes(),
-                            ascending_key(score(ranker, metrics, carry, &self.weights)),
-                        )
-                        .expect("scores of finite metrics and weights are never NaN");
-                }
-            }
+    /// The sorted sets, built with no lock held: the costly part of a cold build.
+    fn score(&self) -> [SortedSet; RANKERS] {
+        let mut rankings: [SortedSet; RANKERS] = Default::default();
+        for (product, inputs) in &self.entries {
+            insert_scores(&mut rankings, product, inputs, &self.policies);
         }
         rankings
+    }
+}
+
+/// Inserts `product` into every ranking that lists it, scored from `inputs` under the `popular` and
+/// `trending` policies.
+fn insert_scores(
+    rankings: &mut [SortedSet; RANKERS],
+    product: &ProductId,
+    inputs: &ScoreInputs,
+    policies: &(Policy, Policy),
+) {
+    for ranker in RankerName::ALL {
+        if is_listed(ranker, inputs) {
+            let weights = weights_for(ranker, &policies.0, &policies.1);
+            rankings[ranker.index()]
+                .insert(
+                    product.as_str().as_bytes(),
+                    ascending_key(score(ranker, inputs, weights)),
+                )
+                .expect("scores of finite metrics and weights are never NaN");
+        }
+    }
+}
+
+/// The weights `ranker` scores with: `trending`'s policy for `trending`, `popular`'s otherwise (`units`
+/// and `revenue` use none).
+fn weights_for<'a>(ranker: RankerName, popular: &'a Policy, trending: &'a Policy) -> &'a PopularWeights {
+    match ranker {
+        RankerName::Trending => &trending.weights,
+        RankerName::Popular | RankerName::Units | RankerName::Revenue => &popular.weights,
     }
 }
 
@@ -264,6 +311,10 @@ struct ProductTable {
     categories: Vec<Vec<CatIdx>>,
     /// The inverse: products of each category, so small categories are summed product by product.
     members: HashMap<CatIdx, Vec<ProductIdx>>,
+    /// Each product's hourly cells by hour, ascending (a copy of its cells in
+    /// [`RankingEngine::hours`]): `trending` re-scores a product from all its hours in a span without
+    /// scanning the span's other products or looking each hour up.
+    cells: Vec<BTreeMap<Hour, Metrics>>,
 }
 
 impl ProductTable {
@@ -275,6 +326,7 @@ impl ProductTable {
         self.ids.push(product.clone());
         self.index.insert(product.as_str().into(), idx);
         self.categories.push(Vec::new());
+        self.cells.push(BTreeMap::new());
         idx
     }
 
@@ -344,7 +396,12 @@ pub struct RankingEngine {
     categories: CategoryTable,
     /// Every retained hourly metric row: the engine's copy of the source of truth.
     hours: BTreeMap<Hour, HashMap<ProductIdx, Metrics>>,
+    /// The `popular` policy.
     policy: Policy,
+    /// The `trending` policy.
+    trending_policy: Policy,
+    /// The hour `trending` treats as current: E of running periods ([`RankingEngine::advance_to_hour`]).
+    current_hour: Hour,
     spans: HashMap<SpanKey, SpanState>,
     spans_by_category: HashMap<CatIdx, Vec<Span>>,
     carry_cache: CarryCache,
@@ -367,18 +424,28 @@ pub struct RankingEngine {
     policy_epoch: u64,
 }
 
-/// Spans rebuilt under a new policy, off to the side, ready for [`RankingEngine::install`].
+/// Spans rebuilt under a new policy of one ranker, off to the side, ready for [`RankingEngine::install`].
 #[derive(Debug)]
 pub struct RebuiltSpans {
-    policy: Policy,
+    ranker: RankerName,
+    /// The `popular` and `trending` policies the spans were scored under (one of them the new one).
+    policies: (Policy, Policy),
     spans: HashMap<SpanKey, SpanState>,
     carry_cache: CarryCache,
 }
 
 impl RebuiltSpans {
-    /// The policy these spans were scored under.
+    /// The ranker whose policy was rebuilt.
+    pub fn ranker(&self) -> RankerName {
+        self.ranker
+    }
+
+    /// The policy of [`RebuiltSpans::ranker`] these spans were scored under.
     pub fn policy(&self) -> Policy {
-        self.policy
+        match self.ranker {
+            RankerName::Trending => self.policies.1,
+            RankerName::Popular | RankerName::Units | RankerName::Revenue => self.policies.0,
+        }
     }
 }
 
@@ -425,10 +492,34 @@ struct Inputs<'a> {
     products: &'a ProductTable,
     hours: &'a BTreeMap<Hour, HashMap<ProductIdx, Metrics>>,
     earliest_day: Option<Hour>,
+    /// The `popular` policy.
     policy: &'a Policy,
+    /// The `trending` policy.
+    trending: &'a Policy,
+    /// The current hour: E of running periods.
+    now: Hour,
 }
 
 impl Inputs<'_> {
+    /// `product`'s decayed metrics over `hours` for a span ending at `end`: every hour it has a cell in,
+    /// ascending, from the hourly table (never a running sum patched with deltas).
+    fn decayed_of(&self, product: ProductIdx, hours: Range<Hour>, end: Hour) -> Decayed {
+        let mut decayed = Decayed::default();
+        for (hour, metrics) in self.products.cells[product as usize].range(hours) {
+            decayed.add_hour(end, *hour, metrics, self.trending.weights.half_life_hours);
+        }
+        decayed
+    }
+
+    /// What `product` is scored from in `state`.
+    fn score_inputs(&self, state: &SpanState, product: ProductIdx) -> ScoreInputs {
+        ScoreInputs {
+            metrics: state.metrics.get(&product).copied().unwrap_or_default(),
+            carry: state.carry.get(&product).copied().unwrap_or(0.0),
+            decayed: self.decayed_of(product, state.hours.clone(), state.trending_end),
+        }
+    }
+
     fn aggregate(&self, category: CatIdx, hours: Range<Hour>) -> HashMap<ProductIdx, Metrics> {
         let mut totals: HashMap<ProductIdx, Metrics> = HashMap::new();
         let span_cells = self.hours.range(hours.clone());
@@ -466,16 +557,20 @@ impl Inputs<'_> {
         totals
     }
 
-    /// Adds the cells of `hours` for `category` into `totals`, hour by hour, stopping before the first
-    /// hour that would take it past `max_cells` cells read (always reading at least one hour). Returns the
-    /// first hour not read: `hours.end` when done.
+    /// Adds the cells of `hours` for `category` into `totals`, and decayed for a span ending at
+    /// `trending_end` into `decayed`, hour by hour in ascending order, stopping before the first hour that
+    /// would take it past `max_cells` cells read (always reading at least one hour). Returns the first hour
+    /// not read: `hours.end` when done.
     fn aggregate_into(
         &self,
         totals: &mut HashMap<ProductIdx, Metrics>,
+        decayed: &mut HashMap<ProductIdx, Decayed>,
+        trending_end: Hour,
         category: CatIdx,
         hours: Range<Hour>,
         max_cells: usize,
     ) -> Hour {
+        let half_life = self.trending.weights.half_life_hours;
         let members = (category != ALL).then(|| {
             self.products
                 .members
@@ -487,12 +582,17 @@ impl Inputs<'_> {
             if cells_read >= max_cells {
                 return *hour;
             }
+            let decay = trending_decay(trending_end, *hour, half_life);
+            let mut add = |product: ProductIdx, delta: &Metrics| {
+                add_metrics_keeping_nonzero(totals, product, delta);
+                decayed.entry(product).or_default().add_decayed(delta, decay);
+            };
             match members {
                 // A small category: look its products up instead of scanning every cell of the hour.
                 Some(members) if members.len() < cells.len() => {
                     for product in members {
                         if let Some(delta) = cells.get(product) {
-                            add_metrics_keeping_nonzero(totals, *product, delta);
+                            add(*product, delta);
                         }
                     }
                     cells_read += members.len();
@@ -500,7 +600,7 @@ impl Inputs<'_> {
                 _ => {
                     for (&product, delta) in cells {
                         if self.products.in_category(product, category) {
-                            add_metrics_keeping_nonzero(totals, product, delta);
+                            add(product, delta);
                         }
                     }
                     cells_read += cells.len();
@@ -585,21 +685,62 @@ impl Inputs<'_> {
             Some(day) => self.carry_for(cache, key.category, day),
             None => Arc::default(),
         };
-        let metrics = self.aggregate(key.category, hours.clone());
+        let trending_end = key.span.trending_end(self.zone, self.now);
+        let (mut metrics, mut decayed) = (HashMap::new(), HashMap::new());
+        self.aggregate_into(
+            &mut metrics,
+            &mut decayed,
+            trending_end,
+            key.category,
+            hours.clone(),
+            usize::MAX,
+        );
         let mut state = SpanState {
             hours,
             day_start: day.map(|d| d.hours(self.zone).start),
             metrics,
             carry,
+            trending_end,
+            applied: 0,
             rankings: Default::default(),
             dirty: HashSet::new(),
             carry_stale: false,
             last_used: Arc::new(AtomicU64::new(0)),
             change_log: None,
         };
-        let everyone: HashSet<ProductIdx> = state.metrics.keys().chain(state.carry.keys()).copied().collect();
-        state.dirty = everyone;
-        self.rescore_dirty(&mut state);
+        let policies = (*self.policy, *self.trending);
+        for (product, decayed) in &decayed {
+            let inputs = ScoreInputs {
+                metrics: state.metrics.get(product).copied().unwrap_or_default(),
+                carry: state.carry.get(product).copied().unwrap_or(0.0),
+                decayed: *decayed,
+            };
+            insert_scores(
+                &mut state.rankings,
+                &self.products.ids[*product as usize],
+                &inputs,
+                &policies,
+            );
+        }
+        // Products listed only through their carry have no cell in the span.
+        let carried_only: Vec<ProductIdx> = state
+            .carry
+            .keys()
+            .filter(|p| !decayed.contains_key(p))
+            .copied()
+            .collect();
+        for product in carried_only {
+            let inputs = ScoreInputs {
+                carry: state.carry[&product],
+                ..ScoreInputs::default()
+            };
+            insert_scores(
+                &mut state.rankings,
+                &self.products.ids[product as usize],
+                &inputs,
+                &policies,
+            );
+        }
         state
     }
 
@@ -607,18 +748,14 @@ impl Inputs<'_> {
         if let Some(log) = &mut state.change_log {
             log.details.extend(state.dirty.iter().copied());
         }
-        for product in state.dirty.drain() {
-            let metrics = state.metrics.get(&product).copied().unwrap_or_default();
+        let dirty = std::mem::take(&mut state.dirty);
+        for product in dirty {
+            let inputs = self.score_inputs(state, product);
             let member = self.products.ids[product as usize].as_str().as_bytes();
             for ranker in RankerName::ALL {
-                let carry = if ranker == RankerName::Popular {
-                    state.carry.get(&product).copied().unwrap_or(0.0)
-                } else {
-                    0.0
-                };
+                let weights = weights_for(ranker, self.policy, self.trending);
                 let ranking = &mut state.rankings[ranker.index()];
-                let key = is_listed(ranker, &metrics, carry)
-                    .then(|| ascending_key(score(ranker, &metrics, carry, &self.policy.weights)));
+                let key = is_listed(ranker, &inputs).then(|| ascending_key(score(ranker, &inputs, weights)));
                 if let Some(log) = &mut state.change_log {
                     if ranking.zscore(member).map(f64::to_bits) != key.map(f64::to_bits) {
                         log.rankings[ranker.index()].insert(product);
@@ -651,7 +788,7 @@ pub enum SpanChanges {
     Rescored {
         /// Per ranker, in [`RankerName::ALL`] order: products whose key moved, or that were listed or
         /// unlisted.
-        rankings: [Vec<ProductId>; 3],
+        rankings: [Vec<ProductId>; RANKERS],
         /// Products whose metrics or carry may have moved.
         details: Vec<ProductId>,
     },
@@ -701,21 +838,18 @@ impl<'a> CachedSpan<'a> {
             })
     }
 
-    /// `product`'s metrics over the span and its popular carry while any ranker lists it (the rule the
-    /// sorted sets follow), else `None`.
+    /// `product`'s metrics over the span and its popular carry while any ranker lists it, else `None`.
     #[must_use]
     pub fn detail(&self, product: &ProductId) -> Option<(Metrics, f64)> {
         let idx = self.products.index.get(product.as_str())?;
+        let member = product.as_str().as_bytes();
+        let listed = self
+            .state
+            .rankings
+            .iter()
+            .any(|ranking| ranking.zscore(member).is_some());
         let metrics = self.state.metrics.get(idx).copied().unwrap_or_default();
         let carry = self.state.carry.get(idx).copied().unwrap_or(0.0);
-        let listed = RankerName::ALL.iter().any(|ranker| {
-            let carry = if *ranker == RankerName::Popular {
-                carry
-            } else {
-                0.0
-            };
-            is_listed(*ranker, &metrics, carry)
-        });
         listed.then_some((metrics, carry))
     }
 }
@@ -731,7 +865,8 @@ impl AsRef<[u8]> for ProductKey<'_> {
 }
 
 impl RankingEngine {
-    /// An empty engine serving `policy` for `popular`.
+    /// An empty engine serving `policy` for `popular` and version 1 of `trending` (see
+    /// [`RankingEngine::set_trending_policy`]).
     pub fn new(config: EngineConfig, policy: Policy) -> RankingEngine {
         RankingEngine {
             config,
@@ -739,6 +874,9 @@ impl RankingEngine {
             categories: CategoryTable::new(),
             hours: BTreeMap::new(),
             policy,
+            trending_policy: Policy::initial_for(RankerName::Trending),
+            // No clock yet: every period counts as over (see the module docs).
+            current_hour: Hour(i64::MAX),
             spans: HashMap::new(),
             spans_by_category: HashMap::new(),
             carry_cache: HashMap::new(),
@@ -767,6 +905,73 @@ impl RankingEngine {
     /// The active `popular` policy.
     pub fn policy(&self) -> Policy {
         self.policy
+    }
+
+    /// The active policy of a configurable ranker (`popular` or `trending`; `popular`'s for the others).
+    pub fn policy_of(&self, ranker: RankerName) -> Policy {
+        match ranker {
+            RankerName::Trending => self.trending_policy,
+            RankerName::Popular | RankerName::Units | RankerName::Revenue => self.policy,
+        }
+    }
+
+    /// Starts the engine on `policy` for `trending` (before any span is cached: a running engine
+    /// changes policies with [`RankingEngine::rebuild_in_steps`] and [`RankingEngine::install`]).
+    pub fn set_trending_policy(&mut self, policy: Policy) {
+        self.trending_policy = policy;
+        self.spans.clear();
+        self.spans_by_category.clear();
+        self.builds.clear();
+        self.generation += 1;
+    }
+
+    /// The hour `trending` treats as current.
+    pub fn current_hour(&self) -> Hour {
+        self.current_hour
+    }
+
+    /// Moves the current hour to `now` (the server clock's hour; the refresher calls it every tick).
+    /// `trending`'s end hour E of a running period is the current hour, so every cached span whose E
+    /// moves is dropped, and so is any build of one; the caller builds them again in steps
+    /// ([`RankingEngine::build_span_in_steps`], in short lock holds) with the queries returned, as a first
+    /// read would. Windows and past periods keep their E, and their spans.
+    pub fn advance_to_hour(&mut self, now: Hour) -> Vec<RankingQuery> {
+        let before = std::mem::replace(&mut self.current_hour, now);
+        if before == now {
+            return Vec::new();
+        }
+        // Answers of running periods change even when none of their spans is cached (a response cache
+        // may still hold one).
+        self.generation += 1;
+        let zone = &self.config.zone;
+        let moved = |key: &SpanKey| key.span.trending_end(zone, before) != key.span.trending_end(zone, now);
+        self.builds.retain(|key, _| !moved(key));
+        let dropped: Vec<SpanKey> = self.spans.keys().filter(|key| moved(key)).copied().collect();
+        for key in &dropped {
+            self.spans.remove(key);
+        }
+        for (category, spans) in &mut self.spans_by_category {
+            spans.retain(|span| {
+                !dropped.contains(&SpanKey {
+                    category: *category,
+                    span: *span,
+                })
+            });
+        }
+        dropped
+            .into_iter()
+            .map(|key| {
+                let category = match &self.categories.names[key.category as usize] {
+                    None => CategoryOrAll::All,
+                    Some(category) => CategoryOrAll::Category(category.clone()),
+                };
+                RankingQuery {
+                    ranker: RankerName::Trending,
+                    category,
+                    span: key.span,
+                }
+            })
+            .collect()
     }
 
     /// Changes with every [`RankingEngine::install`] (a policy switch, a rollback or a rebuild): scores
@@ -837,6 +1042,8 @@ impl RankingEngine {
             hours: &self.hours,
             earliest_day: self.earliest_day,
             policy: &self.policy,
+            trending: &self.trending_policy,
+            now: self.current_hour,
         }
     }
 
@@ -865,6 +1072,7 @@ impl RankingEngine {
         for (hour, product, delta) in deltas {
             let p = self.products.intern(product);
             add_metrics(self.hours.entry(*hour).or_default().entry(p).or_default(), delta);
+            add_metrics(self.products.cells[p as usize].entry(*hour).or_default(), delta);
             self.note_day_changed(*hour, p);
             let categories = std::iter::once(ALL).chain(self.products.categories[p as usize].iter().copied());
             for category in categories {
@@ -894,10 +1102,12 @@ impl RankingEngine {
                         .expect("indexed span");
                     add_metrics_keeping_nonzero(&mut state.metrics, p, delta);
                     state.dirty.insert(p);
+                    state.applied = self.generation;
                 }
                 for (key, build) in &mut self.builds {
                     if key.category == category && build.has_scanned(*hour) {
                         add_metrics_keeping_nonzero(&mut build.metrics, p, delta);
+                        build.decayed_stale.insert(p);
                         build.note_changed(p);
                     }
                 }
@@ -925,12 +1135,14 @@ impl RankingEngine {
                     let state = self.spans.get_mut(&key).expect("indexed span");
                     set_metrics_keeping_nonzero(&mut state.metrics, p, total);
                     state.dirty.insert(p);
+                    state.applied = self.generation;
                 }
             }
             for (key, build) in &mut self.builds {
                 if key.category == c {
                     let total = sum_over(build.hours.start..build.scanned_until);
                     set_metrics_keeping_nonzero(&mut build.metrics, p, total);
+                    build.decayed_stale.insert(p);
                     build.note_changed(p);
                 }
             }
@@ -1083,7 +1295,8 @@ impl RankingEngine {
             // A step-wise build of the same span, if any, is superseded by this one.
             self.builds.remove(&key);
             let mut cache = std::mem::take(&mut self.carry_cache);
-            let state = self.inputs().build_span(&mut cache, key);
+            let mut state = self.inputs().build_span(&mut cache, key);
+            state.applied = self.generation;
             self.carry_cache = cache;
             self.spans.insert(key, state);
             self.spans_by_category
@@ -1231,6 +1444,7 @@ impl RankingEngine {
             return BuildStep::Cached;
         }
         let zone = self.config.zone.clone();
+        let now = self.current_hour;
         let build = self.builds.entry(key).or_insert_with(|| {
             let hours = key.span.hours(&zone);
             SpanBuild {
@@ -1241,9 +1455,12 @@ impl RankingEngine {
                 scanned_until: hours.start,
                 hours,
                 metrics: HashMap::new(),
+                trending_end: key.span.trending_end(&zone, now),
+                decayed: HashMap::new(),
+                decayed_stale: HashSet::new(),
                 scoring: None,
                 carry: Arc::default(),
-                scored_version: 0,
+                scored_policies: None,
                 changed: HashSet::new(),
                 carry_stale: false,
             }
@@ -1257,16 +1474,20 @@ impl RankingEngine {
             build.changed.clear();
         }
         if build.scanned_until < build.hours.end {
-            let (from, end) = (build.scanned_until, build.hours.end);
+            let (from, end, trending_end) = (build.scanned_until, build.hours.end, build.trending_end);
             let mut metrics = std::mem::take(&mut build.metrics);
+            let mut decayed = std::mem::take(&mut build.decayed);
             let scanned_until = self.inputs().aggregate_into(
                 &mut metrics,
+                &mut decayed,
+                trending_end,
                 key.category,
                 from..end,
                 self.build_cells_per_step,
             );
             let build = self.builds.get_mut(&key).expect("build registered");
             build.metrics = metrics;
+            build.decayed = decayed;
             build.scanned_until = scanned_until;
             return BuildStep::Continue;
         }
@@ -1286,34 +1507,49 @@ impl RankingEngine {
             None => Arc::default(),
         };
         let token = Arc::new(());
-        let build = self.builds.get_mut(&key).expect("build registered");
+        let mut build = self.builds.remove(&key).expect("build registered");
+        // Products changed in hours already scanned: their sums start again from all their hours, in
+        // ascending order. As many as ingest touched during the build, like the re-scores at install.
+        let inputs = self.inputs();
+        for product in std::mem::take(&mut build.decayed_stale) {
+            let decayed = inputs.decayed_of(product, build.hours.clone(), build.trending_end);
+            build.decayed.insert(product, decayed);
+        }
         build.scoring = Some(token.clone());
         build.carry = carry.clone();
-        build.scored_version = self.policy.version;
+        build.scored_policies = Some((self.policy, self.trending_policy));
         build.changed.clear();
         build.carry_stale = false;
-        let products: HashSet<ProductIdx> = build.metrics.keys().chain(carry.keys()).copied().collect();
+        let products: HashSet<ProductIdx> = build
+            .metrics
+            .keys()
+            .chain(build.decayed.keys())
+            .chain(carry.keys())
+            .copied()
+            .collect();
         let entries = products
             .into_iter()
             .map(|p| {
-                (
-                    self.products.ids[p as usize].clone(),
-                    build.metrics.get(&p).copied().unwrap_or_default(),
-                    carry.get(&p).copied().unwrap_or(0.0),
-                )
+                let inputs = ScoreInputs {
+                    metrics: build.metrics.get(&p).copied().unwrap_or_default(),
+                    carry: carry.get(&p).copied().unwrap_or(0.0),
+                    decayed: build.decayed.get(&p).copied().unwrap_or_default(),
+                };
+                (self.products.ids[p as usize].clone(), inputs)
             })
             .collect();
+        self.builds.insert(key, build);
         BuildStep::Score(ScoringInput {
             key,
             entries,
-            weights: self.policy.weights,
+            policies: (self.policy, self.trending_policy),
             token,
         })
     }
 
     /// Installs a span scored off the lock, re-scoring what changed meanwhile. `false` when the build was
     /// dropped in between (retention, or a rebuild), so the caller starts over.
-    fn install_build(&mut self, input: ScoringInput, rankings: [SortedSet; 3]) -> bool {
+    fn install_build(&mut self, input: ScoringInput, rankings: [SortedSet; RANKERS]) -> bool {
         let key = input.key;
         if self.spans.contains_key(&key) {
             self.builds.remove(&key);
@@ -1329,19 +1565,28 @@ impl RankingEngine {
         }
         let build = self.builds.remove(&key).expect("build checked");
         let mut dirty = build.changed;
-        if build.scored_version != self.policy.version {
+        let policy_switched = build.scored_policies != Some((self.policy, self.trending_policy));
+        if policy_switched {
             // Scored under a policy that has since been switched: re-score everyone.
-            dirty.extend(build.metrics.keys().chain(build.carry.keys()).copied());
+            dirty.extend(
+                build
+                    .metrics
+                    .keys()
+                    .chain(build.decayed.keys())
+                    .chain(build.carry.keys())
+                    .copied(),
+            );
         }
         let state = SpanState {
             day_start: build.day.map(|d| d.hours(&self.config.zone).start),
             hours: build.hours,
             metrics: build.metrics,
             carry: build.carry,
+            trending_end: build.trending_end,
+            applied: self.generation,
             rankings,
             dirty,
-            carry_stale: build.day.is_some()
-                && (build.carry_stale || build.scored_version != self.policy.version),
+            carry_stale: build.day.is_some() && (build.carry_stale || policy_switched),
             last_used: Arc::new(AtomicU64::new(0)),
             change_log: None,
         };
@@ -1401,6 +1646,7 @@ impl RankingEngine {
     pub fn policy_version(&self, ranker: RankerName) -> u32 {
         match ranker {
             RankerName::Popular => self.policy.version,
+            RankerName::Trending => self.trending_policy.version,
             RankerName::Units | RankerName::Revenue => 1,
         }
     }
@@ -1552,19 +1798,32 @@ impl RankingEngine {
     /// Batches land between steps; that is safe for the same reason it is between a one-hold build and
     /// its install: [`RankingEngine::install`] (which switches to the result atomically) rebuilds every span whose metrics moved meanwhile (and
     /// any span cached meanwhile) and rechecks every carry chain. Spans evicted meanwhile are skipped.
-    pub fn rebuild_in_steps(engine: &parking_lot::RwLock<RankingEngine>, policy: Policy) -> RebuiltSpans {
-        Self::rebuild_in_steps_observed(engine, policy, || {})
+    pub fn rebuild_in_steps(
+        engine: &parking_lot::RwLock<RankingEngine>,
+        ranker: RankerName,
+        policy: Policy,
+    ) -> RebuiltSpans {
+        Self::rebuild_in_steps_observed(engine, ranker, policy, || {})
     }
 
     /// [`RankingEngine::rebuild_in_steps`], calling `between_steps` with no lock held after each step:
     /// tests use it to apply batches in the middle of a rebuild.
     pub fn rebuild_in_steps_observed(
         engine: &parking_lot::RwLock<RankingEngine>,
+        ranker: RankerName,
         policy: Policy,
         mut between_steps: impl FnMut(),
     ) -> RebuiltSpans {
         const STEP: std::time::Duration = std::time::Duration::from_millis(5);
-        let keys: Vec<SpanKey> = engine.read().spans.keys().copied().collect();
+        let (keys, mut policies) = {
+            let engine = engine.read();
+            let keys: Vec<SpanKey> = engine.spans.keys().copied().collect();
+            (keys, (engine.policy, engine.trending_policy))
+        };
+        match ranker {
+            RankerName::Trending => policies.1 = policy,
+            RankerName::Popular | RankerName::Units | RankerName::Revenue => policies.0 = policy,
+        }
         let mut carry_cache = CarryCache::new();
         let mut spans = HashMap::with_capacity(keys.len());
         let mut keys = keys.into_iter().peekable();
@@ -1572,14 +1831,17 @@ impl RankingEngine {
             {
                 let engine = engine.read();
                 let inputs = Inputs {
-                    policy: &policy,
+                    policy: &policies.0,
+                    trending: &policies.1,
                     ..engine.inputs()
                 };
                 let started = std::time::Instant::now();
                 let mut built = 0;
                 for key in keys.by_ref() {
-                    if engine.spans.contains_key(&key) {
-                        spans.insert(key, inputs.build_span(&mut carry_cache, key));
+                    if let Some(served) = engine.spans.get(&key) {
+                        let mut state = inputs.build_span(&mut carry_cache, key);
+                        state.applied = served.applied;
+                        spans.insert(key, state);
                         built += 1;
                     }
                     if built >= engine.rebuild_spans_per_step || started.elapsed() >= STEP {
@@ -1590,7 +1852,8 @@ impl RankingEngine {
             between_steps();
         }
         RebuiltSpans {
-            policy,
+            ranker,
+            policies,
             spans,
             carry_cache,
         }
@@ -1598,10 +1861,18 @@ impl RankingEngine {
 
     /// Switches to spans built by [`RankingEngine::rebuild_in_steps`]. Spans that changed since the build
     /// started (new batches) are rebuilt here, so nothing applied in between is lost.
+    ///
+    /// Only the rebuilt ranker's policy changes; spans built under another policy of the other ranker
+    /// (installed meanwhile) are rebuilt here too, as are spans whose E moved.
     pub fn install(&mut self, rebuilt: RebuiltSpans) {
         self.generation += 1;
         self.policy_epoch += 1;
-        self.policy = rebuilt.policy;
+        let built_under = rebuilt.policies;
+        match rebuilt.ranker {
+            RankerName::Trending => self.trending_policy = rebuilt.policies.1,
+            RankerName::Popular | RankerName::Units | RankerName::Revenue => self.policy = rebuilt.policies.0,
+        }
+        let same_policies = built_under == (self.policy, self.trending_policy);
         // The rebuilt carry may predate batches applied during the build; recompute it lazily instead.
         drop(rebuilt.carry_cache);
         let keys: Vec<SpanKey> = self.spans.keys().copied().collect();
@@ -1609,9 +1880,20 @@ impl RankingEngine {
         let mut cache = CarryCache::new();
         let mut spans = HashMap::new();
         for key in keys {
+            let served = &self.spans[&key];
             let state = match fresh.remove(&key) {
-                Some(state) if self.spans[&key].metrics == state.metrics => state,
-                _ => self.inputs().build_span(&mut cache, key),
+                Some(state)
+                    if same_policies
+                        && served.applied == state.applied
+                        && served.trending_end == state.trending_end =>
+                {
+                    state
+                }
+                _ => {
+                    let mut state = self.inputs().build_span(&mut cache, key);
+                    state.applied = self.generation;
+                    state
+                }
             };
             spans.insert(key, state);
         }
@@ -1662,7 +1944,7 @@ impl RankingEngine {
                     products.into_iter().cloned().collect()
                 };
                 SpanChanges::Rescored {
-                    rankings: [0, 1, 2].map(|r| by_id(&log.rankings[r])),
+                    rankings: std::array::from_fn(|r| by_id(&log.rankings[r])),
                     details: by_id(&log.details),
                 }
             }
@@ -1718,6 +2000,9 @@ impl RankingEngine {
                 .start
         });
         self.carry_cache.clear();
+        for cells in &mut self.products.cells {
+            *cells = cells.split_off(&before);
+        }
         // A build in progress may have read rows that are gone now; its readers start over.
         self.builds.clear();
         self.spans.retain(|_, state| state.hours.start >= before);

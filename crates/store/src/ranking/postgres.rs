@@ -952,7 +952,7 @@ impl SourceOfTruth for PostgresSource {
         self.with_reconnect(true, |client, _| {
             let mut transaction = client.transaction()?;
             // The row every transition of this ranker locks; created once, by whoever comes first.
-            let initial = PolicyState::initial();
+            let initial = PolicyState::initial_for(ranker);
             store_versions(&mut transaction, ranker, &initial)?;
             transaction.execute(
                 "INSERT INTO ranker_state (ranker, active_version, previous_version, latest_version, state_seq)

@@ -26,9 +26,9 @@ use rankgate_core::period::{Hour, Span, Zone};
 use rankgate_core::ranker::RankerName;
 
 use super::engine::{CachedSpan, RankingEngine, SpanChanges};
-use super::redis_serving::hot_spans;
+use super::redis_serving::{hot_spans, PUBLISHED_RANKERS};
 
-/// Per ranker, in [`RankerName::ALL`] order: (product, ascending key or `None` to remove).
+/// Per published ranker, in [`PUBLISHED_RANKERS`] order: (product, ascending key or `None` to remove).
 pub type PublishedRankings = [Vec<(ProductId, Option<f64>)>; 3];
 /// (product, metrics and carry, or `None` to forget the product).
 pub type PublishedDetails = Vec<(ProductId, Option<(Metrics, f64)>)>;
@@ -111,7 +111,7 @@ pub fn take_publication(
             replace: scope == PublicationScope::Everything || depth.is_some() || rebuilt,
             existing: scope == PublicationScope::Changes && !rebuilt,
             rankings,
-            totals: RankerName::ALL.map(|ranker| cached.total(ranker)),
+            totals: PUBLISHED_RANKERS.map(|ranker| cached.total(ranker)),
             details,
         });
     }
@@ -137,7 +137,7 @@ pub fn take_publication_in_slices(
 
 /// A span's top `depth` per ranker (all of it when `None`), with the details of every product shown.
 fn whole(cached: &CachedSpan<'_>, depth: Option<usize>) -> (PublishedRankings, PublishedDetails) {
-    let rankings = RankerName::ALL.map(|ranker| {
+    let rankings = PUBLISHED_RANKERS.map(|ranker| {
         cached
             .ranked(ranker)
             .take(depth.unwrap_or(usize::MAX))
@@ -157,10 +157,10 @@ fn whole(cached: &CachedSpan<'_>, depth: Option<usize>) -> (PublishedRankings, P
 /// The current keys and details of the products the change log names (already in product id order).
 fn changes_of(
     cached: &CachedSpan<'_>,
-    mut rankings: [Vec<ProductId>; 3],
+    mut rankings: [Vec<ProductId>; RankerName::ALL.len()],
     details: Vec<ProductId>,
 ) -> (PublishedRankings, PublishedDetails) {
-    let rankings = RankerName::ALL.map(|ranker| {
+    let rankings = PUBLISHED_RANKERS.map(|ranker| {
         std::mem::take(&mut rankings[ranker.index()])
             .into_iter()
             .map(|product| {

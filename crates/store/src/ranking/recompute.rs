@@ -3,7 +3,10 @@
 //! This is the reference the incremental engine is checked against (`rankgate verify` and the
 //! "incremental equals recompute" tests). It is deliberately simple: hash maps, full scans, one sort,
 //! and a carry chain walked day by day from the earliest day. It shares only the spec's formulas
-//! (`popular_score`, `is_listed`, `ranking_order`) with the engine, never its data structures.
+//! (`popular_score`, `Decayed`, `is_listed`, `ranking_order`) with the engine, never its data structures.
+//! `trending` is summed product by product over the span's hours in ascending order, for the end hour E
+//! of the model's current hour ([`BatchModel::at_hour`]; like the engine, "every period is over" until
+//! one is given).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -13,7 +16,9 @@ use rankgate_core::event::Event;
 use rankgate_core::ids::{Category, CategoryOrAll, ProductId};
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, Zone};
-use rankgate_core::ranker::{is_listed, popular_score, ranking_order, score, PopularWeights, RankerName};
+use rankgate_core::ranker::{
+    is_listed, popular_score, ranking_order, score, Decayed, PopularWeights, RankerName, ScoreInputs,
+};
 
 use super::engine::RankedItem;
 
@@ -33,6 +38,10 @@ pub struct StreamCounts {
 pub struct BatchModel {
     zone: Zone,
     weights: PopularWeights,
+    /// `trending`'s weights and half-life.
+    trending: PopularWeights,
+    /// The current hour: `trending`'s E of running periods.
+    now: Hour,
     hourly: BTreeMap<Hour, HashMap<ProductId, Metrics>>,
     memberships: HashMap<ProductId, BTreeSet<Category>>,
     /// carry(category, day start) memo: the chain is walked once per category, not once per read.
@@ -59,6 +68,8 @@ impl BatchModel {
         let mut model = BatchModel {
             zone,
             weights,
+            trending: PopularWeights::trending_default(),
+            now: Hour(i64::MAX),
             hourly: BTreeMap::new(),
             memberships: HashMap::new(),
             carry_memo: RefCell::default(),
@@ -98,6 +109,46 @@ impl BatchModel {
             accepted.push(event);
         }
         (BatchModel::from_accepted(accepted, zone, weights), counts)
+    }
+
+    /// The same model scoring `trending` with `weights` (its half-life included).
+    #[must_use]
+    pub fn with_trending(mut self, weights: PopularWeights) -> Self {
+        self.trending = weights;
+        self
+    }
+
+    /// The same model with `now` as the current hour: `trending`'s E of a running period.
+    #[must_use]
+    pub fn at_hour(mut self, now: Hour) -> Self {
+        self.now = now;
+        self
+    }
+
+    /// `trending`'s inputs over `span` for every product of `category` with a cell in it: each
+    /// product's cells summed in ascending hour order.
+    fn decayed(&self, category: &CategoryOrAll, span: &Span) -> HashMap<ProductId, Decayed> {
+        let end = span.trending_end(&self.zone, self.now);
+        let mut decayed: HashMap<ProductId, Decayed> = HashMap::new();
+        for (hour, cells) in self.hourly.range(span.hours(&self.zone)) {
+            for (product, metrics) in cells {
+                let member = match category {
+                    CategoryOrAll::All => true,
+                    CategoryOrAll::Category(c) => {
+                        self.memberships.get(product).is_some_and(|cs| cs.contains(c))
+                    }
+                };
+                if member {
+                    decayed.entry(product.clone()).or_default().add_hour(
+                        end,
+                        *hour,
+                        metrics,
+                        self.trending.half_life_hours,
+                    );
+                }
+            }
+        }
+        decayed
     }
 
     fn add(&mut self, event: &Event) {
@@ -202,7 +253,12 @@ impl BatchModel {
             .filter_map(|p| {
                 let m = totals.get(p).copied().unwrap_or_default();
                 let c = carry.get(p).copied().unwrap_or(0.0);
-                is_listed(RankerName::Popular, &m, c)
+                let inputs = ScoreInputs {
+                    metrics: m,
+                    carry: c,
+                    ..ScoreInputs::default()
+                };
+                is_listed(RankerName::Popular, &inputs)
                     .then(|| (p.clone(), popular_score(c, &m, &self.weights)))
             })
             .collect();
@@ -219,18 +275,30 @@ impl BatchModel {
             }
             _ => HashMap::new(),
         };
-        let products: BTreeSet<&ProductId> = totals.keys().chain(carry.keys()).collect();
+        let decayed = match ranker {
+            RankerName::Trending => self.decayed(category, span),
+            _ => HashMap::new(),
+        };
+        let weights = match ranker {
+            RankerName::Trending => &self.trending,
+            _ => &self.weights,
+        };
+        let products: BTreeSet<&ProductId> =
+            totals.keys().chain(carry.keys()).chain(decayed.keys()).collect();
         let mut items: Vec<RankedItem> = products
             .into_iter()
             .filter_map(|product| {
-                let metrics = totals.get(product).copied().unwrap_or_default();
-                let c = carry.get(product).copied().unwrap_or(0.0);
-                is_listed(ranker, &metrics, c).then(|| RankedItem {
+                let inputs = ScoreInputs {
+                    metrics: totals.get(product).copied().unwrap_or_default(),
+                    carry: carry.get(product).copied().unwrap_or(0.0),
+                    decayed: decayed.get(product).copied().unwrap_or_default(),
+                };
+                is_listed(ranker, &inputs).then(|| RankedItem {
                     rank: 0,
                     product: product.clone(),
-                    score: score(ranker, &metrics, c, &self.weights),
-                    metrics,
-                    carry: c,
+                    score: score(ranker, &inputs, weights),
+                    metrics: inputs.metrics,
+                    carry: inputs.carry,
                 })
             })
             .collect();

@@ -142,13 +142,31 @@ pub struct Active {
 
 impl Active {
     /// The policy version answers read at this pointer report for `ranker`: the published `popular`
-    /// version, and 1 for the rankers that have no versions.
+    /// version, 1 for the rankers that have no versions, and `None` for `trending`, which Redis does
+    /// not serve ([`PUBLISHED_RANKERS`]).
     #[must_use]
-    pub fn policy_version(&self, ranker: RankerName) -> u32 {
+    pub fn policy_version(&self, ranker: RankerName) -> Option<u32> {
         match ranker {
-            RankerName::Popular => self.popular_version,
-            RankerName::Units | RankerName::Revenue => 1,
+            RankerName::Popular => Some(self.popular_version),
+            RankerName::Units | RankerName::Revenue => Some(1),
+            RankerName::Trending => None,
         }
+    }
+}
+
+/// The rankers Redis serves, in the order of their slots in the span keys and scripts.
+///
+/// `trending` is not among them: a running period's `trending` scores all move when the hour turns (E is
+/// the current hour), so publishing it would rewrite every running span whole once an hour, and each
+/// instance's engine computes the same bits from the shared source of truth anyway. Its reads are
+/// answered by the engine ([`ServedGeneration`] declines them).
+pub const PUBLISHED_RANKERS: [RankerName; 3] = [RankerName::Popular, RankerName::Units, RankerName::Revenue];
+
+impl Active {
+    /// Whether answers of `ranker` can be read at this pointer.
+    #[must_use]
+    pub fn serves(&self, ranker: RankerName) -> bool {
+        self.policy_version(ranker).is_some()
     }
 }
 
@@ -410,11 +428,9 @@ pub fn is_hot(span: &Span, now_hour: Hour, zone: &Zone) -> bool {
     }
 }
 
-fn ranker_slot(ranker: RankerName) -> usize {
-    RankerName::ALL
-        .iter()
-        .position(|r| *r == ranker)
-        .expect("every ranker is in ALL")
+/// `ranker`'s slot in the span keys, `None` for a ranker Redis does not serve.
+fn ranker_slot(ranker: RankerName) -> Option<usize> {
+    PUBLISHED_RANKERS.iter().position(|r| *r == ranker)
 }
 
 fn detail_value(metrics: &Metrics, carry: f64) -> String {
@@ -522,7 +538,7 @@ impl RedisServing {
         let base = self.category_base(category);
         let field = span_field(span);
         let [p, u, r] =
-            RankerName::ALL.map(|ranker| format!("{base}:{}:{field}:v{generation}", ranker.as_str()));
+            PUBLISHED_RANKERS.map(|ranker| format!("{base}:{}:{field}:v{generation}", ranker.as_str()));
         [p, u, r, format!("{base}:detail:{field}:v{generation}")]
     }
 
@@ -807,7 +823,7 @@ impl RedisServing {
             let base = self.category_base(category);
             let mut pipeline = redis::pipe();
             for field in &fields {
-                for name in RankerName::ALL
+                for name in PUBLISHED_RANKERS
                     .map(RankerName::as_str)
                     .into_iter()
                     .chain(["detail"])
@@ -830,20 +846,21 @@ impl RedisServing {
         &self,
         script: &'a Script,
         generation: u64,
-        ranker: RankerName,
+        slot: usize,
         category: &CategoryOrAll,
         span: &Span,
     ) -> redis::ScriptInvocation<'a> {
         let keys = self.span_keys(category, span, generation);
         let mut call = script.prepare_invoke();
-        call.key(&keys[ranker_slot(ranker)])
+        call.key(&keys[slot])
             .key(&keys[3])
             .key(self.totals_key(category, generation))
             .arg(span_field(span));
         call
     }
 
-    /// A page of a served ranking, or `None` when `generation` does not serve this span.
+    /// A page of a served ranking, or `None` when `generation` does not serve this span (or Redis does
+    /// not serve this ranker: [`PUBLISHED_RANKERS`]).
     pub async fn top(
         &self,
         generation: u64,
@@ -853,9 +870,12 @@ impl RedisServing {
         offset: usize,
         limit: usize,
     ) -> Result<Option<ServedPage>, ServingError> {
+        let Some(slot) = ranker_slot(ranker) else {
+            return Ok(None);
+        };
         let last = offset.saturating_add(limit).saturating_sub(1);
-        let mut call = self.read_call(&self.scripts.top, generation, ranker, category, span);
-        call.arg(offset).arg(last).arg(ranker_slot(ranker) + 1);
+        let mut call = self.read_call(&self.scripts.top, generation, slot, category, span);
+        call.arg(offset).arg(last).arg(slot + 1);
         let reply: redis::Value = self.connection.invoke(&call).await?;
         if matches!(reply, redis::Value::Nil) {
             return Ok(None);
@@ -881,7 +901,8 @@ impl RedisServing {
         Ok(Some(ServedPage { total, items }))
     }
 
-    /// A product's place in a served ranking, or `None` when `generation` does not serve this span.
+    /// A product's place in a served ranking, or `None` when `generation` does not serve this span (or
+    /// Redis does not serve this ranker).
     pub async fn rank(
         &self,
         generation: u64,
@@ -890,8 +911,11 @@ impl RedisServing {
         span: &Span,
         product: &ProductId,
     ) -> Result<Option<ServedRank>, ServingError> {
-        let mut call = self.read_call(&self.scripts.rank, generation, ranker, category, span);
-        call.arg(product.as_str()).arg(ranker_slot(ranker) + 1);
+        let Some(slot) = ranker_slot(ranker) else {
+            return Ok(None);
+        };
+        let mut call = self.read_call(&self.scripts.rank, generation, slot, category, span);
+        call.arg(product.as_str()).arg(slot + 1);
         let reply: redis::Value = self.connection.invoke(&call).await?;
         if matches!(reply, redis::Value::Nil) {
             return Ok(None);
@@ -921,8 +945,11 @@ impl RedisServing {
         span: &Span,
         products: &[ProductId],
     ) -> Result<Option<ServedSort>, ServingError> {
-        let mut call = self.read_call(&self.scripts.sort, generation, ranker, category, span);
-        call.arg(ranker_slot(ranker) + 1);
+        let Some(slot) = ranker_slot(ranker) else {
+            return Ok(None);
+        };
+        let mut call = self.read_call(&self.scripts.sort, generation, slot, category, span);
+        call.arg(slot + 1);
         for product in products {
             call.arg(product.as_str());
         }

@@ -324,6 +324,9 @@ impl ServingStore for ServedGeneration<'_> {
         offset: usize,
         limit: usize,
     ) -> Result<Option<TopPage>, ServingError> {
+        let Some(policy_version) = self.active.policy_version(query.ranker) else {
+            return Ok(None);
+        };
         let served = self
             .store
             .top(
@@ -336,7 +339,7 @@ impl ServingStore for ServedGeneration<'_> {
             )
             .await?;
         Ok(served.map(|served| TopPage {
-            policy_version: self.active.policy_version(query.ranker),
+            policy_version,
             total: served.total,
             items: served.items,
             as_of_millis: self.active.as_of_millis,
@@ -348,6 +351,9 @@ impl ServingStore for ServedGeneration<'_> {
         query: &RankingQuery,
         product: &ProductId,
     ) -> Result<Option<RankAnswer>, ServingError> {
+        let Some(policy_version) = self.active.policy_version(query.ranker) else {
+            return Ok(None);
+        };
         let served = self
             .store
             .rank(
@@ -359,7 +365,7 @@ impl ServingStore for ServedGeneration<'_> {
             )
             .await?;
         Ok(served.map(|served| RankAnswer {
-            policy_version: self.active.policy_version(query.ranker),
+            policy_version,
             rank: served.rank,
             score: served.score,
             metrics: served.metrics,
@@ -374,6 +380,9 @@ impl ServingStore for ServedGeneration<'_> {
         query: &RankingQuery,
         products: &[ProductId],
     ) -> Result<Option<SortedProducts>, ServingError> {
+        let Some(policy_version) = self.active.policy_version(query.ranker) else {
+            return Ok(None);
+        };
         let served = self
             .store
             .sort(
@@ -388,7 +397,7 @@ impl ServingStore for ServedGeneration<'_> {
             SortedProducts::in_ranking_order(
                 products,
                 served.places,
-                self.active.policy_version(query.ranker),
+                policy_version,
                 served.total,
                 self.active.as_of_millis,
             )

@@ -418,7 +418,7 @@ impl SourceOfTruth for SqliteSource {
         let transaction =
             rusqlite::Transaction::new(&mut self.connection, rusqlite::TransactionBehavior::Immediate)?;
         let stored = read_policy_state(&transaction, ranker)?;
-        let mut state = stored.unwrap_or_else(PolicyState::initial);
+        let mut state = stored.unwrap_or_else(|| PolicyState::initial_for(ranker));
         transition(&mut state)?;
         if stored != Some(state) {
             let versions = [Some(state.active), state.previous, state.building];

@@ -101,6 +101,7 @@ impl ServingFixture {
         // Ingest, carry and publication never look at the version; reads report it.
         let rebuilt = RankingEngine::rebuild_in_steps(
             &engine,
+            RankerName::Popular,
             Policy {
                 version: POPULAR_VERSION,
                 weights: PopularWeights::default(),
@@ -165,7 +166,7 @@ impl ServingFixture {
 fn expected_version(ranker: RankerName) -> u32 {
     match ranker {
         RankerName::Popular => POPULAR_VERSION,
-        RankerName::Units | RankerName::Revenue => 1,
+        RankerName::Units | RankerName::Revenue | RankerName::Trending => 1,
     }
 }
 
@@ -173,8 +174,10 @@ fn product(n: u32) -> ProductId {
     ProductId::parse(&format!("p{n}")).unwrap()
 }
 
-/// Runs every check on `store`, which serves the data of `fixture` (at `store.depth()`).
-pub async fn check_store<S: ServingStore>(store: &S, fixture: &ServingFixture) {
+/// Runs every check on `store`, which serves the data of `fixture` (at `store.depth()`), and returns the
+/// rankers it declines. A store may decline a whole ranker (`Ok(None)`: "not served here", the reader
+/// then asks the engine), but only `trending`, and then for every page and product of every span.
+pub async fn check_store<S: ServingStore>(store: &S, fixture: &ServingFixture) -> Vec<RankerName> {
     let zone = Zone::utc();
     let depth = store.depth();
     let cap = depth.unwrap_or(usize::MAX);
@@ -183,6 +186,7 @@ pub async fn check_store<S: ServingStore>(store: &S, fixture: &ServingFixture) {
     let model = BatchModel::from_accepted(fixture.events.clone(), Zone::utc(), PopularWeights::default());
     let mut ties_seen = 0;
     let mut past_depth_seen = 0;
+    let mut declined = Vec::new();
     for (category, span) in requests(&zone) {
         for ranker in RankerName::ALL {
             let query = RankingQuery {
@@ -191,6 +195,27 @@ pub async fn check_store<S: ServingStore>(store: &S, fixture: &ServingFixture) {
                 span,
             };
             let label = format!("{ranker} {category} {span:?}");
+            let first = store
+                .top_page(&query, 0, 1)
+                .await
+                .unwrap_or_else(|e| panic!("{label}: {e}"));
+            if first.is_none() || declined.contains(&ranker) {
+                assert_eq!(
+                    ranker,
+                    RankerName::Trending,
+                    "{label}: only trending may be declined"
+                );
+                assert!(first.is_none(), "{label}: declined elsewhere, served here");
+                let rank = store
+                    .rank_of(&query, &product(0))
+                    .await
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                assert!(rank.is_none(), "{label}: pages declined, ranks served");
+                if !declined.contains(&ranker) {
+                    declined.push(ranker);
+                }
+                continue;
+            }
             let want = model.ranking(ranker, &category, &span);
             let total = want.len();
             let shown = &want[..cap.min(total)];
@@ -349,4 +374,5 @@ pub async fn check_store<S: ServingStore>(store: &S, fixture: &ServingFixture) {
     if depth.is_some() {
         assert!(past_depth_seen > 0, "the depth cuts some rankings");
     }
+    declined
 }
