@@ -74,12 +74,11 @@ pub fn cache_control(max_age_seconds: u64) -> HeaderValue {
 /// A cacheable read's answer: 200 with the body, or 304 when the client already holds it. Both carry the
 /// `ETag` and `Cache-Control` (RFC 9110 §15.4.5: a 304 sends what a 200 would have in those).
 fn cacheable_response(state: &AppState, if_none_match: &IfNoneMatch, served: Served) -> Response {
-    let etag = HeaderValue::from_str(served.etag.as_str()).expect("quotes and hex digits");
     let not_modified = served
         .etag
         .matches_if_none_match(if_none_match.0.iter().map(HeaderValue::as_bytes));
     let headers = [
-        (header::ETAG, etag),
+        (header::ETAG, served.etag_header),
         (header::CACHE_CONTROL, state.cache_control.clone()),
     ];
     if not_modified {

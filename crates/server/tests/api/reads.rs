@@ -630,6 +630,44 @@ async fn reads_on_redis_serving(nodes: Vec<String>, label: &str) {
         "{label}: the even products are in gifts"
     );
 
+    // A second instance on the same PostgreSQL and Redis serves the same bytes, so the same tag: a CDN
+    // in front of both revalidates against either (an answer's tag is its body's hash).
+    let second = spawn_on_redis(&schema, nodes.clone(), &prefix, None).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let shared_tag = loop {
+        let tag_of = |response: &reqwest::Response| response.headers()["etag"].to_str().unwrap().to_string();
+        let (one, two) = (
+            app.get_with(&top_path, None).await,
+            second.get_with(&top_path, None).await,
+        );
+        if tag_of(&one) == tag_of(&two) {
+            break tag_of(&one);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{label}: the instances never agreed on a tag"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        second.get_with(&top_path, Some(&shared_tag)).await.status(),
+        304,
+        "{label}"
+    );
+    assert_eq!(
+        app.get_with(&top_path, Some(&shared_tag)).await.status(),
+        304,
+        "{label}"
+    );
+    let sorted_on_second = second
+        .post_sort_ok(&json!({ "ranker": "units", "category": "toys", "period": "daily", "at": day, "productIds": ["nobody", "p05", "p00", "p11", "p03"] }))
+        .await;
+    assert_eq!(
+        sorted_on_second["items"], sorted["items"],
+        "{label}: both instances sort alike"
+    );
+    second.stop().await;
+
     // Tags and 304 on the Redis route; an event moves the tag once it is published.
     let rank_path = format!("/v1/products/p05/rank?category=toys&ranker=units&period=daily&at={day}");
     let first = app.get_with(&rank_path, None).await;
