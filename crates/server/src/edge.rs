@@ -14,6 +14,13 @@
 //!   rewrites any error answer that is not JSON into the one [`ApiError`] shape, keeping its status and
 //!   headers (`Allow`, `Retry-After`). Unknown routes get a JSON `404` from the router's fallback. Only
 //!   answers marked [`PassThrough`] (the gate's upstream answers) reach the client as they are.
+//! - **The rank read goes direct.** `GET /v1/products/{productId}/rank` is the hottest read (issue 10:
+//!   as fast as Redis's `ZREVRANK`), and the router's share of it — route lookup, the path-parameter
+//!   map in the request's extensions, the extractors, three boxed futures — cost more than the read
+//!   itself. A bodiless `GET` whose path is exactly that route, with a segment that needs no
+//!   percent-decoding, is answered by the same handler code ([`rankings::rank_answer`]) without the
+//!   router; any other request to that path (another method, `HEAD`, an escape, a body) goes through
+//!   the router as before, so answers are the same either way.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,7 +42,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
+use crate::app::AppState;
 use crate::error::{json_error, ApiError, PassThrough};
+use crate::routes::rankings;
 
 /// How long a connection past `max_connections` waits for a slot before it is answered 503.
 pub const OVERFLOW_WAIT: Duration = Duration::from_millis(100);
@@ -180,6 +189,8 @@ pub struct Edge {
     router: Router,
     body_timeout: Duration,
     max_body_bytes: usize,
+    /// The state rank reads are answered from without the router (module docs); `None`: all go through it.
+    direct_reads: Option<Arc<AppState>>,
 }
 
 impl Edge {
@@ -189,10 +200,28 @@ impl Edge {
             router,
             body_timeout,
             max_body_bytes,
+            direct_reads: None,
         }
     }
 
+    /// Answers plain rank reads from `state` directly, as `router`'s rank route would (module docs).
+    /// Only for a router that serves that route from the same state, with no layer around it.
+    pub fn with_direct_reads(mut self, state: AppState) -> Edge {
+        self.direct_reads = Some(Arc::new(state));
+        self
+    }
+
     async fn answer(self, request: Request) -> Response {
+        if let Some(state) = &self.direct_reads {
+            if request.method() == Method::GET && request.body().is_end_stream() {
+                if let Some(product) = rankings::direct_rank_product(request.uri().path()) {
+                    return match rankings::rank_answer(state, product, request.uri().query()).await {
+                        Ok(response) => response,
+                        Err(error) => error.into_response(),
+                    };
+                }
+            }
+        }
         let method = request.method().clone();
         let (request, expired) = with_body_deadline(request, self.body_timeout);
         let response = match self.router.oneshot(request).await {

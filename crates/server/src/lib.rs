@@ -9,6 +9,7 @@
 //! - [`routes`]: one module per route group; thin handlers.
 //! - [`auth`]: bearer-key middleware for admin and ingest.
 //! - [`error`]: the one `ApiError` every handler returns.
+//! - [`json_writer`]: hand-written JSON for the hottest bodies, byte for byte serde_json's.
 //! - [`waiting_room`]: the waiting room's HTTP API, admission scheduler and order gate (SPEC 2).
 //! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, catalog.
 //! - [`stream`]: the Redis Streams consumer group (`--stream`).
@@ -22,6 +23,7 @@ pub mod config;
 pub mod demo;
 pub mod edge;
 pub mod error;
+pub mod json_writer;
 pub mod rankings;
 pub mod route_table;
 pub mod routes;

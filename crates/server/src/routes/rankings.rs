@@ -6,9 +6,10 @@
 //! read-parameter parser, [`rankgate_core::read::parse_read_query`], which also bounds `at` by the server
 //! clock.
 
+use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
+use axum::http::{header, HeaderValue};
+use axum::response::Response;
 
 use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::read::{parse_read_query, ReadContext, ReadEndpoint, ReadRequest};
@@ -28,8 +29,15 @@ fn parse_query(state: &AppState, endpoint: ReadEndpoint, query: Option<&str>) ->
     parse_read_query(endpoint, query.unwrap_or(""), &context).map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
+/// A JSON answer with the headers the router's answers carry (`content-type`, then `content-length`,
+/// which axum adds for a body of known size), built directly so the edge's direct path answers the same.
 fn json_response(body: bytes::Bytes) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    let length = HeaderValue::from(body.len());
+    let mut response = Response::new(Body::from(body));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(header::CONTENT_LENGTH, length);
+    response
 }
 
 impl From<ReadError> for ApiError {
@@ -64,7 +72,14 @@ pub async fn rank(
     Path(product): Path<String>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
-    let product = ProductId::parse(&product).map_err(|e| ApiError::bad_field("productId", e))?;
+    rank_answer(&state, &product, query.as_deref()).await
+}
+
+/// The rank read itself, from the decoded `productId` path segment and the raw query string: the route's
+/// handler above, and the edge's direct path for the same route ([`crate::edge::Edge`]), which skips
+/// the router's per-request work on the hottest read.
+pub async fn rank_answer(state: &AppState, product: &str, query: Option<&str>) -> ApiResult<Response> {
+    let product = ProductId::parse(product).map_err(|e| ApiError::bad_field("productId", e))?;
     let parsed = parse_query(&state, ReadEndpoint::Rank, query.as_deref())?;
     let request = RankRequest {
         query: RankingQuery {
@@ -75,4 +90,12 @@ pub async fn rank(
         product,
     };
     Ok(json_response(state.reader.rank(&request).await?))
+}
+
+/// The path of a rank read the edge may answer without the router: `/v1/products/{productId}/rank` whose
+/// segment holds no escape (axum would percent-decode it; those go through the router) — the product id
+/// as the router's `Path` extractor would give it. `None` for every other path.
+pub fn direct_rank_product(path: &str) -> Option<&str> {
+    let product = path.strip_prefix("/v1/products/")?.strip_suffix("/rank")?;
+    (!product.is_empty() && !product.contains(['/', '%'])).then_some(product)
 }
