@@ -773,7 +773,7 @@ mod tests {
             as_of in proptest::option::of("[0-9T:.Z-]{0,24}"),
             at in "[0-9W-]{0,10}",
             carry in any_f64(),
-            category in "\\PC{1,8}|all|a\"b\\\\c",
+            category in "\\PC{1,8}|all|a\"b\\\\c|tab\there|\u{1}",
             metrics in proptest::array::uniform4(proptest::num::i64::ANY),
             period in proptest::option::of(proptest::sample::select(vec!["hourly", "daily", "weekly"])),
             policy_version in proptest::num::u32::ANY,
@@ -809,10 +809,8 @@ mod tests {
                 window,
             };
             let derived = serde_json::to_vec(&response).expect("serializes");
-            proptest::prop_assert_eq!(
-                String::from_utf8_lossy(&response.to_json()),
-                String::from_utf8_lossy(&derived)
-            );
+            let written = response.to_json();
+            proptest::prop_assert_eq!(String::from_utf8_lossy(&written), String::from_utf8_lossy(&derived));
         }
     }
 
