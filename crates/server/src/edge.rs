@@ -215,10 +215,7 @@ impl Edge {
         if let Some(state) = &self.direct_reads {
             if request.method() == Method::GET && request.body().is_end_stream() {
                 if let Some(product) = rankings::direct_rank_product(request.uri().path()) {
-                    return match rankings::rank_answer(state, product, request.uri().query()).await {
-                        Ok(response) => response,
-                        Err(error) => error.into_response(),
-                    };
+                    return rankings::rank_answer(state, product, request.uri().query()).await;
                 }
             }
         }

@@ -117,14 +117,42 @@ mod tests {
 
     #[test]
     fn values_are_what_serde_json_writes() {
-        for value in [0.0, -0.0, 1.0, 0.1, 1e21, 1e-7, 504.098_543_822_473_35, f64::MAX, f64::MIN_POSITIVE] {
+        for value in [
+            0.0,
+            -0.0,
+            1.0,
+            0.1,
+            1e21,
+            1e-7,
+            504.098_543_822_473_35,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+        ] {
             assert_eq!(written(|w| w.f64(value)), serde_json::to_string(&value).unwrap());
         }
         for value in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
-            assert_eq!(written(|w| w.f64(value)), "null", "serde_json writes non-finite floats as null");
+            assert_eq!(
+                written(|w| w.f64(value)),
+                "null",
+                "serde_json writes non-finite floats as null"
+            );
         }
-        for value in ["", "p1", "a\"b", "back\\slash", "tab\there", "\u{1}", "\u{7f}", "é ☃ 🎉", "</script>"] {
-            assert_eq!(written(|w| w.str(value)), serde_json::to_string(value).unwrap(), "{value:?}");
+        for value in [
+            "",
+            "p1",
+            "a\"b",
+            "back\\slash",
+            "tab\there",
+            "\u{1}",
+            "\u{7f}",
+            "é ☃ 🎉",
+            "</script>",
+        ] {
+            assert_eq!(
+                written(|w| w.str(value)),
+                serde_json::to_string(value).unwrap(),
+                "{value:?}"
+            );
         }
         for value in [0, 1, u64::MAX] {
             assert_eq!(written(|w| w.u64(value)), serde_json::to_string(&value).unwrap());

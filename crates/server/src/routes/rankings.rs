@@ -9,7 +9,7 @@
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderValue};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::read::{parse_read_query, ReadContext, ReadEndpoint, ReadRequest};
@@ -31,7 +31,7 @@ fn parse_query(state: &AppState, endpoint: ReadEndpoint, query: Option<&str>) ->
 
 /// A JSON answer with the headers the router's answers carry (`content-type`, then `content-length`,
 /// which axum adds for a body of known size), built directly so the edge's direct path answers the same.
-fn json_response(body: bytes::Bytes) -> Response {
+pub fn json_response(body: bytes::Bytes) -> Response {
     let length = HeaderValue::from(body.len());
     let mut response = Response::new(Body::from(body));
     let headers = response.headers_mut();
@@ -72,13 +72,16 @@ pub async fn rank(
     Path(product): Path<String>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
-    rank_answer(&state, &product, query.as_deref()).await
+    Ok(json_response(
+        rank_body(&state, &product, query.as_deref()).await?,
+    ))
 }
 
-/// The rank read itself, from the decoded `productId` path segment and the raw query string: the route's
-/// handler above, and the edge's direct path for the same route ([`crate::edge::Edge`]), which skips
-/// the router's per-request work on the hottest read.
-pub async fn rank_answer(state: &AppState, product: &str, query: Option<&str>) -> ApiResult<Response> {
+/// The rank read itself, from the decoded `productId` path segment and the raw query string, as the JSON
+/// body of its answer: the route's handler above, and the edge's direct paths for the same route
+/// ([`crate::edge::Edge`], [`crate::fast_lane`]), which skip the router's per-request work on the
+/// hottest read.
+pub async fn rank_body(state: &AppState, product: &str, query: Option<&str>) -> ApiResult<bytes::Bytes> {
     let product = ProductId::parse(product).map_err(|e| ApiError::bad_field("productId", e))?;
     let parsed = parse_query(&state, ReadEndpoint::Rank, query.as_deref())?;
     let request = RankRequest {
@@ -89,7 +92,15 @@ pub async fn rank_answer(state: &AppState, product: &str, query: Option<&str>) -
         },
         product,
     };
-    Ok(json_response(state.reader.rank(&request).await?))
+    Ok(state.reader.rank(&request).await?)
+}
+
+/// The rank read answered as the route answers it.
+pub async fn rank_answer(state: &AppState, product: &str, query: Option<&str>) -> Response {
+    match rank_body(state, product, query).await {
+        Ok(body) => json_response(body),
+        Err(error) => error.into_response(),
+    }
 }
 
 /// The path of a rank read the edge may answer without the router: `/v1/products/{productId}/rank` whose

@@ -358,16 +358,27 @@ async fn rank_reads_answer_the_same_through_the_edge_and_through_the_router() {
         assert_eq!(direct.0, status, "{query}: {}", direct.2);
         assert_eq!(direct, routed, "{query}");
         assert!(
-            direct.1.contains(&("content-type".into(), "application/json".into())),
+            direct
+                .1
+                .contains(&("content-type".into(), "application/json".into())),
             "{query}: {:?}",
             direct.1
         );
     }
-    let rank: serde_json::Value =
-        serde_json::from_str(&answer(&app, "/v1/products/p2/rank?category=toys&window=7d&ranker=units").await.2)
-            .unwrap();
-    assert_eq!((rank["productId"].as_str(), rank["rank"].as_u64()), (Some("p2"), Some(2)));
-    assert_eq!(rank["metrics"], json!({ "likes": 0, "sales": 300, "units": 3, "views": 0 }));
+    let rank: serde_json::Value = serde_json::from_str(
+        &answer(&app, "/v1/products/p2/rank?category=toys&window=7d&ranker=units")
+            .await
+            .2,
+    )
+    .unwrap();
+    assert_eq!(
+        (rank["productId"].as_str(), rank["rank"].as_u64()),
+        (Some("p2"), Some(2))
+    );
+    assert_eq!(
+        rank["metrics"],
+        json!({ "likes": 0, "sales": 300, "units": 3, "views": 0 })
+    );
 
     // Everything else on that path is the router's, answered as before.
     let client = reqwest::Client::new();
@@ -384,7 +395,10 @@ async fn rank_reads_answer_the_same_through_the_edge_and_through_the_router() {
         .unwrap();
     assert_eq!(post.status(), 405);
     let body: serde_json::Value = post.json().await.unwrap();
-    assert!(body["error"].as_str().unwrap().starts_with("method: POST"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().starts_with("method: POST"),
+        "{body}"
+    );
     let empty = answer(&app, "/v1/products//rank").await;
     assert_eq!(empty.0, 400, "an empty segment: the router's path");
     assert!(empty.2.contains("productId"), "{}", empty.2);
