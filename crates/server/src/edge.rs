@@ -44,6 +44,7 @@ use tower::ServiceExt as _;
 
 use crate::app::AppState;
 use crate::error::{json_error, ApiError, PassThrough};
+use crate::fast_lane;
 use crate::routes::rankings;
 
 /// How long a connection past `max_connections` waits for a slot before it is answered 503.
@@ -96,7 +97,12 @@ pub async fn serve_until_stopped(
             },
         };
         if let Ok(slot) = Arc::clone(&slots).try_acquire_owned() {
-            spawn_connection(&http, graceful.watcher(), stream, router.clone(), slot);
+            let lane = router.direct_reads.as_ref().map(|state| Lane {
+                state: Arc::clone(state),
+                header_timeout: limits.header_timeout,
+                shutdown: shutdown.clone(),
+            });
+            spawn_connection(&http, graceful.watcher(), stream, router.clone(), slot, lane);
             continue;
         }
         let Ok(waiting) = Arc::clone(&overflow).try_acquire_owned() else {
@@ -110,12 +116,12 @@ pub async fn serve_until_stopped(
             match tokio::time::timeout(OVERFLOW_WAIT, slots.acquire_owned()).await {
                 Ok(Ok(slot)) => {
                     drop(waiting);
-                    spawn_connection(&http, watcher, stream, router, slot);
+                    spawn_connection(&http, watcher, stream, router, slot, None);
                 }
                 _ => {
                     let mut http = http;
                     http.keep_alive(false);
-                    spawn_connection(&http, watcher, stream, refusal, waiting);
+                    spawn_connection(&http, watcher, stream, refusal, waiting, None);
                 }
             }
         });
@@ -132,21 +138,42 @@ pub async fn serve_until_stopped(
     }
 }
 
-/// Serves one connection on a task of its own; `permit` is held until the connection ends.
+/// What a connection's [`fast_lane`] needs.
+struct Lane {
+    state: Arc<AppState>,
+    header_timeout: Duration,
+    shutdown: CancellationToken,
+}
+
+/// Serves one connection on a task of its own; `permit` is held until the connection ends. With a
+/// `lane`, the connection starts in the [`fast_lane`] and goes to hyper at its first other request.
 fn spawn_connection(
     http: &hyper::server::conn::http1::Builder,
     watcher: Watcher,
     stream: TcpStream,
     router: Edge,
     permit: OwnedSemaphorePermit,
+    lane: Option<Lane>,
 ) {
-    let service = TowerToHyperService::new(
-        router.map_request(|request: Request<hyper::body::Incoming>| request.map(Body::new)),
-    );
-    let connection = watcher.watch(http.serve_connection(TokioIo::new(stream), service));
+    let http = http.clone();
     tokio::spawn(async move {
+        // The watcher is held through the lane too: graceful shutdown waits for the lane's answer.
+        let io = match lane {
+            None => fast_lane::Prefixed::new(Bytes::new(), stream),
+            Some(lane) => {
+                match fast_lane::serve(stream, &lane.state, lane.header_timeout, &lane.shutdown).await {
+                    fast_lane::LaneEnd::Closed => return drop(permit),
+                    fast_lane::LaneEnd::ToHyper(io) => io,
+                }
+            }
+        };
+        let service = TowerToHyperService::new(
+            router.map_request(|request: Request<hyper::body::Incoming>| request.map(Body::new)),
+        );
         // Errors here are the client's (reset, header timeout, malformed request): nothing to report.
-        let _ = connection.await;
+        let _ = watcher
+            .watch(http.serve_connection(TokioIo::new(io), service))
+            .await;
         drop(permit);
     });
 }

@@ -6,6 +6,7 @@
 //! - [`rankings`]: the rankings service (engine, writer thread with group commit, policies, catalogue).
 //! - [`edge`]: the listener and the edge of the router: connection limit, header and body deadlines,
 //!   every error answered as JSON.
+//! - [`fast_lane`]: plain rank reads answered ahead of hyper; anything else hands the connection over.
 //! - [`routes`]: one module per route group; thin handlers.
 //! - [`auth`]: bearer-key middleware for admin and ingest.
 //! - [`error`]: the one `ApiError` every handler returns.
@@ -23,6 +24,7 @@ pub mod config;
 pub mod demo;
 pub mod edge;
 pub mod error;
+pub mod fast_lane;
 pub mod json_writer;
 pub mod rankings;
 pub mod route_table;
