@@ -89,13 +89,11 @@ pub async fn serve(
             }
         };
         let head_bytes = buffer.split_to(head.len).freeze();
-        let target =
-            std::str::from_utf8(&head_bytes[head.target.clone()]).expect("httparse checks the target");
-        let (path, query) = match target.split_once('?') {
-            Some((path, query)) => (path, Some(query)),
-            None => (target, None),
+        let text = |range: &std::ops::Range<usize>| {
+            std::str::from_utf8(&head_bytes[range.clone()]).expect("httparse checks the target")
         };
-        let product = rankings::direct_rank_product(path).expect("parse_head checked the path");
+        let product = text(&head.product);
+        let query = head.query.as_ref().map(text);
         out.clear();
         match rankings::rank_body(state, product, query).await {
             Ok(body) => {
@@ -149,10 +147,11 @@ fn write_status_line(out: &mut Vec<u8>, status: StatusCode) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// A complete rank-read head: its length and where its request target lies.
+/// A complete rank-read head: its length, and where the product id and the query lie in it.
 struct RankHead {
     len: usize,
-    target: std::ops::Range<usize>,
+    product: std::ops::Range<usize>,
+    query: Option<std::ops::Range<usize>>,
 }
 
 enum Head {
@@ -178,10 +177,13 @@ fn parse_head(buffer: &[u8]) -> Head {
     let (Some("GET"), Some(1), Some(target)) = (request.method, request.version, request.path) else {
         return Head::Other;
     };
-    let path = target.split_once('?').map_or(target, |(path, _)| path);
-    if rankings::direct_rank_product(path).is_none() {
+    let (path, query) = match target.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (target, None),
+    };
+    let Some(product) = rankings::direct_rank_product(path) else {
         return Head::Other;
-    }
+    };
     let changes_the_exchange = request.headers.iter().any(|header| {
         [
             "content-length",
@@ -196,10 +198,15 @@ fn parse_head(buffer: &[u8]) -> Head {
     if changes_the_exchange {
         return Head::Other;
     }
-    let start = target.as_ptr() as usize - buffer.as_ptr() as usize;
+    // Both are slices of `buffer`: their offsets locate them in the head the lane keeps.
+    let range = |part: &str| {
+        let start = part.as_ptr() as usize - buffer.as_ptr() as usize;
+        start..start + part.len()
+    };
     Head::Rank(RankHead {
         len,
-        target: start..start + target.len(),
+        product: range(product),
+        query: query.map(range),
     })
 }
 

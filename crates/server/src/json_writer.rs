@@ -14,6 +14,20 @@
 use serde::Serialize;
 use serde_json::ser::{CompactFormatter, Formatter as _};
 
+/// The bytes serde_json escapes in a string: `"`, `\` and the control characters below 0x20, nothing
+/// else. A table: one load per byte instead of three comparisons.
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        table[byte] = true;
+        byte += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
 /// Appends JSON to a byte buffer. Callers write the structure (`{`, keys, `,`) themselves; this writes
 /// the values.
 pub struct JsonWriter {
@@ -35,8 +49,7 @@ impl JsonWriter {
 
     /// A JSON string, escaped exactly as serde_json escapes it.
     pub fn str(&mut self, value: &str) {
-        // serde_json escapes `"`, `\` and the control characters below 0x20, nothing else.
-        if value.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        if !value.bytes().any(|b| NEEDS_ESCAPE[usize::from(b)]) {
             self.out.push(b'"');
             self.out.extend_from_slice(value.as_bytes());
             self.out.push(b'"');
