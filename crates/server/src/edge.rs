@@ -18,7 +18,7 @@
 //!   as fast as Redis's `ZREVRANK`), and the router's share of it — route lookup, the path-parameter
 //!   map in the request's extensions, the extractors, three boxed futures — cost more than the read
 //!   itself. A bodiless `GET` whose path is exactly that route, with a segment that needs no
-//!   percent-decoding, is answered by the same handler code ([`rankings::rank_answer`]) without the
+//!   percent-decoding, is answered by the same handler code ([`rankings::rank_reply`]) without the
 //!   router; any other request to that path (another method, `HEAD`, an escape, a body) goes through
 //!   the router as before, so answers are the same either way.
 
@@ -242,7 +242,9 @@ impl Edge {
         if let Some(state) = &self.direct_reads {
             if request.method() == Method::GET && request.body().is_end_stream() {
                 if let Some(product) = rankings::direct_rank_product(request.uri().path()) {
-                    return rankings::rank_answer(state, product, request.uri().query()).await;
+                    return rankings::rank_reply(state, product, request.uri().query())
+                        .await
+                        .into_response();
                 }
             }
         }

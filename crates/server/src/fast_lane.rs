@@ -9,8 +9,9 @@
 //!
 //! - `GET /v1/products/{productId}/rank[?query]` over HTTP/1.1, with a segment needing no
 //!   percent-decoding, and no header that changes the exchange (`content-length`, `transfer-encoding`,
-//!   `connection`, `expect`, `upgrade`): answered with [`rankings::rank_body`], the route's own code, in
-//!   the bytes hyper would write (status line, the route's headers, `content-length`, `date`).
+//!   `connection` other than `keep-alive`, `expect`, `upgrade`, conditional and range headers):
+//!   answered with [`rankings::rank_reply`], the route's own code, in the bytes hyper would write
+//!   (status line, the route's headers, `content-length`, `date`).
 //!
 //! **Anything else ends the lane**: the bytes read so far go to hyper together with the socket, so hyper
 //! serves that request and every later one on the connection exactly as before (keep-alive, limits,
@@ -24,7 +25,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::http::StatusCode;
-use axum::response::IntoResponse as _;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::TcpStream;
@@ -37,6 +37,20 @@ use crate::routes::rankings;
 const MAX_HEAD_BYTES: usize = 8 * 1024;
 /// Headers the lane parses; a request with more is hyper's.
 const MAX_HEADERS: usize = 32;
+/// Request headers that change what the exchange is (a body, the connection's fate, an upgrade, a
+/// conditional or partial answer): a request with any of them is hyper's and the router's to answer.
+const HYPERS_HEADERS: [&str; 10] = [
+    "content-length",
+    "transfer-encoding",
+    "expect",
+    "upgrade",
+    "if-none-match",
+    "if-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "if-range",
+    "range",
+];
 
 /// How a connection left the lane.
 pub enum LaneEnd {
@@ -94,40 +108,9 @@ pub async fn serve(
         };
         let product = text(&head.product);
         let query = head.query.as_ref().map(text);
+        let reply = rankings::rank_reply(state, product, query).await;
         out.clear();
-        match rankings::rank_body(state, product, query).await {
-            Ok(body) => {
-                out.extend_from_slice(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ",
-                );
-                out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
-                out.extend_from_slice(b"\r\ndate: ");
-                out.extend_from_slice(date.now());
-                out.extend_from_slice(b"\r\n\r\n");
-                out.extend_from_slice(&body);
-            }
-            Err(error) => {
-                let response = error.into_response();
-                let (parts, body) = response.into_parts();
-                let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
-                write_status_line(&mut out, parts.status);
-                for (name, value) in &parts.headers {
-                    out.extend_from_slice(name.as_str().as_bytes());
-                    out.extend_from_slice(b": ");
-                    out.extend_from_slice(value.as_bytes());
-                    out.extend_from_slice(b"\r\n");
-                }
-                if !parts.headers.contains_key(axum::http::header::CONTENT_LENGTH) {
-                    out.extend_from_slice(b"content-length: ");
-                    out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
-                    out.extend_from_slice(b"\r\n");
-                }
-                out.extend_from_slice(b"date: ");
-                out.extend_from_slice(date.now());
-                out.extend_from_slice(b"\r\n\r\n");
-                out.extend_from_slice(&body);
-            }
-        }
+        write_reply(&mut out, &reply, date.now());
         if stream.write_all(&out).await.is_err() {
             return LaneEnd::Closed;
         }
@@ -139,12 +122,30 @@ pub async fn serve(
     }
 }
 
-fn write_status_line(out: &mut Vec<u8>, status: StatusCode) {
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
+/// `reply` as hyper writes an answer: status line, the headers in order (lower-case names), then
+/// `content-length` and `date`, then the body.
+fn write_reply(out: &mut Vec<u8>, reply: &rankings::RankReply, date: &[u8]) {
+    if reply.status == StatusCode::OK {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    } else {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(reply.status.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(reply.status.canonical_reason().unwrap_or("").as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in &reply.headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(itoa::Buffer::new().format(reply.body.len()).as_bytes());
+    out.extend_from_slice(b"\r\ndate: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(&reply.body);
 }
 
 /// A complete rank-read head: its length, and where the product id and the query lie in it.
@@ -185,15 +186,12 @@ fn parse_head(buffer: &[u8]) -> Head {
         return Head::Other;
     };
     let changes_the_exchange = request.headers.iter().any(|header| {
-        [
-            "content-length",
-            "transfer-encoding",
-            "connection",
-            "expect",
-            "upgrade",
-        ]
-        .iter()
-        .any(|name| header.name.eq_ignore_ascii_case(name))
+        if header.name.eq_ignore_ascii_case("connection") {
+            return !header.value.eq_ignore_ascii_case(b"keep-alive");
+        }
+        HYPERS_HEADERS
+            .iter()
+            .any(|name| header.name.eq_ignore_ascii_case(name))
     });
     if changes_the_exchange {
         return Head::Other;
@@ -301,6 +299,9 @@ mod tests {
             "GET /v1/products/p1/rank?window=7d HTTP/1.1\r\nHost: x\r\n\r\n"
         ));
         assert!(rank("GET /v1/products/p1/rank HTTP/1.1\r\n\r\n"));
+        assert!(rank(
+            "GET /v1/products/p1/rank HTTP/1.1\r\nConnection: Keep-Alive\r\n\r\n"
+        ));
         for other in [
             "HEAD /v1/products/p1/rank HTTP/1.1\r\n\r\n",
             "GET /v1/products/p1/rank HTTP/1.0\r\n\r\n",
@@ -311,6 +312,9 @@ mod tests {
             "GET /v1/products/p1/rank HTTP/1.1\r\ncontent-length: 3\r\n\r\nabc",
             "GET /v1/products/p1/rank HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
             "POST /v1/products/p1/rank HTTP/1.1\r\n\r\n",
+            "GET /v1/products/p1/rank HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",
+            "GET /v1/products/p1/rank HTTP/1.1\r\nIf-None-Match: \"x\"\r\n\r\n",
+            "GET /v1/products/p1/rank HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
             "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
             "\x16\x03\x01 not http",
         ] {

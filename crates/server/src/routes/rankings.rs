@@ -8,8 +8,9 @@
 
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 
 use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::read::{parse_read_query, ReadContext, ReadEndpoint, ReadRequest};
@@ -31,7 +32,7 @@ fn parse_query(state: &AppState, endpoint: ReadEndpoint, query: Option<&str>) ->
 
 /// A JSON answer with the headers the router's answers carry (`content-type`, then `content-length`,
 /// which axum adds for a body of known size), built directly so the edge's direct path answers the same.
-pub fn json_response(body: bytes::Bytes) -> Response {
+fn json_response(body: Bytes) -> Response {
     let length = HeaderValue::from(body.len());
     let mut response = Response::new(Body::from(body));
     let headers = response.headers_mut();
@@ -71,19 +72,17 @@ pub async fn rank(
     State(state): State<AppState>,
     Path(product): Path<String>,
     RawQuery(query): RawQuery,
-) -> ApiResult<Response> {
-    Ok(json_response(
-        rank_body(&state, &product, query.as_deref()).await?,
-    ))
+) -> Response {
+    rank_reply(&state, &product, query.as_deref())
+        .await
+        .into_response()
 }
 
 /// The rank read itself, from the decoded `productId` path segment and the raw query string, as the JSON
-/// body of its answer: the route's handler above, and the edge's direct paths for the same route
-/// ([`crate::edge::Edge`], [`crate::fast_lane`]), which skip the router's per-request work on the
-/// hottest read.
-pub async fn rank_body(state: &AppState, product: &str, query: Option<&str>) -> ApiResult<bytes::Bytes> {
+/// body of its answer.
+async fn rank_body(state: &AppState, product: &str, query: Option<&str>) -> ApiResult<Bytes> {
     let product = ProductId::parse(product).map_err(|e| ApiError::bad_field("productId", e))?;
-    let parsed = parse_query(&state, ReadEndpoint::Rank, query.as_deref())?;
+    let parsed = parse_query(state, ReadEndpoint::Rank, query)?;
     let request = RankRequest {
         query: RankingQuery {
             ranker: parsed.ranker,
@@ -95,11 +94,57 @@ pub async fn rank_body(state: &AppState, product: &str, query: Option<&str>) -> 
     Ok(state.reader.rank(&request).await?)
 }
 
-/// The rank read answered as the route answers it.
-pub async fn rank_answer(state: &AppState, product: &str, query: Option<&str>) -> Response {
+/// A rank read's answer: status, headers (but `content-length` and `date`, which whoever writes the
+/// answer adds) and body.
+///
+/// Three paths answer a rank read — the route's handler above, the edge's direct path
+/// ([`crate::edge::Edge`]) and the fast lane ([`crate::fast_lane`]), which skip the router's and hyper's
+/// per-request work on the hottest read — and all three write exactly this, so a header added here
+/// (`Cache-Control`, `ETag`, …) reaches every one of them.
+pub struct RankReply {
+    /// 200, or the error's status.
+    pub status: StatusCode,
+    /// In the order they are written.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The JSON body.
+    pub body: Bytes,
+}
+
+impl IntoResponse for RankReply {
+    fn into_response(self) -> Response {
+        let length = HeaderValue::from(self.body.len());
+        let mut response = Response::new(Body::from(self.body));
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        for (name, value) in self.headers {
+            headers.append(name, value);
+        }
+        headers.insert(header::CONTENT_LENGTH, length);
+        response
+    }
+}
+
+/// The rank read, answered (see [`RankReply`]).
+pub async fn rank_reply(state: &AppState, product: &str, query: Option<&str>) -> RankReply {
     match rank_body(state, product, query).await {
-        Ok(body) => json_response(body),
-        Err(error) => error.into_response(),
+        Ok(body) => RankReply {
+            status: StatusCode::OK,
+            headers: vec![(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            body,
+        },
+        Err(error) => {
+            let (parts, body) = error.into_response().into_parts();
+            RankReply {
+                status: parts.status,
+                headers: parts
+                    .headers
+                    .into_iter()
+                    .filter_map(|(name, value)| Some((name?, value)))
+                    .collect(),
+                // An error body is a short JSON object held in memory: collecting it cannot fail.
+                body: axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default(),
+            }
+        }
     }
 }
 
