@@ -110,21 +110,23 @@ pub async fn serve(
         let query = head.query.as_ref().map(text);
         let reply = rankings::rank_reply(state, product, query).await;
         out.clear();
-        write_reply(&mut out, &reply, date.now());
+        // Shutdown began while this request was in flight: it gets its answer, announced as the last.
+        let last = shutdown.is_cancelled();
+        write_reply(&mut out, &reply, date.now(), last);
         if stream.write_all(&out).await.is_err() {
             return LaneEnd::Closed;
         }
         waiting_since = Instant::now();
-        if shutdown.is_cancelled() {
-            // Graceful shutdown: the request in flight got its answer; no further one is read.
+        if last {
             return LaneEnd::Closed;
         }
     }
 }
 
 /// `reply` as hyper writes an answer: status line, the headers in order (lower-case names), then
-/// `content-length` and `date`, then the body.
-fn write_reply(out: &mut Vec<u8>, reply: &rankings::RankReply, date: &[u8]) {
+/// `content-length` and `date`, then the body; the `last` answer on a connection says
+/// `connection: close`, as hyper's does during a graceful shutdown.
+fn write_reply(out: &mut Vec<u8>, reply: &rankings::RankReply, date: &[u8], last: bool) {
     if reply.status == StatusCode::OK {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
     } else {
@@ -139,6 +141,9 @@ fn write_reply(out: &mut Vec<u8>, reply: &rankings::RankReply, date: &[u8]) {
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
+    }
+    if last {
+        out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"content-length: ");
     out.extend_from_slice(itoa::Buffer::new().format(reply.body.len()).as_bytes());
