@@ -21,6 +21,9 @@
 //!   percent-decoding, is answered by the same handler code ([`rankings::rank_reply`]) without the
 //!   router; any other request to that path (another method, `HEAD`, an escape, a body) goes through
 //!   the router as before, so answers are the same either way.
+//! - **Connections start in the [`fast_lane`]**, which answers plain rank reads ahead of hyper and hands
+//!   the socket (and the bytes it read) to hyper at the first other request; connections past the limit
+//!   and a traced router (DEBUG `tower_http::trace`) skip the lane and the direct path.
 
 use std::future::Future;
 use std::pin::Pin;
