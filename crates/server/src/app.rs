@@ -164,18 +164,25 @@ pub fn router(state: AppState) -> edge::Edge {
     // receives. Its one louder record, an ERROR line per 5xx answer, goes with it: internal errors are
     // still logged by `ApiError`, while a store outage (503s) shows in `/readyz`, in the background
     // workers' warnings and in the gate's outcome counters rather than as one line per refused request.
-    let app = if tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG) {
+    let traced = tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG);
+    let app = if traced {
         app.layer(TraceLayer::new_for_http())
     } else {
         app
     };
     // The edge wraps the router as one service rather than each route (`Router::layer`): it must see the
     // answers the router makes itself, such as a 405 with its `Allow` header.
-    edge::Edge::new(
+    let edge = edge::Edge::new(
         app,
         Duration::from_millis(state.config.http.body_timeout_millis.max(1)),
         state.config.max_body_bytes,
-    )
+    );
+    // Rank reads skip the router (see `edge`), unless it is traced: then every request must pass the layer.
+    if traced {
+        edge
+    } else {
+        edge.with_direct_reads(state)
+    }
 }
 
 /// A built, bound, not yet serving rankgate.

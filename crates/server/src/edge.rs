@@ -14,6 +14,16 @@
 //!   rewrites any error answer that is not JSON into the one [`ApiError`] shape, keeping its status and
 //!   headers (`Allow`, `Retry-After`). Unknown routes get a JSON `404` from the router's fallback. Only
 //!   answers marked [`PassThrough`] (the gate's upstream answers) reach the client as they are.
+//! - **The rank read goes direct.** `GET /v1/products/{productId}/rank` is the hottest read (issue 10:
+//!   as fast as Redis's `ZREVRANK`), and the router's share of it — route lookup, the path-parameter
+//!   map in the request's extensions, the extractors, three boxed futures — cost more than the read
+//!   itself. A bodiless `GET` whose path is exactly that route, with a segment that needs no
+//!   percent-decoding, is answered by the same handler code ([`rankings::rank_reply`]) without the
+//!   router; any other request to that path (another method, `HEAD`, an escape, a body) goes through
+//!   the router as before, so answers are the same either way.
+//! - **Connections start in the [`fast_lane`]**, which answers plain rank reads ahead of hyper and hands
+//!   the socket (and the bytes it read) to hyper at the first other request; connections past the limit
+//!   and a traced router (DEBUG `tower_http::trace`) skip the lane and the direct path.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,7 +45,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
+use crate::app::AppState;
 use crate::error::{json_error, ApiError, PassThrough};
+use crate::fast_lane;
+use crate::routes::rankings;
 
 /// How long a connection past `max_connections` waits for a slot before it is answered 503.
 pub const OVERFLOW_WAIT: Duration = Duration::from_millis(100);
@@ -87,7 +100,12 @@ pub async fn serve_until_stopped(
             },
         };
         if let Ok(slot) = Arc::clone(&slots).try_acquire_owned() {
-            spawn_connection(&http, graceful.watcher(), stream, router.clone(), slot);
+            let lane = router.direct_reads.as_ref().map(|state| Lane {
+                state: Arc::clone(state),
+                header_timeout: limits.header_timeout,
+                shutdown: shutdown.clone(),
+            });
+            spawn_connection(&http, graceful.watcher(), stream, router.clone(), slot, lane);
             continue;
         }
         let Ok(waiting) = Arc::clone(&overflow).try_acquire_owned() else {
@@ -101,12 +119,12 @@ pub async fn serve_until_stopped(
             match tokio::time::timeout(OVERFLOW_WAIT, slots.acquire_owned()).await {
                 Ok(Ok(slot)) => {
                     drop(waiting);
-                    spawn_connection(&http, watcher, stream, router, slot);
+                    spawn_connection(&http, watcher, stream, router, slot, None);
                 }
                 _ => {
                     let mut http = http;
                     http.keep_alive(false);
-                    spawn_connection(&http, watcher, stream, refusal, waiting);
+                    spawn_connection(&http, watcher, stream, refusal, waiting, None);
                 }
             }
         });
@@ -123,21 +141,42 @@ pub async fn serve_until_stopped(
     }
 }
 
-/// Serves one connection on a task of its own; `permit` is held until the connection ends.
+/// What a connection's [`fast_lane`] needs.
+struct Lane {
+    state: Arc<AppState>,
+    header_timeout: Duration,
+    shutdown: CancellationToken,
+}
+
+/// Serves one connection on a task of its own; `permit` is held until the connection ends. With a
+/// `lane`, the connection starts in the [`fast_lane`] and goes to hyper at its first other request.
 fn spawn_connection(
     http: &hyper::server::conn::http1::Builder,
     watcher: Watcher,
     stream: TcpStream,
     router: Edge,
     permit: OwnedSemaphorePermit,
+    lane: Option<Lane>,
 ) {
-    let service = TowerToHyperService::new(
-        router.map_request(|request: Request<hyper::body::Incoming>| request.map(Body::new)),
-    );
-    let connection = watcher.watch(http.serve_connection(TokioIo::new(stream), service));
+    let http = http.clone();
     tokio::spawn(async move {
+        // The watcher is held through the lane too: graceful shutdown waits for the lane's answer.
+        let io = match lane {
+            None => fast_lane::Prefixed::new(Bytes::new(), stream),
+            Some(lane) => {
+                match fast_lane::serve(stream, &lane.state, lane.header_timeout, &lane.shutdown).await {
+                    fast_lane::LaneEnd::Closed => return drop(permit),
+                    fast_lane::LaneEnd::ToHyper(io) => io,
+                }
+            }
+        };
+        let service = TowerToHyperService::new(
+            router.map_request(|request: Request<hyper::body::Incoming>| request.map(Body::new)),
+        );
         // Errors here are the client's (reset, header timeout, malformed request): nothing to report.
-        let _ = connection.await;
+        let _ = watcher
+            .watch(http.serve_connection(TokioIo::new(io), service))
+            .await;
         drop(permit);
     });
 }
@@ -180,6 +219,8 @@ pub struct Edge {
     router: Router,
     body_timeout: Duration,
     max_body_bytes: usize,
+    /// The state rank reads are answered from without the router (module docs); `None`: all go through it.
+    direct_reads: Option<Arc<AppState>>,
 }
 
 impl Edge {
@@ -189,10 +230,28 @@ impl Edge {
             router,
             body_timeout,
             max_body_bytes,
+            direct_reads: None,
         }
     }
 
+    /// Answers plain rank reads from `state` directly, as `router`'s rank route would (module docs).
+    /// Only for a router that serves that route from the same state, with no layer around it.
+    pub fn with_direct_reads(mut self, state: AppState) -> Edge {
+        self.direct_reads = Some(Arc::new(state));
+        self
+    }
+
     async fn answer(self, request: Request) -> Response {
+        if let Some(state) = &self.direct_reads {
+            if request.method() == Method::GET && request.body().is_end_stream() {
+                if let Some(product) = rankings::direct_rank_product(request.uri().path()) {
+                    let if_none_match = rankings::IfNoneMatch::of(request.headers());
+                    return rankings::rank_reply(state, product, request.uri().query(), &if_none_match)
+                        .await
+                        .into_response();
+                }
+            }
+        }
         let method = request.method().clone();
         let (request, expired) = with_body_deadline(request, self.body_timeout);
         let response = match self.router.oneshot(request).await {

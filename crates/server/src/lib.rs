@@ -6,9 +6,11 @@
 //! - [`rankings`]: the rankings service (engine, writer thread with group commit, policies, catalogue).
 //! - [`edge`]: the listener and the edge of the router: connection limit, header and body deadlines,
 //!   every error answered as JSON.
+//! - [`fast_lane`]: plain rank reads answered ahead of hyper; anything else hands the connection over.
 //! - [`routes`]: one module per route group; thin handlers.
 //! - [`auth`]: bearer-key middleware for admin and ingest.
 //! - [`error`]: the one `ApiError` every handler returns.
+//! - [`json_writer`]: hand-written JSON for the hottest bodies, byte for byte serde_json's.
 //! - [`waiting_room`]: the waiting room's HTTP API, admission scheduler and order gate (SPEC 2).
 //! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, catalog.
 //! - [`stream`]: the Redis Streams consumer group (`--stream`).
@@ -23,6 +25,8 @@ pub mod config;
 pub mod demo;
 pub mod edge;
 pub mod error;
+pub mod fast_lane;
+pub mod json_writer;
 pub mod rankings;
 pub mod route_table;
 pub mod routes;

@@ -267,14 +267,15 @@ pub async fn verify_server(
     let blocking_config = config.clone();
     // The blocking stores (the PostgreSQL client has its own runtime) are read off the async runtime.
     type Loaded = (Vec<Event>, Policy, Policy, Vec<ProductId>);
-    let (events, policy, trending, delisted) = tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {
-        let mut source = crate::rankings::open_source(&blocking_config)?;
-        let policy = active_policy(source.as_mut(), RankerName::Popular)?;
-        let trending = active_policy(source.as_mut(), RankerName::Trending)?;
-        let events = read_event_log(source.as_mut())?;
-        Ok((events, policy, trending, delisted_products(source.as_mut())?))
-    })
-    .await??;
+    let (events, policy, trending, delisted) =
+        tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {
+            let mut source = crate::rankings::open_source(&blocking_config)?;
+            let policy = active_policy(source.as_mut(), RankerName::Popular)?;
+            let trending = active_policy(source.as_mut(), RankerName::Trending)?;
+            let events = read_event_log(source.as_mut())?;
+            Ok((events, policy, trending, delisted_products(source.as_mut())?))
+        })
+        .await??;
     let mut report = VerifyReport {
         events: events.len(),
         ..VerifyReport::default()

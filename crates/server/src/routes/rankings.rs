@@ -12,11 +12,13 @@
 //! `If-None-Match` matches gets `304 Not Modified` with the same two headers and no body. The sort is a
 //! POST, `Cache-Control: no-store`.
 
+use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde::Deserialize;
 
 use rankgate_core::ids::{CategoryOrAll, ProductId};
@@ -51,18 +53,30 @@ fn parse_query(state: &AppState, endpoint: ReadEndpoint, query: Option<&str>) ->
 /// which would copy every header of every read; without the header this allocates nothing.
 pub struct IfNoneMatch(Vec<HeaderValue>);
 
+impl IfNoneMatch {
+    /// The `If-None-Match` values of `headers`.
+    pub fn of(headers: &HeaderMap) -> IfNoneMatch {
+        IfNoneMatch(headers.get_all(header::IF_NONE_MATCH).iter().cloned().collect())
+    }
+
+    /// No `If-None-Match` (the fast lane leaves conditional requests to hyper and the router).
+    pub const fn absent() -> IfNoneMatch {
+        IfNoneMatch(Vec::new())
+    }
+
+    /// Whether the client already holds `served` (its tag matches one of the values).
+    fn holds(&self, served: &Served) -> bool {
+        served
+            .etag
+            .matches_if_none_match(self.0.iter().map(HeaderValue::as_bytes))
+    }
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for IfNoneMatch {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        Ok(IfNoneMatch(
-            parts
-                .headers
-                .get_all(header::IF_NONE_MATCH)
-                .iter()
-                .cloned()
-                .collect(),
-        ))
+        Ok(IfNoneMatch::of(&parts.headers))
     }
 }
 
@@ -74,9 +88,7 @@ pub fn cache_control(max_age_seconds: u64) -> HeaderValue {
 /// A cacheable read's answer: 200 with the body, or 304 when the client already holds it. Both carry the
 /// `ETag` and `Cache-Control` (RFC 9110 §15.4.5: a 304 sends what a 200 would have in those).
 fn cacheable_response(state: &AppState, if_none_match: &IfNoneMatch, served: Served) -> Response {
-    let not_modified = served
-        .etag
-        .matches_if_none_match(if_none_match.0.iter().map(HeaderValue::as_bytes));
+    let not_modified = if_none_match.holds(&served);
     let headers = [
         (header::ETAG, served.etag_header),
         (header::CACHE_CONTROL, state.cache_control.clone()),
@@ -157,9 +169,17 @@ pub async fn rank(
     Path(product): Path<String>,
     RawQuery(query): RawQuery,
     if_none_match: IfNoneMatch,
-) -> ApiResult<Response> {
-    let product = ProductId::parse(&product).map_err(|e| ApiError::bad_field("productId", e))?;
-    let parsed = parse_query(&state, ReadEndpoint::Rank, query.as_deref())?;
+) -> Response {
+    rank_reply(&state, &product, query.as_deref(), &if_none_match)
+        .await
+        .into_response()
+}
+
+/// The rank read itself, from the decoded `productId` path segment and the raw query string: the body
+/// and its entity tag.
+async fn rank_served(state: &AppState, product: &str, query: Option<&str>) -> ApiResult<Served> {
+    let product = ProductId::parse(product).map_err(|e| ApiError::bad_field("productId", e))?;
+    let parsed = parse_query(state, ReadEndpoint::Rank, query)?;
     let request = RankRequest {
         query: RankingQuery {
             ranker: parsed.ranker,
@@ -168,11 +188,7 @@ pub async fn rank(
         },
         product,
     };
-    Ok(cacheable_response(
-        &state,
-        &if_none_match,
-        state.reader.rank_served(&request).await?,
-    ))
+    Ok(state.reader.rank_served(&request).await?)
 }
 
 /// `GET /v1/products/{productId}/ranks`: the product's place in `all` and in each of its categories.
@@ -276,4 +292,87 @@ pub async fn sort(State(state): State<AppState>, body: axum::body::Bytes) -> Api
         body,
     )
         .into_response())
+}
+
+/// A rank read's answer: status, headers (but `content-length` and `date`, which whoever writes the
+/// answer adds) and body.
+///
+/// Three paths answer a rank read — the route's handler above, the edge's direct path
+/// ([`crate::edge::Edge`]) and the fast lane ([`crate::fast_lane`]), which skip the router's and hyper's
+/// per-request work on the hottest read — and all three write exactly this, so a header added here
+/// (`Cache-Control`, `ETag`, …) reaches every one of them.
+pub struct RankReply {
+    /// 200, or the error's status.
+    pub status: StatusCode,
+    /// In the order they are written.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The JSON body.
+    pub body: Bytes,
+}
+
+impl IntoResponse for RankReply {
+    fn into_response(self) -> Response {
+        let length = HeaderValue::from(self.body.len());
+        let mut response = Response::new(Body::from(self.body));
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        for (name, value) in self.headers {
+            headers.append(name, value);
+        }
+        // A 304 has no body and says nothing about the length of the one it stands for.
+        if self.status != StatusCode::NOT_MODIFIED {
+            headers.insert(header::CONTENT_LENGTH, length);
+        }
+        response
+    }
+}
+
+/// The rank read, answered (see [`RankReply`]).
+pub async fn rank_reply(
+    state: &AppState,
+    product: &str,
+    query: Option<&str>,
+    if_none_match: &IfNoneMatch,
+) -> RankReply {
+    match rank_served(state, product, query).await {
+        // The same headers, in the same order, as `cacheable_response` gives the other reads.
+        Ok(served) if if_none_match.holds(&served) => RankReply {
+            status: StatusCode::NOT_MODIFIED,
+            headers: vec![
+                (header::ETAG, served.etag_header),
+                (header::CACHE_CONTROL, state.cache_control.clone()),
+            ],
+            body: Bytes::new(),
+        },
+        Ok(served) => RankReply {
+            status: StatusCode::OK,
+            headers: vec![
+                (header::ETAG, served.etag_header),
+                (header::CACHE_CONTROL, state.cache_control.clone()),
+                (header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
+            ],
+            body: served.body,
+        },
+        Err(error) => {
+            let (parts, body) = error.into_response().into_parts();
+            RankReply {
+                status: parts.status,
+                headers: parts
+                    .headers
+                    .into_iter()
+                    .filter_map(|(name, value)| Some((name?, value)))
+                    .collect(),
+                // An error body is a short JSON object held in memory: collecting it cannot fail.
+                body: axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default(),
+            }
+        }
+    }
+}
+
+/// The path of a rank read the edge may answer without the router: `/v1/products/{productId}/rank` whose
+/// segment holds no escape (axum would percent-decode it; those go through the router) — the product id
+/// as the router's `Path` extractor would give it. `None` for every other path.
+pub fn direct_rank_product(path: &str) -> Option<&str> {
+    let product = path.strip_prefix("/v1/products/")?.strip_suffix("/rank")?;
+    (!product.is_empty() && !product.contains(['/', '%'])).then_some(product)
 }

@@ -338,3 +338,108 @@ fn a_failed_connect_does_not_show_the_password() {
         );
     }
 }
+
+/// Reads `count` answers (each with a `content-length`) from `stream`: (head without `date`, body).
+async fn read_answers(stream: &mut TcpStream, count: usize) -> Vec<(String, String)> {
+    let mut raw = Vec::new();
+    let mut answers = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while answers.len() < count {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+        assert!(n > 0, "closed after {} answers", answers.len());
+        raw.extend_from_slice(&buffer[..n]);
+        while let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8(raw[..end].to_vec()).unwrap();
+            let length: usize = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length: "))
+                .expect("a content-length")
+                .parse()
+                .unwrap();
+            if raw.len() < end + 4 + length {
+                break;
+            }
+            let body = String::from_utf8(raw[end + 4..end + 4 + length].to_vec()).unwrap();
+            raw.drain(..end + 4 + length);
+            let head: Vec<&str> = head.lines().filter(|line| !line.starts_with("date: ")).collect();
+            answers.push((head.join("\r\n"), body));
+        }
+    }
+    answers
+}
+
+/// Issue 10: a connection's plain rank reads are answered by the fast lane ahead of hyper, in the bytes
+/// hyper answers them in through the router; the first other request hands the connection to hyper,
+/// which then serves everything on it, rank reads included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fast_lane_answers_rank_reads_as_hyper_does_and_hands_anything_else_to_hyper() {
+    let app = spawn_app().await;
+    let now = now_millis();
+    app.post_events_ok(&serde_json::json!([
+        sale("s1", "p1", now, 3, 100, &["toys"]),
+        sale("s2", "p2", now, 5, 100, &["toys"]),
+    ]))
+    .await;
+    let rank = "GET /v1/products/p1/rank?window=7d&category=toys HTTP/1.1\r\nHost: x\r\n\r\n";
+    let bad = "GET /v1/products/p1/rank?window=8d HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut stream = TcpStream::connect(host_of(&app)).await.unwrap();
+    // Pipelined, in one write: the lane answers all three in order.
+    stream
+        .write_all(format!("{rank}{bad}{rank}").as_bytes())
+        .await
+        .unwrap();
+    let lane = read_answers(&mut stream, 3).await;
+    assert!(lane[0].0.starts_with("HTTP/1.1 200 OK\r\n"), "{lane:?}");
+    assert!(
+        lane[0].1.contains(r#""productId":"p1""#) && lane[0].1.contains(r#""rank":2"#),
+        "{lane:?}"
+    );
+    assert_eq!(lane[0], lane[2]);
+    assert!(lane[1].0.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{lane:?}");
+    assert!(lane[1].1.contains("window"), "{lane:?}");
+    // `/healthz` is hyper's: from here on hyper serves this connection, and answers the same bytes.
+    stream
+        .write_all(format!("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n{rank}{bad}").as_bytes())
+        .await
+        .unwrap();
+    let hyper = read_answers(&mut stream, 3).await;
+    assert!(hyper[0].1.contains(r#""status":"ok""#), "{hyper:?}");
+    assert_eq!(
+        hyper[1], lane[0],
+        "a rank read, through hyper and the router's edge"
+    );
+    assert_eq!(hyper[2], lane[1], "a refused rank read, through hyper");
+    // A percent-escaped segment, on a fresh connection: hyper and the router decode it, same answer.
+    let mut escaped = TcpStream::connect(host_of(&app)).await.unwrap();
+    escaped
+        .write_all(rank.replace("/p1/", "/%70%31/").as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(read_answers(&mut escaped, 1).await[0], lane[0]);
+}
+
+/// Graceful shutdown reaches connections in the fast lane: an idle one is closed, and the server stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_idle_connections_in_the_fast_lane() {
+    let app = spawn_app().await;
+    let mut stream = TcpStream::connect(host_of(&app)).await.unwrap();
+    stream
+        .write_all(b"GET /v1/products/p1/rank HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_answers(&mut stream, 1).await;
+    assert!(answer[0].0.starts_with("HTTP/1.1 200 OK"), "{answer:?}");
+    let stopped = tokio::time::timeout(Duration::from_secs(10), app.stop()).await;
+    assert!(
+        stopped.is_ok(),
+        "shutdown waited on an idle keep-alive connection"
+    );
+    assert_eq!(
+        read_until_closed(&mut stream, Duration::from_secs(5)).await,
+        Some(Vec::new()),
+        "the idle connection is closed, with nothing more sent"
+    );
+}

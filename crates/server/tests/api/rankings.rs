@@ -325,3 +325,92 @@ async fn a_restart_rebuilds_serving_state_and_answers_exactly_as_before() {
     restarted.stop().await;
     drop(dir);
 }
+
+/// The edge answers a plain `GET …/rank` without the router (issue 10); the router still serves every
+/// other form of the request. Both must give the same answer: same status, headers and bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rank_reads_answer_the_same_through_the_edge_and_through_the_router() {
+    let app = spawn_app().await;
+    let now = now_millis();
+    app.post_events_ok(&json!([
+        sale("s1", "p2", now, 3, 100, &["toys"]),
+        sale("s2", "p1", now, 5, 100, &["toys"]),
+    ]))
+    .await;
+    async fn answer(app: &TestApp, path: &str) -> (u16, Vec<(String, String)>, String) {
+        let response = app.get(path).await;
+        let status = response.status().as_u16();
+        let mut headers: Vec<(String, String)> = response
+            .headers()
+            .iter()
+            .filter(|(name, _)| *name != "date")
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_string()))
+            .collect();
+        headers.sort();
+        (status, headers, response.text().await.unwrap())
+    }
+    // `%70%32` is `p2` percent-encoded: the router decodes it; the edge leaves escapes to the router.
+    for (query, status) in [
+        ("?category=toys&window=7d&ranker=units", 200),
+        ("", 200),
+        ("?window=8d", 400),
+        ("?category=toys&category=toys", 400),
+    ] {
+        let direct = answer(&app, &format!("/v1/products/p2/rank{query}")).await;
+        let routed = answer(&app, &format!("/v1/products/%70%32/rank{query}")).await;
+        assert_eq!(direct.0, status, "{query}: {}", direct.2);
+        assert_eq!(direct, routed, "{query}");
+        assert!(
+            direct
+                .1
+                .contains(&("content-type".into(), "application/json".into())),
+            "{query}: {:?}",
+            direct.1
+        );
+    }
+    let rank: serde_json::Value = serde_json::from_str(
+        &answer(&app, "/v1/products/p2/rank?category=toys&window=7d&ranker=units")
+            .await
+            .2,
+    )
+    .unwrap();
+    assert_eq!(
+        (rank["productId"].as_str(), rank["rank"].as_u64()),
+        (Some("p2"), Some(2))
+    );
+    assert_eq!(
+        rank["metrics"],
+        json!({ "likes": 0, "sales": 300, "units": 3, "views": 0 })
+    );
+
+    // Everything else on that path is the router's, answered as before.
+    let client = reqwest::Client::new();
+    let head = client
+        .head(format!("{}/v1/products/p2/rank", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 200, "HEAD is answered by the GET route");
+    let post = client
+        .post(format!("{}/v1/products/p2/rank", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), 405);
+    let body: serde_json::Value = post.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().starts_with("method: POST"),
+        "{body}"
+    );
+    let empty = answer(&app, "/v1/products//rank").await;
+    assert_eq!(empty.0, 400, "an empty segment: the router's path");
+    assert!(empty.2.contains("productId"), "{}", empty.2);
+    for path in ["/v1/products/p2/rank/", "/v1/products/p2/x/rank"] {
+        let (status, _, body) = answer(&app, path).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(body.contains("no route for GET"), "{path}: {body}");
+    }
+    let bad = answer(&app, "/v1/products/p%0A2/rank").await;
+    assert_eq!(bad.0, 400, "a control character, escaped: the router's path");
+    assert!(bad.2.contains("productId"), "{}", bad.2);
+}

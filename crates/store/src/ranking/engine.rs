@@ -1932,7 +1932,11 @@ impl RankingEngine {
         let (keys, mut policies, listing_epoch) = {
             let engine = engine.read();
             let keys: Vec<SpanKey> = engine.spans.keys().copied().collect();
-            (keys, (engine.policy, engine.trending_policy), engine.listing_epoch)
+            (
+                keys,
+                (engine.policy, engine.trending_policy),
+                engine.listing_epoch,
+            )
         };
         match ranker {
             RankerName::Trending => policies.1 = policy,

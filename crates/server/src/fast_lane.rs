@@ -1,0 +1,331 @@
+//! The HTTP/1.1 fast lane: a connection's plain rank reads answered without hyper (issue 10).
+//!
+//! With the router out of the way ([`crate::edge::Edge`]'s direct path), a warm rank read still spent
+//! about half of its instructions in hyper's connection machinery (head parsing into a `HeaderMap` and a
+//! `Uri`, the dispatcher, the service glue, the response encoder) — more than the read itself — and an
+//! empty handler behind hyper already cost more CPU per request than Redis's whole `ZREVRANK`. So a
+//! connection starts here: the lane reads request heads itself (httparse, as hyper does) and answers
+//! the one shape it knows, then keeps the connection alive for the next request:
+//!
+//! - `GET /v1/products/{productId}/rank[?query]` over HTTP/1.1, with a segment needing no
+//!   percent-decoding, and no header that changes the exchange (`content-length`, `transfer-encoding`,
+//!   `connection` other than `keep-alive`, `expect`, `upgrade`, conditional and range headers):
+//!   answered with [`rankings::rank_reply`], the route's own code, in the bytes hyper would write
+//!   (status line, the route's headers, `content-length`, `date`).
+//!
+//! **Anything else ends the lane**: the bytes read so far go to hyper together with the socket, so hyper
+//! serves that request and every later one on the connection exactly as before (keep-alive, limits,
+//! bodies, errors). Also kept: the header timeout (a head must arrive within `header_timeout` of the
+//! previous answer, or of the connection's start; one timer per connection, re-armed only when it
+//! fires), graceful shutdown (an idle connection closes when shutdown begins; one whose request is in
+//! flight gets its answer first) and the connection slot, held by the caller.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::http::StatusCode;
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::AppState;
+use crate::routes::rankings;
+
+/// Heads longer than this are hyper's to read (and to refuse, past its own limit).
+const MAX_HEAD_BYTES: usize = 8 * 1024;
+/// Headers the lane parses; a request with more is hyper's.
+const MAX_HEADERS: usize = 32;
+/// Request headers that change what the exchange is (a body, the connection's fate, an upgrade, a
+/// conditional or partial answer): a request with any of them is hyper's and the router's to answer.
+const HYPERS_HEADERS: [&str; 10] = [
+    "content-length",
+    "transfer-encoding",
+    "expect",
+    "upgrade",
+    "if-none-match",
+    "if-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "if-range",
+    "range",
+];
+
+/// How a connection left the lane.
+pub enum LaneEnd {
+    /// Closed: the client went away, the header timeout passed, or shutdown began while it was idle.
+    Closed,
+    /// A request the lane does not answer: hyper takes the connection from here, bytes read included.
+    ToHyper(Prefixed),
+}
+
+/// Serves `stream`'s plain rank reads until it closes or sends anything else (module docs).
+pub async fn serve(
+    mut stream: TcpStream,
+    state: &AppState,
+    header_timeout: Duration,
+    shutdown: &CancellationToken,
+) -> LaneEnd {
+    let mut buffer = BytesMut::with_capacity(4096);
+    let mut out = Vec::with_capacity(1024);
+    let mut date = DateCache::default();
+    // When the connection began waiting for the head being read; the timer checks it when it fires, so
+    // a request costs one clock read instead of a timer registration.
+    let mut waiting_since = Instant::now();
+    let timer = tokio::time::sleep(header_timeout);
+    tokio::pin!(timer);
+    let cancelled = shutdown.cancelled();
+    tokio::pin!(cancelled);
+    loop {
+        let head = loop {
+            match parse_head(&buffer) {
+                Head::Rank(head) => break head,
+                Head::Partial if buffer.len() < MAX_HEAD_BYTES => {}
+                Head::Partial | Head::Other => {
+                    return LaneEnd::ToHyper(Prefixed::new(buffer.freeze(), stream))
+                }
+            }
+            tokio::select! {
+                biased;
+                read = stream.read_buf(&mut buffer) => match read {
+                    Ok(0) | Err(_) => return LaneEnd::Closed,
+                    Ok(_) => {}
+                },
+                _ = &mut cancelled, if buffer.is_empty() => return LaneEnd::Closed,
+                _ = &mut timer => {
+                    let deadline = waiting_since + header_timeout;
+                    if Instant::now() >= deadline {
+                        return LaneEnd::Closed;
+                    }
+                    timer.as_mut().reset(deadline.into());
+                }
+            }
+        };
+        let head_bytes = buffer.split_to(head.len).freeze();
+        let text = |range: &std::ops::Range<usize>| {
+            std::str::from_utf8(&head_bytes[range.clone()]).expect("httparse checks the target")
+        };
+        let product = text(&head.product);
+        let query = head.query.as_ref().map(text);
+        let reply = rankings::rank_reply(state, product, query, &rankings::IfNoneMatch::absent()).await;
+        out.clear();
+        // Shutdown began while this request was in flight: it gets its answer, announced as the last.
+        let last = shutdown.is_cancelled();
+        write_reply(&mut out, &reply, date.now(), last);
+        if stream.write_all(&out).await.is_err() {
+            return LaneEnd::Closed;
+        }
+        waiting_since = Instant::now();
+        if last {
+            return LaneEnd::Closed;
+        }
+    }
+}
+
+/// `reply` as hyper writes an answer: status line, the headers in order (lower-case names), then
+/// `content-length` and `date`, then the body; the `last` answer on a connection says
+/// `connection: close`, as hyper's does during a graceful shutdown.
+fn write_reply(out: &mut Vec<u8>, reply: &rankings::RankReply, date: &[u8], last: bool) {
+    if reply.status == StatusCode::OK {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    } else {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(reply.status.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(reply.status.canonical_reason().unwrap_or("").as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in &reply.headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if last {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(itoa::Buffer::new().format(reply.body.len()).as_bytes());
+    out.extend_from_slice(b"\r\ndate: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(&reply.body);
+}
+
+/// A complete rank-read head: its length, and where the product id and the query lie in it.
+struct RankHead {
+    len: usize,
+    product: std::ops::Range<usize>,
+    query: Option<std::ops::Range<usize>>,
+}
+
+enum Head {
+    /// A plain rank read the lane answers.
+    Rank(RankHead),
+    /// Not complete yet.
+    Partial,
+    /// Anything else, or not HTTP at all: hyper's to answer.
+    Other,
+}
+
+fn parse_head(buffer: &[u8]) -> Head {
+    if buffer.is_empty() {
+        return Head::Partial;
+    }
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    let len = match request.parse(buffer) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Head::Partial,
+        Err(_) => return Head::Other,
+    };
+    let (Some("GET"), Some(1), Some(target)) = (request.method, request.version, request.path) else {
+        return Head::Other;
+    };
+    let (path, query) = match target.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (target, None),
+    };
+    let Some(product) = rankings::direct_rank_product(path) else {
+        return Head::Other;
+    };
+    let changes_the_exchange = request.headers.iter().any(|header| {
+        if header.name.eq_ignore_ascii_case("connection") {
+            return !header.value.eq_ignore_ascii_case(b"keep-alive");
+        }
+        HYPERS_HEADERS
+            .iter()
+            .any(|name| header.name.eq_ignore_ascii_case(name))
+    });
+    if changes_the_exchange {
+        return Head::Other;
+    }
+    // Both are slices of `buffer`: their offsets locate them in the head the lane keeps.
+    let range = |part: &str| {
+        let start = part.as_ptr() as usize - buffer.as_ptr() as usize;
+        start..start + part.len()
+    };
+    Head::Rank(RankHead {
+        len,
+        product: range(product),
+        query: query.map(range),
+    })
+}
+
+/// The `date` header value, formatted once a second (as hyper caches it).
+#[derive(Default)]
+struct DateCache {
+    second: u64,
+    text: String,
+}
+
+impl DateCache {
+    fn now(&mut self) -> &[u8] {
+        let now = SystemTime::now();
+        let second = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        if second != self.second || self.text.is_empty() {
+            self.second = second;
+            self.text = httpdate::fmt_http_date(now);
+        }
+        self.text.as_bytes()
+    }
+}
+
+/// A socket with bytes already read from it in front: what hyper serves after the lane.
+pub struct Prefixed {
+    prefix: Bytes,
+    stream: TcpStream,
+}
+
+impl Prefixed {
+    /// `stream`, whose next bytes are `prefix`.
+    pub fn new(prefix: Bytes, stream: TcpStream) -> Prefixed {
+        Prefixed { prefix, stream }
+    }
+}
+
+impl AsyncRead for Prefixed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            let prefix = self.prefix.split_to(n);
+            buf.put_slice(&prefix);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_rank_reads_take_the_lane() {
+        let rank = |raw: &str| matches!(parse_head(raw.as_bytes()), Head::Rank(_));
+        assert!(rank(
+            "GET /v1/products/p1/rank?window=7d HTTP/1.1\r\nHost: x\r\n\r\n"
+        ));
+        assert!(rank("GET /v1/products/p1/rank HTTP/1.1\r\n\r\n"));
+        assert!(rank(
+            "GET /v1/products/p1/rank HTTP/1.1\r\nConnection: Keep-Alive\r\n\r\n"
+        ));
+        for other in [
+            "HEAD /v1/products/p1/rank HTTP/1.1\r\n\r\n",
+            "GET /v1/products/p1/rank HTTP/1.0\r\n\r\n",
+            "GET /v1/products/p%31/rank HTTP/1.1\r\n\r\n",
+            "GET /v1/products/p1/rank/ HTTP/1.1\r\n\r\n",
+            "GET /healthz HTTP/1.1\r\n\r\n",
+            "GET /v1/products/p1/rank HTTP/1.1\r\nConnection: close\r\n\r\n",
+            "GET /v1/products/p1/rank HTTP/1.1\r\ncontent-length: 3\r\n\r\nabc",
+            "GET /v1/products/p1/rank HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /v1/products/p1/rank HTTP/1.1\r\n\r\n",
+            "GET /v1/products/p1/rank HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",
+            "GET /v1/products/p1/rank HTTP/1.1\r\nIf-None-Match: \"x\"\r\n\r\n",
+            "GET /v1/products/p1/rank HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
+            "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+            "\x16\x03\x01 not http",
+        ] {
+            assert!(matches!(parse_head(other.as_bytes()), Head::Other), "{other:?}");
+        }
+        assert!(matches!(parse_head(b"GET /v1/products/p1/ra"), Head::Partial));
+        assert!(matches!(parse_head(b""), Head::Partial));
+    }
+}
