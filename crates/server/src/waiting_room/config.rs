@@ -72,6 +72,11 @@ pub struct WaitingRoomConfig {
     pub synchronous: Synchronous,
     /// How often the scheduler checks whether a queue's tick is due (ms).
     pub scheduler_poll_millis: u64,
+    /// Member position streams (`…/entries/{memberId}/events`) open at once on this instance; past it,
+    /// 429 naming this key.
+    pub max_member_streams: usize,
+    /// Between heartbeat comments on a member stream (ms).
+    pub member_stream_heartbeat_millis: u64,
     /// Reverse-proxy gates (the top-level `[[gate]]` tables).
     pub gates: Vec<GateConfig>,
 }
@@ -108,6 +113,8 @@ impl Default for WaitingRoomConfig {
             fsync_every_commit: None,
             synchronous: Synchronous::default(),
             scheduler_poll_millis: 50,
+            max_member_streams: 20_000,
+            member_stream_heartbeat_millis: 15_000,
             gates: Vec::new(),
         }
     }
