@@ -498,7 +498,9 @@ async fn next_event(mut state: StreamState) -> Option<(Result<Event, std::io::Er
 
 fn position_event(body: &Bytes) -> Event {
     // serde_json's compact output never holds a newline: one `data:` line.
-    Event::default().event("position").data(String::from_utf8_lossy(body))
+    Event::default()
+        .event("position")
+        .data(String::from_utf8_lossy(body))
 }
 
 #[cfg(test)]
@@ -521,7 +523,10 @@ mod tests {
 
     #[test]
     fn the_polling_jitter_alone_is_not_a_change_but_a_rank_is() {
-        assert_eq!(fingerprint(&waiting_at(4, 1.0)), fingerprint(&waiting_at(4, 1.17)));
+        assert_eq!(
+            fingerprint(&waiting_at(4, 1.0)),
+            fingerprint(&waiting_at(4, 1.17))
+        );
         assert_ne!(fingerprint(&waiting_at(4, 1.0)), fingerprint(&waiting_at(3, 1.0)));
     }
 

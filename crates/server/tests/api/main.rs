@@ -12,6 +12,7 @@ mod events;
 mod faults;
 mod hostile;
 mod instances;
+mod member_streams;
 mod ops;
 mod policies;
 mod rankings;

@@ -1,0 +1,232 @@
+//! Member position streams (`GET /v1/queues/{queue}/entries/{memberId}/events`, SSE) through the whole
+//! HTTP stack: on the embedded store, and on Redis (standalone and the 3-node Cluster) through two
+//! instances, where the stream is held on an instance that never admits, so what it shows comes from
+//! admissions made by the other one. Plus the stream limit, and the memory and tick cost of 10,000 streams.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+use crate::redis_servers;
+use crate::top_streams::{SseClient, SseItem};
+
+const SECRET: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
+
+/// The next position on a member stream, skipping heartbeats.
+async fn next_position(stream: &mut SseClient, within: Duration) -> (Instant, Value) {
+    let deadline = Instant::now() + within;
+    loop {
+        match stream
+            .next(deadline.saturating_duration_since(Instant::now()))
+            .await
+        {
+            Some((at, SseItem::Position(position))) => return (at, position),
+            Some((_, SseItem::Heartbeat)) => continue,
+            Some((_, SseItem::Top(page))) => panic!("a top page on a member stream: {page}"),
+            None => panic!("no position within {within:?}"),
+        }
+    }
+}
+
+/// A position without the jittered polling interval, which differs on every read.
+fn stable(position: &Value) -> Value {
+    let mut position = position.clone();
+    position.as_object_mut().unwrap().remove("pollingIntervalSeconds");
+    position
+}
+
+async fn put_settings(app: &TestApp, queue: &str, body: Value) {
+    let response = app
+        .client
+        .put(format!("{}/v1/admin/queues/{queue}", app.address))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "PUT settings {body}");
+}
+
+async fn enter(app: &TestApp, queue: &str, member: &str) -> Value {
+    let response = app
+        .client
+        .post(format!("{}/v1/queues/{queue}/entries", app.address))
+        .json(&json!({ "memberId": member }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+/// Three members enter through `entering` into a paused queue admitting one every 2 s; `m-3`'s stream is
+/// opened on `streaming`. Once resumed, the stream shows rank 1, rank 0 and READY, each the poll route's
+/// object, at least a polling tier (1 s) apart; then heartbeats. (Each rank lasts 2 s, longer than the
+/// 1 s cadence, so none can be skipped: a faster queue may legitimately skip one between two pushes.)
+async fn a_stream_follows_admissions(entering: &TestApp, streaming: &TestApp, queue: &str) {
+    put_settings(entering, queue, json!({ "paused": true, "admitPerSecond": 0.5 })).await;
+    for member in ["m-1", "m-2", "m-3"] {
+        enter(entering, queue, member).await;
+    }
+    let path = format!("/v1/queues/{queue}/entries/m-3/events");
+    let mut stream = SseClient::open(streaming, &path).await;
+    let (_, first) = next_position(&mut stream, Duration::from_secs(5)).await;
+    let polled = streaming
+        .get_json(&format!("/v1/queues/{queue}/entries/m-3"))
+        .await;
+    assert_eq!(
+        stable(&first),
+        stable(&polled),
+        "the first event is the poll route's object"
+    );
+    assert_eq!(first["status"], "WAITING");
+    assert_eq!(first["rank"], 2);
+
+    put_settings(entering, queue, json!({ "paused": false })).await;
+    let mut seen = vec![first];
+    let mut arrivals = Vec::new();
+    while seen.last().unwrap()["status"] != "READY" {
+        let (at, position) = next_position(&mut stream, Duration::from_secs(30)).await;
+        arrivals.push(at);
+        seen.push(position);
+    }
+    let ranks: Vec<Option<u64>> = seen.iter().map(|p| p["rank"].as_u64()).collect();
+    assert!(
+        ranks.windows(2).all(|w| w[1].unwrap_or(0) <= w[0].unwrap_or(0)),
+        "ranks only fall: {ranks:?}"
+    );
+    assert!(
+        ranks.contains(&Some(0)),
+        "the head of the line was shown before READY: {ranks:?}"
+    );
+    for pair in arrivals.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(950),
+            "two positions {:?} apart: at most one per polling tier (1 s at rank < 100)",
+            pair[1] - pair[0]
+        );
+    }
+    let ready = seen.last().unwrap();
+    assert!(
+        ready["entryToken"].is_string(),
+        "READY carries the token: {ready}"
+    );
+    let polled = streaming
+        .get_json(&format!("/v1/queues/{queue}/entries/m-3"))
+        .await;
+    assert_eq!(polled["status"], "READY");
+    assert_eq!(
+        polled["entryToken"], ready["entryToken"],
+        "the stream's token is the poll's"
+    );
+
+    // Nothing changes any more: heartbeats only.
+    let mut heartbeats = 0;
+    let quiet_until = Instant::now() + Duration::from_millis(1_500);
+    while let Some((_, item)) = stream
+        .next(quiet_until.saturating_duration_since(Instant::now()))
+        .await
+    {
+        match item {
+            SseItem::Heartbeat => heartbeats += 1,
+            SseItem::Position(position) => panic!("a position without a change: {position}"),
+            SseItem::Top(page) => panic!("a top page on a member stream: {page}"),
+        }
+    }
+    assert!(heartbeats >= 2, "{heartbeats} heartbeats in 1.5 s (every 300 ms)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_stream_follows_admission_with_heartbeats_and_a_limit_on_embedded() {
+    let app = spawn_app_with(|config| {
+        config.waiting_room.member_stream_heartbeat_millis = 300;
+        config.waiting_room.max_member_streams = 2;
+    })
+    .await;
+    a_stream_follows_admissions(&app, &app, "push").await;
+
+    // The limit: two open, the third refused with a JSON error naming the key; a slot comes back when a
+    // stream ends.
+    let open = |member: &str| {
+        app.client
+            .get(format!("{}/v1/queues/push/entries/{member}/events", app.address))
+            .send()
+    };
+    let first = SseClient::reading(open("m-1").await.unwrap(), "m-1");
+    let second = SseClient::reading(open("m-2").await.unwrap(), "m-2");
+    let refused = open("m-4").await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("max_member_streams"),
+        "{body}"
+    );
+    drop(first);
+    let mut reopened = None;
+    for _ in 0..50 {
+        let response = open("m-4").await.unwrap();
+        if response.status() == 200 {
+            reopened = Some(SseClient::reading(response, "m-4"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut reopened = reopened.expect("a closed stream gives its slot back");
+    let (_, position) = next_position(&mut reopened, Duration::from_secs(5)).await;
+    assert_eq!(
+        position["status"], "NOT_ENTERED",
+        "a member who never entered: {position}"
+    );
+    drop(second);
+
+    // Hostile input: a bad member id or queue is a 400 naming the field, before any stream opens.
+    let long = "x".repeat(129);
+    for (path, field) in [
+        (format!("/v1/queues/push/entries/{long}/events"), "memberId"),
+        ("/v1/queues/bad%20queue/entries/m-1/events".to_string(), "queue"),
+    ] {
+        let response = app.get(&path).await;
+        assert_eq!(response.status(), 400, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert!(body["error"].as_str().unwrap().starts_with(field), "{body}");
+    }
+    app.stop().await;
+}
+
+/// Two instances on `redis`; `b` never runs an admission tick, so its stream shows `a`'s admissions.
+async fn a_stream_on_one_instance_follows_admissions_by_another(redis: Vec<String>) {
+    let prefix = redis_servers::unique_prefix();
+    let _keys = redis_servers::KeyCleanup {
+        nodes: redis.clone(),
+        prefix: prefix.clone(),
+    };
+    let spawn = |admits: bool| {
+        let (redis, prefix) = (redis.clone(), prefix.clone());
+        spawn_app_with(move |config| {
+            config.redis = redis;
+            config.redis_prefix = prefix;
+            config.waiting_room.token_secret = Some(SECRET.into());
+            config.waiting_room.member_stream_heartbeat_millis = 300;
+            if !admits {
+                // One round at start (nothing waits yet), then none within the test.
+                config.waiting_room.scheduler_poll_millis = 3_600_000;
+            }
+        })
+    };
+    let a = spawn(true).await;
+    let b = spawn(false).await;
+    a_stream_follows_admissions(&a, &b, "push").await;
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_stream_on_one_instance_follows_admissions_by_another_on_redis_standalone() {
+    a_stream_on_one_instance_follows_admissions_by_another(vec![redis_servers::STANDALONE_URL.into()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_stream_on_one_instance_follows_admissions_by_another_on_redis_cluster() {
+    a_stream_on_one_instance_follows_admissions_by_another(redis_servers::cluster().urls.clone()).await;
+}
