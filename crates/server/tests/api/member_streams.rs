@@ -230,3 +230,98 @@ async fn a_member_stream_on_one_instance_follows_admissions_by_another_on_redis_
 async fn a_member_stream_on_one_instance_follows_admissions_by_another_on_redis_cluster() {
     a_stream_on_one_instance_follows_admissions_by_another(redis_servers::cluster().urls.clone()).await;
 }
+
+/// Resident set size of this process (Linux `/proc/self/status`), in bytes.
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// The cost of 10,000 open member streams on one instance (embedded store): resident memory per stream
+/// (the watch's record, the channel and the stream's state; the HTTP connection is hyper's and not
+/// counted here), and the time of one admission tick with and without them. Prints the numbers
+/// (BENCHMARKS.md); asserts only generous bounds, as the machine is shared and noisy.
+/// `cargo test -p rankgate --test api -- --ignored --nocapture ten_thousand_member_streams`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement (10,000 members and streams); run it with --ignored --nocapture"]
+async fn ten_thousand_member_streams_cost_bounded_memory_and_the_tick_stays_flat() {
+    use futures_util::StreamExt as _;
+    use rankgate_core::ids::MemberId;
+    use rankgate_core::queue::{QueueName, SettingsPatch};
+
+    const STREAMS: usize = 10_000;
+    let app = spawn_app_with(|config| {
+        config.waiting_room.scheduler_poll_millis = 3_600_000;
+        config.waiting_room.synchronous = rankgate_store::synchronous::Synchronous::Normal;
+    })
+    .await;
+    let room = app.state.waiting_room.clone();
+    let queue = QueueName::parse("bench").unwrap();
+    let pause = |paused: bool| SettingsPatch {
+        paused: Some(paused),
+        admit_per_second: Some(100.0),
+        ..SettingsPatch::default()
+    };
+    room.update_settings(&queue, &pause(true)).await.unwrap();
+    let members: Vec<MemberId> = (0..STREAMS * 2)
+        .map(|i| MemberId::parse(&format!("m-{i:05}")).unwrap())
+        .collect();
+    futures_util::stream::iter(members.iter())
+        .map(|member| room.enter(&queue, member))
+        .buffer_unordered(64)
+        .for_each(|entered| async move {
+            entered.unwrap();
+        })
+        .await;
+
+    // A tick without streams (100 admitted out of 20,000 waiting).
+    room.update_settings(&queue, &pause(false)).await.unwrap();
+    let started = Instant::now();
+    let outcome = room.admit_queue_now(&queue).await.unwrap();
+    let tick_without = started.elapsed();
+    assert_eq!(outcome.admitted.len(), 100);
+    room.update_settings(&queue, &pause(true)).await.unwrap();
+
+    let before = resident_bytes();
+    let mut streams = Vec::with_capacity(STREAMS);
+    // The members behind the next tick's 100, so the tick wakes some streams and re-reads are due.
+    for member in &members[100..100 + STREAMS] {
+        let mut stream = Box::pin(
+            room.open_member_stream(queue.clone(), member.clone())
+                .await
+                .unwrap(),
+        );
+        let _first_position = stream.next().await.unwrap().unwrap();
+        streams.push(stream);
+    }
+    let after = resident_bytes();
+    assert_eq!(room.open_member_streams(), STREAMS);
+    let per_stream = after.saturating_sub(before) / STREAMS as u64;
+
+    room.update_settings(&queue, &pause(false)).await.unwrap();
+    // The refill of the budget needs a second of the store's clock since the last tick.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let started = Instant::now();
+    let outcome = room.admit_queue_now(&queue).await.unwrap();
+    let tick_with = started.elapsed();
+    assert_eq!(outcome.admitted.len(), 100);
+    println!(
+        "member streams: {STREAMS} open; resident {} MiB -> {} MiB = {per_stream} bytes per stream \
+         (without the HTTP connection)",
+        before / (1 << 20),
+        after / (1 << 20)
+    );
+    println!(
+        "admission tick (100 admitted of {} waiting): {tick_without:?} without streams, {tick_with:?} with \
+         {STREAMS} streams (noisy shared machine)",
+        STREAMS * 2 - 100
+    );
+    assert!(per_stream < 16 * 1024, "{per_stream} bytes per stream");
+    assert!(
+        tick_with < tick_without * 20 + Duration::from_millis(100),
+        "the tick's fan-out is O(admitted): {tick_with:?} vs {tick_without:?}"
+    );
+    drop(streams);
+    app.stop().await;
+}
