@@ -454,6 +454,22 @@ impl WaitingRoom {
         }
     }
 
+    /// `DELETE /v1/admin/queues/{queue}/members/{member}`: the member's own leave, done by an admin, except
+    /// that removing somebody who is not there is a 404 (an admin wants to know).
+    pub async fn remove_member(&self, queue: &QueueName, member: &MemberId) -> ApiResult<()> {
+        match self.queues.leave(queue, member).await.map_err(store_error)? {
+            LeaveOutcome::Left(status) => {
+                telemetry::member_removed(queue);
+                tracing::info!(queue = %queue, status = ?status, "member removed by an admin");
+                Ok(())
+            }
+            LeaveOutcome::NotPresent => Err(ApiError::NotFound(format!(
+                "memberId: {member} is not in queue {queue}"
+            ))),
+            LeaveOutcome::Rejected(rejection) => Err(ApiError::Conflict(rejection.to_string())),
+        }
+    }
+
     /// `POST …/tokens/claim`: `token` is the raw entry token; it is hashed here and goes no further.
     pub async fn claim(&self, queue: &QueueName, member: &MemberId, token: &str) -> ApiResult<ClaimGranted> {
         if token.is_empty() {

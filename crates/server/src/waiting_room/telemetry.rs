@@ -39,6 +39,11 @@ pub(crate) fn token_event(queue: &QueueName, outcome: &'static str, count: u64) 
     }
 }
 
+/// An admin removed a member (`DELETE /v1/admin/queues/{queue}/members/{memberId}`).
+pub(crate) fn member_removed(queue: &QueueName) {
+    metrics::counter!("rankgate_queue_members_removed_total", "queue" => queue.to_string()).increment(1);
+}
+
 pub(crate) fn poll_limited(queue: &QueueName) {
     metrics::counter!("rankgate_queue_poll_limited_total", "queue" => queue.to_string()).increment(1);
 }

@@ -15,6 +15,7 @@ mod instances;
 mod member_streams;
 mod ops;
 mod policies;
+mod queue_admin;
 mod rankings;
 mod serving_redis;
 mod stream;
