@@ -75,6 +75,9 @@ const REFRESH: Duration = Duration::from_secs(30);
 /// Messages queued per stream before a client that does not read is dropped. Positions supersede each
 /// other, so a few suffice.
 pub(crate) const BUFFER: usize = 4;
+/// Streams one member may hold open on one instance (a few tabs): past it, 429. Without it one member id
+/// could take every `max_member_streams` slot.
+pub(crate) const MAX_STREAMS_PER_MEMBER: usize = 4;
 /// Position reads one watch has in flight at once.
 const READS_IN_FLIGHT: usize = 32;
 /// Gauge of open member streams.
@@ -238,7 +241,7 @@ impl WaitingRoom {
         let dropped = Arc::new(AtomicBool::new(false));
         let id = streams.next_id.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
-        let watch = {
+        let watch = 'subscribed: {
             let mut watches = streams.watches.lock();
             let watch = watches.entry(queue.clone()).or_insert_with(|| {
                 let watch = Arc::new(QueueWatch {
@@ -253,7 +256,11 @@ impl WaitingRoom {
                 watch
             });
             let mut subscribers = watch.subscribers.lock();
-            subscribers.by_member.entry(member.clone()).or_default().push(id);
+            let of_member = subscribers.by_member.entry(member.clone()).or_default();
+            if of_member.len() >= MAX_STREAMS_PER_MEMBER {
+                break 'subscribed None;
+            }
+            of_member.push(id);
             subscribers.by_id.insert(
                 id,
                 Subscriber {
@@ -271,7 +278,18 @@ impl WaitingRoom {
                 },
             );
             drop(subscribers);
-            Arc::downgrade(watch)
+            Some(Arc::downgrade(watch))
+        };
+        let Some(watch) = watch else {
+            slot.free();
+            return Err(ApiError::TooManyRequests {
+                message: format!(
+                    "memberId: this member already holds {MAX_STREAMS_PER_MEMBER} streams on this \
+                     instance, the most one member may; close one"
+                ),
+                retry_after_secs: 5,
+                headers: Vec::new(),
+            });
         };
         let state = StreamState {
             first: Some(first_body),
