@@ -55,6 +55,7 @@ fn parse_patch(map: &serde_json::Map<String, Value>) -> ApiResult<SettingsPatch>
             "tickMillis" => patch.tick_millis = Some(whole(field, value)?),
             "tokenTtlSeconds" => patch.token_ttl_seconds = Some(whole(field, value)?),
             "claimTtlSeconds" => patch.claim_ttl_seconds = Some(whole(field, value)?),
+            "abandonAfterSeconds" => patch.abandon_after_seconds = Some(whole(field, value)?),
             "maxActive" => {
                 patch.max_active = Some(if value.is_null() {
                     None
@@ -106,6 +107,7 @@ async fn show(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -
         map.insert("admittedLastMinute".into(), json!(stats.admitted_last_minute));
         map.insert("oldestWaitSeconds".into(), json!(stats.oldest_wait_seconds));
         map.insert("measuredAdmitPerSecond".into(), json!(stats.measured_rate));
+        map.insert("abandoned".into(), json!(stats.abandoned));
     }
     Ok(Json(body))
 }
@@ -140,6 +142,7 @@ struct QueueCounts {
     claimed: u64,
     admitted_last_minute: u64,
     oldest_wait_seconds: u64,
+    abandoned: u64,
     paused: bool,
 }
 
@@ -178,6 +181,7 @@ async fn list(State(room): State<Arc<WaitingRoom>>) -> ApiResult<Json<QueueList>
                         claimed: stats.claimed,
                         admitted_last_minute: stats.admitted_last_minute,
                         oldest_wait_seconds: stats.oldest_wait_seconds,
+                        abandoned: stats.abandoned,
                         paused: stats.settings.paused,
                     },
                 );

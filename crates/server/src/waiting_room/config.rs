@@ -45,6 +45,8 @@ pub struct WaitingRoomConfig {
     pub max_active: Option<u64>,
     /// Default gate behaviour when the store is down; also used for queues the gate cannot look up.
     pub fail_mode: FailMode,
+    /// Default `abandonAfterSeconds` of new queues: a waiting member unseen this long is dropped (s).
+    pub abandon_after_seconds: u64,
     /// Polls allowed within `poll_burst × polling interval` before 429: the average stays at one poll
     /// per interval while tolerating a retried request or a page reload.
     pub poll_burst: u32,
@@ -104,6 +106,7 @@ impl Default for WaitingRoomConfig {
             claim_ttl_seconds: settings.claim_ttl_seconds,
             max_active: settings.max_active,
             fail_mode: settings.fail_mode,
+            abandon_after_seconds: settings.abandon_after_seconds,
             poll_burst: 3,
             consumed_memory_seconds: 3600,
             token_secret: None,
@@ -131,6 +134,7 @@ impl WaitingRoomConfig {
             max_active: self.max_active,
             paused: false,
             fail_mode: self.fail_mode,
+            abandon_after_seconds: self.abandon_after_seconds,
         };
         settings
             .validate()

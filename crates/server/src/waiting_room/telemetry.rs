@@ -71,8 +71,10 @@ pub(crate) fn queue_gauges(queue: &QueueName, stats: &QueueStats) {
         .set(stats.oldest_wait_seconds as f64);
     metrics::gauge!("rankgate_queue_ready", "queue" => name.clone()).set(stats.ready as f64);
     metrics::gauge!("rankgate_queue_claimed", "queue" => name.clone()).set(stats.claimed as f64);
-    metrics::gauge!("rankgate_queue_admitted_per_second", "queue" => name)
+    metrics::gauge!("rankgate_queue_admitted_per_second", "queue" => name.clone())
         .set(stats.measured_rate.unwrap_or(0.0));
+    // The store's own total (shared by every instance), so `absolute`, not an increment per instance.
+    metrics::counter!("rankgate_queue_abandoned_total", "queue" => name).absolute(stats.abandoned);
 }
 
 /// A queue that went idle, or is gone: its gauges read 0 (and, left alone, age out of the exporter).
