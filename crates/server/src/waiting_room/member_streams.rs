@@ -36,9 +36,10 @@
 //!   Ranks are read, not derived from the head moving: a leave in the middle, or an admission on another
 //!   instance, moves ranks in ways this instance cannot see, and the stream promises the poll route's
 //!   exact object.
-//! - **Holding a stream counts as polling.** Each read is the same store read a poll makes, and a stream
-//!   is read at least every REFRESH even in a queue that does not move, so the store sees a streaming
-//!   member at least that often.
+//! - **Holding a stream counts as polling.** Each read is the same store read a poll makes (it moves the
+//!   member's abandonment deadline), and a stream is read at least every REFRESH (30 s, or a third of the
+//!   queue's `abandonAfterSeconds` if shorter) even in a queue that does not move, so a member holding a
+//!   stream is never dropped as abandoned.
 //!
 //! # Bounds
 //! `max_member_streams` per instance (429 past it, naming the key); each stream has a channel of
@@ -70,8 +71,15 @@ use crate::rankings::top_streams::Slot;
 /// pushed within a quarter second of the member's cadence allowing it.
 const ROUND: Duration = Duration::from_millis(250);
 /// Longest a stream goes without a position read, whether or not the queue moved: heals the one change
-/// the summary cannot see (a leave and an entry in the same round) and keeps a streaming member seen.
+/// the summary cannot see (a leave and an entry in the same round) and keeps a streaming member seen. A
+/// queue whose `abandonAfterSeconds` is shorter refreshes at a third of it (see [`refresh_for`]).
 const REFRESH: Duration = Duration::from_secs(30);
+
+/// How often a quiet stream is re-read in a queue that drops members unseen for `abandon_after_seconds`:
+/// three reads per period, so holding a stream always counts as polling.
+fn refresh_for(abandon_after_seconds: u64) -> Duration {
+    REFRESH.min(Duration::from_millis(abandon_after_seconds * 1000 / 3))
+}
 /// Messages queued per stream before a client that does not read is dropped. Positions supersede each
 /// other, so a few suffice.
 pub(crate) const BUFFER: usize = 4;
@@ -303,10 +311,13 @@ impl WaitingRoom {
     }
 }
 
-/// A queue's summary: when it is unchanged between two rounds, no waiting member's rank or count moved.
-async fn queue_summary(room: &WaitingRoom, queue: &QueueName) -> Option<(u64, u64)> {
+/// A queue's summary (waiting, READY + CLAIMED): when it is unchanged between two rounds, no waiting
+/// member's rank or count moved. With it, the queue's `abandon_after_seconds` (the refresh depends on it).
+async fn queue_summary(room: &WaitingRoom, queue: &QueueName) -> Option<((u64, u64), Option<u64>)> {
     match room.queues.admission_preview(queue).await {
-        Ok(preview) => Some(preview.map_or((0, 0), |p| (p.waiting, p.outstanding))),
+        Ok(preview) => Some(preview.map_or(((0, 0), None), |p| {
+            ((p.waiting, p.outstanding), Some(p.settings.abandon_after_seconds))
+        })),
         Err(error) => {
             tracing::warn!(error = %error, queue = %queue, "member streams: queue summary failed; will retry");
             None
@@ -320,6 +331,7 @@ async fn run_queue_watch_until_unwatched(room: Arc<WaitingRoom>, watch: Arc<Queu
     metrics::gauge!("rankgate_member_stream_watches").increment(1.0);
     let mut generation = 0u64;
     let mut last_summary = None;
+    let mut refresh = REFRESH;
     let mut heartbeat_due = Instant::now() + streams.limits.heartbeat;
     let mut ticker = tokio::time::interval(ROUND);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -337,7 +349,8 @@ async fn run_queue_watch_until_unwatched(room: Arc<WaitingRoom>, watch: Arc<Queu
                 break;
             }
         }
-        if let Some(summary) = queue_summary(&room, &watch.queue).await {
+        if let Some((summary, abandon_after_seconds)) = queue_summary(&room, &watch.queue).await {
+            refresh = abandon_after_seconds.map_or(REFRESH, refresh_for);
             if last_summary != Some(summary) {
                 last_summary = Some(summary);
                 generation += 1;
@@ -351,7 +364,7 @@ async fn run_queue_watch_until_unwatched(room: Arc<WaitingRoom>, watch: Arc<Queu
                 .values()
                 .filter(|s| {
                     now >= s.next_read_at
-                        && (s.woken || s.generation != generation || now >= s.read_at + REFRESH)
+                        && (s.woken || s.generation != generation || now >= s.read_at + refresh)
                 })
                 .map(|s| s.member.clone())
                 .collect();
@@ -546,6 +559,13 @@ mod tests {
             fingerprint(&waiting_at(4, 1.17))
         );
         assert_ne!(fingerprint(&waiting_at(4, 1.0)), fingerprint(&waiting_at(3, 1.0)));
+    }
+
+    #[test]
+    fn a_quiet_stream_is_read_three_times_per_abandonment_period() {
+        assert_eq!(refresh_for(300), REFRESH);
+        assert_eq!(refresh_for(60), Duration::from_secs(20));
+        assert_eq!(refresh_for(5), Duration::from_millis(1_666));
     }
 
     #[test]

@@ -336,3 +336,87 @@ async fn ten_thousand_member_streams_cost_bounded_memory_and_the_tick_stays_flat
     drop(streams);
     app.stop().await;
 }
+
+/// Abandonment as members live it (real clock, the service's own sweeper): a member who neither polls nor
+/// holds a stream for `abandonAfterSeconds` is dropped, one holding a stream keeps its place (and sees
+/// itself move up), and the drop is counted in the admin view and in `/metrics`.
+async fn holding_a_stream_keeps_the_place_and_the_silent_are_dropped(app: &TestApp, queue: &str) {
+    let refused = app
+        .client
+        .put(format!("{}/v1/admin/queues/{queue}", app.address))
+        .json(&json!({ "abandonAfterSeconds": 2 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().starts_with("abandonAfterSeconds"),
+        "{body}"
+    );
+    put_settings(app, queue, json!({ "paused": true, "abandonAfterSeconds": 5 })).await;
+    enter(app, queue, "silent").await;
+    enter(app, queue, "streaming").await;
+    let mut stream = SseClient::open(app, &format!("/v1/queues/{queue}/entries/streaming/events")).await;
+    let (_, first) = next_position(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(first["rank"], 1);
+    // Nobody polls for 8 s; the stream is held.
+    let (_, moved) = next_position(&mut stream, Duration::from_secs(15)).await;
+    assert_eq!(moved["rank"], 0, "the silent head was dropped: {moved}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let view = app.get_json(&format!("/v1/admin/queues/{queue}")).await;
+    assert_eq!(
+        (view["abandoned"].as_u64(), view["waiting"].as_u64()),
+        (Some(1), Some(1)),
+        "{view}"
+    );
+    let silent = app.get_json(&format!("/v1/queues/{queue}/entries/silent")).await;
+    assert_eq!(silent["status"], "NOT_ENTERED");
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    let series = format!("rankgate_queue_abandoned_total{{queue=\"{queue}\"}} 1");
+    assert!(metrics.lines().any(|l| l == series), "{series} in /metrics");
+    put_settings(app, queue, json!({ "paused": false })).await;
+    // Resumed: the estimate appears (a change), then the member is admitted.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, position) =
+            next_position(&mut stream, deadline.saturating_duration_since(Instant::now())).await;
+        if position["status"] == "READY" {
+            break;
+        }
+        assert_eq!(position["status"], "WAITING", "{position}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holding_a_stream_counts_as_polling_for_abandonment_on_embedded() {
+    let app = spawn_app().await;
+    holding_a_stream_keeps_the_place_and_the_silent_are_dropped(&app, "abandon-embedded").await;
+    app.stop().await;
+}
+
+async fn abandonment_on_redis(redis: Vec<String>, queue: &str) {
+    let prefix = redis_servers::unique_prefix();
+    let _keys = redis_servers::KeyCleanup {
+        nodes: redis.clone(),
+        prefix: prefix.clone(),
+    };
+    let app = spawn_app_with(move |config| {
+        config.redis = redis;
+        config.redis_prefix = prefix;
+        config.waiting_room.token_secret = Some(SECRET.into());
+    })
+    .await;
+    holding_a_stream_keeps_the_place_and_the_silent_are_dropped(&app, queue).await;
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holding_a_stream_counts_as_polling_for_abandonment_on_redis_standalone() {
+    abandonment_on_redis(vec![redis_servers::STANDALONE_URL.into()], "abandon-standalone").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holding_a_stream_counts_as_polling_for_abandonment_on_redis_cluster() {
+    abandonment_on_redis(redis_servers::cluster().urls.clone(), "abandon-cluster").await;
+}

@@ -53,7 +53,7 @@ async fn admins_list_counts_and_remove_members(app: &TestApp, queue: &str) {
     assert_eq!(listed["queues"], json!([queue]));
     assert_eq!(
         listed["counts"][queue],
-        json!({ "waiting": 3, "ready": 0, "claimed": 0, "admittedLastMinute": 0,
+        json!({ "waiting": 3, "ready": 0, "claimed": 0, "admittedLastMinute": 0, "abandoned": 0,
                 "oldestWaitSeconds": listed["counts"][queue]["oldestWaitSeconds"], "paused": true })
     );
 
