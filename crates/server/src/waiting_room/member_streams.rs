@@ -142,6 +142,9 @@ struct QueueWatch {
     subscribers: Mutex<Subscribers>,
     /// Wakes the watch task early when a local tick admitted one of its members.
     woken: Notify,
+    /// Bumped each time the queue's summary changes. A stream opening takes the value from before its
+    /// first read, so it is re-read only if the queue moved since (not 10,000 re-reads for 10,000 opens).
+    generation: AtomicU64,
 }
 
 /// Every member stream of this instance.
@@ -237,6 +240,14 @@ impl WaitingRoom {
             retry_after_secs: 5,
             headers: Vec::new(),
         })?;
+        // Taken before the first read: a summary change the watch sees after it makes this stream due
+        // again, so no change between the first read and the subscription is missed. (A watch that does
+        // not exist yet starts at 0 and its first summary bumps it.)
+        let generation_before_first_read = streams
+            .watches
+            .lock()
+            .get(&queue)
+            .map_or(0, |watch| watch.generation.load(Ordering::Acquire));
         let first = match self.position(&queue, &member).await {
             Ok(position) => position,
             Err(error) => {
@@ -256,6 +267,7 @@ impl WaitingRoom {
                     queue: queue.clone(),
                     subscribers: Mutex::new(Subscribers::default()),
                     woken: Notify::new(),
+                    generation: AtomicU64::new(0),
                 });
                 tokio::spawn(run_queue_watch_until_unwatched(
                     Arc::clone(self),
@@ -277,9 +289,7 @@ impl WaitingRoom {
                     fingerprint: first_fingerprint,
                     read_at: now,
                     next_read_at: now + cadence_of(&first),
-                    // The watch's generations start at 0 and its first round bumps to 1: every stream
-                    // opened before that round is re-read once the cadence allows, never missed.
-                    generation: 0,
+                    generation: generation_before_first_read,
                     woken: false,
                     dropped: Arc::clone(&dropped),
                     slot: Arc::clone(&slot),
@@ -329,7 +339,6 @@ async fn queue_summary(room: &WaitingRoom, queue: &QueueName) -> Option<((u64, u
 async fn run_queue_watch_until_unwatched(room: Arc<WaitingRoom>, watch: Arc<QueueWatch>) {
     let streams = &room.member_streams;
     metrics::gauge!("rankgate_member_stream_watches").increment(1.0);
-    let mut generation = 0u64;
     let mut last_summary = None;
     let mut refresh = REFRESH;
     let mut heartbeat_due = Instant::now() + streams.limits.heartbeat;
@@ -353,9 +362,10 @@ async fn run_queue_watch_until_unwatched(room: Arc<WaitingRoom>, watch: Arc<Queu
             refresh = abandon_after_seconds.map_or(REFRESH, refresh_for);
             if last_summary != Some(summary) {
                 last_summary = Some(summary);
-                generation += 1;
+                watch.generation.fetch_add(1, Ordering::AcqRel);
             }
         }
+        let generation = watch.generation.load(Ordering::Acquire);
         let now = Instant::now();
         let due: Vec<MemberId> = {
             let subscribers = watch.subscribers.lock();
