@@ -142,11 +142,13 @@ impl EmbeddedStore {
         self.writer.shutdown();
     }
 
-    /// Heap bytes of the waiting set of `queue` (for the memory benchmark).
+    /// Heap bytes of the waiting members of `queue` (for the memory benchmark): the waiting set, the
+    /// arrival checkpoints and the deadline set, where every waiting member has its abandonment deadline
+    /// (the few READY / CLAIMED members' deadlines are there too).
     pub fn waiting_heap_bytes(&self, queue: &QueueName) -> usize {
         self.queues.read().get(queue).map_or(0, |q| {
             let q = q.lock();
-            q.waiting.heap_bytes() + q.arrivals.len() * 16
+            q.waiting.heap_bytes() + q.arrivals.len() * 16 + q.deadlines.heap_bytes()
         })
     }
 
