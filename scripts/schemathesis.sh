@@ -138,10 +138,12 @@ echo "== schemathesis $SCHEMATHESIS_VERSION against $base/openapi.json (${second
 # ignored_auth still checks that each secured route refuses requests without it.
 # The change stream (`…/top/events`, SSE) never ends by design, so every request to it would run into
 # the request timeout; its parameters are the top route's, which schemathesis does test, and
-# tests/api/top_streams.rs drives the stream itself.
+# tests/api/top_streams.rs drives the stream itself. The same holds for the member position stream
+# (`…/entries/{memberId}/events`, the poll route's parameters; tests/api/member_streams.rs).
 status=0
 "$venv/bin/schemathesis" run "$base/openapi.json" \
   --exclude-path '/v1/categories/{category}/top/events' \
+  --exclude-path '/v1/queues/{queue}/entries/{memberId}/events' \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,ignored_auth \
   --header "Authorization: Bearer $admin_key" \
   --max-examples 30 --max-time "$seconds" --workers 2 --seed 9 --request-timeout 20 \

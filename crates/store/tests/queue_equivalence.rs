@@ -6,7 +6,7 @@
 //! three queues and four members (entries, a crowd of a hundred entries, polls, positions, scheduler ticks,
 //! raw admission steps, claims with the right, a stale or a wrong token, the gate's claim-then-consume or
 //! claim-then-release, consumes and releases of known and unknown claim ids, leaves, expiry steps, the
-//! clock moving forward past TTLs and stepping back, settings changes valid and invalid, the admin view,
+//! clock moving forward past TTLs and `abandon_after_seconds` (the crowd is abandoned) and stepping back, settings changes valid and invalid, the admin view,
 //! the janitor's forget and admin deletes; a first entry may meet `max_queues`), runs each sequence
 //! **in lock step** against the embedded store
 //! and against Redis (standalone at 127.0.0.1:6379, and the 3-node Cluster this binary starts), on **one**
@@ -78,12 +78,15 @@ const CROWD: usize = 100;
 const ADMIT_CHUNK: u64 = 1_000;
 
 /// Settings a queue gets from its first entry: slow and short-lived enough that a 40-step case sees the
-/// budget run dry, tokens and claims expire, and the estimator move.
+/// budget run dry, tokens and claims expire, the estimator move, and waiting members abandoned. (The
+/// views after every step read each of [`MEMBERS`]' positions, which counts as polling, so it is the
+/// crowd's members, never read, who go unseen past `abandon_after_seconds` when the clock jumps.)
 fn default_settings() -> QueueSettings {
     QueueSettings {
         admit_per_second: 2.0,
         token_ttl_seconds: 20,
         claim_ttl_seconds: 5,
+        abandon_after_seconds: 20,
         ..QueueSettings::default()
     }
 }
@@ -155,6 +158,7 @@ fn patch() -> impl Strategy<Value = SettingsPatch> {
         Just(Some(10_000_001)),
     ];
     let fail_mode = prop::sample::select(vec![FailMode::Closed, FailMode::Open]);
+    let abandon = prop::sample::select(vec![5u64, 10, 20, 300, 4, 86_401]);
     (
         prop::option::weighted(0.4, rate()),
         prop::option::weighted(0.3, tick),
@@ -163,6 +167,7 @@ fn patch() -> impl Strategy<Value = SettingsPatch> {
         prop::option::weighted(0.3, max_active),
         prop::option::weighted(0.25, any::<bool>()),
         prop::option::weighted(0.1, fail_mode),
+        prop::option::weighted(0.2, abandon),
     )
         .prop_map(
             |(
@@ -173,8 +178,10 @@ fn patch() -> impl Strategy<Value = SettingsPatch> {
                 max_active,
                 paused,
                 fail_mode,
+                abandon_after_seconds,
             )| {
                 SettingsPatch {
+                    abandon_after_seconds,
                     admit_per_second,
                     tick_millis,
                     token_ttl_seconds,
@@ -761,6 +768,14 @@ async fn run_case(urls: Vec<String>, steps: Vec<Step>, timing: &Timing) -> Resul
                 op
             );
         }
+        // Abandonment shows in the views' stats (a step's own answer rarely is a stats read).
+        let abandoned: Vec<Normalized> = want_views
+            .iter()
+            .filter(|v| matches!(v, Normalized::Plain(t) if t.contains("QueueStats") && !t.contains("abandoned: 0")))
+            .take(1)
+            .cloned()
+            .collect();
+        timing.cover(&abandoned);
         if let Err(difference) = compare_active(&want_active, &got_active, &want_views) {
             return Err(TestCaseError::fail(format!(
                 "after step {step} {op:?}: {difference}"
@@ -809,6 +824,9 @@ impl Timing {
                     if text.starts_with("ExpiryOutcome") || text.starts_with("AdmissionPreview") =>
                 {
                     text.split_whitespace().next().unwrap_or_default().to_string()
+                }
+                Normalized::Plain(text) if text.contains("QueueStats") && !text.contains("abandoned: 0") => {
+                    "stats with abandoned members".to_string()
                 }
                 Normalized::Plain(text) => text.chars().take(40).collect(),
             };

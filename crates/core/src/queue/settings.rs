@@ -36,6 +36,15 @@ pub struct QueueSettings {
     pub paused: bool,
     /// Gate behaviour when the store is down.
     pub fail_mode: FailMode,
+    /// A WAITING member who neither polled nor held a stream this long is dropped before admission, so
+    /// no token and no `max_active` slot goes to somebody who left. Settings stored before this field
+    /// existed read the default.
+    #[serde(default = "default_abandon_after_seconds")]
+    pub abandon_after_seconds: u64,
+}
+
+fn default_abandon_after_seconds() -> u64 {
+    300
 }
 
 impl Default for QueueSettings {
@@ -48,6 +57,7 @@ impl Default for QueueSettings {
             max_active: None,
             paused: false,
             fail_mode: FailMode::Closed,
+            abandon_after_seconds: default_abandon_after_seconds(),
         }
     }
 }
@@ -70,6 +80,9 @@ pub enum SettingsError {
     /// `maxActive` is 0 or above [`QueueSettings::MAX_ACTIVE_LIMIT`] (use `null` for no cap).
     #[error("maxActive: must be between 1 and 10000000, or null for no cap")]
     MaxActive,
+    /// `abandonAfterSeconds` is outside [`QueueSettings::ABANDON_AFTER_SECONDS`].
+    #[error("abandonAfterSeconds: must be between 5 and 86400")]
+    AbandonAfterSeconds,
     /// `admitPerSecond × tickMillis` would admit more than [`QueueSettings::MAX_MEMBERS_PER_TICK`] in one
     /// tick: one tick's token preparation and pop would stall the service (defect 5).
     #[error(
@@ -89,6 +102,7 @@ impl SettingsError {
             SettingsError::TokenTtlSeconds => "tokenTtlSeconds",
             SettingsError::ClaimTtlSeconds => "claimTtlSeconds",
             SettingsError::MaxActive => "maxActive",
+            SettingsError::AbandonAfterSeconds => "abandonAfterSeconds",
             SettingsError::MembersPerTick => "admitPerSecond",
         }
     }
@@ -102,6 +116,9 @@ impl QueueSettings {
     pub const TICK_MILLIS: std::ops::RangeInclusive<u64> = 10..=60_000;
     /// Largest `maxActive`; a bigger cap is no cap (and must stay exact as a Lua number).
     pub const MAX_ACTIVE_LIMIT: u64 = 10_000_000;
+    /// Allowed `abandonAfterSeconds`: below 5 s (the slowest polling tier) a member polling as told could
+    /// be dropped; above a day it means never.
+    pub const ABANDON_AFTER_SECONDS: std::ops::RangeInclusive<u64> = 5..=86_400;
 
     /// Members one tick admits at most: `admit_per_second × tick`, rounded up, at least one.
     #[must_use]
@@ -136,6 +153,9 @@ impl QueueSettings {
         {
             return Err(SettingsError::MaxActive);
         }
+        if !Self::ABANDON_AFTER_SECONDS.contains(&self.abandon_after_seconds) {
+            return Err(SettingsError::AbandonAfterSeconds);
+        }
         if self.members_per_tick() > Self::MAX_MEMBERS_PER_TICK {
             return Err(SettingsError::MembersPerTick);
         }
@@ -152,6 +172,12 @@ impl QueueSettings {
     #[must_use]
     pub fn token_ttl_millis(&self) -> i64 {
         self.token_ttl_seconds as i64 * 1000
+    }
+
+    /// How long a waiting member may go unseen before it is dropped, in milliseconds.
+    #[must_use]
+    pub fn abandon_after_millis(&self) -> i64 {
+        self.abandon_after_seconds as i64 * 1000
     }
 
     /// Claim lifetime in milliseconds.
@@ -184,6 +210,9 @@ impl QueueSettings {
         if let Some(value) = patch.fail_mode {
             next.fail_mode = value;
         }
+        if let Some(value) = patch.abandon_after_seconds {
+            next.abandon_after_seconds = value;
+        }
         next.validate()?;
         *self = next;
         Ok(())
@@ -210,6 +239,8 @@ pub struct SettingsPatch {
     pub paused: Option<bool>,
     /// New `failMode`.
     pub fail_mode: Option<FailMode>,
+    /// New `abandonAfterSeconds`.
+    pub abandon_after_seconds: Option<u64>,
 }
 
 /// Writes `50` rather than `50.0` for whole rates, so clients that compare with an integer see what they PUT.
@@ -240,6 +271,7 @@ mod tests {
         assert_eq!(settings.max_active, None);
         assert!(!settings.paused);
         assert_eq!(settings.fail_mode, FailMode::Closed);
+        assert_eq!(settings.abandon_after_seconds, 300);
         assert_eq!(settings.validate(), Ok(()));
     }
 
@@ -277,6 +309,8 @@ mod tests {
             (r#"{"tokenTtlSeconds": 604801}"#, "tokenTtlSeconds"),
             (r#"{"claimTtlSeconds": 86401}"#, "claimTtlSeconds"),
             (r#"{"admitPerSecond": 1e7}"#, "admitPerSecond"),
+            (r#"{"abandonAfterSeconds": 4}"#, "abandonAfterSeconds"),
+            (r#"{"abandonAfterSeconds": 86401}"#, "abandonAfterSeconds"),
         ] {
             let patch: SettingsPatch = serde_json::from_str(json).unwrap();
             let error = settings.apply(&patch).unwrap_err();
@@ -322,7 +356,8 @@ mod tests {
         assert_eq!(
             json,
             serde_json::json!({"admitPerSecond": 50, "tickMillis": 1000, "tokenTtlSeconds": 300,
-                "claimTtlSeconds": 30, "maxActive": null, "paused": false, "failMode": "closed"})
+                "claimTtlSeconds": 30, "maxActive": null, "paused": false, "failMode": "closed",
+                "abandonAfterSeconds": 300})
         );
     }
 }

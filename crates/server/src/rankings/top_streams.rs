@@ -107,14 +107,29 @@ struct Subscriber {
     slot: Arc<Slot>,
 }
 
-/// A stream's place under `max_top_streams`, given back by whichever comes first: the stream ending,
-/// or its watcher dropping it.
-struct Slot(Mutex<Option<OwnedSemaphorePermit>>);
+/// A stream's place under its instance limit (`max_top_streams`, `max_member_streams`), given back by
+/// whichever comes first: the stream ending, or its watcher dropping it. Shared by every SSE stream kind
+/// (`crate::waiting_room`'s member streams too): `gauge` counts the open ones.
+pub(crate) struct Slot {
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    gauge: &'static str,
+}
 
 impl Slot {
-    fn free(&self) {
-        if self.0.lock().take().is_some() {
-            metrics::gauge!("rankgate_top_streams_open").decrement(1.0);
+    /// Takes a place from `slots`, or `None` when every place is taken.
+    pub(crate) fn try_take(slots: &Arc<Semaphore>, gauge: &'static str) -> Option<Arc<Slot>> {
+        let permit = Arc::clone(slots).try_acquire_owned().ok()?;
+        metrics::gauge!(gauge).increment(1.0);
+        Some(Arc::new(Slot {
+            permit: Mutex::new(Some(permit)),
+            gauge,
+        }))
+    }
+
+    /// Gives the place back (once; later calls do nothing).
+    pub(crate) fn free(&self) {
+        if self.permit.lock().take().is_some() {
+            metrics::gauge!(self.gauge).decrement(1.0);
         }
     }
 }
@@ -186,11 +201,8 @@ impl TopStreams {
         at_given: bool,
     ) -> Result<impl futures_util::Stream<Item = Result<Event, std::io::Error>>, OpenError> {
         let inner = &self.inner;
-        let permit = Arc::clone(&inner.slots)
-            .try_acquire_owned()
-            .map_err(|_| OpenError::Full(inner.limits.max_streams))?;
-        metrics::gauge!("rankgate_top_streams_open").increment(1.0);
-        let slot = Arc::new(Slot(Mutex::new(Some(permit))));
+        let slot = Slot::try_take(&inner.slots, "rankgate_top_streams_open")
+            .ok_or(OpenError::Full(inner.limits.max_streams))?;
         let key = WatchKey {
             query: canonical_query(parsed, at_given, &inner.zone),
             category,

@@ -1,6 +1,8 @@
-//! Admin endpoints (SPEC 2.1): read and change a queue's settings at runtime. Authentication is added by
-//! the caller of [`super::admin_routes`].
+//! Admin endpoints (SPEC 2.1): list queues with their counts, read and change a queue's settings at
+//! runtime, delete a queue, remove one member. Authentication is added by the caller of
+//! [`super::admin_routes`].
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -8,7 +10,9 @@ use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
 use axum::routing::on;
 use axum::{Json, Router};
+use futures_util::StreamExt as _;
 use rankgate_core::queue::{FailMode, SettingsPatch};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::member_api::json_object;
@@ -21,6 +25,9 @@ pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
     Endpoint::new(Method::GET, "/v1/admin/queues/{queue}", |m| on(m, show)),
     Endpoint::new(Method::PUT, "/v1/admin/queues/{queue}", |m| on(m, update)),
     Endpoint::new(Method::DELETE, "/v1/admin/queues/{queue}", |m| on(m, remove)),
+    Endpoint::new(Method::DELETE, "/v1/admin/queues/{queue}/members/{member}", |m| {
+        on(m, remove_member)
+    }),
 ];
 
 pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
@@ -48,6 +55,7 @@ fn parse_patch(map: &serde_json::Map<String, Value>) -> ApiResult<SettingsPatch>
             "tickMillis" => patch.tick_millis = Some(whole(field, value)?),
             "tokenTtlSeconds" => patch.token_ttl_seconds = Some(whole(field, value)?),
             "claimTtlSeconds" => patch.claim_ttl_seconds = Some(whole(field, value)?),
+            "abandonAfterSeconds" => patch.abandon_after_seconds = Some(whole(field, value)?),
             "maxActive" => {
                 patch.max_active = Some(if value.is_null() {
                     None
@@ -99,6 +107,7 @@ async fn show(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -
         map.insert("admittedLastMinute".into(), json!(stats.admitted_last_minute));
         map.insert("oldestWaitSeconds".into(), json!(stats.oldest_wait_seconds));
         map.insert("measuredAdmitPerSecond".into(), json!(stats.measured_rate));
+        map.insert("abandoned".into(), json!(stats.abandoned));
     }
     Ok(Json(body))
 }
@@ -110,12 +119,80 @@ async fn remove(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>)
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn list(State(room): State<Arc<WaitingRoom>>) -> ApiResult<Json<Value>> {
-    let names: Vec<String> = room
-        .queue_names()
-        .await?
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    Ok(Json(json!({ "queues": names })))
+/// `DELETE /v1/admin/queues/{queue}/members/{memberId}` (fraud, support): 204 when the member was
+/// WAITING (its place is gone), READY (its token is void and its `max_active` slot freed) or remembered as
+/// consumed; 404 when it is not in the queue; 409 while an order is in flight (consume or release the
+/// claim first, or let it expire).
+async fn remove_member(
+    State(room): State<Arc<WaitingRoom>>,
+    Path((queue, member)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let member = WaitingRoom::parse_member("memberId", &member)?;
+    room.remove_member(&queue, &member).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// One queue's counts in the list (the same numbers as `GET /v1/admin/queues/{queue}`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct QueueCounts {
+    waiting: u64,
+    ready: u64,
+    claimed: u64,
+    admitted_last_minute: u64,
+    oldest_wait_seconds: u64,
+    abandoned: u64,
+    paused: bool,
+}
+
+/// `GET /v1/admin/queues`: `queues` (names, sorted; as before) and `counts` by name.
+#[derive(Debug, Serialize)]
+struct QueueList {
+    queues: Vec<String>,
+    counts: BTreeMap<String, QueueCounts>,
+}
+
+/// Stats reads in flight while listing (at most `max_queues` queues, one read each).
+const LIST_READS_IN_FLIGHT: usize = 16;
+
+async fn list(State(room): State<Arc<WaitingRoom>>) -> ApiResult<Json<QueueList>> {
+    let names = room.queue_names().await?;
+    let stats: Vec<_> = futures_util::stream::iter(names)
+        .map(|queue| {
+            let room = Arc::clone(&room);
+            async move {
+                let stats = room.stats(&queue).await;
+                (queue, stats)
+            }
+        })
+        .buffered(LIST_READS_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut counts = BTreeMap::new();
+    for (queue, stats) in stats {
+        match stats {
+            Ok(stats) => {
+                counts.insert(
+                    queue.to_string(),
+                    QueueCounts {
+                        waiting: stats.waiting,
+                        ready: stats.ready,
+                        claimed: stats.claimed,
+                        admitted_last_minute: stats.admitted_last_minute,
+                        oldest_wait_seconds: stats.oldest_wait_seconds,
+                        abandoned: stats.abandoned,
+                        paused: stats.settings.paused,
+                    },
+                );
+            }
+            // Deleted or forgotten between the two reads: it is not listed.
+            Err(ApiError::NotFound(_)) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(Json(QueueList {
+        queues: counts.keys().cloned().collect(),
+        counts,
+    }))
 }

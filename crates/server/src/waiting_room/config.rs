@@ -45,6 +45,8 @@ pub struct WaitingRoomConfig {
     pub max_active: Option<u64>,
     /// Default gate behaviour when the store is down; also used for queues the gate cannot look up.
     pub fail_mode: FailMode,
+    /// Default `abandonAfterSeconds` of new queues: a waiting member unseen this long is dropped (s).
+    pub abandon_after_seconds: u64,
     /// Polls allowed within `poll_burst × polling interval` before 429: the average stays at one poll
     /// per interval while tolerating a retried request or a page reload.
     pub poll_burst: u32,
@@ -72,6 +74,11 @@ pub struct WaitingRoomConfig {
     pub synchronous: Synchronous,
     /// How often the scheduler checks whether a queue's tick is due (ms).
     pub scheduler_poll_millis: u64,
+    /// Member position streams (`…/entries/{memberId}/events`) open at once on this instance; past it,
+    /// 429 naming this key.
+    pub max_member_streams: usize,
+    /// Between heartbeat comments on a member stream (ms).
+    pub member_stream_heartbeat_millis: u64,
     /// Reverse-proxy gates (the top-level `[[gate]]` tables).
     pub gates: Vec<GateConfig>,
 }
@@ -99,6 +106,7 @@ impl Default for WaitingRoomConfig {
             claim_ttl_seconds: settings.claim_ttl_seconds,
             max_active: settings.max_active,
             fail_mode: settings.fail_mode,
+            abandon_after_seconds: settings.abandon_after_seconds,
             poll_burst: 3,
             consumed_memory_seconds: 3600,
             token_secret: None,
@@ -108,6 +116,8 @@ impl Default for WaitingRoomConfig {
             fsync_every_commit: None,
             synchronous: Synchronous::default(),
             scheduler_poll_millis: 50,
+            max_member_streams: 20_000,
+            member_stream_heartbeat_millis: 15_000,
             gates: Vec::new(),
         }
     }
@@ -124,6 +134,7 @@ impl WaitingRoomConfig {
             max_active: self.max_active,
             paused: false,
             fail_mode: self.fail_mode,
+            abandon_after_seconds: self.abandon_after_seconds,
         };
         settings
             .validate()

@@ -22,6 +22,9 @@ pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
     Endpoint::new(Method::GET, "/v1/queues/{queue}/entries/{member}", |m| {
         on(m, poll)
     }),
+    Endpoint::new(Method::GET, "/v1/queues/{queue}/entries/{member}/events", |m| {
+        on(m, events)
+    }),
     Endpoint::new(Method::DELETE, "/v1/queues/{queue}/entries/{member}", |m| {
         on(m, leave)
     }),
@@ -128,6 +131,17 @@ async fn poll(
         headers.insert("ratelimit", limit);
     }
     Ok(response)
+}
+
+/// `GET …/entries/{member}/events`: the position as Server-Sent Events (see `member_streams`).
+async fn events(
+    State(room): State<Arc<WaitingRoom>>,
+    Path((queue, member)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let member = WaitingRoom::parse_member("memberId", &member)?;
+    let stream = room.open_member_stream(queue, member).await?;
+    Ok(axum::response::Sse::new(stream).into_response())
 }
 
 async fn leave(

@@ -11,6 +11,7 @@
 //! - `service`: [`WaitingRoom`], the one type handlers, the gate and workers call; it maps store outcomes to
 //!   [`ApiError`](crate::error::ApiError)s and records metrics.
 //! - `member_api`, `admin_api`, `gate`: thin axum handlers, one module per route group.
+//! - `member_streams`: members' position streams (SSE), one watch per queue per instance.
 //! - `redis_backend`: [`WaitingRoom::open_redis`], the room on Redis (standalone or Cluster).
 //! - `scheduler`: admission, expiry and metrics workers, driven by the store's clock.
 //! - `telemetry`: metric names and helpers.
@@ -21,6 +22,7 @@ pub mod config;
 mod demo;
 mod gate;
 mod member_api;
+mod member_streams;
 mod redis_backend;
 mod scheduler;
 mod service;

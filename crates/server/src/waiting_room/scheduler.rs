@@ -28,7 +28,14 @@ impl WaitingRoom {
     /// `shutdown` is cancelled.
     pub fn spawn_workers(self: &Arc<Self>, shutdown: CancellationToken) -> Vec<JoinHandle<()>> {
         let poll = Duration::from_millis(self.config.scheduler_poll_millis.max(1));
+        let streams_shutdown = self.member_streams.shutdown.clone();
+        let shutdown_streams = shutdown.clone();
         vec![
+            // Member streams end with the workers (they are not workers: they start with their clients).
+            tokio::spawn(async move {
+                shutdown_streams.cancelled().await;
+                streams_shutdown.cancel();
+            }),
             spawn_loop(
                 "admission",
                 Arc::clone(self),

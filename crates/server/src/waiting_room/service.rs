@@ -31,6 +31,7 @@ use rankgate_store::queue::{
 use serde::Serialize;
 
 use super::config::WaitingRoomConfig;
+use super::member_streams::{MemberStreamLimits, MemberStreams};
 use super::telemetry;
 use crate::error::{ApiError, ApiResult};
 
@@ -96,6 +97,8 @@ pub struct WaitingRoom {
     pub(crate) next_tick_ms: Mutex<HashMap<QueueName, i64>>,
     /// The gate's HTTP client (connection pool shared by every gate).
     pub(crate) http: reqwest::Client,
+    /// Members' position streams on this instance (`…/entries/{memberId}/events`).
+    pub(crate) member_streams: MemberStreams,
 }
 
 impl std::fmt::Debug for WaitingRoom {
@@ -265,6 +268,14 @@ impl WaitingRoom {
             "[waiting_room] max_queues must be at least 1"
         );
         anyhow::ensure!(
+            config.max_member_streams >= 1,
+            "[waiting_room] max_member_streams must be at least 1"
+        );
+        anyhow::ensure!(
+            (100..=3_600_000).contains(&config.member_stream_heartbeat_millis),
+            "[waiting_room] member_stream_heartbeat_millis must be between 100 and 3600000"
+        );
+        anyhow::ensure!(
             config.forget_idle_queues_after_seconds >= 60,
             "[waiting_room] forget_idle_queues_after_seconds must be at least 60"
         );
@@ -280,7 +291,12 @@ impl WaitingRoom {
             .pool_idle_timeout(std::time::Duration::from_secs(15))
             .build()
             .context("building the gate HTTP client")?;
+        let member_streams = MemberStreams::new(MemberStreamLimits {
+            max_streams: config.max_member_streams,
+            heartbeat: std::time::Duration::from_millis(config.member_stream_heartbeat_millis),
+        });
         Ok(WaitingRoom {
+            member_streams,
             queues,
             limiter,
             jobs,
@@ -363,6 +379,19 @@ impl WaitingRoom {
         Ok(self.position_from(outcome.view()))
     }
 
+    /// The member's position as the poll route answers it, without the poll limit: the member streams'
+    /// read (their cadence is the limit).
+    pub(crate) async fn position(&self, queue: &QueueName, member: &MemberId) -> ApiResult<Position> {
+        let view = self.queues.position(queue, member).await.map_err(store_error)?;
+        Ok(self.position_from(&view))
+    }
+
+    /// Member streams open on this instance now.
+    #[must_use]
+    pub fn open_member_streams(&self) -> usize {
+        self.member_streams.open_streams()
+    }
+
     /// `GET /v1/queues/{queue}/entries/{member}`, rate-limited per member to the polling interval.
     pub async fn poll(
         &self,
@@ -421,6 +450,22 @@ impl WaitingRoom {
     pub async fn leave(&self, queue: &QueueName, member: &MemberId) -> ApiResult<()> {
         match self.queues.leave(queue, member).await.map_err(store_error)? {
             LeaveOutcome::Left(_) | LeaveOutcome::NotPresent => Ok(()),
+            LeaveOutcome::Rejected(rejection) => Err(ApiError::Conflict(rejection.to_string())),
+        }
+    }
+
+    /// `DELETE /v1/admin/queues/{queue}/members/{member}`: the member's own leave, done by an admin, except
+    /// that removing somebody who is not there is a 404 (an admin wants to know).
+    pub async fn remove_member(&self, queue: &QueueName, member: &MemberId) -> ApiResult<()> {
+        match self.queues.leave(queue, member).await.map_err(store_error)? {
+            LeaveOutcome::Left(status) => {
+                telemetry::member_removed(queue);
+                tracing::info!(queue = %queue, status = ?status, "member removed by an admin");
+                Ok(())
+            }
+            LeaveOutcome::NotPresent => Err(ApiError::NotFound(format!(
+                "memberId: {member} is not in queue {queue}"
+            ))),
             LeaveOutcome::Rejected(rejection) => Err(ApiError::Conflict(rejection.to_string())),
         }
     }
@@ -582,6 +627,8 @@ impl WaitingRoom {
                 break;
             }
         }
+        // O(admitted): only the admitted members' streams are woken (see member_streams).
+        self.member_streams.wake(queue, &total.admitted);
         telemetry::admission_step(queue, &total, started.elapsed());
         Ok(total)
     }

@@ -39,6 +39,11 @@ pub(crate) fn token_event(queue: &QueueName, outcome: &'static str, count: u64) 
     }
 }
 
+/// An admin removed a member (`DELETE /v1/admin/queues/{queue}/members/{memberId}`).
+pub(crate) fn member_removed(queue: &QueueName) {
+    metrics::counter!("rankgate_queue_members_removed_total", "queue" => queue.to_string()).increment(1);
+}
+
 pub(crate) fn poll_limited(queue: &QueueName) {
     metrics::counter!("rankgate_queue_poll_limited_total", "queue" => queue.to_string()).increment(1);
 }
@@ -66,8 +71,10 @@ pub(crate) fn queue_gauges(queue: &QueueName, stats: &QueueStats) {
         .set(stats.oldest_wait_seconds as f64);
     metrics::gauge!("rankgate_queue_ready", "queue" => name.clone()).set(stats.ready as f64);
     metrics::gauge!("rankgate_queue_claimed", "queue" => name.clone()).set(stats.claimed as f64);
-    metrics::gauge!("rankgate_queue_admitted_per_second", "queue" => name)
+    metrics::gauge!("rankgate_queue_admitted_per_second", "queue" => name.clone())
         .set(stats.measured_rate.unwrap_or(0.0));
+    // The store's own total (shared by every instance), so `absolute`, not an increment per instance.
+    metrics::counter!("rankgate_queue_abandoned_total", "queue" => name).absolute(stats.abandoned);
 }
 
 /// A queue that went idle, or is gone: its gauges read 0 (and, left alone, age out of the exporter).

@@ -15,6 +15,8 @@ use crate::redis_servers;
 pub enum SseItem {
     /// `event: top` with its JSON data.
     Top(Value),
+    /// `event: position` (a member stream, tests/api/member_streams.rs) with its JSON data.
+    Position(Value),
     /// A `: heartbeat` comment.
     Heartbeat,
 }
@@ -34,12 +36,17 @@ impl Drop for SseClient {
 
 impl SseClient {
     pub async fn open(app: &TestApp, path: &str) -> SseClient {
-        let mut response = app
+        let response = app
             .client
             .get(format!("{}{}", app.address, path))
             .send()
             .await
             .unwrap();
+        SseClient::reading(response, path)
+    }
+
+    /// Reads the event stream `response` (of a GET of `path`) as it arrives.
+    pub fn reading(mut response: reqwest::Response, path: &str) -> SseClient {
         assert_eq!(response.status(), 200, "GET {path}");
         assert_eq!(
             response.headers()["content-type"].to_str().unwrap(),
@@ -56,12 +63,17 @@ impl SseClient {
                     let item = if record.lines().any(|line| line.starts_with(": heartbeat")) {
                         SseItem::Heartbeat
                     } else {
-                        assert!(record.contains("event: top"), "unexpected record {record:?}");
                         let data = record
                             .lines()
                             .find_map(|line| line.strip_prefix("data: "))
-                            .expect("a top record has data");
-                        SseItem::Top(serde_json::from_str(data).unwrap())
+                            .expect("an event record has data");
+                        let data = serde_json::from_str(data).unwrap();
+                        if record.contains("event: top") {
+                            SseItem::Top(data)
+                        } else {
+                            assert!(record.contains("event: position"), "unexpected record {record:?}");
+                            SseItem::Position(data)
+                        }
                     };
                     if sender.send((arrived, item)).is_err() {
                         return;
@@ -88,6 +100,7 @@ impl SseClient {
             match self.next(left).await {
                 Some((at, SseItem::Top(page))) => return (at, page),
                 Some((_, SseItem::Heartbeat)) => continue,
+                Some((_, SseItem::Position(position))) => panic!("a position on a top stream: {position}"),
                 None => panic!("no top page within {within:?}"),
             }
         }
@@ -196,6 +209,7 @@ async fn a_top_stream_sends_the_page_on_open_and_each_change_at_most_once_per_fr
         match item {
             SseItem::Heartbeat => heartbeats += 1,
             SseItem::Top(page) => panic!("a page without a change of this ranking: {page}"),
+            SseItem::Position(position) => panic!("a position on a top stream: {position}"),
         }
     }
     assert!(

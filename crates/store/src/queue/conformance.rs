@@ -58,6 +58,7 @@ macro_rules! queue_conformance_suite {
             reads_record_the_clock_guard_only_when_they_read_a_token,
             ten_thousand_due_tokens_expire_in_bounded_steps,
             abandoned_claims_are_released_after_claim_ttl,
+            waiting_members_unseen_for_abandon_after_seconds_are_dropped_before_admission,
             expired_tokens_free_their_slot_under_max_active,
             leave_removes_waiting_and_ready_members,
             settings_update_partially_and_reject_invalid_values,
@@ -217,6 +218,79 @@ pub async fn admission_pops_and_issues_tokens_in_one_step(backend: Backend) {
     let outcome = backend.queues.admit(&q, tokens(&secret, 5)).await.unwrap();
     assert_eq!(outcome.admitted.len(), 5);
     assert_eq!(outcome.waiting, 65);
+}
+
+/// Issue 12, abandonment: a waiting member who neither polled nor entered again for
+/// `abandon_after_seconds` is dropped before admission (no token, no `max_active` slot), counted in the
+/// stats; one who came back within the period keeps its place. Every backend, with the manual clock.
+pub async fn waiting_members_unseen_for_abandon_after_seconds_are_dropped_before_admission(backend: Backend) {
+    let q = queue("abandon");
+    let secret = TokenSecret::generate().unwrap();
+    let patch = SettingsPatch {
+        abandon_after_seconds: Some(10),
+        paused: Some(true),
+        max_active: Some(Some(1)),
+        ..SettingsPatch::default()
+    };
+    backend.queues.update_settings(&q, &patch).await.unwrap().unwrap();
+    let (gone, polling, returning) = (member("gone"), member("polling"), member("returning"));
+    for m in [&gone, &polling, &returning] {
+        backend.queues.enter(&q, m).await.unwrap();
+    }
+    // 6 s: `polling` polls, `returning` enters again; 12 s: `gone` is 12 s unseen, the others 6 s.
+    backend.clock.advance(6_000);
+    assert_eq!(backend.queues.position(&q, &polling).await.unwrap().rank, Some(1));
+    backend.queues.enter(&q, &returning).await.unwrap();
+    backend.clock.advance(6_000);
+    let resume = SettingsPatch {
+        paused: Some(false),
+        ..SettingsPatch::default()
+    };
+    backend
+        .queues
+        .update_settings(&q, &resume)
+        .await
+        .unwrap()
+        .unwrap();
+    let outcome = backend.queues.admit(&q, tokens(&secret, 1)).await.unwrap();
+    assert_eq!(
+        outcome.admitted,
+        vec![polling.clone()],
+        "the abandoned head got no token and no max_active slot"
+    );
+    assert_eq!(outcome.waiting, 1);
+    let view = backend.queues.position(&q, &gone).await.unwrap();
+    assert_eq!(view.status, MemberStatus::NotEntered, "dropped");
+    assert_eq!(
+        backend.queues.position(&q, &returning).await.unwrap().rank,
+        Some(0)
+    );
+    let stats = backend.queues.stats(&q).await.unwrap().unwrap();
+    assert_eq!((stats.abandoned, stats.waiting), (1, 1));
+    // A READY member is not abandoned by silence (its token has its own lifetime), and one who keeps
+    // polling is never dropped.
+    for _ in 0..4 {
+        backend.clock.advance(5_000);
+        assert_eq!(
+            backend.queues.position(&q, &returning).await.unwrap().rank,
+            Some(0)
+        );
+        backend.queues.expire_due(&q).await.unwrap();
+    }
+    assert_eq!(
+        backend.queues.position(&q, &polling).await.unwrap().status,
+        MemberStatus::Ready
+    );
+    let stats = backend.queues.stats(&q).await.unwrap().unwrap();
+    assert_eq!((stats.abandoned, stats.waiting), (1, 1));
+    // Silent past the period: dropped by the expiry sweep too, not only by admission.
+    backend.clock.advance(10_000);
+    backend.queues.expire_due(&q).await.unwrap();
+    assert_eq!(
+        backend.queues.position(&q, &returning).await.unwrap().status,
+        MemberStatus::NotEntered
+    );
+    assert_eq!(backend.queues.stats(&q).await.unwrap().unwrap().abandoned, 2);
 }
 
 /// Limitation 4: claim, consume, release; fifty concurrent claims of one token, exactly one wins.

@@ -148,6 +148,8 @@ pub struct QueueStats {
     pub oldest_wait_seconds: u64,
     /// The measured throughput behind estimates (members/s), if any.
     pub measured_rate: Option<f64>,
+    /// Waiting members dropped as abandoned (unseen for `abandon_after_seconds`) since the queue was made.
+    pub abandoned: u64,
 }
 
 /// What an admission step needs to know beforehand, to prepare no more tokens than it can use (defect 5:

@@ -142,11 +142,13 @@ impl EmbeddedStore {
         self.writer.shutdown();
     }
 
-    /// Heap bytes of the waiting set of `queue` (for the memory benchmark).
+    /// Heap bytes of the waiting members of `queue` (for the memory benchmark): the waiting set, the
+    /// arrival checkpoints and the deadline set, where every waiting member has its abandonment deadline
+    /// (the few READY / CLAIMED members' deadlines are there too).
     pub fn waiting_heap_bytes(&self, queue: &QueueName) -> usize {
         self.queues.read().get(queue).map_or(0, |q| {
             let q = q.lock();
-            q.waiting.heap_bytes() + q.arrivals.len() * 16
+            q.waiting.heap_bytes() + q.arrivals.len() * 16 + q.deadlines.heap_bytes()
         })
     }
 
@@ -326,6 +328,10 @@ impl QueueStore for EmbeddedStore {
             };
             let (next, used_seq) = current.enter(q.next_seq);
             let mut writes = Vec::new();
+            if matches!(current, MemberState::Waiting { .. }) {
+                // Entering again is a visit: the member was seen.
+                q.touch_waiting(member.as_str(), now_ms);
+            }
             if used_seq {
                 q.next_seq += 1;
                 q.set_state(member.as_str(), &current, next, now_ms, &mut writes);
@@ -362,6 +368,10 @@ impl QueueStore for EmbeddedStore {
         let mut q = state.lock();
         let current = q.state_of(member.as_str());
         let now_ms = q.read_now(now, &current);
+        if matches!(current, MemberState::Waiting { .. }) {
+            // A poll (or a stream's read) is a sign of life: the abandonment deadline moves.
+            q.touch_waiting(member.as_str(), now_ms);
+        }
         Ok(q.view(member.as_str(), now_ms))
     }
 
@@ -667,6 +677,7 @@ impl QueueStore for EmbeddedStore {
             admitted_last_minute: q.estimator.admitted_last_minute(now_ms),
             oldest_wait_seconds: (oldest_wait_ms / 1000) as u64,
             measured_rate: q.estimator.effective_rate(&q.settings),
+            abandoned: q.abandoned,
         }))
     }
 

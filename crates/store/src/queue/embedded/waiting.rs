@@ -38,8 +38,13 @@ pub(crate) struct QueueState {
     pub arrivals: VecDeque<(u64, i64)>,
     /// READY, CLAIMED and remembered CONSUMED members.
     pub holders: HashMap<Box<str>, MemberState>,
-    /// Member → its next deadline (token expiry, claim expiry, or forgetting a consumed member).
+    /// Member → its next deadline (token expiry, claim expiry, forgetting a consumed member, or a waiting
+    /// member counting as abandoned: last seen + `abandon_after_seconds`). Waiting members being here
+    /// too is what makes abandonment O(abandoned) per step (about 50 more bytes per waiting member).
     pub deadlines: SortedSet,
+    /// Waiting members dropped as abandoned since the queue was loaded (not persisted: a restart counts
+    /// from 0, as a Redis queue's counter goes with its keys).
+    pub abandoned: u64,
     pub ready: u64,
     pub claimed: u64,
     pub budget: AdmissionBudget,
@@ -71,6 +76,7 @@ impl QueueState {
             arrivals: VecDeque::new(),
             holders: HashMap::new(),
             deadlines: SortedSet::new(),
+            abandoned: 0,
             ready: 0,
             claimed: 0,
             budget,
@@ -140,6 +146,7 @@ impl QueueState {
         match old {
             MemberState::Waiting { .. } => {
                 self.waiting.zrem(member.as_bytes());
+                self.deadlines.zrem(member.as_bytes());
             }
             MemberState::NotEntered => {}
             _ => {
@@ -169,6 +176,7 @@ impl QueueState {
             MemberState::Waiting { seq } => {
                 // Entering at `now`: the NX insert cannot fail for a member known not to be waiting.
                 let _ = self.waiting.insert(member.as_bytes(), *seq as f64);
+                self.touch_waiting(member, now_ms);
                 if self.arrivals.back().is_none_or(|(_, ms)| *ms != now_ms) {
                     self.arrivals.push_back((*seq, now_ms));
                 }
@@ -213,6 +221,13 @@ impl QueueState {
         });
     }
 
+    /// A waiting member was seen at `now_ms` (entered, polled, read by its stream, entered again): it
+    /// counts as abandoned `abandon_after_seconds` later (`touch_waiting` in `queue_base.lua`).
+    pub(crate) fn touch_waiting(&mut self, member: &str, now_ms: i64) {
+        let deadline = now_ms + self.settings.abandon_after_millis();
+        let _ = self.deadlines.insert(member.as_bytes(), deadline as f64);
+    }
+
     /// Puts a non-waiting state in the holder map and its deadline in the deadline set.
     pub(crate) fn track_holder(&mut self, member: &str, state: MemberState) {
         let deadline = match &state {
@@ -228,7 +243,8 @@ impl QueueState {
     }
 
     /// Processes due deadlines, at most [`MAX_EXPIRIES_PER_STEP`]: expired tokens free their slots, expired
-    /// claims are released, consumed members are forgotten. `outcome.more_due` says whether some are left.
+    /// claims are released, consumed members are forgotten, abandoned waiting members are dropped.
+    /// `outcome.more_due` says whether some are left.
     pub(crate) fn expire_due(&mut self, now_ms: i64, writes: &mut Vec<Write>) -> ExpiryOutcome {
         let mut outcome = ExpiryOutcome::default();
         let due: Vec<Vec<u8>> = self
@@ -259,7 +275,12 @@ impl QueueState {
                     .map(|(next, _)| next)
                     .inspect(|_| outcome.claims_expired += 1),
                 MemberState::Consumed { .. } => Some(MemberState::NotEntered),
-                _ => None,
+                // Unseen for abandon_after_seconds: dropped before admission can give it a token.
+                MemberState::Waiting { .. } => {
+                    self.abandoned += 1;
+                    Some(MemberState::NotEntered)
+                }
+                MemberState::NotEntered => None,
             };
             match next {
                 Some(next) => self.set_state(&member, &state, next, now_ms, writes),
@@ -353,6 +374,8 @@ impl QueueState {
                 let seq = row.seq as u64;
                 let _ = self.waiting.insert(member.as_bytes(), seq as f64);
                 self.next_seq = self.next_seq.max(seq + 1);
+                // Last seen is not stored: a restart counts as everyone seen when the queue last moved.
+                self.touch_waiting(member, self.last_now_ms.max(row.at_ms));
                 return Ok(());
             }
             1 => MemberState::Ready {

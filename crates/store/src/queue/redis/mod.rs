@@ -443,7 +443,7 @@ impl RedisStore {
         }
     }
 
-    /// A queue script invocation with the common arguments (keys 1–6, ARGV 1–10).
+    /// A queue script invocation with the common arguments (keys 1–6, ARGV 1–11).
     fn queue_call<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptInvocation<'a> {
         let mut invocation = script.prepare_invoke();
         for key in self.queue_keys(queue) {
@@ -490,7 +490,7 @@ impl RedisStore {
     }
 }
 
-/// The eight setting fields as stored in the meta hash, in `SETTING_FIELDS` order.
+/// The nine setting fields as stored in the meta hash, in `SETTING_FIELDS` order.
 fn settings_args(s: &QueueSettings) -> Vec<String> {
     vec![
         format!("{}", s.admit_per_second),
@@ -501,6 +501,7 @@ fn settings_args(s: &QueueSettings) -> Vec<String> {
         s.max_active.map_or_else(String::new, |n| n.to_string()),
         if s.paused { "1" } else { "0" }.to_string(),
         fail_mode_str(s.fail_mode).to_string(),
+        s.abandon_after_seconds.to_string(),
     ]
 }
 
@@ -547,6 +548,9 @@ mod tests {
             max_active: Some(7),
             ..QueueSettings::default()
         });
-        assert_eq!(args, ["0.5", "500", "1000", "300", "30", "7", "0", "closed"]);
+        assert_eq!(
+            args,
+            ["0.5", "500", "1000", "300", "30", "7", "0", "closed", "300"]
+        );
     }
 }

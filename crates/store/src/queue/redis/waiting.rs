@@ -32,7 +32,7 @@ fn status_of(code: i64) -> Result<MemberStatus, StoreError> {
     })
 }
 
-/// Reads the eight stored setting fields.
+/// Reads the nine stored setting fields.
 fn read_settings(reply: &mut Reply) -> Result<QueueSettings, StoreError> {
     let corrupt = |field: &str| StoreError::Corrupt(format!("queue setting {field} is unreadable"));
     let admit_per_second: f64 = reply.string()?.parse().map_err(|_| corrupt("aps"))?;
@@ -49,7 +49,14 @@ fn read_settings(reply: &mut Reply) -> Result<QueueSettings, StoreError> {
         "open" => FailMode::Open,
         _ => FailMode::Closed,
     };
+    // Empty only in a direct read of a queue stored before the setting existed and not ticked since (a
+    // script's `settings()` writes the default): the default then.
+    let abandon_after_seconds = match reply.string()?.as_str() {
+        "" => QueueSettings::default().abandon_after_seconds,
+        raw => raw.parse().map_err(|_| corrupt("abandon"))?,
+    };
     Ok(QueueSettings {
+        abandon_after_seconds,
         admit_per_second,
         tick_millis,
         token_ttl_seconds,
@@ -183,6 +190,7 @@ fn patch_args(patch: &SettingsPatch, validated: &QueueSettings) -> Vec<String> {
         },
         pick(patch.paused.is_some(), 6),
         pick(patch.fail_mode.is_some(), 7),
+        pick(patch.abandon_after_seconds.is_some(), 8),
     ]
 }
 
@@ -514,6 +522,7 @@ impl QueueStore for RedisStore {
             "max_active",
             "paused",
             "fail_mode",
+            "abandon",
         ] {
             command.arg(field);
         }
@@ -585,7 +594,9 @@ impl QueueStore for RedisStore {
             let count = buckets.int()?.max(0) as u64;
             estimator.per_second.push((second, count));
         }
+        let abandoned = reply.int()?.max(0) as u64;
         Ok(Some(QueueStats {
+            abandoned,
             waiting,
             ready,
             claimed,

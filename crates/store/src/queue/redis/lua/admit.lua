@@ -1,4 +1,4 @@
--- admit: ARGV[11..] pairs of (nonce hex, token digest hex). One admission step: expire what is due, refill the
+-- admit: ARGV[12..] pairs of (nonce hex, token digest hex). One admission step: expire what is due, refill the
 -- queue's global budget, pop what it (and max_active, and the tokens offered) allow, and make every popped
 -- member READY with a token hash, all in this one script: nobody is ever popped without a token.
 if redis.call('EXISTS', META) == 0 then return {{}, 0, 0, 0, 0} end
@@ -15,7 +15,7 @@ if not s.paused then
   if s.max_active then room = math.max(s.max_active - outstanding, 0) end
   plan = math.min(affordable, room, waiting_before)
 end
-local offered = math.floor((#ARGV - 10) / 2)
+local offered = math.floor((#ARGV - 11) / 2)
 local count = math.min(plan, offered)
 local admitted = {}
 if count > 0 then
@@ -23,7 +23,7 @@ if count > 0 then
   for i = 1, #popped, 2 do
     local k = (i + 1) / 2
     local member = popped[i]
-    set_state(member, {kind = 'N'}, {kind = 'R', nonce = ARGV[9 + 2 * k], digest = ARGV[10 + 2 * k], issued = now,
+    set_state(member, {kind = 'N'}, {kind = 'R', nonce = ARGV[10 + 2 * k], digest = ARGV[11 + 2 * k], issued = now,
       expires = now + s.token_ttl_ms, expired_claim = ''}, now)
     admitted[#admitted + 1] = member
   end

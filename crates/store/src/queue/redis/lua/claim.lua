@@ -1,8 +1,8 @@
--- claim: ARGV[11] member, [12] presented token digest, [13] new claim digest.
+-- claim: ARGV[12] member, [13] presented token digest, [14] new claim digest.
 -- {0, expires} claimed; {1} no token; {2} wrong token; {3} expired; {4} already consumed; {5} already claimed.
 if redis.call('EXISTS', META) == 0 then return {1} end
 local now = guarded_now()
-local member, presented, claim = ARGV[11], ARGV[12], ARGV[13]
+local member, presented, claim = ARGV[12], ARGV[13], ARGV[14]
 local st = state_of(member)
 local expires = now + settings().claim_ttl_ms
 if st.kind == 'N' or st.kind == 'W' then return {1} end

@@ -9,8 +9,9 @@
 -- Returns batch_head, then one code per member up to the first -1: 2 × rank + 1 entered now, 2 × rank
 -- already waiting, -1 for the full entry. Every member coded is WAITING, and the head's count is the
 -- queue's after the batch (a member's rank does not change while later members join behind them).
-local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms', 'seq', 'arr_ms')
-if not e[1] then
+local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms', 'seq', 'arr_ms', 'abandon')
+-- No 'abandon' yet (a queue stored before the setting, not yet ticked): the full entry handles it.
+if not e[1] or not e[9] then
   local out = batch_head(clock_now(), 0, nil)
   out[8] = -1
   return out
@@ -28,9 +29,11 @@ for i = 2, #ARGV do
     codes[i - 1] = -1
     break
   elseif redis.call('ZADD', WAITING, 'NX', int(seq), member) == 0 then
-    -- Already waiting: their position, and the sequence is not spent.
+    -- Already waiting: their position, and the sequence is not spent; they were seen.
     codes[i - 1] = 2 * redis.call('ZRANK', WAITING, member)
+    touch_waiting(member, now, e[9])
   else
+    touch_waiting(member, now, e[9])
     -- Sequences only grow and only entries assign them, so the newcomer is last in line.
     first_seq = first_seq or seq
     seq = seq + 1

@@ -1,4 +1,4 @@
--- forget_if_idle: ARGV[11] idle ms. {1} forgotten; {0} kept (configured by an admin, or not idle long
+-- forget_if_idle: ARGV[12] idle ms. {1} forgotten; {0} kept (configured by an admin, or not idle long
 -- enough); {2} busy (somebody waits or holds a token: the caller makes sure it is in the active set);
 -- {3} does not exist. Forgets due consumed members first (bounded, as every expiry step). Reads the clock
 -- without recording it: this look is not activity.
@@ -11,6 +11,6 @@ if redis.call('ZCARD', WAITING) > 0 or (hnum(META, 'ready') or 0) + (hnum(META, 
 end
 if redis.call('HGET', META, 'managed') == '1' then return {0} end
 expire_due(now)
-if redis.call('HLEN', HOLDERS) > 0 or now - last < tonumber(ARGV[11]) then return {0} end
+if redis.call('HLEN', HOLDERS) > 0 or now - last < tonumber(ARGV[12]) then return {0} end
 redis.call('UNLINK', META, WAITING, HOLDERS, DEADLINES, ARRIVALS, ADMITTED)
 return {1}

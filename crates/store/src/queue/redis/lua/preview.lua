@@ -1,4 +1,4 @@
--- admission_preview: {settings x8, waiting, ready + claimed}, or {} for a queue that does not exist.
+-- admission_preview: {settings x9, waiting, ready + claimed}, or {} for a queue that does not exist.
 -- Read-only: sizes the tokens the next admit.lua call is offered.
 if redis.call('EXISTS', META) == 0 then return {} end
 local out = {}

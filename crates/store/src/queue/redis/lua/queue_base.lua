@@ -9,7 +9,7 @@
 --     meta field arr_ms, so most entries need not look at this set)
 --   6 admitted (hash second -> members admitted in that second, last 60 s)
 -- ARGV: 1 injected now ms ('' = Redis TIME); the hot scripts' own args from 2. The other scripts also get
--- 2 consumed memory ms and 3..10 default settings, their own args from 11 (see queue_common.lua).
+-- 2 consumed memory ms and 3..11 default settings, their own args from 12 (see queue_common.lua).
 local META, WAITING, HOLDERS, DEADLINES, ARRIVALS, ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local STATUS = {N = 0, W = 1, R = 2, C = 3, X = 0}
 
@@ -64,11 +64,19 @@ local function batch_head(now, waiting, e)
   return {now, waiting, e[1] or '', e[2] or '', e[3] or '', e[4] or '', e[5] or ''}
 end
 
+-- A waiting member was seen (a poll, a stream's read, an entry again): its abandonment deadline moves to
+-- now + abandonAfterSeconds. `abandon` is the queue's setting in seconds (nil only for a queue stored
+-- before the setting existed and not yet ticked; its first tick writes it).
+local function touch_waiting(member, now, abandon)
+  if abandon then redis.call('ZADD', DEADLINES, int(now + tonumber(abandon) * 1000), member) end
+end
+
 -- The meta fields a position read needs, the queue's guarded now, and the store clock as read (before the
 -- queue's guard; the poll limiter guards it per log key instead): e = {aps, max_active, paused, ar, cr,
--- last_ms}, or nil when the queue does not exist. Read once per script, however many members it answers.
+-- last_ms, abandon}, or nil when the queue does not exist. Read once per script, however many members it
+-- answers.
 local function read_meta()
-  local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms')
+  local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms', 'abandon')
   local clock = clock_now()
   local now = clock
   if not e[1] then return nil, now, clock end
@@ -82,11 +90,14 @@ end
 -- answers NOT_ENTERED and creates nothing. The queue's monotonic guard is recorded only when the answer
 -- depends on a token's expiry (READY, CLAIMED), so a later claim can never run on an earlier clock than this
 -- answer did; e[6] then carries the recorded value, so one script records it once. A waiting member's
--- answer does not depend on the time, so the common poll writes nothing to the queue.
+-- answer does not depend on the time; the common poll writes only the member's abandonment deadline.
 local function member_position(member, e, now)
   if not e then return 0, -1, '', 0, 0 end
   local rank = redis.call('ZRANK', WAITING, member)
-  if rank then return 1, rank, '', 0, 0 end
+  if rank then
+    touch_waiting(member, now, e[7])
+    return 1, rank, '', 0, 0
+  end
   local st = holder_state(member)
   local last = tonumber(e[6])
   if (st.kind == 'R' or st.kind == 'C') and not (last and last >= now) then

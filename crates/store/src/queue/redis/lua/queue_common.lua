@@ -1,11 +1,12 @@
 -- Prelude of the waiting-room scripts that write (prepended after queue_base.lua).
--- ARGV: 1 injected now ms, 2 consumed memory ms, 3..10 default settings; script args from 11.
+-- ARGV: 1 injected now ms, 2 consumed memory ms, 3..11 default settings; script args from 12.
 local MICRO = 1000000
 -- Deadlines one script handles at most; callers loop while a script reports more due (bounded work per call).
 local MAX_EXPIRIES = 1000
 local SMOOTHING_MILLIS = 10000.0
 local CONSUMED_MEMORY_MS = tonumber(ARGV[2])
-local SETTING_FIELDS = {'aps', 'rate_milli', 'tick', 'token_ttl', 'claim_ttl', 'max_active', 'paused', 'fail_mode'}
+local SETTING_FIELDS = {'aps', 'rate_milli', 'tick', 'token_ttl', 'claim_ttl', 'max_active', 'paused', 'fail_mode',
+  'abandon'}
 
 local function flt(x) return string.format('%.17g', x) end
 
@@ -49,6 +50,12 @@ local function settings()
   s.claim_ttl_ms = tonumber(v[5]) * 1000
   if v[6] and v[6] ~= '' then s.max_active = tonumber(v[6]) end
   s.paused = v[7] == '1'
+  if not v[9] then
+    -- A queue stored before abandonAfterSeconds existed: the default, written so the hot scripts (which get
+    -- no defaults) can read it too.
+    v[9] = ARGV[11]
+    redis.call('HSET', META, 'abandon', v[9])
+  end
   return s
 end
 
@@ -86,10 +93,17 @@ local function deadline_of(st)
   return nil
 end
 
--- Replaces a member's state, keeping the waiting set, holder records, deadlines and counters in step.
+-- How long a waiting member may go unseen (ms): the queue's setting, else the default.
+local function abandon_ms()
+  return tonumber(redis.call('HGET', META, 'abandon') or ARGV[11]) * 1000
+end
+
+-- Replaces a member's state, keeping the waiting set, holder records, deadlines and counters in step. A
+-- waiting member's deadline is when it counts as abandoned (touch_waiting in queue_base.lua moves it).
 local function set_state(member, old, new, now)
   if old.kind == 'W' then
     redis.call('ZREM', WAITING, member)
+    redis.call('ZREM', DEADLINES, member)
   elseif old.kind ~= 'N' then
     redis.call('HDEL', HOLDERS, member)
     redis.call('ZREM', DEADLINES, member)
@@ -101,6 +115,7 @@ local function set_state(member, old, new, now)
   if new.kind == 'N' then return end
   if new.kind == 'W' then
     redis.call('ZADD', WAITING, 'NX', int(new.seq), member)
+    redis.call('ZADD', DEADLINES, int(now + abandon_ms()), member)
     -- NX: a checkpoint keeps the first sequence of its millisecond (enter_fast.lua adds them too).
     redis.call('ZADD', ARRIVALS, 'NX', int(new.seq), int(now))
     redis.call('HSET', META, 'arr_ms', int(now))
@@ -119,10 +134,11 @@ local function after_release(st, expired_claim, now)
   return {kind = 'N'}
 end
 
--- Expired tokens free their slot, expired claims are released, consumed members are forgotten; at most
+-- Expired tokens free their slot, expired claims are released, consumed members are forgotten, waiting
+-- members unseen for abandonAfterSeconds are dropped (counted in the meta field 'abandoned'); at most
 -- MAX_EXPIRIES of them. Returns tokens expired, claims released, and 1 if more were due than handled.
 local function expire_due(now)
-  local tokens, claims = 0, 0
+  local tokens, claims, abandoned = 0, 0, 0
   local due = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', int(now), 'LIMIT', 0, MAX_EXPIRIES)
   local more = 0
   if #due == MAX_EXPIRIES then more = 1 end
@@ -141,6 +157,9 @@ local function expire_due(now)
       end
     elseif st.kind == 'X' then
       nxt = {kind = 'N'}
+    elseif st.kind == 'W' then
+      nxt = {kind = 'N'}
+      abandoned = abandoned + 1
     end
     if nxt then
       set_state(member, st, nxt, now)
@@ -151,6 +170,7 @@ local function expire_due(now)
       end
     end
   end
+  if abandoned > 0 then redis.call('HINCRBY', META, 'abandoned', abandoned) end
   return tokens, claims, more
 end
 

@@ -1,9 +1,9 @@
--- release: ARGV[11] member, [12] claim digest. {0} back to READY; {1} token expired meanwhile, gone;
+-- release: ARGV[12] member, [13] claim digest. {0} back to READY; {1} token expired meanwhile, gone;
 -- {2} already released (the claim that last ended on this READY token); {3} unknown claim; {4} already
 -- consumed by this claim. Exactly the ids consume.lua knows are known here (MemberState::release).
 if redis.call('EXISTS', META) == 0 then return {3} end
 local now = guarded_now()
-local member, claim = ARGV[11], ARGV[12]
+local member, claim = ARGV[12], ARGV[13]
 local st = state_of(member)
 if st.kind == 'C' then
   if not ct_eq(st.claim, claim) then return {3} end

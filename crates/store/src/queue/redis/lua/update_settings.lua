@@ -1,19 +1,19 @@
--- update_settings: ARGV[11..18] the patch, one per setting field ('' keeps a field; max_active takes 'keep',
+-- update_settings: ARGV[12..20] the patch, one per setting field ('' keeps a field; max_active takes 'keep',
 -- 'none' or a number). Validated by the caller. Settles the budget at the old rate, then caps it to the new
 -- tick's capacity. Returns {created, settings...}, or {2} when the merged rate × tick would admit more than
 -- MAX_MEMBERS_PER_TICK in one tick (QueueSettings::validate; checked here too because the stored settings
 -- another instance just wrote are only known inside the script), changing nothing.
 local MAX_MEMBERS_PER_TICK = 100000
 local stored = redis.call('HMGET', META, 'rate_milli', 'tick')
-local rate_milli = tonumber(ARGV[12]) or tonumber(stored[1]) or tonumber(ARGV[4])
-local tick = tonumber(ARGV[13]) or tonumber(stored[2]) or tonumber(ARGV[5])
+local rate_milli = tonumber(ARGV[13]) or tonumber(stored[1]) or tonumber(ARGV[4])
+local tick = tonumber(ARGV[14]) or tonumber(stored[2]) or tonumber(ARGV[5])
 if rate_milli * tick > MAX_MEMBERS_PER_TICK * MICRO then return {2} end
 local created = ensure_queue(clock_now())
 local now = guarded_now()
 refill(settings(), now)
 local fields = {}
 for i, f in ipairs(SETTING_FIELDS) do
-  local v = ARGV[10 + i]
+  local v = ARGV[11 + i]
   if f == 'max_active' then
     if v == 'none' then
       fields[#fields + 1] = f
