@@ -11,10 +11,7 @@ use serde_json::{json, Value};
 use rankgate_store::clock::ManualClock;
 
 use crate::helpers::*;
-use redis_servers::{cluster, KeyCleanup, STANDALONE_URL};
-
-#[path = "../../../store/tests/support/redis_servers.rs"]
-mod redis_servers;
+use crate::redis_servers::{cluster, KeyCleanup, STANDALONE_URL};
 
 const HOUR: i64 = 3_600_000;
 
