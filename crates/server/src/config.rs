@@ -300,6 +300,9 @@ pub struct Overrides {
 }
 
 const HOUR_MILLIS: i64 = 3_600_000;
+/// Largest `max_future_seconds`: a week (see where it is read).
+const MAX_FUTURE_SECONDS: i64 = 7 * 24 * 3600;
+
 /// Largest `cache_max_age_seconds`: a year, the most RFC 9111 caches are expected to honour anyway.
 const MAX_CACHE_MAX_AGE_SECONDS: u64 = 31_536_000;
 
@@ -403,7 +406,17 @@ impl Config {
                 .or(file.data_dir)
                 .unwrap_or_else(|| "./rankgate-data".into()),
             zone,
-            max_future_millis: millis_of("max_future_seconds", file.max_future_seconds.unwrap_or(300), 1000)?,
+            // Bounded to a week: `trending` weighs an hour after its span's end hour by 2^(hours / half-life),
+            // so events far in the future with a short half-life would overflow a score to infinity.
+            max_future_millis: millis_of(
+                "max_future_seconds",
+                bounded(
+                    "max_future_seconds",
+                    file.max_future_seconds.unwrap_or(300),
+                    0..=MAX_FUTURE_SECONDS,
+                )?,
+                1000,
+            )?,
             max_lateness_millis,
             event_retention_millis,
             metric_retention_millis,
@@ -611,6 +624,7 @@ mod tests {
                 "serving_grace_seconds",
             ),
             ("max_future_seconds = -1", "max_future_seconds"),
+            ("max_future_seconds = 604801", "max_future_seconds"),
             ("max_lateness_hours = -5", "max_lateness_hours"),
             ("metric_retention_days = -1", "metric_retention_days"),
         ] {
