@@ -22,7 +22,6 @@ fn zones() -> &'static [Zone] {
     })
 }
 
-
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, key)) = data.split_first() else {
         return;
