@@ -396,5 +396,9 @@ async fn hostile_trending_puts_are_refused_naming_the_field_and_create_no_versio
     assert_eq!(bad_read.status(), 400);
     let error: Value = bad_read.json().await.unwrap();
     assert!(error["error"].as_str().unwrap().contains("trending"), "{error}");
-    app.stop().await;
+    // Restarted on the same data, the refused PUTs left nothing behind.
+    let data_dir = app.stop().await.expect("the app owns its data dir");
+    let restarted = spawn_app_in(data_dir.path().to_path_buf(), |_| {}).await;
+    assert_eq!(restarted.get_json("/v1/admin/rankers/trending").await, admin);
+    restarted.stop().await;
 }
