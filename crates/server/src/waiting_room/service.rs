@@ -339,6 +339,15 @@ impl WaitingRoom {
         QueueName::parse(raw).map_err(|e| ApiError::bad_field("queue", e))
     }
 
+    /// The key of the waiting page's visitor cookies: derived from the token secret, so instances sharing
+    /// a store verify each other's cookies, and never the token key itself.
+    pub(crate) fn visitor_key(&self) -> super::page::cookies::VisitorKey {
+        super::page::cookies::VisitorKey::new(rankgate_store::queue::token::hmac_sha256(
+            &self.secret.to_bytes(),
+            super::page::cookies::VISITOR_KEY_LABEL,
+        ))
+    }
+
     pub(crate) fn parse_member(field: &str, raw: &str) -> ApiResult<MemberId> {
         MemberId::parse(raw).map_err(|e| ApiError::bad_field(field, e))
     }
