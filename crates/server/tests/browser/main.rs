@@ -23,19 +23,19 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 /// What reached the test upstream.
 #[derive(Debug, Clone, Default)]
-pub struct Orders {
+pub(crate) struct Orders {
     /// One entry per order: the `X-Member-Id` and `Cookie` headers the upstream saw.
-    pub seen: Arc<Mutex<Vec<(String, String)>>>,
+    pub(crate) seen: Arc<Mutex<Vec<(String, String)>>>,
 }
 
 impl Orders {
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.seen.lock().len()
     }
 }
 
 /// The shop behind the gate: `GET /shop/checkout` and `POST /orders` place an order each (200).
-pub async fn spawn_upstream() -> (String, Orders) {
+pub(crate) async fn spawn_upstream() -> (String, Orders) {
     let orders = Orders::default();
     let record = {
         let orders = orders.clone();
@@ -70,15 +70,15 @@ pub async fn spawn_upstream() -> (String, Orders) {
 }
 
 /// A running rankgate for one test.
-pub struct TestApp {
-    pub base: String,
-    pub state: rankgate::app::AppState,
-    pub client: reqwest::Client,
+pub(crate) struct TestApp {
+    pub(crate) base: String,
+    pub(crate) state: rankgate::app::AppState,
+    pub(crate) client: reqwest::Client,
     _dir: tempfile::TempDir,
 }
 
 /// The service with a gate for `queue` on `GET /shop/checkout` and `POST /orders`, in front of `upstream`.
-pub async fn spawn_app(queue: &str, upstream: &str, configure: impl FnOnce(&mut Config)) -> TestApp {
+pub(crate) async fn spawn_app(queue: &str, upstream: &str, configure: impl FnOnce(&mut Config)) -> TestApp {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = Config::for_data_dir(dir.path());
     config.waiting_room.poll_burst = 10_000;
@@ -124,7 +124,7 @@ pub async fn spawn_app(queue: &str, upstream: &str, configure: impl FnOnce(&mut 
 }
 
 impl TestApp {
-    pub async fn put_settings(&self, queue: &str, body: serde_json::Value) {
+    pub(crate) async fn put_settings(&self, queue: &str, body: serde_json::Value) {
         let response = self
             .client
             .put(format!("{}/v1/admin/queues/{queue}", self.base))
@@ -135,7 +135,7 @@ impl TestApp {
         assert_eq!(response.status(), 200, "PUT {queue}: {:?}", response.text().await);
     }
 
-    pub async fn enter(&self, queue: &str, member: &str) {
+    pub(crate) async fn enter(&self, queue: &str, member: &str) {
         let response = self
             .client
             .post(format!("{}/v1/queues/{queue}/entries", self.base))
