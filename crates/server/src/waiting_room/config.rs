@@ -35,8 +35,8 @@ use rankgate_core::queue::{FailMode, QueueSettings};
 use rankgate_store::synchronous::Synchronous;
 use serde::Deserialize;
 
-pub use super::page::config::{CookieSecure, PageConfig};
 use super::page::config::Pages;
+pub use super::page::config::{CookieSecure, PageConfig};
 
 /// Longest `visitor_cookie_max_age_seconds`: 400 days, the longest a browser keeps a cookie (RFC 6265bis).
 pub const MAX_VISITOR_COOKIE_MAX_AGE_SECONDS: u64 = 400 * 86_400;

@@ -63,7 +63,9 @@ pub(crate) async fn spawn_upstream() -> (String, Orders) {
     let router = axum::Router::new()
         .route("/shop/checkout", axum::routing::get(record.clone()))
         .route("/orders", axum::routing::post(record));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
     let address = listener.local_addr().expect("upstream address");
     tokio::spawn(async move { axum::serve(listener, router).await.expect("upstream serves") });
     (format!("http://{address}"), orders)
@@ -170,8 +172,11 @@ async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
     let (upstream, orders) = spawn_upstream().await;
     let app = spawn_app("sale", &upstream, |_| {}).await;
     // Four members ahead of the browser, admitted one per second once the browser has looked.
-    app.put_settings("sale", json!({ "admitPerSecond": 1, "tickMillis": 1000, "paused": true }))
-        .await;
+    app.put_settings(
+        "sale",
+        json!({ "admitPerSecond": 1, "tickMillis": 1000, "paused": true }),
+    )
+    .await;
     for member in ["m-1", "m-2", "m-3", "m-4"] {
         app.enter("sale", member).await;
     }
@@ -219,18 +224,34 @@ async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
     tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut errors)
         .await
         .ok();
-    assert!(status.success(), "the browser script failed: {errors}\nstdout: {seen:?}");
+    assert!(
+        status.success(),
+        "the browser script failed: {errors}\nstdout: {seen:?}"
+    );
     assert_eq!(seen.last().map(String::as_str), Some("DONE"), "{seen:?}");
     assert!(seen.iter().any(|l| l == "SECOND_USE 401"), "{seen:?}");
 
     // Exactly one order, placed by the browser's visitor id (from its signed cookie), and the upstream
     // never saw the entry token.
     let orders = orders.seen.lock().clone();
-    assert_eq!(orders.len(), 1, "exactly one order reached the upstream: {orders:?}");
+    assert_eq!(
+        orders.len(),
+        1,
+        "exactly one order reached the upstream: {orders:?}"
+    );
     let (member, cookie) = &orders[0];
-    assert!(member.starts_with("v-"), "the gate forwards the visitor's member id, got {member:?}");
-    assert!(cookie.contains("rankgate_visitor="), "other cookies pass: {cookie:?}");
-    assert!(!cookie.contains("rankgate_token_"), "the token cookie is stripped: {cookie:?}");
+    assert!(
+        member.starts_with("v-"),
+        "the gate forwards the visitor's member id, got {member:?}"
+    );
+    assert!(
+        cookie.contains("rankgate_visitor="),
+        "other cookies pass: {cookie:?}"
+    );
+    assert!(
+        !cookie.contains("rankgate_token_"),
+        "the token cookie is stripped: {cookie:?}"
+    );
     for shot in ["waiting.png", "admitted.png"] {
         let bytes = std::fs::metadata(shots.join(shot)).expect(shot).len();
         assert!(bytes > 1_000, "{shot} is a real screenshot ({bytes} bytes)");

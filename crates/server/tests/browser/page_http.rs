@@ -59,7 +59,10 @@ async fn hostile_queue_names_parameters_and_member_ids_get_a_400_naming_the_fiel
         let response = get(&app, path, &headers).await;
         assert_eq!(response.status(), 400, "{path} {headers:?}");
         assert!(
-            response.headers()["content-type"].to_str().unwrap().starts_with("application/json"),
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json"),
             "{path}"
         );
         let body: Value = response.json().await.unwrap();
@@ -94,16 +97,32 @@ async fn request_derived_and_configured_strings_are_escaped_into_the_html() {
     let headers = response.headers().clone();
     assert_eq!(headers["content-type"], "text/html; charset=utf-8");
     let csp = headers["content-security-policy"].to_str().unwrap();
-    assert!(csp.contains("script-src 'nonce-") && csp.contains("default-src 'none'"), "{csp}");
+    assert!(
+        csp.contains("script-src 'nonce-") && csp.contains("default-src 'none'"),
+        "{csp}"
+    );
     assert_eq!(headers["cache-control"], "no-store");
     let html = response.text().await.unwrap();
     assert!(!html.contains("<script>alert"), "a configured string is escaped");
-    assert!(!html.contains("<img src=x"), "a request-derived string is escaped");
+    assert!(
+        !html.contains("<img src=x"),
+        "a request-derived string is escaped"
+    );
     assert!(!html.contains("</title><script>"), "{html}");
-    assert_eq!(html.matches("<script").count(), 1, "only the page's own (nonced) script");
+    assert_eq!(
+        html.matches("<script").count(),
+        1,
+        "only the page's own (nonced) script"
+    );
     assert!(html.contains("&lt;/title&gt;&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;&amp;"));
-    assert_eq!(data_member(&html), "&quot;&gt;&lt;img src=x onerror=alert(2)&gt;&amp;amp;");
-    assert!(html.contains(" 1</p>"), "the position is filled into the configured text: {html}");
+    assert_eq!(
+        data_member(&html),
+        "&quot;&gt;&lt;img src=x onerror=alert(2)&gt;&amp;amp;"
+    );
+    assert!(
+        html.contains(" 1</p>"),
+        "the position is filled into the configured text: {html}"
+    );
 }
 
 #[tokio::test]
@@ -135,13 +154,22 @@ async fn a_tampered_visitor_cookie_is_ignored_and_a_new_visitor_issued() {
     let first = get(&app, "/wait/sale", &[]).await;
     let issued = set_cookies(&first);
     let visitor = cookie_pair(&issued, "rankgate_visitor").expect("a visitor cookie is issued");
-    let attributes = issued.iter().find(|c| c.starts_with("rankgate_visitor=")).unwrap();
+    let attributes = issued
+        .iter()
+        .find(|c| c.starts_with("rankgate_visitor="))
+        .unwrap();
     for attribute in ["HttpOnly", "SameSite=Lax", "Path=/", "Max-Age="] {
         assert!(attributes.contains(attribute), "{attributes}");
     }
-    assert!(!attributes.contains("Secure"), "plain HTTP, no X-Forwarded-Proto: {attributes}");
+    assert!(
+        !attributes.contains("Secure"),
+        "plain HTTP, no X-Forwarded-Proto: {attributes}"
+    );
     let member = data_member(&first.text().await.unwrap());
-    assert!(member.starts_with("v-") && visitor.contains(&member), "{visitor} / {member}");
+    assert!(
+        member.starts_with("v-") && visitor.contains(&member),
+        "{visitor} / {member}"
+    );
 
     // The same cookie: the same member, nothing new issued, the same place.
     let again = get(&app, "/wait/sale", &[("cookie", &visitor)]).await;
@@ -175,7 +203,12 @@ async fn a_tampered_visitor_cookie_is_ignored_and_a_new_visitor_issued() {
     // Behind a TLS proxy the cookies are Secure.
     let tls = get(&app, "/wait/sale", &[("x-forwarded-proto", "https")]).await;
     let issued = set_cookies(&tls);
-    assert!(issued.iter().any(|c| c.starts_with("rankgate_visitor=") && c.ends_with("; Secure")), "{issued:?}");
+    assert!(
+        issued
+            .iter()
+            .any(|c| c.starts_with("rankgate_visitor=") && c.ends_with("; Secure")),
+        "{issued:?}"
+    );
 }
 
 #[tokio::test]
@@ -203,7 +236,11 @@ async fn the_gate_accepts_the_cookie_token_exactly_once_and_headers_take_precede
 
     app.put_settings("sale", json!({ "paused": false })).await;
     let queue = rankgate_core::queue::QueueName::parse("sale").unwrap();
-    app.state.waiting_room.admit_queue_now(&queue).await.expect("admit");
+    app.state
+        .waiting_room
+        .admit_queue_now(&queue)
+        .await
+        .expect("admit");
     let admitted = get(&app, "/wait/sale", &[("cookie", &visitor)]).await;
     assert_eq!(admitted.status(), 200);
     let issued = set_cookies(&admitted);
@@ -216,8 +253,14 @@ async fn the_gate_accepts_the_cookie_token_exactly_once_and_headers_take_precede
         assert!(token_cookie.contains(attribute), "{token_cookie}");
     }
     let html = admitted.text().await.unwrap();
-    assert!(html.contains("id=\"continue\"") && html.contains("href=\"/shop/checkout\""), "{html}");
-    assert!(html.contains("http-equiv=\"refresh\" content=\"4;url=/shop/checkout\""), "{html}");
+    assert!(
+        html.contains("id=\"continue\"") && html.contains("href=\"/shop/checkout\""),
+        "{html}"
+    );
+    assert!(
+        html.contains("http-equiv=\"refresh\" content=\"4;url=/shop/checkout\""),
+        "{html}"
+    );
     let token = cookie_pair(&issued, "rankgate_token_sale").unwrap();
 
     // A wrong header wins over the right cookie (headers take precedence), and is refused.
@@ -235,18 +278,28 @@ async fn the_gate_accepts_the_cookie_token_exactly_once_and_headers_take_precede
     assert_eq!(orders.count(), 0);
 
     // The cookies alone: one order, then 401 for the same token.
-    let placed = order(format!("other=1; {visitor}; {token}"), vec![]).await.unwrap();
+    let placed = order(format!("other=1; {visitor}; {token}"), vec![])
+        .await
+        .unwrap();
     assert_eq!(placed.status(), 200, "{:?}", placed.text().await);
     let second = order(format!("{visitor}; {token}"), vec![]).await.unwrap();
     assert_eq!(second.status(), 401, "a consumed token buys no second order");
     let seen = orders.seen.lock().clone();
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0].0, member, "the upstream is told the visitor's member id");
-    assert_eq!(seen[0].1, format!("other=1; {visitor}"), "the token cookie is not forwarded");
+    assert_eq!(
+        seen[0].1,
+        format!("other=1; {visitor}"),
+        "the token cookie is not forwarded"
+    );
 
     // API clients keep using the headers: another member admitted over the API orders with them.
     app.enter("sale", "api-1").await;
-    app.state.waiting_room.admit_queue_now(&queue).await.expect("admit");
+    app.state
+        .waiting_room
+        .admit_queue_now(&queue)
+        .await
+        .expect("admit");
     let position: Value = app
         .client
         .get(format!("{}/v1/queues/sale/entries/api-1", app.base))
@@ -271,6 +324,12 @@ async fn the_gate_accepts_the_cookie_token_exactly_once_and_headers_take_precede
 }
 
 async fn first_is_waiting(app: &TestApp, visitor: &str) -> bool {
-    let html = get(app, "/wait/sale", &[("cookie", visitor)]).await.text().await.unwrap();
-    html.contains("You are number 1") && html.contains("http-equiv=\"refresh\"") && html.contains("<noscript>")
+    let html = get(app, "/wait/sale", &[("cookie", visitor)])
+        .await
+        .text()
+        .await
+        .unwrap();
+    html.contains("You are number 1")
+        && html.contains("http-equiv=\"refresh\"")
+        && html.contains("<noscript>")
 }

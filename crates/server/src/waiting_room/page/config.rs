@@ -350,7 +350,8 @@ pub fn check_url(value: &str) -> anyhow::Result<()> {
         !value.is_empty() && value.len() <= MAX_TEXT_BYTES,
         "must be 1 to {MAX_TEXT_BYTES} bytes"
     );
-    let bad = |c: char| c.is_control() || c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '\\' | '`');
+    let bad =
+        |c: char| c.is_control() || c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '\\' | '`');
     anyhow::ensure!(
         !value.chars().any(bad),
         "{:?}: must not contain whitespace, quotes, angle brackets or backslashes",
@@ -393,15 +394,17 @@ mod tests {
 
     #[test]
     fn pages_fall_back_from_queue_to_default_to_built_in() {
-        let pages = entry(
-            "[[page]]\ntitle = \"Shop\"\n[[page]]\nqueue = \"sale\"\ncontinue_url = \"/checkout\"\n",
-        )
-        .unwrap();
+        let pages =
+            entry("[[page]]\ntitle = \"Shop\"\n[[page]]\nqueue = \"sale\"\ncontinue_url = \"/checkout\"\n")
+                .unwrap();
         assert_eq!(pages.for_queue("sale").title, "Shop");
         assert_eq!(pages.for_queue("sale").continue_url, "/checkout");
         assert_eq!(pages.for_queue("other").continue_url, "/");
         assert_eq!(pages.for_queue("other").title, "Shop");
-        assert_eq!(Pages::from_config(&[]).unwrap().for_queue("x").title, "Waiting room");
+        assert_eq!(
+            Pages::from_config(&[]).unwrap().for_queue("x").title,
+            "Waiting room"
+        );
     }
 
     #[test]
@@ -438,8 +441,10 @@ mod tests {
         assert!((contrast_ratio([9, 9, 9], [9, 9, 9]) - 1.0).abs() < 1e-9);
         let look = PageLook::default();
         assert!(
-            contrast_ratio(parse_colour(&look.text).unwrap(), parse_colour(&look.background).unwrap())
-                >= MIN_CONTRAST
+            contrast_ratio(
+                parse_colour(&look.text).unwrap(),
+                parse_colour(&look.background).unwrap()
+            ) >= MIN_CONTRAST
         );
     }
 }

@@ -65,7 +65,10 @@ impl VisitorKey {
         rand::rng().fill_bytes(&mut bytes);
         let id = format!("{VISITOR_ID_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes));
         let value = format!("{id}.{}", self.signature(&id));
-        (MemberId::parse(&id).expect("a visitor id is a valid member id"), value)
+        (
+            MemberId::parse(&id).expect("a visitor id is a valid member id"),
+            value,
+        )
     }
 
     /// The member id of a cookie value, if its signature verifies (compared in constant time).
@@ -165,10 +168,17 @@ mod tests {
         assert_eq!(key.verify(&value).as_ref(), Some(&id));
         let (raw_id, signature) = value.rsplit_once('.').unwrap();
         assert_eq!(key.verify(&format!("{raw_id}x.{signature}")), None, "changed id");
-        assert_eq!(key.verify(&format!("{raw_id}.{}A", &signature[..signature.len() - 1])), None);
+        assert_eq!(
+            key.verify(&format!("{raw_id}.{}A", &signature[..signature.len() - 1])),
+            None
+        );
         assert_eq!(key.verify(raw_id), None, "no signature");
         assert_eq!(VisitorKey::new([8; 32]).verify(&value), None, "another key");
-        assert_eq!(key.verify(&format!("m-1.{}", key.signature("m-1"))), None, "not a visitor id");
+        assert_eq!(
+            key.verify(&format!("m-1.{}", key.signature("m-1"))),
+            None,
+            "not a visitor id"
+        );
     }
 
     #[test]
@@ -176,7 +186,9 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(
             "cookie",
-            "a=1; rankgate_visitorx=2; rankgate_visitor=\"3\"; rankgate_token_q=t".parse().unwrap(),
+            "a=1; rankgate_visitorx=2; rankgate_visitor=\"3\"; rankgate_token_q=t"
+                .parse()
+                .unwrap(),
         );
         assert_eq!(cookie_values(&headers, VISITOR_COOKIE), ["3"]);
         assert_eq!(

@@ -137,7 +137,12 @@ pub fn waiting_page(look: &PageLook, page: &Waiting<'_>) -> String {
     // at the advertised cadence.
     let refresh_seconds = page.polling_interval_seconds.ceil().max(1.0) as u64;
     let refresh_url = format!("?first={}", page.first_rank);
-    head(&mut out, look, &look.title, Some((refresh_seconds, &refresh_url, true)));
+    head(
+        &mut out,
+        look,
+        &look.title,
+        Some((refresh_seconds, &refresh_url, true)),
+    );
     let progress = match page.rank {
         Some(rank) if page.first_rank > 0 => {
             100 * page.first_rank.saturating_sub(rank.min(page.first_rank)) / page.first_rank

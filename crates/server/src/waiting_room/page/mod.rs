@@ -50,7 +50,9 @@ pub(crate) struct PageState {
 }
 
 pub(crate) const ENDPOINTS: &[Endpoint<Arc<PageState>>] =
-    &[Endpoint::new(Method::GET, "/wait/{queue}", |m| on(m, waiting_page))];
+    &[Endpoint::new(Method::GET, "/wait/{queue}", |m| {
+        on(m, waiting_page)
+    })];
 
 pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
     // `Config` validated the pages at load; a config built in code that skipped that gets the built-in
@@ -149,7 +151,9 @@ async fn waiting_page(
             // The optional P90 is read from the position's JSON form, so it shows as soon as the position
             // carries `estimatedWaitSecondsP90`.
             let json = serde_json::to_value(&position).unwrap_or_default();
-            let p90 = json.get("estimatedWaitSecondsP90").and_then(serde_json::Value::as_u64);
+            let p90 = json
+                .get("estimatedWaitSecondsP90")
+                .and_then(serde_json::Value::as_u64);
             let rank = position.rank;
             let first = first_rank.unwrap_or(0).max(rank.unwrap_or(0));
             let now = jiff::Timestamp::now();
