@@ -156,7 +156,7 @@ fn browser_dir() -> std::path::PathBuf {
 /// The browser test of issue 12: at 320 px the page shows the position falling as admission runs, is
 /// admitted, continues to the gated route by itself, and the order reaches the upstream exactly once;
 /// with scripts off the position and a refresh meta tag are there; the controls are reachable by
-/// keyboard. Saves `docs/screenshots/waiting.png` and `admitted.png`.
+/// keyboard; without EventSource the page polls instead. Saves `docs/screenshots/waiting.png` and `admitted.png`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
     let chromium = std::env::var("RANKGATE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
@@ -185,12 +185,21 @@ async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
     for member in ["q-1", "q-2"] {
         app.enter("quiet", member).await;
     }
+    // The polling check's queue: two ahead, admitted once the browser (without EventSource) has looked.
+    app.put_settings(
+        "polled",
+        json!({ "admitPerSecond": 1, "tickMillis": 1000, "paused": true }),
+    )
+    .await;
+    for member in ["p-1", "p-2"] {
+        app.enter("polled", member).await;
+    }
 
     let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots");
     std::fs::create_dir_all(&shots).expect("docs/screenshots");
     let mut child = tokio::process::Command::new("node")
         .arg("waiting_page.mjs")
-        .args([&app.base, "sale", "quiet"])
+        .args([&app.base, "sale", "quiet", "polled"])
         .arg(&shots)
         .current_dir(browser_dir())
         .env("RANKGATE_CHROMIUM", &chromium)
@@ -206,10 +215,14 @@ async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
     let mut seen = Vec::new();
     let run = async {
         while let Some(line) = lines.next_line().await.expect("read node's stdout") {
-            if let Some(rank) = line.strip_prefix("WAITING ") {
-                assert_eq!(rank, "4", "the browser's member is behind the four entered first");
-                assert_eq!(orders.count(), 0, "nothing ordered while waiting");
-                app.put_settings("sale", json!({ "paused": false })).await;
+            if let Some(waiting) = line.strip_prefix("WAITING ") {
+                let (queue, rank) = waiting.split_once(' ').expect("WAITING <queue> <rank>");
+                let ahead = if queue == "sale" { "4" } else { "2" };
+                assert_eq!(rank, ahead, "the browser's member is behind those entered first");
+                if queue == "sale" {
+                    assert_eq!(orders.count(), 0, "nothing ordered while waiting");
+                }
+                app.put_settings(queue, json!({ "paused": false })).await;
                 stdin.write_all(b"go\n").await.expect("tell node");
                 stdin.flush().await.expect("flush");
             }

@@ -1,13 +1,14 @@
 // Drives Debian's chromium (headless, playwright-core) through the waiting page; started by main.rs.
 //
-// argv: <base URL of rankgate> <queue> <quiet queue> <screenshot dir>
-// Talks to main.rs over stdout, one line per step: `WAITING <rank>` (main.rs then resumes admission),
-// `RANKS <r1,r2,...>`, `ADMITTED`, `ORDERED`, `SECOND_USE <status>`, `SCRIPTS_OFF ok`, `DONE`.
+// argv: <base URL of rankgate> <queue> <quiet queue> <polled queue> <screenshot dir>
+// Talks to main.rs over stdout, one line per step: `WAITING <queue> <rank>` (main.rs then resumes that
+// queue's admission and answers a line on stdin), `RANKS <r1,r2,...>`, `ADMITTED`, `ORDERED`,
+// `SECOND_USE <status>`, `SCRIPTS_OFF ok`, `POLLED <r1,...>`, `DONE`.
 // Any failed check throws: the process exits non-zero and main.rs fails with stderr.
 import { chromium } from "playwright-core";
 import { createInterface } from "node:readline";
 
-const [base, queue, quietQueue, shots] = process.argv.slice(2);
+const [base, queue, quietQueue, polledQueue, shots] = process.argv.slice(2);
 const say = (line) => process.stdout.write(line + "\n");
 const check = (ok, what) => {
   if (!ok) throw new Error("check failed: " + what);
@@ -38,7 +39,7 @@ try {
   // Keyboard: the waiting page's control is reachable with Tab.
   await page.keyboard.press("Tab");
   check((await page.evaluate(() => document.activeElement.id)) === "refresh", "Tab reaches #refresh");
-  say(`WAITING ${firstRank}`);
+  say(`WAITING ${queue} ${firstRank}`);
   await nextStdinLine(); // main.rs resumed admission
 
   // The script updates #position in place from the stream; sample it until the admitted page shows.
@@ -100,6 +101,35 @@ try {
   check(/You are number \d+/.test(await still.textContent("#position")), "position after the reload");
   await quiet.close();
   say("SCRIPTS_OFF ok");
+
+  // ---- no EventSource (old browser, or a proxy that breaks streams): the page polls instead ----
+  const polling = await browser.newContext({ viewport: { width: 320, height: 640 } });
+  await polling.addInitScript(() => {
+    delete window.EventSource;
+  });
+  const polled = await polling.newPage();
+  const requests = [];
+  polled.on("request", (request) => requests.push(new URL(request.url()).pathname));
+  await polled.goto(`${base}/wait/${polledQueue}`);
+  const polledRanks = [Number(await polled.getAttribute("#position", "data-rank"))];
+  say(`WAITING ${polledQueue} ${polledRanks[0]}`);
+  await nextStdinLine();
+  const polledDeadline = Date.now() + 60_000;
+  for (;;) {
+    check(Date.now() < polledDeadline, "admitted by polling within 60 s: " + polledRanks.join(","));
+    if (await polled.$("#admitted").catch(() => null)) break;
+    const rank = await polled.getAttribute("#position", "data-rank", { timeout: 500 }).catch(() => null);
+    if (rank !== null && rank !== "" && Number(rank) !== polledRanks[polledRanks.length - 1]) {
+      polledRanks.push(Number(rank));
+    }
+    await polled.waitForTimeout(100);
+  }
+  say("POLLED " + polledRanks.join(","));
+  check(polledRanks.length >= 2, "the position fell by polling: " + polledRanks.join(","));
+  check(!requests.some((path) => path.endsWith("/events")), "no stream was opened without EventSource");
+  const polls = requests.filter((path) => /^\/v1\/queues\/[^/]+\/entries\/[^/]+$/.test(path));
+  check(polls.length >= 2, "the page polled the position route: " + requests.join(" "));
+  await polling.close();
   say("DONE");
 } finally {
   stdinLines.close();
