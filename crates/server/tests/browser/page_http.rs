@@ -71,6 +71,9 @@ async fn hostile_queue_names_parameters_and_member_ids_get_a_400_naming_the_fiel
     }
     // Unknown parameters (trackers' utm_…) are ignored, not refused.
     assert_eq!(get(&app, "/wait/sale?utm_source=x", &[]).await.status(), 200);
+    // The largest `first` is a rank like any other, not an overflow.
+    let largest = get(&app, "/wait/sale?first=18446744073709551615", &[]).await;
+    assert_eq!(largest.status(), 200);
 }
 
 #[tokio::test]

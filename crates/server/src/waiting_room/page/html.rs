@@ -144,8 +144,10 @@ pub fn waiting_page(look: &PageLook, page: &Waiting<'_>) -> String {
         Some((refresh_seconds, &refresh_url, true)),
     );
     let progress = match page.rank {
+        // u128: `first` comes from the query string, and 100 × a hostile u64 must not overflow.
         Some(rank) if page.first_rank > 0 => {
-            100 * page.first_rank.saturating_sub(rank.min(page.first_rank)) / page.first_rank
+            let first = u128::from(page.first_rank);
+            100 * (first - u128::from(rank.min(page.first_rank))) / first
         }
         Some(_) => 100,
         None => 0,
@@ -340,6 +342,41 @@ mod tests {
             escape("<a href=\"x\" title='y'>&</a>"),
             "&lt;a href=&quot;x&quot; title=&#39;y&#39;&gt;&amp;&lt;/a&gt;"
         );
+    }
+
+    fn waiting<'a>(rank: u64, first_rank: u64, p90: Option<u64>) -> Waiting<'a> {
+        Waiting {
+            queue: "sale",
+            member: "m-1",
+            rank: Some(rank),
+            first_rank,
+            estimate_seconds: Some(30),
+            estimate_p90_seconds: p90,
+            polling_interval_seconds: 1.15,
+            updated: ("12:00:00 UTC".into(), "2026-12-01T12:00:00Z".into()),
+            nonce: "n0nce",
+        }
+    }
+
+    #[test]
+    fn the_page_shows_the_range_when_the_position_has_a_p90_and_progress_from_the_first_rank() {
+        let look = PageLook::default();
+        let html = waiting_page(&look, &waiting(9, 19, Some(150)));
+        assert!(html.contains("You are number 10 in line"), "{html}");
+        assert!(html.contains("People ahead of you: 9"));
+        assert!(html.contains("less than a minute (9 in 10 people wait less than about 3 minutes)"));
+        assert!(html.contains("value=\"52\""), "(19 - 9) / 19 of the way: {html}");
+        assert!(
+            html.contains("<noscript><meta http-equiv=\"refresh\" content=\"2;url=?first=19\"></noscript>")
+        );
+        assert!(html.contains("<time datetime=\"2026-12-01T12:00:00Z\">12:00:00 UTC</time>"));
+        let without = waiting_page(&look, &waiting(9, 19, None));
+        assert!(
+            without.contains("Estimated wait: less than a minute</p>"),
+            "{without}"
+        );
+        let hostile_first = waiting_page(&look, &waiting(0, u64::MAX, None));
+        assert!(hostile_first.contains("value=\"100\""));
     }
 
     #[test]
