@@ -336,3 +336,93 @@ async fn first_is_waiting(app: &TestApp, visitor: &str) -> bool {
         && html.contains("http-equiv=\"refresh\"")
         && html.contains("<noscript>")
 }
+
+/// Deletes a test's Redis keys when it ends, passed or failed.
+struct RedisKeys(String);
+
+impl Drop for RedisKeys {
+    fn drop(&mut self) {
+        let Ok(mut connection) =
+            redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection())
+        else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.0))
+            .query(&mut connection)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&keys).query(&mut connection);
+        }
+    }
+}
+
+/// Two instances on one Redis with one token secret: a visitor cookie issued by one is the same member on
+/// the other (its key is derived from the shared secret, nothing is stored), a token cookie set by one
+/// passes the other's gate exactly once; an instance with another secret trusts neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookies_work_across_instances_sharing_redis_and_the_token_secret() {
+    let prefix = format!("rgtest:page:{}:", std::process::id());
+    let _cleanup = RedisKeys(prefix.clone());
+    let (upstream, orders) = spawn_upstream().await;
+    let on_redis = |secret: &'static str| {
+        let prefix = prefix.clone();
+        move |config: &mut rankgate::config::Config| {
+            config.redis = vec!["redis://127.0.0.1:6379".into()];
+            config.redis_prefix = prefix;
+            config.waiting_room.token_secret = Some(secret.into());
+        }
+    };
+    const SECRET: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
+    const OTHER: &str = "BBECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
+    let a = spawn_app("sale", &upstream, on_redis(SECRET)).await;
+    let b = spawn_app("sale", &upstream, on_redis(SECRET)).await;
+    let stranger = spawn_app("sale", &upstream, on_redis(OTHER)).await;
+    a.put_settings("sale", json!({ "paused": true })).await;
+    a.enter("sale", "ahead-1").await;
+
+    let first = get(&a, "/wait/sale", &[]).await;
+    let visitor = cookie_pair(&set_cookies(&first), "rankgate_visitor").unwrap();
+    let member = data_member(&first.text().await.unwrap());
+    let on_b = get(&b, "/wait/sale", &[("cookie", &visitor)]).await;
+    assert!(
+        cookie_pair(&set_cookies(&on_b), "rankgate_visitor").is_none(),
+        "B trusts A's cookie"
+    );
+    let html = on_b.text().await.unwrap();
+    assert_eq!(data_member(&html), member);
+    assert!(
+        html.contains("You are number 2"),
+        "the same place through B: {html}"
+    );
+    let on_stranger = get(&stranger, "/wait/sale", &[("cookie", &visitor)]).await;
+    assert!(
+        cookie_pair(&set_cookies(&on_stranger), "rankgate_visitor").is_some(),
+        "another secret does not verify the cookie: a new visitor"
+    );
+
+    b.put_settings("sale", json!({ "paused": false })).await;
+    let queue = rankgate_core::queue::QueueName::parse("sale").unwrap();
+    b.state.waiting_room.admit_queue_now(&queue).await.expect("admit");
+    let admitted = get(&b, "/wait/sale", &[("cookie", &visitor)]).await;
+    let token = cookie_pair(&set_cookies(&admitted), "rankgate_token_sale").expect("READY via B");
+    let order = |app: &TestApp| {
+        app.client
+            .post(format!("{}/orders", app.base))
+            .header("cookie", format!("{visitor}; {token}"))
+            .send()
+    };
+    assert_eq!(
+        order(&stranger).await.unwrap().status(),
+        401,
+        "another secret: no member"
+    );
+    assert_eq!(
+        order(&a).await.unwrap().status(),
+        200,
+        "A's gate takes B's token cookie"
+    );
+    assert_eq!(order(&b).await.unwrap().status(), 401, "once, across instances");
+    assert_eq!(orders.count(), 1);
+    assert_eq!(orders.seen.lock()[0].0, member);
+}
