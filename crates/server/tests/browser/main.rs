@@ -60,7 +60,16 @@ pub(crate) async fn spawn_upstream() -> (String, Orders) {
             }
         }
     };
+    let logo = || async {
+        (
+            [(axum::http::header::CONTENT_TYPE, "image/svg+xml")],
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"160\" height=\"40\" viewBox=\"0 0 160 40\">\
+             <rect width=\"40\" height=\"40\" rx=\"8\" fill=\"#0b57d0\"/><text x=\"50\" y=\"28\" \
+             font-family=\"sans-serif\" font-size=\"22\" fill=\"#1a1a1a\">Test Shop</text></svg>",
+        )
+    };
     let router = axum::Router::new()
+        .route("/logo.svg", axum::routing::get(logo))
         .route("/shop/checkout", axum::routing::get(record.clone()))
         .route("/orders", axum::routing::post(record));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -104,6 +113,7 @@ pub(crate) async fn spawn_app(queue: &str, upstream: &str, configure: impl FnOnc
     }];
     config.waiting_room.page = vec![PageConfig {
         title: Some("Test Shop".into()),
+        logo_url: Some(format!("{upstream}/logo.svg")),
         continue_url: Some("/shop/checkout".into()),
         continue_delay_seconds: Some(4),
         ..PageConfig::default()

@@ -33,6 +33,8 @@ try {
   check(/You are number \d+/.test(firstText), "position text: " + firstText);
   check(firstRank >= 2, "the browser's member starts behind the others, rank " + firstRank);
   check((await page.getAttribute("#status", "aria-live")) === "polite", "aria-live on the position");
+  const logoWidth = await page.evaluate(() => document.querySelector("img.logo")?.naturalWidth ?? 0);
+  check(logoWidth > 0, "the configured logo loads (the CSP allows it)");
   check(/keep your place/.test(await page.textContent("#keep-open")), "keep-this-tab-open text");
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth);
   check(overflow <= 320, "no horizontal scrolling at 320 px, scrollWidth " + overflow);
