@@ -166,7 +166,8 @@ fn browser_dir() -> std::path::PathBuf {
 /// The browser test of issue 12: at 320 px the page shows the position falling as admission runs, is
 /// admitted, continues to the gated route by itself, and the order reaches the upstream exactly once;
 /// with scripts off the position and a refresh meta tag are there; the controls are reachable by
-/// keyboard; without EventSource the page polls instead. Saves `docs/screenshots/waiting.png` and `admitted.png`.
+/// keyboard; without EventSource the page polls instead. Saves `waiting.png` and `admitted.png` (into `docs/screenshots/` with
+/// RANKGATE_UPDATE_SCREENSHOTS=1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
     let chromium = std::env::var("RANKGATE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
@@ -205,8 +206,15 @@ async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
         app.enter("polled", member).await;
     }
 
-    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots");
-    std::fs::create_dir_all(&shots).expect("docs/screenshots");
+    // Screenshots go to a scratch directory, so a test run never modifies the tree; with
+    // RANKGATE_UPDATE_SCREENSHOTS=1 they refresh the ones the README shows.
+    let scratch = tempfile::tempdir().expect("a scratch dir for screenshots");
+    let shots = if std::env::var_os("RANKGATE_UPDATE_SCREENSHOTS").is_some() {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots")
+    } else {
+        scratch.path().to_path_buf()
+    };
+    std::fs::create_dir_all(&shots).expect("the screenshot dir");
     let mut child = tokio::process::Command::new("node")
         .arg("waiting_page.mjs")
         .args([&app.base, "sale", "quiet", "polled"])
