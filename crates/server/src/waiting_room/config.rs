@@ -135,6 +135,7 @@ impl WaitingRoomConfig {
             paused: false,
             fail_mode: self.fail_mode,
             abandon_after_seconds: self.abandon_after_seconds,
+            adaptive: Default::default(),
         };
         settings
             .validate()

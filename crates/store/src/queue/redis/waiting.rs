@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use rankgate_core::ids::MemberId;
 use rankgate_core::limiter::RateDecision;
 use rankgate_core::queue::{
-    ClaimRejection, ConsumeRejection, Digest, FailMode, LeaveRejection, MemberStatus, QueueName,
+    AdaptiveSettings, ClaimRejection, ConsumeRejection, Digest, FailMode, LeaveRejection, MemberStatus, QueueName,
     QueueSettings, ReleaseRejection, ReleasedTo, SettingsError, SettingsPatch, ThroughputEstimator,
 };
 
@@ -64,7 +64,33 @@ fn read_settings(reply: &mut Reply) -> Result<QueueSettings, StoreError> {
         max_active,
         paused,
         fail_mode,
+        // Kept in its own meta field (`adaptive`, JSON); the caller reads it with [`read_adaptive`].
+        adaptive: AdaptiveSettings::default(),
     })
+}
+
+/// The `adaptive` meta field: JSON of [`AdaptiveSettings`], or empty for a queue never given any.
+fn read_adaptive(raw: &str) -> Result<AdaptiveSettings, StoreError> {
+    if raw.is_empty() {
+        return Ok(AdaptiveSettings::default());
+    }
+    serde_json::from_str(raw)
+        .map_err(|_| StoreError::Corrupt("queue setting adaptive is unreadable".into()))
+}
+
+/// The `adaptive` argument of `update_settings.lua`: the validated settings when the patch touches them,
+/// else empty (keep what is stored).
+fn adaptive_arg(patch: &SettingsPatch, validated: &QueueSettings) -> Result<String, StoreError> {
+    let touched = patch.admission_mode.is_some()
+        || patch.min_admit_per_second.is_some()
+        || patch.max_admit_per_second.is_some()
+        || patch.target_p95_millis.is_some()
+        || patch.max_error_rate.is_some();
+    if !touched {
+        return Ok(String::new());
+    }
+    serde_json::to_string(&validated.adaptive)
+        .map_err(|e| StoreError::Corrupt(format!("adaptive settings: {e}")))
 }
 
 /// What every member's view shares: the clock reading, the waiting count and the meta fields the wait
@@ -523,6 +549,7 @@ impl QueueStore for RedisStore {
             "paused",
             "fail_mode",
             "abandon",
+            "adaptive",
         ] {
             command.arg(field);
         }
@@ -535,7 +562,9 @@ impl QueueStore for RedisStore {
             .map(|v| redis::Value::BulkString(v.unwrap_or_default().into_bytes()))
             .collect();
         let mut reply = Reply::new(redis::Value::Array(values))?;
-        read_settings(&mut reply).map(Some)
+        let mut settings = read_settings(&mut reply)?;
+        settings.adaptive = read_adaptive(&reply.string()?)?;
+        Ok(Some(settings))
     }
 
     async fn update_settings(
@@ -561,13 +590,16 @@ impl QueueStore for RedisStore {
         for arg in patch_args(patch, &validated) {
             call.arg(arg);
         }
+        call.arg(adaptive_arg(patch, &validated)?);
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         match reply.int()? {
             2 => return Ok(Err(SettingsError::MembersPerTick)),
             1 => self.register(queue).await?,
             _ => {}
         }
-        read_settings(&mut reply).map(Ok)
+        let mut settings = read_settings(&mut reply)?;
+        settings.adaptive = read_adaptive(&reply.string()?)?;
+        Ok(Ok(settings))
     }
 
     async fn stats(&self, queue: &QueueName) -> Result<Option<QueueStats>, StoreError> {
@@ -595,6 +627,8 @@ impl QueueStore for RedisStore {
             estimator.per_second.push((second, count));
         }
         let abandoned = reply.int()?.max(0) as u64;
+        let mut settings = settings;
+        settings.adaptive = read_adaptive(&reply.string()?)?;
         Ok(Some(QueueStats {
             abandoned,
             waiting,
@@ -636,11 +670,14 @@ impl QueueStore for RedisStore {
         if reply.is_empty() {
             return Ok(None);
         }
-        let settings = read_settings(&mut reply)?;
+        let mut settings = read_settings(&mut reply)?;
+        let waiting = reply.int()?.max(0) as u64;
+        let outstanding = reply.int()?.max(0) as u64;
+        settings.adaptive = read_adaptive(&reply.string()?)?;
         Ok(Some(AdmissionPreview {
             settings,
-            waiting: reply.int()?.max(0) as u64,
-            outstanding: reply.int()?.max(0) as u64,
+            waiting,
+            outstanding,
         }))
     }
 
