@@ -81,6 +81,12 @@ pub struct WaitingRoomConfig {
     pub member_stream_heartbeat_millis: u64,
     /// Reverse-proxy gates (the top-level `[[gate]]` tables).
     pub gates: Vec<GateConfig>,
+    /// Adaptive admission's control interval (ms, 100..=60000): how often the controller judges the
+    /// upstream's p95 and error rate and moves an adaptive queue's rate.
+    pub adaptive_interval_millis: u64,
+    /// Fewer forwarded orders than this in an interval (over every instance): the controller holds the
+    /// rate (1..=100000).
+    pub adaptive_min_samples: u64,
 }
 
 impl std::fmt::Debug for WaitingRoomConfig {
@@ -119,6 +125,8 @@ impl Default for WaitingRoomConfig {
             max_member_streams: 20_000,
             member_stream_heartbeat_millis: 15_000,
             gates: Vec::new(),
+            adaptive_interval_millis: 1000,
+            adaptive_min_samples: 10,
         }
     }
 }

@@ -16,7 +16,9 @@
 //! - `scheduler`: admission, expiry and metrics workers, driven by the store's clock.
 //! - `telemetry`: metric names and helpers.
 //! - `demo`: the flash-sale scene of `rankgate demo`.
+//! - `adaptive`: adaptive admission: gate measurements → shared store → AIMD controller → the queue's rate.
 
+mod adaptive;
 mod admin_api;
 pub mod config;
 mod demo;
