@@ -15,6 +15,9 @@
 //!    spends the budget at the queue's rate: the controller never admits anybody itself, so the global
 //!    bound of SPEC 2.3 holds unchanged, now at the controller's rate.
 //!
+//! An interval with too few orders to judge (`adaptive_min_samples`) is carried into the next one, so a
+//! queue at a low rate is judged over several intervals rather than held forever.
+//!
 //! The summary of each closed interval (samples, p95, error rate, decision, rate) is kept in the store for
 //! every instance's admin view and `/metrics`.
 //!
@@ -27,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rankgate_core::queue::adaptive::{decide_next_rate, IntervalSummary};
+use rankgate_core::queue::adaptive::{decide_next_rate, ControlDecision, IntervalSummary};
 use rankgate_core::queue::{QueueName, SettingsPatch, UpstreamOutcome, UpstreamSamples};
 use rankgate_store::queue::{InMemoryUpstreamObservations, UpstreamObservationStore};
 
@@ -188,6 +191,14 @@ impl WaitingRoom {
                     // The admin changed the bounds or the tick meanwhile; the next interval decides again.
                     tracing::warn!(queue = %queue, error = %error, "adaptive rate not applied");
                 }
+            }
+            if step.decision == ControlDecision::Hold && !samples.is_empty() {
+                // Too few to judge: carried into the next interval, so at a low rate the controller
+                // judges over several intervals instead of holding forever.
+                self.adaptive
+                    .store
+                    .add_samples(queue, interval + 1, samples)
+                    .await?;
             }
             tracing::debug!(queue = %queue, interval, decision = ?step.decision, rate = step.next_rate,
                 samples = samples.count(), "adaptive admission step");
