@@ -97,7 +97,8 @@ struct Instance {
 }
 
 async fn instance(room: Arc<WaitingRoom>) -> Instance {
-    let mut router = waiting_room::member_routes(room.clone()).merge(waiting_room::admin_routes(room.clone()));
+    let mut router =
+        waiting_room::member_routes(room.clone()).merge(waiting_room::admin_routes(room.clone()));
     router = router.merge(waiting_room::gate_routes(room.clone()).expect("a gate is configured"));
     let address = serve(router).await;
     Instance {
@@ -143,7 +144,10 @@ impl Scenario {
     async fn admin_view(&self, instance: usize) -> Value {
         let response = self
             .client
-            .get(format!("{}/v1/admin/queues/{QUEUE}", self.instances[instance].base))
+            .get(format!(
+                "{}/v1/admin/queues/{QUEUE}",
+                self.instances[instance].base
+            ))
             .send()
             .await
             .expect("get");
@@ -155,7 +159,10 @@ impl Scenario {
         for i in 0..members {
             let response = self
                 .client
-                .post(format!("{}/v1/queues/{QUEUE}/entries", self.instances[i % self.instances.len()].base))
+                .post(format!(
+                    "{}/v1/queues/{QUEUE}/entries",
+                    self.instances[i % self.instances.len()].base
+                ))
                 .json(&json!({ "memberId": format!("m-{i}") }))
                 .send()
                 .await
@@ -210,7 +217,10 @@ impl Scenario {
                     .json()
                     .await
                     .expect("position");
-                let token = position["entryToken"].as_str().expect("READY with a token").to_string();
+                let token = position["entryToken"]
+                    .as_str()
+                    .expect("READY with a token")
+                    .to_string();
                 let response = client
                     .post(format!("{base}/orders"))
                     .header("x-member-id", &member)
@@ -239,7 +249,11 @@ impl Scenario {
     }
 
     fn last(&self, phase: &str) -> &Step {
-        self.steps.iter().rev().find(|s| s.phase == phase).expect("phase ran")
+        self.steps
+            .iter()
+            .rev()
+            .find(|s| s.phase == phase)
+            .expect("phase ran")
     }
 
     fn timeline(&self) -> String {
@@ -315,7 +329,10 @@ async fn slow_then_failing_then_recovering(mut scenario: Scenario) {
             .all(|s| s.decision.as_deref() == Some("BackOffLatency")),
         "{timeline}"
     );
-    assert!(slow.rate <= healthy.rate * 0.7 * 0.7 + 0.01, "slow rate fell\n{timeline}");
+    assert!(
+        slow.rate <= healthy.rate * 0.7 * 0.7 + 0.01,
+        "slow rate fell\n{timeline}"
+    );
     assert!(
         during_slow["upstreamP95Millis"].as_f64().expect("p95 shown") >= SLOW_MILLIS as f64,
         "{during_slow}"
@@ -356,7 +373,11 @@ async fn slow_then_failing_then_recovering(mut scenario: Scenario) {
     // Every instance's admin view shows the same controller state.
     for instance in 0..scenario.instances.len() {
         let view = scenario.admin_view(instance).await;
-        assert_eq!(view["effectiveAdmitPerSecond"].as_f64(), Some(recovered.rate), "{view}");
+        assert_eq!(
+            view["effectiveAdmitPerSecond"].as_f64(),
+            Some(recovered.rate),
+            "{view}"
+        );
         assert_eq!(view["admitPerSecond"].as_f64(), Some(recovered.rate), "{view}");
         assert_eq!(view["adaptiveDecision"], "increase", "{view}");
         assert_eq!(view["upstreamErrorRate"].as_f64(), Some(0.0), "{view}");
@@ -388,7 +409,8 @@ struct KeysGuard(String);
 
 impl Drop for KeysGuard {
     fn drop(&mut self) {
-        let Ok(mut connection) = redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection())
+        let Ok(mut connection) =
+            redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection())
         else {
             return;
         };
@@ -449,7 +471,12 @@ async fn hostile_adaptive_settings_get_400_naming_the_field() {
     let app = instance(room).await;
     let client = reqwest::Client::new();
     let url = format!("{}/v1/admin/queues/{QUEUE}", app.base);
-    let ok = client.put(&url).json(&json!({"admitPerSecond": 10})).send().await.unwrap();
+    let ok = client
+        .put(&url)
+        .json(&json!({"admitPerSecond": 10}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ok.status(), 200);
     let before: Value = client.get(&url).send().await.unwrap().json().await.unwrap();
     for (body, field) in [
@@ -458,7 +485,10 @@ async fn hostile_adaptive_settings_get_400_naming_the_field() {
         (json!({"minAdmitPerSecond": 0}), "minAdmitPerSecond"),
         (json!({"minAdmitPerSecond": -5}), "minAdmitPerSecond"),
         (json!({"minAdmitPerSecond": "5"}), "minAdmitPerSecond"),
-        (json!({"minAdmitPerSecond": 50, "maxAdmitPerSecond": 20}), "minAdmitPerSecond"),
+        (
+            json!({"minAdmitPerSecond": 50, "maxAdmitPerSecond": 20}),
+            "minAdmitPerSecond",
+        ),
         (json!({"maxAdmitPerSecond": 1e300}), "maxAdmitPerSecond"),
         (json!({"maxAdmitPerSecond": null}), "maxAdmitPerSecond"),
         (
@@ -497,4 +527,30 @@ async fn hostile_adaptive_settings_get_400_naming_the_field() {
     assert_eq!(after["admissionMode"], "fixed");
     assert_eq!(after["effectiveAdmitPerSecond"], 10.0);
     assert_eq!(after["upstreamP95Millis"], Value::Null);
+}
+
+/// The `rankgate demo` scene: the order service degrades mid-sale, admission backs off, few orders fail
+/// compared with a fixed rate, and it recovers afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_adaptive_demo_backs_off_while_the_order_service_is_degraded_and_recovers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut out = Vec::new();
+    let report = waiting_room::run_adaptive_admission_demo(dir.path(), &[], &mut out)
+        .await
+        .expect("demo runs");
+    let printed = String::from_utf8(out).expect("utf-8");
+    println!("{printed}");
+    let healthy = report.last_rate("healthy").expect("healthy phase");
+    let degraded = report.last_rate("degraded").expect("degraded phase");
+    let recovered = report.last_rate("recovered").expect("recovered phase");
+    assert!(healthy >= 38.0, "healthy climbs to the maximum\n{printed}");
+    assert!(
+        degraded <= waiting_room::DEGRADED_CAPACITY as f64 * 1.5,
+        "backed off near what the service takes\n{printed}"
+    );
+    assert!(recovered >= 30.0, "recovered\n{printed}");
+    // A fixed 40/s would fail 17.5 % of orders while degraded.
+    assert!(report.error_rate("degraded") < 0.08, "errors stay low\n{printed}");
+    assert_eq!(report.error_rate("healthy"), 0.0);
+    assert!(printed.contains("rate/s"), "a timeline is printed");
 }

@@ -399,7 +399,10 @@ mod tests {
     fn the_histogram_reports_a_p95_at_or_at_most_19_percent_above_the_truth() {
         for latency in [1.5, 7.0, 120.0, 480.0, 999.0, 30_000.0] {
             let p95 = samples(100, latency, 0).p95_millis().unwrap();
-            assert!(p95 >= latency && p95 <= latency * 1.19 + 1e-9, "{latency} → {p95}");
+            assert!(
+                p95 >= latency && p95 <= latency * 1.19 + 1e-9,
+                "{latency} → {p95}"
+            );
         }
         // 94 fast and 6 slow: the p95 is slow.
         let mut mixed = samples(94, 10.0, 0);
@@ -450,7 +453,10 @@ mod tests {
             rate = decide_next_rate(&s, rate, &samples(20, 10.0, 0), 10).next_rate;
         }
         assert_eq!(rate, 105.0);
-        assert_eq!(decide_next_rate(&s, rate, &samples(20, 10.0, 0), 10).next_rate, 105.0);
+        assert_eq!(
+            decide_next_rate(&s, rate, &samples(20, 10.0, 0), 10).next_rate,
+            105.0
+        );
     }
 
     proptest! {

@@ -199,7 +199,8 @@ impl QueueSettings {
     /// (a fixed queue with a long tick need not care about a maximum it never uses).
     fn validate_adaptive(&self) -> Result<(), SettingsError> {
         let adaptive = &self.adaptive;
-        let rate_ok = |rate: f64| rate.is_finite() && rate > 0.0 && rate <= 1e6 && (rate * 1000.0).round() >= 1.0;
+        let rate_ok =
+            |rate: f64| rate.is_finite() && rate > 0.0 && rate <= 1e6 && (rate * 1000.0).round() >= 1.0;
         if !rate_ok(adaptive.max_admit_per_second) {
             return Err(SettingsError::MaxAdmitPerSecond);
         }
@@ -422,8 +423,14 @@ mod tests {
             (r#"{"targetP95Millis": 600001}"#, "targetP95Millis"),
             (r#"{"maxErrorRate": 0}"#, "maxErrorRate"),
             (r#"{"maxErrorRate": 1.5}"#, "maxErrorRate"),
-            (r#"{"admissionMode": "adaptive", "maxAdmitPerSecond": 200000}"#, "maxAdmitPerSecond"),
-            (r#"{"admissionMode": "adaptive", "maxAdmitPerSecond": 2000, "tickMillis": 60000}"#, "maxAdmitPerSecond"),
+            (
+                r#"{"admissionMode": "adaptive", "maxAdmitPerSecond": 200000}"#,
+                "maxAdmitPerSecond",
+            ),
+            (
+                r#"{"admissionMode": "adaptive", "maxAdmitPerSecond": 2000, "tickMillis": 60000}"#,
+                "maxAdmitPerSecond",
+            ),
         ] {
             let patch: SettingsPatch = serde_json::from_str(json).unwrap();
             let error = settings.apply(&patch).unwrap_err();
@@ -485,7 +492,8 @@ mod tests {
         assert_eq!(old.adaptive, AdaptiveSettings::default());
         // A fixed queue with a long tick is not bound by the adaptive maximum it does not use.
         let mut fixed = QueueSettings::default();
-        let long_tick: SettingsPatch = serde_json::from_str(r#"{"tickMillis": 60000, "admitPerSecond": 10}"#).unwrap();
+        let long_tick: SettingsPatch =
+            serde_json::from_str(r#"{"tickMillis": 60000, "admitPerSecond": 10}"#).unwrap();
         fixed.apply(&long_tick).unwrap();
     }
 

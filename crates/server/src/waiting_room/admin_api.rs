@@ -80,12 +80,7 @@ fn parse_patch(map: &serde_json::Map<String, Value>) -> ApiResult<SettingsPatch>
                 patch.admission_mode = Some(match value.as_str() {
                     Some("fixed") => AdmissionMode::Fixed,
                     Some("adaptive") => AdmissionMode::Adaptive,
-                    _ => {
-                        return Err(ApiError::bad_field(
-                            field,
-                            "must be \"fixed\" or \"adaptive\"",
-                        ))
-                    }
+                    _ => return Err(ApiError::bad_field(field, "must be \"fixed\" or \"adaptive\"")),
                 })
             }
             "minAdmitPerSecond" => patch.min_admit_per_second = Some(number(field, value)?),

@@ -11,8 +11,9 @@ use futures_util::future::BoxFuture;
 use rankgate_core::ids::MemberId;
 use rankgate_core::limiter::RateDecision;
 use rankgate_core::queue::{
-    AdaptiveSettings, ClaimRejection, ConsumeRejection, Digest, FailMode, LeaveRejection, MemberStatus, QueueName,
-    QueueSettings, ReleaseRejection, ReleasedTo, SettingsError, SettingsPatch, ThroughputEstimator,
+    AdaptiveSettings, ClaimRejection, ConsumeRejection, Digest, FailMode, LeaveRejection, MemberStatus,
+    QueueName, QueueSettings, ReleaseRejection, ReleasedTo, SettingsError, SettingsPatch,
+    ThroughputEstimator,
 };
 
 use super::{hex, settings_args, unhex, RedisStore, Reply};
@@ -74,8 +75,7 @@ fn read_adaptive(raw: &str) -> Result<AdaptiveSettings, StoreError> {
     if raw.is_empty() {
         return Ok(AdaptiveSettings::default());
     }
-    serde_json::from_str(raw)
-        .map_err(|_| StoreError::Corrupt("queue setting adaptive is unreadable".into()))
+    serde_json::from_str(raw).map_err(|_| StoreError::Corrupt("queue setting adaptive is unreadable".into()))
 }
 
 /// The `adaptive` argument of `update_settings.lua`: the validated settings when the patch touches them,
