@@ -45,7 +45,7 @@ impl OrderService {
                     let n = service.orders.fetch_add(1, Ordering::SeqCst) as u64 + 1;
                     tokio::time::sleep(Duration::from_millis(service.delay_ms.load(Ordering::SeqCst))).await;
                     let fail_one_in = service.fail_one_in.load(Ordering::SeqCst);
-                    if fail_one_in > 0 && n % fail_one_in == 0 {
+                    if fail_one_in > 0 && n.is_multiple_of(fail_one_in) {
                         (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "overloaded")
                     } else {
                         (axum::http::StatusCode::CREATED, "order taken")

@@ -157,7 +157,7 @@ impl Default for UpstreamSamples {
 /// The histogram bucket of a latency.
 #[must_use]
 pub fn latency_bucket(millis: f64) -> usize {
-    if !(millis > 1.0) {
+    if millis.is_nan() || millis <= 1.0 {
         // NaN, negative and sub-millisecond latencies all land in the first bucket.
         return 0;
     }

@@ -102,7 +102,7 @@ async fn spawn_order_service(service: OrderService) -> anyhow::Result<std::net::
                 if capacity > 0 && n > capacity {
                     // Overloaded: slow, and one order in four fails.
                     tokio::time::sleep(Duration::from_millis(300)).await;
-                    if n % 4 == 0 {
+                    if n.is_multiple_of(4) {
                         return (
                             axum::http::StatusCode::SERVICE_UNAVAILABLE,
                             "order database overloaded",

@@ -78,15 +78,19 @@ fn read_adaptive(raw: &str) -> Result<AdaptiveSettings, StoreError> {
     serde_json::from_str(raw).map_err(|_| StoreError::Corrupt("queue setting adaptive is unreadable".into()))
 }
 
-/// The `adaptive` argument of `update_settings.lua`: the validated settings when the patch touches them,
-/// else empty (keep what is stored).
-fn adaptive_arg(patch: &SettingsPatch, validated: &QueueSettings) -> Result<String, StoreError> {
-    let touched = patch.admission_mode.is_some()
+/// Whether a patch changes any adaptive-admission field.
+fn touches_adaptive(patch: &SettingsPatch) -> bool {
+    patch.admission_mode.is_some()
         || patch.min_admit_per_second.is_some()
         || patch.max_admit_per_second.is_some()
         || patch.target_p95_millis.is_some()
-        || patch.max_error_rate.is_some();
-    if !touched {
+        || patch.max_error_rate.is_some()
+}
+
+/// The `adaptive` argument of `update_settings.lua`: the validated settings when the patch touches them,
+/// else empty (keep what is stored).
+fn adaptive_arg(patch: &SettingsPatch, validated: &QueueSettings) -> Result<String, StoreError> {
+    if !touches_adaptive(patch) {
         return Ok(String::new());
     }
     serde_json::to_string(&validated.adaptive)
@@ -203,9 +207,11 @@ fn read_token(reply: &mut Reply) -> Result<(Option<Token>, Option<LastOutcome>),
 fn patch_args(patch: &SettingsPatch, validated: &QueueSettings) -> Vec<String> {
     let full = settings_args(validated);
     let pick = |present: bool, i: usize| if present { full[i].clone() } else { String::new() };
+    // Adaptive bounds may clamp the rate (`QueueSettings::apply`), so a patch of them writes the rate too.
+    let rate = patch.admit_per_second.is_some() || touches_adaptive(patch);
     vec![
-        pick(patch.admit_per_second.is_some(), 0),
-        pick(patch.admit_per_second.is_some(), 1),
+        pick(rate, 0),
+        pick(rate, 1),
         pick(patch.tick_millis.is_some(), 2),
         pick(patch.token_ttl_seconds.is_some(), 3),
         pick(patch.claim_ttl_seconds.is_some(), 4),
