@@ -43,6 +43,9 @@ pub const ADAPTIVE_INTERVAL_MILLIS: std::ops::RangeInclusive<u64> = 100..=60_000
 /// Allowed `adaptive_min_samples`.
 pub const ADAPTIVE_MIN_SAMPLES: std::ops::RangeInclusive<u64> = 1..=100_000;
 
+/// Unflushed intervals kept per queue.
+const MAX_PENDING_INTERVALS: usize = 8;
+
 /// This instance's part of adaptive admission: its unflushed measurements and where they go.
 pub(crate) struct AdaptiveControl {
     /// Where every instance's samples are summed (Redis when the room runs on Redis).
@@ -101,14 +104,17 @@ impl WaitingRoom {
     /// Records one forwarded order of `queue`'s gate: how long the upstream took and how it ended.
     pub(crate) fn record_upstream(&self, queue: &QueueName, outcome: UpstreamOutcome, took: Duration) {
         let interval = self.clock.now_millis().div_euclid(self.adaptive.interval_ms);
-        self.adaptive
-            .pending
-            .lock()
-            .entry(queue.clone())
-            .or_default()
+        let mut pending = self.adaptive.pending.lock();
+        let intervals = pending.entry(queue.clone()).or_default();
+        intervals
             .entry(interval)
             .or_default()
             .record(outcome, took.as_secs_f64() * 1000.0);
+        // Bounded even when no control round runs (a room without workers): old intervals could no
+        // longer be closed in time anyway.
+        while intervals.len() > MAX_PENDING_INTERVALS {
+            intervals.pop_first();
+        }
     }
 
     /// One control round on this instance: flushes the measurements of ended intervals to the shared
