@@ -554,3 +554,72 @@ async fn the_adaptive_demo_backs_off_while_the_order_service_is_degraded_and_rec
     assert_eq!(report.error_rate("healthy"), 0.0);
     assert!(printed.contains("rate/s"), "a timeline is printed");
 }
+
+/// A timeout is an upstream error (and its latency is at least the gate's timeout); a queue in fixed mode
+/// is measured and shown but its rate is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_timeout_counts_as_an_error_and_fixed_queues_are_measured_not_controlled() {
+    let service = OrderService::default();
+    service.behave(3_000, 0);
+    let upstream = service.spawn().await;
+    let clock = ManualClock::new(START_MS);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = config_with_gate(upstream);
+    config.gates[0].timeout_millis = 200;
+    config.adaptive_min_samples = 1;
+    let room = WaitingRoom::open_embedded(dir.path(), config, Arc::new(clock.clone()))
+        .await
+        .expect("room");
+    let app = instance(room.clone()).await;
+    let client = reqwest::Client::new();
+    let put = client
+        .put(format!("{}/v1/admin/queues/{QUEUE}", app.base))
+        .json(&json!({"admitPerSecond": 10}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    room.run_adaptive_control().await.expect("first round");
+    let entered = client
+        .post(format!("{}/v1/queues/{QUEUE}/entries", app.base))
+        .json(&json!({"memberId": "m-1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(entered.status(), 200);
+    room.admit_due_queues().await.expect("admission");
+    let position: Value = client
+        .get(format!("{}/v1/queues/{QUEUE}/entries/m-1", app.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let order = client
+        .post(format!("{}/orders", app.base))
+        .header("x-member-id", "m-1")
+        .header("x-entry-token", position["entryToken"].as_str().expect("token"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(order.status(), 504, "the gate timed out");
+    clock.advance(1000);
+    let decided = room.run_adaptive_control().await.expect("control round");
+    let summary = &decided.first().expect("the interval closed").1;
+    assert_eq!(summary.samples, 1);
+    assert_eq!(summary.error_rate, Some(1.0));
+    assert!(summary.p95_millis.unwrap() >= 200.0, "{summary:?}");
+    assert_eq!(summary.decision, None, "fixed mode: measured, not controlled");
+    let view: Value = client
+        .get(format!("{}/v1/admin/queues/{QUEUE}", app.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["upstreamErrorRate"], 1.0, "{view}");
+    assert_eq!(view["adaptiveDecision"], Value::Null, "{view}");
+    assert_eq!(view["admitPerSecond"], 10, "{view}");
+}
