@@ -101,6 +101,12 @@ pub struct WaitingRoomConfig {
     pub page_cookie_secure: CookieSecure,
     /// Lifetime of the `rankgate_visitor` cookie (s); at most 400 days, the most browsers keep a cookie.
     pub visitor_cookie_max_age_seconds: u64,
+    /// Adaptive admission's control interval (ms, 100..=60000): how often the controller judges the
+    /// upstream's p95 and error rate and moves an adaptive queue's rate.
+    pub adaptive_interval_millis: u64,
+    /// Fewer forwarded orders than this in an interval (over every instance): the controller holds the
+    /// rate (1..=100000).
+    pub adaptive_min_samples: u64,
 }
 
 impl std::fmt::Debug for WaitingRoomConfig {
@@ -142,6 +148,8 @@ impl Default for WaitingRoomConfig {
             page: Vec::new(),
             page_cookie_secure: CookieSecure::default(),
             visitor_cookie_max_age_seconds: 86_400,
+            adaptive_interval_millis: 1000,
+            adaptive_min_samples: 10,
         }
     }
 }
@@ -170,6 +178,7 @@ impl WaitingRoomConfig {
             paused: false,
             fail_mode: self.fail_mode,
             abandon_after_seconds: self.abandon_after_seconds,
+            adaptive: Default::default(),
         };
         settings
             .validate()

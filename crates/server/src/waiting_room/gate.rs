@@ -12,6 +12,9 @@
 //! consume its token (issue 9, defect 2). "2xx" is decided on the upstream's status line; the body then
 //! streams back to whoever is still there.
 //!
+//! Every forwarded order is timed and classified for adaptive admission (`adaptive.rs`): the time to the
+//! upstream's status line and whether it was a 2xx, a 5xx, another status, a timeout or a transport error.
+//!
 //! When the store cannot be reached the gate fails closed (503) unless the queue's `fail_mode` is `open`,
 //! in which case it forwards without a claim.
 
@@ -26,8 +29,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 use rankgate_core::ids::MemberId;
-use rankgate_core::queue::{FailMode, QueueName};
+use rankgate_core::queue::{FailMode, QueueName, UpstreamOutcome};
 
+use super::adaptive::outcome_of_status;
 use super::config::GateConfig;
 use super::page::cookies;
 use super::service::WaitingRoom;
@@ -265,7 +269,18 @@ async fn gated_order(
         }
     };
 
+    let started = std::time::Instant::now();
     let forwarded = forward(&room, &gate, &parts, body).await;
+    // Adaptive admission's measurement (issue 12): time to the upstream's status line, and its verdict.
+    room.record_upstream(
+        &queue,
+        match &forwarded {
+            Ok(response) => outcome_of_status(response.status()),
+            Err((StatusCode::GATEWAY_TIMEOUT, _)) => UpstreamOutcome::Timeout,
+            Err(_) => UpstreamOutcome::TransportError,
+        },
+        started.elapsed(),
+    );
     let Some(claim_id) = claim_id else {
         return forwarded.unwrap_or_else(|(status, message)| error_response(status, &message));
     };

@@ -16,11 +16,14 @@
 //! - `redis_backend`: [`WaitingRoom::open_redis`], the room on Redis (standalone or Cluster).
 //! - `scheduler`: admission, expiry and metrics workers, driven by the store's clock.
 //! - `telemetry`: metric names and helpers.
-//! - `demo`: the flash-sale scene of `rankgate demo`.
+//! - `demo`: the flash-sale scene of `rankgate demo`; `demo_adaptive`: its adaptive-admission scene.
+//! - `adaptive`: adaptive admission: gate measurements → shared store → AIMD controller → the queue's rate.
 
+mod adaptive;
 mod admin_api;
 pub mod config;
 mod demo;
+mod demo_adaptive;
 mod gate;
 mod member_api;
 mod member_streams;
@@ -34,6 +37,9 @@ use std::sync::Arc;
 
 pub use self::config::{GateConfig, GateRoute, WaitingRoomConfig};
 pub use self::demo::{run_flash_sale_demo, FlashSaleReport};
+pub use self::demo_adaptive::{
+    run_adaptive_admission_demo, AdaptiveDemoReport, AdaptiveDemoSecond, DEGRADED_CAPACITY,
+};
 pub use self::service::{ClaimGranted, Position, WaitingRoom};
 pub use self::telemetry::SERIES_IDLE_TIMEOUT;
 

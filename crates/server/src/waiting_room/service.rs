@@ -30,6 +30,7 @@ use rankgate_store::queue::{
 };
 use serde::Serialize;
 
+use super::adaptive::{AdaptiveControl, ADAPTIVE_INTERVAL_MILLIS, ADAPTIVE_MIN_SAMPLES};
 use super::config::WaitingRoomConfig;
 use super::member_streams::{MemberStreamLimits, MemberStreams};
 use super::telemetry;
@@ -99,6 +100,8 @@ pub struct WaitingRoom {
     pub(crate) http: reqwest::Client,
     /// Members' position streams on this instance (`…/entries/{memberId}/events`).
     pub(crate) member_streams: MemberStreams,
+    /// Adaptive admission: this instance's gate measurements and where they are shared (issue 12).
+    pub(crate) adaptive: AdaptiveControl,
 }
 
 impl std::fmt::Debug for WaitingRoom {
@@ -279,6 +282,14 @@ impl WaitingRoom {
             config.forget_idle_queues_after_seconds >= 60,
             "[waiting_room] forget_idle_queues_after_seconds must be at least 60"
         );
+        anyhow::ensure!(
+            ADAPTIVE_INTERVAL_MILLIS.contains(&config.adaptive_interval_millis),
+            "[waiting_room] adaptive_interval_millis must be between 100 and 60000"
+        );
+        anyhow::ensure!(
+            ADAPTIVE_MIN_SAMPLES.contains(&config.adaptive_min_samples),
+            "[waiting_room] adaptive_min_samples must be between 1 and 100000"
+        );
         for gate in &config.gates {
             QueueName::parse(&gate.queue)
                 .map_err(|e| anyhow::anyhow!("[[gate]] queue {:?}: {e}", gate.queue))?;
@@ -295,7 +306,17 @@ impl WaitingRoom {
             max_streams: config.max_member_streams,
             heartbeat: std::time::Duration::from_millis(config.member_stream_heartbeat_millis),
         });
+        let adaptive = AdaptiveControl::new(
+            config.adaptive_interval_millis,
+            config.adaptive_min_samples,
+            config
+                .gates
+                .iter()
+                .filter_map(|gate| QueueName::parse(&gate.queue).ok())
+                .collect(),
+        );
         Ok(WaitingRoom {
+            adaptive,
             member_streams,
             queues,
             limiter,
