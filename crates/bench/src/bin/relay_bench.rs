@@ -21,7 +21,10 @@ use anyhow::{bail, Context};
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(name = "relay-bench", about = "Outbox relay throughput, PostgreSQL and MariaDB → Kafka (tansu)")]
+#[command(
+    name = "relay-bench",
+    about = "Outbox relay throughput, PostgreSQL and MariaDB → Kafka (tansu)"
+)]
 struct Cli {
     /// The rankgate binary to run.
     #[arg(long, default_value = "target/release/rankgate")]
@@ -61,7 +64,13 @@ fn time_relay(cli: &Cli, outbox: &str, table: &str, broker: &str) -> anyhow::Res
     let started = Instant::now();
     let output = Command::new(&cli.rankgate)
         .args(["relay", "--outbox", outbox, "--table", table, "--kafka", broker])
-        .args(["--topic", "events", "--drain", "--batch-size", &cli.batch_size.to_string()])
+        .args([
+            "--topic",
+            "events",
+            "--drain",
+            "--batch-size",
+            &cli.batch_size.to_string(),
+        ])
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("running {}", cli.rankgate.display()))?;
@@ -132,7 +141,10 @@ fn run(cli: &Cli, broker: &str) -> anyhow::Result<()> {
     println!("postgres: filled in {:.1}s", fill.elapsed().as_secs_f64());
     let pg_rate = time_relay(cli, &cli.postgres, &format!("{schema}.outbox"), broker);
     let left: i64 = pg
-        .query_one(&format!("SELECT count(*) FROM {schema}.outbox WHERE published_at IS NULL"), &[])?
+        .query_one(
+            &format!("SELECT count(*) FROM {schema}.outbox WHERE published_at IS NULL"),
+            &[],
+        )?
         .get(0);
     pg.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))?;
     let pg_rate = pg_rate?;
