@@ -94,6 +94,10 @@ pub struct RelayArgs {
     /// Serve Prometheus /metrics on this address (e.g. 0.0.0.0:9102)
     #[arg(long)]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Concurrent claim/publish/mark loops in this process, each on a connection of its own (like
+    /// that many relays; order across batches is then not kept, which counting does not need)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    workers: u32,
     /// Exit once no unpublished row is left (a one-off drain; otherwise the relay runs until stopped)
     #[arg(long)]
     drain: bool,
@@ -214,25 +218,80 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<RelaySummary> {
     }
     let progress = telemetry::progress(std::io::stderr().is_terminal());
 
-    let mut outbox = Outbox::connect(&args.outbox, &table, timeout).await?;
-    let started = Instant::now();
+    let shared = Arc::new(Shared {
+        url: args.outbox.clone(),
+        table,
+        sink,
+        telemetry: telemetry.clone(),
+        progress: progress.clone(),
+        started: Instant::now(),
+        timeout,
+        batch_size,
+        poll_interval: Duration::from_millis(args.poll_interval_ms.into()),
+        drain: args.drain,
+        retention: args.retention,
+        retention_batch: args.retention_batch as usize,
+        pause_after_publish,
+    });
+    // Each worker is a relay of its own (its own connection, its own claims); connect them all first,
+    // so a bad --outbox fails the command at once instead of being retried.
+    let mut outboxes = Vec::new();
+    for _ in 0..args.workers {
+        outboxes.push(Outbox::connect(&shared.url, &shared.table, timeout).await?);
+    }
+    let workers: Vec<_> = outboxes
+        .into_iter()
+        .enumerate()
+        .map(|(index, outbox)| tokio::spawn(worker(shared.clone(), index, outbox)))
+        .collect();
+    for worker in workers {
+        worker.await.context("a relay worker panicked")?;
+    }
+    progress.finish_and_clear();
+    Ok(RelaySummary {
+        rows: telemetry.published.load(Ordering::Relaxed),
+        seconds: shared.started.elapsed().as_secs_f64(),
+    })
+}
+
+/// What every worker of one relay process shares.
+struct Shared {
+    url: String,
+    table: OutboxTable,
+    sink: Sink,
+    telemetry: Arc<Telemetry>,
+    progress: indicatif::ProgressBar,
+    started: Instant,
+    timeout: Duration,
+    batch_size: usize,
+    poll_interval: Duration,
+    drain: bool,
+    retention: Option<Duration>,
+    retention_batch: usize,
+    pause_after_publish: Option<Duration>,
+}
+
+/// One claim → publish → mark → commit loop; worker 0 also does the housekeeping. Returns when
+/// draining and the outbox has no unclaimed unpublished row; otherwise runs until the process stops.
+async fn worker(shared: Arc<Shared>, index: usize, mut outbox: Outbox) {
+    let telemetry = &*shared.telemetry;
     let mut last_housekeeping: Option<Instant> = None;
     let mut failures: u32 = 0;
     loop {
-        if last_housekeeping.is_none_or(|at| at.elapsed() >= HOUSEKEEPING_EVERY) {
+        if index == 0 && last_housekeeping.is_none_or(|at| at.elapsed() >= HOUSEKEEPING_EVERY) {
             last_housekeeping = Some(Instant::now());
-            if let Err(error) = housekeeping(&mut outbox, &args, &telemetry).await {
+            if let Err(error) = housekeeping(&mut outbox, &shared).await {
                 tracing::warn!(error = format!("{error:#}"), "outbox housekeeping failed");
             }
-            telemetry.show(&progress, started);
+            telemetry.show(&shared.progress, shared.started);
         }
-        let (sink, telemetry_now) = (&sink, &*telemetry);
-        let attempt = outbox.relay_batch(batch_size, |rows| async move {
+        let (sink, pause) = (&shared.sink, shared.pause_after_publish);
+        let attempt = outbox.relay_batch(shared.batch_size, |rows| async move {
             let published = sink.publish(&rows).await?;
-            telemetry_now
+            telemetry
                 .rejected
                 .fetch_add(published.rejected as u64, Ordering::Relaxed);
-            if let Some(pause) = pause_after_publish {
+            if let Some(pause) = pause {
                 tokio::time::sleep(pause).await;
             }
             Ok::<_, anyhow::Error>(rows)
@@ -243,17 +302,19 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<RelaySummary> {
                 if relayed > 0 {
                     telemetry.published.fetch_add(relayed as u64, Ordering::Relaxed);
                     telemetry.batches.fetch_add(1, Ordering::Relaxed);
-                    telemetry.show(&progress, started);
+                    telemetry.show(&shared.progress, shared.started);
                 }
-                if relayed < batch_size {
-                    if args.drain && relayed == 0 {
-                        // Retention once more, so a drain leaves the outbox as a running relay would.
-                        if let Err(error) = housekeeping(&mut outbox, &args, &telemetry).await {
-                            tracing::warn!(error = format!("{error:#}"), "outbox housekeeping failed");
+                if relayed < shared.batch_size {
+                    if shared.drain && relayed == 0 {
+                        if index == 0 {
+                            // Retention once more, so a drain leaves the outbox as a running relay would.
+                            if let Err(error) = housekeeping(&mut outbox, &shared).await {
+                                tracing::warn!(error = format!("{error:#}"), "outbox housekeeping failed");
+                            }
                         }
-                        break;
+                        return;
                     }
-                    tokio::time::sleep(Duration::from_millis(args.poll_interval_ms.into())).await;
+                    tokio::time::sleep(shared.poll_interval).await;
                 }
             }
             Err(error) => {
@@ -266,9 +327,11 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<RelaySummary> {
                     ?backoff,
                     "relaying a batch failed; it will be sent again"
                 );
-                progress.println(format!("relay: {error:#} (retrying in {backoff:?})"));
+                shared
+                    .progress
+                    .println(format!("relay: {error:#} (retrying in {backoff:?})"));
                 tokio::time::sleep(backoff).await;
-                match Outbox::connect(&args.outbox, &table, timeout).await {
+                match Outbox::connect(&shared.url, &shared.table, shared.timeout).await {
                     Ok(fresh) => outbox = fresh,
                     Err(error) => {
                         tracing::warn!(error = format!("{error:#}"), "reconnecting to the outbox failed")
@@ -277,27 +340,22 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<RelaySummary> {
             }
         }
     }
-    progress.finish_and_clear();
-    Ok(RelaySummary {
-        rows: telemetry.published.load(Ordering::Relaxed),
-        seconds: started.elapsed().as_secs_f64(),
-    })
 }
 
 /// Retention (bounded) and the backlog figures.
-async fn housekeeping(outbox: &mut Outbox, args: &RelayArgs, telemetry: &Telemetry) -> anyhow::Result<()> {
-    if let Some(retention) = args.retention {
-        let limit = args.retention_batch as usize;
+async fn housekeeping(outbox: &mut Outbox, shared: &Shared) -> anyhow::Result<()> {
+    if let Some(retention) = shared.retention {
+        let limit = shared.retention_batch;
         for _ in 0..RETENTION_BATCHES_PER_ROUND {
             let deleted = outbox.delete_published(retention, limit).await?;
-            telemetry.deleted.fetch_add(deleted, Ordering::Relaxed);
+            shared.telemetry.deleted.fetch_add(deleted, Ordering::Relaxed);
             if (deleted as usize) < limit {
                 break;
             }
         }
     }
     let backlog = outbox.backlog().await?;
-    telemetry.set_backlog(backlog);
+    shared.telemetry.set_backlog(backlog);
     Ok(())
 }
 

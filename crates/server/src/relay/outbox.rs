@@ -211,6 +211,12 @@ impl Outbox {
                         tracing::warn!(%error, "outbox connection closed");
                     }
                 });
+                // A statement that hangs (a stuck server, a lock we should never wait for) fails the
+                // batch after --timeout instead of stalling the relay; the batch is then retried.
+                client
+                    .batch_execute(&format!("SET statement_timeout = {}", timeout.as_millis()))
+                    .await
+                    .context("--outbox: setting statement_timeout")?;
                 Ok(Outbox::Postgres {
                     client,
                     sql: PostgresSql::new(table),
@@ -222,9 +228,23 @@ impl Outbox {
                 };
                 let opts = mysql_async::Opts::from_url(&url)
                     .map_err(|_| anyhow::anyhow!("--outbox: not a valid MySQL URL"))?;
-                let conn = mysql_async::Conn::new(opts)
+                let mut conn = mysql_async::Conn::new(opts)
                     .await
                     .context("--outbox: connecting to MySQL/MariaDB")?;
+                // Bound every statement by --timeout, as on PostgreSQL: MariaDB's
+                // max_statement_time (seconds) or MySQL's max_execution_time (ms, SELECTs); each
+                // server refuses the other's variable, which is fine. Lock waits too, though SKIP
+                // LOCKED claims never wait.
+                let seconds = timeout.as_secs().max(1);
+                let _ = conn
+                    .query_drop(format!("SET SESSION max_statement_time = {seconds}"))
+                    .await;
+                let _ = conn
+                    .query_drop(format!("SET SESSION max_execution_time = {}", seconds * 1000))
+                    .await;
+                conn.query_drop(format!("SET SESSION innodb_lock_wait_timeout = {seconds}"))
+                    .await
+                    .context("--outbox: setting innodb_lock_wait_timeout")?;
                 Ok(Outbox::MySql {
                     conn,
                     sql: MySqlSql::new(table),

@@ -608,7 +608,16 @@ async fn two_relays_at_once_share_the_outbox(mut outbox: Outbox) {
     );
     // And towards rankgate: every row's effect counted once.
     outbox.execute("UPDATE {table} SET published_at = NULL").await;
-    let to = ["--to", &rankgate.address, "--batch-size", "150", "--drain"];
+    // (each with two workers: four claim loops at once)
+    let to = [
+        "--to",
+        &rankgate.address,
+        "--batch-size",
+        "150",
+        "--workers",
+        "2",
+        "--drain",
+    ];
     let (a, b) = (spawn_relay(&outbox, &to, slow), spawn_relay(&outbox, &to, slow));
     wait_success(a).await;
     wait_success(b).await;
