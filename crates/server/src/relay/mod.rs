@@ -76,6 +76,10 @@ pub struct RelayArgs {
     /// Rows per batch (one transaction)
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u32).range(1..=20_000))]
     batch_size: u32,
+    /// Larger payloads are not sent (no event is near it) but marked published, so they cannot block
+    /// the outbox; memory per batch stays under --batch-size × this
+    #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1_024..=1_048_576))]
+    max_payload_bytes: u32,
     /// Events per POST with --to (rankgate's max_batch is 10,000 by default)
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     post_size: u32,
@@ -227,6 +231,7 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<RelaySummary> {
         started: Instant::now(),
         timeout,
         batch_size,
+        max_payload: args.max_payload_bytes as usize,
         poll_interval: Duration::from_millis(args.poll_interval_ms.into()),
         drain: args.drain,
         retention: args.retention,
@@ -264,6 +269,7 @@ struct Shared {
     started: Instant,
     timeout: Duration,
     batch_size: usize,
+    max_payload: usize,
     poll_interval: Duration,
     drain: bool,
     retention: Option<Duration>,
@@ -286,7 +292,7 @@ async fn worker(shared: Arc<Shared>, index: usize, mut outbox: Outbox) {
             telemetry.show(&shared.progress, shared.started);
         }
         let (sink, pause) = (&shared.sink, shared.pause_after_publish);
-        let attempt = outbox.relay_batch(shared.batch_size, |rows| async move {
+        let attempt = outbox.relay_batch(shared.batch_size, shared.max_payload, |rows| async move {
             let published = sink.publish(&rows).await?;
             telemetry
                 .rejected

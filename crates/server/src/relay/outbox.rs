@@ -56,8 +56,13 @@ pub fn table_name(value: &str) -> anyhow::Result<String> {
 pub struct ClaimedRow {
     /// PostgreSQL: the row's `ctid` (stable while we hold its lock); MySQL: its id.
     pub locator: RowLocator,
-    /// The payload as stored (one event's JSON, unless the shop wrote something else).
+    /// The payload as stored (one event's JSON, unless the shop wrote something else); empty when
+    /// it was over `--max-payload-bytes`.
     pub payload: Vec<u8>,
+    /// `Some(bytes)` when the payload was over `--max-payload-bytes`: it was not even read (memory stays
+    /// bounded), is not sent, and is marked published like any invalid event, so it cannot block the
+    /// outbox. No valid event comes near the limit (SPEC 1.1 caps every field).
+    pub oversize: Option<i64>,
 }
 
 /// See [`ClaimedRow::locator`].
@@ -140,7 +145,8 @@ impl PostgresSql {
         PostgresSql {
             // `::text` reads json, jsonb, text and varchar payload columns alike.
             claim: format!(
-                "SELECT ctid::text, {payload}::text FROM {table} WHERE {published} IS NULL \
+                "SELECT ctid::text, CASE WHEN octet_length({payload}::text) <= $2 THEN {payload}::text END, \
+                 octet_length({payload}::text)::int8 FROM {table} WHERE {published} IS NULL \
                  ORDER BY {created}, {id} LIMIT $1 FOR UPDATE SKIP LOCKED"
             ),
             // By ctid: a TID scan, and no assumption about the id column's type. The ctid cannot
@@ -169,7 +175,8 @@ impl MySqlSql {
         );
         MySqlSql {
             claim: format!(
-                "SELECT {id}, {payload} FROM {table} WHERE {published} IS NULL \
+                "SELECT {id}, IF(LENGTH({payload}) <= ?, {payload}, NULL), CAST(LENGTH({payload}) AS SIGNED) \
+                 FROM {table} WHERE {published} IS NULL \
                  ORDER BY {created}, {id} LIMIT ? FOR UPDATE SKIP LOCKED"
             ),
             mark_prefix: format!("UPDATE {table} SET {published} = NOW(6) WHERE {id} IN ("),
@@ -259,7 +266,12 @@ impl Outbox {
     /// Claims up to `limit` of the oldest unpublished rows, hands them to `publish`, and marks and
     /// commits them only if `publish` succeeded; otherwise rolls back so they are claimed again.
     /// Returns how many rows were relayed.
-    pub async fn relay_batch<F, Fut>(&mut self, limit: usize, publish: F) -> anyhow::Result<usize>
+    pub async fn relay_batch<F, Fut>(
+        &mut self,
+        limit: usize,
+        max_payload: usize,
+        publish: F,
+    ) -> anyhow::Result<usize>
     where
         F: FnOnce(Vec<ClaimedRow>) -> Fut,
         Fut: std::future::Future<Output = anyhow::Result<Vec<ClaimedRow>>>,
@@ -268,7 +280,7 @@ impl Outbox {
             Outbox::Postgres { client, sql } => {
                 let transaction = client.transaction().await.context("outbox: BEGIN")?;
                 let rows = transaction
-                    .query(&sql.claim, &[&(limit as i64)])
+                    .query(&sql.claim, &[&(limit as i64), &(max_payload as i32)])
                     .await
                     .context("outbox: claiming rows")?;
                 if rows.is_empty() {
@@ -279,8 +291,10 @@ impl Outbox {
                 for row in rows {
                     let ctid: String = row.try_get(0)?;
                     let payload: Option<String> = row.try_get(1)?;
+                    let length: Option<i64> = row.try_get(2)?;
                     claimed.push(ClaimedRow {
                         locator: RowLocator::Ctid(ctid),
+                        oversize: length.filter(|&n| n as usize > max_payload),
                         payload: payload.unwrap_or_default().into_bytes(),
                     });
                 }
@@ -308,8 +322,8 @@ impl Outbox {
                     .start_transaction(mysql_async::TxOpts::default())
                     .await
                     .context("outbox: BEGIN")?;
-                let rows: Vec<(mysql_async::Value, Option<Vec<u8>>)> = transaction
-                    .exec(&sql.claim, (limit as u64,))
+                let rows: Vec<(mysql_async::Value, Option<Vec<u8>>, Option<i64>)> = transaction
+                    .exec(&sql.claim, (max_payload as u64, limit as u64))
                     .await
                     .context("outbox: claiming rows")?;
                 if rows.is_empty() {
@@ -318,8 +332,9 @@ impl Outbox {
                 }
                 let claimed = rows
                     .into_iter()
-                    .map(|(id, payload)| ClaimedRow {
+                    .map(|(id, payload, length)| ClaimedRow {
                         locator: RowLocator::Id(id),
+                        oversize: length.filter(|&n| n as usize > max_payload),
                         payload: payload.unwrap_or_default(),
                     })
                     .collect();

@@ -111,10 +111,24 @@ impl Sink {
 
     /// Sends every row and waits for every acknowledgement.
     pub async fn publish(&self, rows: &[ClaimedRow]) -> anyhow::Result<Published> {
+        let oversize = rows.iter().filter(|row| row.oversize.is_some()).count();
+        if let Some(bytes) = rows.iter().find_map(|row| row.oversize) {
+            tracing::warn!(
+                rows = oversize,
+                bytes,
+                "outbox payloads over --max-payload-bytes are not sent; marked published anyway"
+            );
+        }
+        let mut published = self.publish_within_limit(rows).await?;
+        published.rejected += oversize;
+        Ok(published)
+    }
+
+    async fn publish_within_limit(&self, rows: &[ClaimedRow]) -> anyhow::Result<Published> {
         match self {
             Sink::Kafka { producer, topic } => {
                 let mut deliveries = Vec::with_capacity(rows.len());
-                for row in rows {
+                for row in rows.iter().filter(|row| row.oversize.is_none()) {
                     let key = product_key(&row.payload);
                     loop {
                         let mut record: FutureRecord<'_, str, [u8]> =
@@ -157,6 +171,7 @@ impl Sink {
                 per_post,
             } => {
                 let mut published = Published::default();
+                let rows: Vec<&ClaimedRow> = rows.iter().filter(|row| row.oversize.is_none()).collect();
                 let mut start = 0;
                 while start < rows.len() {
                     let mut body = Vec::new();
