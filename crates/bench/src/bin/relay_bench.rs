@@ -35,6 +35,9 @@ struct Cli {
     /// The relay's --batch-size.
     #[arg(long, default_value_t = 5_000)]
     batch_size: u32,
+    /// The relay's --workers (claim loops on connections of their own).
+    #[arg(long, default_value_t = 1)]
+    workers: u32,
     /// Partitions of the topic.
     #[arg(long, default_value_t = 6)]
     partitions: i32,
@@ -118,8 +121,8 @@ fn run(cli: &Cli, broker: &str) -> anyhow::Result<()> {
         .as_millis();
     let rows = cli.rows;
     println!(
-        "relay-bench: {rows} rows per database, --batch-size {}, topic of {} partitions on tansu {broker}",
-        cli.batch_size, cli.partitions
+        "relay-bench: {rows} rows per database, --batch-size {} --workers {}, topic of {} partitions on tansu {broker}",
+        cli.batch_size, cli.workers, cli.partitions
     );
 
     // PostgreSQL.
@@ -170,11 +173,12 @@ fn run(cli: &Cli, broker: &str) -> anyhow::Result<()> {
     let fill = Instant::now();
     mariadb(&format!(
         "CREATE DATABASE {database};
+         USE {database};
          CREATE TABLE {database}.outbox (id BIGINT AUTO_INCREMENT PRIMARY KEY,
              created_at DATETIME(6) NOT NULL DEFAULT NOW(6), payload JSON NOT NULL, published_at DATETIME(6) NULL,
              INDEX unpublished (published_at, created_at, id));
          INSERT INTO {database}.outbox (created_at, payload)
-           SELECT NOW(6) - INTERVAL ({rows} - seq) MILLISECOND,
+           SELECT NOW(6) - INTERVAL (({rows} - seq) * 1000) MICROSECOND,
                   JSON_OBJECT('id', CONCAT('e', seq), 'type', 'product_viewed', 'ts', {now_ms} - 60000 + seq % 60000,
                               'product_id', CONCAT('p', seq % 10000))
            FROM seq_1_to_{rows};
