@@ -32,8 +32,8 @@ const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(2);
 /// At most this many retention batches per housekeeping round, so deleting never starves publishing.
 const RETENTION_BATCHES_PER_ROUND: usize = 20;
 
-/// Flags of `rankgate relay`.
-#[derive(Debug, Args)]
+/// Flags of `rankgate relay`. `Debug` is written by hand: the outbox URL and the ingest key are secrets.
+#[derive(Args)]
 #[command(group = clap::ArgGroup::new("sink").required(true).args(["kafka", "to"]))]
 pub struct RelayArgs {
     /// The outbox database: postgres://… or mysql://… (mariadb://… too); may hold a password, never
@@ -105,6 +105,19 @@ pub struct RelayArgs {
     /// Exit once no unpublished row is left (a one-off drain; otherwise the relay runs until stopped)
     #[arg(long)]
     drain: bool,
+}
+
+impl std::fmt::Debug for RelayArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayArgs")
+            .field("table", &self.table)
+            .field("kafka", &self.kafka)
+            .field("topic", &self.topic)
+            .field("to", &self.to)
+            .field("batch_size", &self.batch_size)
+            .field("workers", &self.workers)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Parses `--retention`: a positive whole number and a unit, `s`, `m`, `h` or `d`, at most 3650 days.
