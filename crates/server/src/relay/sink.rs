@@ -197,7 +197,12 @@ impl Sink {
                     if let Some(key) = key {
                         request = request.bearer_auth(key);
                     }
-                    let response = request.send().await.context("--to: posting events")?;
+                    // Errors without the URL: it may carry credentials.
+                    let response = request
+                        .send()
+                        .await
+                        .map_err(reqwest::Error::without_url)
+                        .context("--to: posting events")?;
                     let status = response.status();
                     if !status.is_success() {
                         // The answer is rankgate's JSON error, which holds no secret.
@@ -214,8 +219,11 @@ impl Sink {
                         #[serde(default)]
                         rejected: Vec<serde_json::Value>,
                     }
-                    let outcome: Outcome =
-                        response.json().await.context("--to: reading rankgate's answer")?;
+                    let outcome: Outcome = response
+                        .json()
+                        .await
+                        .map_err(reqwest::Error::without_url)
+                        .context("--to: reading rankgate's answer")?;
                     for rejection in outcome.rejected.iter().take(3) {
                         tracing::warn!(%rejection, "rankgate rejected an outbox event; marked published anyway");
                     }
