@@ -277,8 +277,13 @@ struct Rankgate {
 
 impl Rankgate {
     async fn start() -> Rankgate {
+        Rankgate::start_with(|_| {}).await
+    }
+
+    async fn start_with(configure: impl FnOnce(&mut rankgate::config::Config)) -> Rankgate {
         let dir = tempfile::tempdir().unwrap();
-        let config = rankgate::config::Config::for_data_dir(dir.path());
+        let mut config = rankgate::config::Config::for_data_dir(dir.path());
+        configure(&mut config);
         let app = rankgate::app::Application::build(config).await.unwrap();
         let address = format!("http://{}", app.local_addr());
         let shutdown = app.shutdown_token();
@@ -808,4 +813,69 @@ fn bad_flags_are_refused_naming_the_flag() {
         stderr.contains("--outbox") && !stderr.contains("hunter2"),
         "{stderr}"
     );
+}
+
+/// Unacknowledged means unmarked: with a wrong ingest key rankgate answers 401, the relay keeps the rows
+/// unpublished and retries (naming the flag, never printing the key); with the right key from a file it
+/// relays them all, each counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_rankgate_refused_stay_unpublished_until_it_acknowledges_them() {
+    let mut outbox = Outbox::postgres().await;
+    let rankgate = Rankgate::start_with(|config| {
+        config.ingest_keys = rankgate::config::BearerKeys::from_plain(&["right-key-7Qx"]);
+    })
+    .await;
+    let events = events(1_500, "a");
+    outbox.insert(&events).await;
+    let mut relay = spawn_relay(
+        &outbox,
+        &["--to", &rankgate.address, "--metrics-listen", "127.0.0.1:0"],
+        &[("RANKGATE_RELAY_INGEST_KEY", "wrong-key-9Zy")],
+    );
+    let mut stdout = std::io::BufReader::new(relay.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    let url = line.trim().strip_prefix("relay metrics on ").unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        if !text.contains("rankgate_relay_batch_failures_total 0\n") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the relay never failed a batch:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    relay.kill().unwrap();
+    let output = relay.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--ingest-key"), "{stderr}");
+    assert!(!stderr.contains("wrong-key-9Zy"), "the key was printed: {stderr}");
+    assert_eq!(
+        outbox.count("published_at IS NULL").await,
+        1_500,
+        "nothing marked"
+    );
+
+    let key_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(key_file.path(), "right-key-7Qx\n").unwrap();
+    let key_path = key_file.path().to_str().unwrap().to_owned();
+    let stdout = wait_success(spawn_relay(
+        &outbox,
+        &[
+            "--to",
+            &rankgate.address,
+            "--ingest-key-file",
+            &key_path,
+            "--drain",
+        ],
+        &[],
+    ))
+    .await;
+    assert!(!stdout.contains("right-key-7Qx"));
+    assert_eq!(outbox.count("published_at IS NULL").await, 0);
+    assert_served_equals(&rankgate.address, &recompute(&events)).await;
+    outbox.drop_all().await;
 }
