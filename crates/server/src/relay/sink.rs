@@ -60,6 +60,12 @@ fn product_key(payload: &[u8]) -> Option<String> {
         .and_then(|event| event.product_id)
 }
 
+/// A row worth sending: its payload was read (not over `--max-payload-bytes`) and is not empty (an
+/// empty or NULL payload is no event; an NDJSON batch of only such lines would not even parse).
+fn sendable(row: &ClaimedRow) -> bool {
+    row.oversize.is_none() && !row.payload.iter().all(u8::is_ascii_whitespace)
+}
+
 impl Sink {
     /// A Kafka sink on `brokers` (comma-separated `HOST:PORT`).
     pub fn kafka(
@@ -111,16 +117,16 @@ impl Sink {
 
     /// Sends every row and waits for every acknowledgement.
     pub async fn publish(&self, rows: &[ClaimedRow]) -> anyhow::Result<Published> {
-        let oversize = rows.iter().filter(|row| row.oversize.is_some()).count();
-        if let Some(bytes) = rows.iter().find_map(|row| row.oversize) {
+        let unsendable = rows.iter().filter(|row| !sendable(row)).count();
+        if unsendable > 0 {
             tracing::warn!(
-                rows = oversize,
-                bytes,
-                "outbox payloads over --max-payload-bytes are not sent; marked published anyway"
+                rows = unsendable,
+                largest_bytes = rows.iter().filter_map(|row| row.oversize).max(),
+                "outbox payloads over --max-payload-bytes (or empty) are not sent; marked published anyway"
             );
         }
         let mut published = self.publish_within_limit(rows).await?;
-        published.rejected += oversize;
+        published.rejected += unsendable;
         Ok(published)
     }
 
@@ -128,7 +134,7 @@ impl Sink {
         match self {
             Sink::Kafka { producer, topic } => {
                 let mut deliveries = Vec::with_capacity(rows.len());
-                for row in rows.iter().filter(|row| row.oversize.is_none()) {
+                for row in rows.iter().filter(|row| sendable(row)) {
                     let key = product_key(&row.payload);
                     loop {
                         let mut record: FutureRecord<'_, str, [u8]> =
@@ -171,7 +177,7 @@ impl Sink {
                 per_post,
             } => {
                 let mut published = Published::default();
-                let rows: Vec<&ClaimedRow> = rows.iter().filter(|row| row.oversize.is_none()).collect();
+                let rows: Vec<&ClaimedRow> = rows.iter().filter(|row| sendable(row)).collect();
                 let mut start = 0;
                 while start < rows.len() {
                     let mut body = Vec::new();
@@ -249,6 +255,19 @@ mod tests {
         );
         assert_eq!(product_key(b"not json"), None);
         assert_eq!(product_key(br#"{"product_id":5}"#), None);
+    }
+
+    #[test]
+    fn empty_and_oversize_payloads_are_not_sent() {
+        let row = |payload: &[u8], oversize| ClaimedRow {
+            locator: super::super::outbox::RowLocator::Ctid("(0,1)".into()),
+            payload: payload.to_vec(),
+            oversize,
+        };
+        assert!(sendable(&row(b"{}", None)));
+        assert!(!sendable(&row(b"", None)));
+        assert!(!sendable(&row(b" \n\t", None)));
+        assert!(!sendable(&row(b"", Some(70_000))));
     }
 
     #[test]
