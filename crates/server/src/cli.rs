@@ -1,4 +1,4 @@
-//! The command line: `rankgate serve | ingest | verify | rebuild | replay | demo | catalog load`.
+//! The command line: `rankgate serve | ingest | verify | rebuild | replay | demo | relay | catalog load`.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -88,6 +88,12 @@ enum Command {
     Migrate {
         #[command(flatten)]
         overrides: Overrides,
+    },
+    /// Relay a shop's transactional outbox table (PostgreSQL or MySQL/MariaDB) to Kafka or to a
+    /// rankgate's POST /v1/events, marking rows published only once acknowledged
+    Relay {
+        #[command(flatten)]
+        args: crate::relay::RelayArgs,
     },
     /// Catalogue enrichment
     Catalog {
@@ -271,6 +277,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!(
                 "schema `{}` is up to date (applied now: {applied:?})",
                 config.database_schema
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Relay { args } => {
+            let summary = runtime()?.block_on(crate::relay::run(args))?;
+            println!(
+                "relayed {} rows in {:.2}s ({:.0} rows/s)",
+                summary.rows,
+                summary.seconds,
+                summary.rows as f64 / summary.seconds.max(1e-9)
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -13,6 +13,7 @@
 //! - [`json_writer`]: hand-written JSON for the hottest bodies, byte for byte serde_json's.
 //! - [`waiting_room`]: the waiting room's HTTP API, admission scheduler and order gate (SPEC 2).
 //! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, catalog.
+//! - [`relay`]: `rankgate relay`, the transactional outbox relay (PostgreSQL/MySQL → Kafka or HTTP).
 //! - [`stream`]: the Redis Streams consumer group (`--stream`).
 //! - [`verify`]: batch recompute vs served rankings.
 //! - [`demo`]: the seed lesson's workload end to end.
@@ -28,6 +29,7 @@ pub mod error;
 pub mod fast_lane;
 pub mod json_writer;
 pub mod rankings;
+pub mod relay;
 pub mod route_table;
 pub mod routes;
 pub mod stream;
