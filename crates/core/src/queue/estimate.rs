@@ -448,7 +448,10 @@ mod tests {
         assert!((29..=31).contains(&steady_median), "{steady_median}");
         assert!((28..=32).contains(&bursty_median), "{bursty_median}");
         let (steady_p90, bursty_p90) = (steady.p90(599).unwrap(), bursty.p90(599).unwrap());
-        assert!(steady_p90 >= steady_median && steady_p90 <= steady_median + 2, "{steady_p90}");
+        assert!(
+            steady_p90 >= steady_median && steady_p90 <= steady_median + 2,
+            "{steady_p90}"
+        );
         assert!(bursty_p90 >= bursty_median + 4, "{bursty_p90} vs {bursty_median}");
         for rank in [0, 1, 10, 1_000, 100_000] {
             assert!(bursty.p90(rank).unwrap() >= bursty.median(rank).unwrap());

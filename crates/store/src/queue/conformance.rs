@@ -974,7 +974,10 @@ pub async fn estimates_after_opening_and_resuming(instances: &[Arc<dyn QueueStor
             (12..=14).contains(&median),
             "{when}: rank 247 at 20/s told {median} s (true ~12.4 s)"
         );
-        assert!((median..=median + 8).contains(&p90), "{when}: median {median}, P90 {p90}");
+        assert!(
+            (median..=median + 8).contains(&p90),
+            "{when}: median {median}, P90 {p90}"
+        );
     }
     async fn run(
         instances: &[Arc<dyn QueueStore>],
@@ -1006,7 +1009,11 @@ pub async fn estimates_after_opening_and_resuming(instances: &[Arc<dyn QueueStor
         ..SettingsPatch::default()
     };
     first.update_settings(&q, &pause(true)).await.unwrap().unwrap();
-    assert_eq!(run(instances, clock, &secret, &q, 600).await, 0, "paused admits nobody");
+    assert_eq!(
+        run(instances, clock, &secret, &q, 600).await,
+        0,
+        "paused admits nobody"
+    );
     let view = first
         .position(&q, &member(&format!("m-{:05}", admitted + 247)))
         .await
@@ -1025,7 +1032,13 @@ pub async fn estimates_after_opening_and_resuming(instances: &[Arc<dyn QueueStor
     clock.advance(60_000);
     first.update_settings(&q, &pause(false)).await.unwrap().unwrap();
     admitted += run(instances, clock, &secret, &q, 25).await;
-    check(first, &q, admitted, "2.5 s after a resume (not ticked while paused)").await;
+    check(
+        first,
+        &q,
+        admitted,
+        "2.5 s after a resume (not ticked while paused)",
+    )
+    .await;
     // ~(2.5 + 7.5 + 2.5 + 2.5) s at 20/s, plus at most a tick's burst per (re)start.
     assert!((290..=320).contains(&admitted), "admitted {admitted}");
 }
