@@ -100,6 +100,12 @@ fn backtest(shoppers: &[Shopper]) -> (u64, f64, f64) {
     (count as u64, median, beyond as f64 / count as f64)
 }
 
+/// The estimates an entry answered: median and P90 (`null` while paused).
+type Estimates = (Option<u64>, Option<u64>);
+
+/// What a poll showed, to tell a changed position from the same one: status, rank, median, P90.
+type Seen = (MemberStatus, Option<u64>, Option<u64>, Option<u64>);
+
 struct Shopper {
     member: MemberId,
     estimated_wait_seconds: u64,
@@ -111,7 +117,7 @@ struct Shopper {
     admission_ms: Option<i64>,
     admitted_at_ms: Option<i64>,
     /// The last position polled (status, rank, median, P90), to count the polls a stream would replace.
-    last_seen: Option<(MemberStatus, Option<u64>, Option<u64>, Option<u64>)>,
+    last_seen: Option<Seen>,
     ordered: bool,
 }
 
@@ -215,7 +221,7 @@ pub async fn run_flash_sale_demo(
         let mut shoppers: Vec<Shopper> = Vec::with_capacity(members);
         let mut burst = tokio::task::JoinSet::new();
         let mut next = 0usize;
-        let mut entered: Vec<Option<(MemberId, (Option<u64>, Option<u64>))>> = vec![None; members];
+        let mut entered: Vec<Option<(MemberId, Estimates)>> = vec![None; members];
         while next < members || !burst.is_empty() {
             while next < members && burst.len() < CONCURRENT_ENTRIES {
                 let client = client.clone();
