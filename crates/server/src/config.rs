@@ -350,6 +350,7 @@ impl Config {
         };
         let mut waiting_room = file.waiting_room;
         waiting_room.gates.extend(file.gate);
+        waiting_room.validate_pages()?;
         // A secret from the command line or the environment replaces the file's, in whichever form.
         if overrides.token_secret.is_some() || overrides.token_secret_file.is_some() {
             waiting_room.token_secret = overrides.token_secret.clone();

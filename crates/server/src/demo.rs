@@ -200,6 +200,13 @@ pub fn run_demo(
             redis,
             out,
         ))?;
+        // Issue 12: the order service degrades mid-sale; adaptive admission follows it.
+        writeln!(out)?;
+        runtime.block_on(crate::waiting_room::run_adaptive_admission_demo(
+            &data_dir.join("adaptive-sale"),
+            redis,
+            out,
+        ))?;
     }
     Ok(report.ok())
 }

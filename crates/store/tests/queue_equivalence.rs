@@ -52,8 +52,8 @@ use proptest::test_runner::{FileFailurePersistence, TestCaseError};
 use rankgate_core::ids::MemberId;
 use rankgate_core::limiter::{RateDecision, RateLimit};
 use rankgate_core::queue::{
-    polling_tier_seconds, Digest, FailMode, MemberStatus, QueueName, QueueSettings, SettingsError,
-    SettingsPatch,
+    polling_tier_seconds, AdmissionMode, Digest, FailMode, MemberStatus, QueueName, QueueSettings,
+    SettingsError, SettingsPatch,
 };
 use rankgate_store::clock::ManualClock;
 use rankgate_store::queue::embedded::{EmbeddedOptions, EmbeddedStore};
@@ -159,28 +159,46 @@ fn patch() -> impl Strategy<Value = SettingsPatch> {
     ];
     let fail_mode = prop::sample::select(vec![FailMode::Closed, FailMode::Open]);
     let abandon = prop::sample::select(vec![5u64, 10, 20, 300, 4, 86_401]);
+    // Adaptive admission's settings (issue 12), valid and not: mode, min, max; the Redis store keeps them
+    // in their own meta field, so both backends must agree on what a PUT keeps and refuses.
+    let adaptive = (
+        prop::sample::select(vec![AdmissionMode::Fixed, AdmissionMode::Adaptive]),
+        prop::sample::select(vec![0.5f64, 1.0, 3.0, 0.0, 1e7]),
+        prop::sample::select(vec![2.0f64, 10.0, 200_000.0, 0.25]),
+    );
     (
-        prop::option::weighted(0.4, rate()),
-        prop::option::weighted(0.3, tick),
-        prop::option::weighted(0.25, token_ttl),
-        prop::option::weighted(0.25, claim_ttl),
-        prop::option::weighted(0.3, max_active),
-        prop::option::weighted(0.25, any::<bool>()),
-        prop::option::weighted(0.1, fail_mode),
-        prop::option::weighted(0.2, abandon),
+        (
+            prop::option::weighted(0.4, rate()),
+            prop::option::weighted(0.3, tick),
+            prop::option::weighted(0.25, token_ttl),
+            prop::option::weighted(0.25, claim_ttl),
+            prop::option::weighted(0.3, max_active),
+            prop::option::weighted(0.25, any::<bool>()),
+            prop::option::weighted(0.1, fail_mode),
+            prop::option::weighted(0.2, abandon),
+        ),
+        prop::option::weighted(0.2, adaptive),
     )
         .prop_map(
             |(
-                admit_per_second,
-                tick_millis,
-                token_ttl_seconds,
-                claim_ttl_seconds,
-                max_active,
-                paused,
-                fail_mode,
-                abandon_after_seconds,
+                (
+                    admit_per_second,
+                    tick_millis,
+                    token_ttl_seconds,
+                    claim_ttl_seconds,
+                    max_active,
+                    paused,
+                    fail_mode,
+                    abandon_after_seconds,
+                ),
+                adaptive,
             )| {
                 SettingsPatch {
+                    admission_mode: adaptive.map(|a| a.0),
+                    min_admit_per_second: adaptive.map(|a| a.1),
+                    max_admit_per_second: adaptive.map(|a| a.2),
+                    target_p95_millis: None,
+                    max_error_rate: None,
                     abandon_after_seconds,
                     admit_per_second,
                     tick_millis,

@@ -14,7 +14,10 @@
 //!   across instances (limitation 3).
 //! - [`polling`]: the polling-interval rule with jitter (SPEC 2.2).
 //! - [`estimate`]: [`ThroughputEstimator`], wait estimates from measured throughput (limitation 5).
+//! - [`adaptive`]: [`AdmissionMode`], upstream samples and the AIMD controller of adaptive admission
+//!   (issue 12).
 
+pub mod adaptive;
 pub mod admission;
 pub mod estimate;
 pub mod member;
@@ -22,6 +25,7 @@ pub mod name;
 pub mod polling;
 pub mod settings;
 
+pub use adaptive::{AdaptiveSettings, AdmissionMode, UpstreamOutcome, UpstreamSamples};
 pub use admission::{AdmissionBudget, AdmissionPlan};
 pub use estimate::ThroughputEstimator;
 pub use member::{

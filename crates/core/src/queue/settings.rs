@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::adaptive::{AdaptiveSettings, AdmissionMode};
+
 /// What the order gate does when the queue store cannot be reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -41,6 +43,10 @@ pub struct QueueSettings {
     /// existed read the default.
     #[serde(default = "default_abandon_after_seconds")]
     pub abandon_after_seconds: u64,
+    /// `admissionMode` and the adaptive controller's bounds and targets (issue 12), flattened into the
+    /// same JSON object. Settings stored before they existed read `fixed` and the defaults.
+    #[serde(flatten, default)]
+    pub adaptive: AdaptiveSettings,
 }
 
 fn default_abandon_after_seconds() -> u64 {
@@ -58,6 +64,7 @@ impl Default for QueueSettings {
             paused: false,
             fail_mode: FailMode::Closed,
             abandon_after_seconds: default_abandon_after_seconds(),
+            adaptive: AdaptiveSettings::default(),
         }
     }
 }
@@ -90,6 +97,27 @@ pub enum SettingsError {
          lower admitPerSecond or tickMillis"
     )]
     MembersPerTick,
+    /// `minAdmitPerSecond` is not a finite number in (0, 1,000,000], rounds to 0 milli-members, or is
+    /// above `maxAdmitPerSecond`.
+    #[error("minAdmitPerSecond: must be a positive number of at most 1000000 and at most maxAdmitPerSecond")]
+    MinAdmitPerSecond,
+    /// `maxAdmitPerSecond` is not a finite number in (0, 1,000,000].
+    #[error("maxAdmitPerSecond: must be a positive number of at most 1000000")]
+    MaxAdmitPerSecond,
+    /// In adaptive mode, `maxAdmitPerSecond × tickMillis` would admit more than
+    /// [`QueueSettings::MAX_MEMBERS_PER_TICK`] in one tick (the fixed rate's rule, for the highest rate the
+    /// controller may reach).
+    #[error(
+        "maxAdmitPerSecond: maxAdmitPerSecond × tickMillis / 1000 must be at most 100000 members per tick; \
+         lower maxAdmitPerSecond or tickMillis"
+    )]
+    AdaptiveMembersPerTick,
+    /// `targetP95Millis` is outside [`AdaptiveSettings::TARGET_P95_MILLIS`].
+    #[error("targetP95Millis: must be a whole number of milliseconds between 1 and 600000")]
+    TargetP95Millis,
+    /// `maxErrorRate` is not a finite number in (0, 1].
+    #[error("maxErrorRate: must be a number above 0 and at most 1 (0.01 = 1%)")]
+    MaxErrorRate,
 }
 
 impl SettingsError {
@@ -104,6 +132,10 @@ impl SettingsError {
             SettingsError::MaxActive => "maxActive",
             SettingsError::AbandonAfterSeconds => "abandonAfterSeconds",
             SettingsError::MembersPerTick => "admitPerSecond",
+            SettingsError::MinAdmitPerSecond => "minAdmitPerSecond",
+            SettingsError::MaxAdmitPerSecond | SettingsError::AdaptiveMembersPerTick => "maxAdmitPerSecond",
+            SettingsError::TargetP95Millis => "targetP95Millis",
+            SettingsError::MaxErrorRate => "maxErrorRate",
         }
     }
 }
@@ -159,7 +191,48 @@ impl QueueSettings {
         if self.members_per_tick() > Self::MAX_MEMBERS_PER_TICK {
             return Err(SettingsError::MembersPerTick);
         }
+        self.validate_adaptive()
+    }
+
+    /// The adaptive fields' rules: checked in either mode, so a queue can be switched to adaptive later
+    /// without surprises, except the per-tick cap of the maximum rate, which only binds in adaptive mode
+    /// (a fixed queue with a long tick need not care about a maximum it never uses).
+    fn validate_adaptive(&self) -> Result<(), SettingsError> {
+        let adaptive = &self.adaptive;
+        let rate_ok =
+            |rate: f64| rate.is_finite() && rate > 0.0 && rate <= 1e6 && (rate * 1000.0).round() >= 1.0;
+        if !rate_ok(adaptive.max_admit_per_second) {
+            return Err(SettingsError::MaxAdmitPerSecond);
+        }
+        if !rate_ok(adaptive.min_admit_per_second)
+            || adaptive.min_admit_per_second > adaptive.max_admit_per_second
+        {
+            return Err(SettingsError::MinAdmitPerSecond);
+        }
+        if !AdaptiveSettings::TARGET_P95_MILLIS.contains(&adaptive.target_p95_millis) {
+            return Err(SettingsError::TargetP95Millis);
+        }
+        if !(adaptive.max_error_rate.is_finite()
+            && adaptive.max_error_rate > 0.0
+            && adaptive.max_error_rate <= 1.0)
+        {
+            return Err(SettingsError::MaxErrorRate);
+        }
+        if adaptive.is_adaptive() {
+            let per_tick = ((adaptive.max_admit_per_second * 1000.0).round() as u64)
+                .saturating_mul(self.tick_millis)
+                .div_ceil(1_000_000);
+            if per_tick > Self::MAX_MEMBERS_PER_TICK {
+                return Err(SettingsError::AdaptiveMembersPerTick);
+            }
+        }
         Ok(())
+    }
+
+    /// The rate the budget spends now: `admitPerSecond`, which in adaptive mode is the controller's.
+    #[must_use]
+    pub fn effective_admit_per_second(&self) -> f64 {
+        self.admit_per_second
     }
 
     /// The admission rate in milli-members per second, the integer unit the budget counts in.
@@ -213,7 +286,26 @@ impl QueueSettings {
         if let Some(value) = patch.abandon_after_seconds {
             next.abandon_after_seconds = value;
         }
+        if let Some(value) = patch.admission_mode {
+            next.adaptive.admission_mode = value;
+        }
+        if let Some(value) = patch.min_admit_per_second {
+            next.adaptive.min_admit_per_second = value;
+        }
+        if let Some(value) = patch.max_admit_per_second {
+            next.adaptive.max_admit_per_second = value;
+        }
+        if let Some(value) = patch.target_p95_millis {
+            next.adaptive.target_p95_millis = value;
+        }
+        if let Some(value) = patch.max_error_rate {
+            next.adaptive.max_error_rate = value;
+        }
         next.validate()?;
+        if next.adaptive.is_adaptive() {
+            // The controller's rate starts (or stays) inside the bounds the admin just gave.
+            next.admit_per_second = next.adaptive.clamp_rate(next.admit_per_second);
+        }
         *self = next;
         Ok(())
     }
@@ -241,6 +333,16 @@ pub struct SettingsPatch {
     pub fail_mode: Option<FailMode>,
     /// New `abandonAfterSeconds`.
     pub abandon_after_seconds: Option<u64>,
+    /// New `admissionMode`.
+    pub admission_mode: Option<AdmissionMode>,
+    /// New `minAdmitPerSecond`.
+    pub min_admit_per_second: Option<f64>,
+    /// New `maxAdmitPerSecond`.
+    pub max_admit_per_second: Option<f64>,
+    /// New `targetP95Millis`.
+    pub target_p95_millis: Option<u64>,
+    /// New `maxErrorRate`.
+    pub max_error_rate: Option<f64>,
 }
 
 /// Writes `50` rather than `50.0` for whole rates, so clients that compare with an integer see what they PUT.
@@ -311,6 +413,24 @@ mod tests {
             (r#"{"admitPerSecond": 1e7}"#, "admitPerSecond"),
             (r#"{"abandonAfterSeconds": 4}"#, "abandonAfterSeconds"),
             (r#"{"abandonAfterSeconds": 86401}"#, "abandonAfterSeconds"),
+            (r#"{"minAdmitPerSecond": 0}"#, "minAdmitPerSecond"),
+            (r#"{"minAdmitPerSecond": 2000}"#, "minAdmitPerSecond"),
+            (r#"{"minAdmitPerSecond": 0.0001}"#, "minAdmitPerSecond"),
+            (r#"{"maxAdmitPerSecond": -1}"#, "maxAdmitPerSecond"),
+            (r#"{"maxAdmitPerSecond": 1e7}"#, "maxAdmitPerSecond"),
+            (r#"{"maxAdmitPerSecond": 0.5}"#, "minAdmitPerSecond"),
+            (r#"{"targetP95Millis": 0}"#, "targetP95Millis"),
+            (r#"{"targetP95Millis": 600001}"#, "targetP95Millis"),
+            (r#"{"maxErrorRate": 0}"#, "maxErrorRate"),
+            (r#"{"maxErrorRate": 1.5}"#, "maxErrorRate"),
+            (
+                r#"{"admissionMode": "adaptive", "maxAdmitPerSecond": 200000}"#,
+                "maxAdmitPerSecond",
+            ),
+            (
+                r#"{"admissionMode": "adaptive", "maxAdmitPerSecond": 2000, "tickMillis": 60000}"#,
+                "maxAdmitPerSecond",
+            ),
         ] {
             let patch: SettingsPatch = serde_json::from_str(json).unwrap();
             let error = settings.apply(&patch).unwrap_err();
@@ -351,13 +471,41 @@ mod tests {
     }
 
     #[test]
+    fn adaptive_mode_clamps_the_rate_into_its_bounds_and_round_trips_through_json() {
+        let mut settings = QueueSettings::default();
+        let patch: SettingsPatch = serde_json::from_str(
+            r#"{"admissionMode": "adaptive", "minAdmitPerSecond": 5, "maxAdmitPerSecond": 20}"#,
+        )
+        .unwrap();
+        settings.apply(&patch).unwrap();
+        assert_eq!(settings.admit_per_second, 20.0, "50 clamped to the maximum");
+        assert_eq!(settings.effective_admit_per_second(), 20.0);
+        let json = serde_json::to_string(&settings).unwrap();
+        let back: QueueSettings = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, settings);
+        // Settings stored before issue 12 read fixed mode and the defaults.
+        let old: QueueSettings = serde_json::from_str(
+            r#"{"admitPerSecond": 50, "tickMillis": 1000, "tokenTtlSeconds": 300, "claimTtlSeconds": 30,
+                "maxActive": null, "paused": false, "failMode": "closed"}"#,
+        )
+        .unwrap();
+        assert_eq!(old.adaptive, AdaptiveSettings::default());
+        // A fixed queue with a long tick is not bound by the adaptive maximum it does not use.
+        let mut fixed = QueueSettings::default();
+        let long_tick: SettingsPatch =
+            serde_json::from_str(r#"{"tickMillis": 60000, "admitPerSecond": 10}"#).unwrap();
+        fixed.apply(&long_tick).unwrap();
+    }
+
+    #[test]
     fn settings_serialize_in_the_spec_shape() {
         let json = serde_json::to_value(QueueSettings::default()).unwrap();
         assert_eq!(
             json,
             serde_json::json!({"admitPerSecond": 50, "tickMillis": 1000, "tokenTtlSeconds": 300,
                 "claimTtlSeconds": 30, "maxActive": null, "paused": false, "failMode": "closed",
-                "abandonAfterSeconds": 300})
+                "abandonAfterSeconds": 300, "admissionMode": "fixed", "minAdmitPerSecond": 1.0,
+                "maxAdmitPerSecond": 1000.0, "targetP95Millis": 500, "maxErrorRate": 0.01})
         );
     }
 }

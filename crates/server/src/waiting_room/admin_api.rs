@@ -11,7 +11,7 @@ use axum::http::{Method, StatusCode};
 use axum::routing::on;
 use axum::{Json, Router};
 use futures_util::StreamExt as _;
-use rankgate_core::queue::{FailMode, SettingsPatch};
+use rankgate_core::queue::{AdmissionMode, FailMode, SettingsPatch};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -42,6 +42,12 @@ fn parse_patch(map: &serde_json::Map<String, Value>) -> ApiResult<SettingsPatch>
             .as_u64()
             .ok_or_else(|| ApiError::bad_field(field, "must be a positive whole number"))
     }
+    fn number(field: &str, value: &Value) -> ApiResult<f64> {
+        value
+            .as_f64()
+            .filter(|number| number.is_finite())
+            .ok_or_else(|| ApiError::bad_field(field, "must be a positive number"))
+    }
     let mut patch = SettingsPatch::default();
     for (field, value) in map {
         match field.as_str() {
@@ -70,6 +76,17 @@ fn parse_patch(map: &serde_json::Map<String, Value>) -> ApiResult<SettingsPatch>
                         .ok_or_else(|| ApiError::bad_field(field, "must be true or false"))?,
                 )
             }
+            "admissionMode" => {
+                patch.admission_mode = Some(match value.as_str() {
+                    Some("fixed") => AdmissionMode::Fixed,
+                    Some("adaptive") => AdmissionMode::Adaptive,
+                    _ => return Err(ApiError::bad_field(field, "must be \"fixed\" or \"adaptive\"")),
+                })
+            }
+            "minAdmitPerSecond" => patch.min_admit_per_second = Some(number(field, value)?),
+            "maxAdmitPerSecond" => patch.max_admit_per_second = Some(number(field, value)?),
+            "maxErrorRate" => patch.max_error_rate = Some(number(field, value)?),
+            "targetP95Millis" => patch.target_p95_millis = Some(whole(field, value)?),
             "failMode" => {
                 patch.fail_mode = Some(match value.as_str() {
                     Some("closed") => FailMode::Closed,
@@ -108,6 +125,21 @@ async fn show(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -
         map.insert("oldestWaitSeconds".into(), json!(stats.oldest_wait_seconds));
         map.insert("measuredAdmitPerSecond".into(), json!(stats.measured_rate));
         map.insert("abandoned".into(), json!(stats.abandoned));
+        // Adaptive admission (issue 12): the rate the budget spends, and the last control interval.
+        map.insert(
+            "effectiveAdmitPerSecond".into(),
+            json!(stats.settings.effective_admit_per_second()),
+        );
+        let upstream = room
+            .last_upstream_summary(&queue)
+            .await
+            .map_err(ApiError::Internal)?;
+        let view = UpstreamView::from(upstream.as_ref());
+        if let Value::Object(fields) =
+            serde_json::to_value(&view).map_err(|e| ApiError::Internal(e.into()))?
+        {
+            map.extend(fields);
+        }
     }
     Ok(Json(body))
 }
@@ -131,6 +163,32 @@ async fn remove_member(
     let member = WaitingRoom::parse_member("memberId", &member)?;
     room.remove_member(&queue, &member).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The last closed control interval of the queue's upstream, in the admin view (all `null` until one
+/// closes: the queue has no `[[gate]]`, or its gate forwarded nothing yet).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct UpstreamView {
+    /// p95 latency (ms) of the forwarded orders, over every instance.
+    upstream_p95_millis: Option<f64>,
+    /// 5xx, timeouts and transport errors over forwarded orders.
+    upstream_error_rate: Option<f64>,
+    /// Orders forwarded in the interval.
+    upstream_samples: Option<u64>,
+    /// What the controller did: `hold`, `backOffLatency`, `backOffErrors`, `increase`; `null` in fixed mode.
+    adaptive_decision: Option<rankgate_core::queue::adaptive::ControlDecision>,
+}
+
+impl From<Option<&rankgate_core::queue::adaptive::IntervalSummary>> for UpstreamView {
+    fn from(summary: Option<&rankgate_core::queue::adaptive::IntervalSummary>) -> Self {
+        UpstreamView {
+            upstream_p95_millis: summary.and_then(|s| s.p95_millis),
+            upstream_error_rate: summary.and_then(|s| s.error_rate),
+            upstream_samples: summary.map(|s| s.samples),
+            adaptive_decision: summary.and_then(|s| s.decision),
+        }
+    }
 }
 
 /// One queue's counts in the list (the same numbers as `GET /v1/admin/queues/{queue}`).

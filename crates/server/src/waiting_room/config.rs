@@ -16,6 +16,13 @@
 //! forget_idle_queues_after_seconds = 3600  # auto-created queues idle this long are forgotten
 //! # fsync_every_commit = true  # deprecated: the top-level `sqlite_synchronous` decides (default "full")
 //!
+//! page_cookie_secure = "auto"  # Secure cookies on TLS / X-Forwarded-Proto: https; or "always", "never"
+//! visitor_cookie_max_age_seconds = 86400
+//!
+//! [[waiting_room.page]]        # the waiting page at GET /wait/{queue}; see `page::config`
+//! title = "Example Shop"
+//! continue_url = "/checkout"
+//!
 //! [[gate]]
 //! queue = "summer-sale"
 //! upstream = "http://127.0.0.1:9000"
@@ -27,6 +34,12 @@
 use rankgate_core::queue::{FailMode, QueueSettings};
 use rankgate_store::synchronous::Synchronous;
 use serde::Deserialize;
+
+use super::page::config::Pages;
+pub use super::page::config::{CookieSecure, PageConfig};
+
+/// Longest `visitor_cookie_max_age_seconds`: 400 days, the longest a browser keeps a cookie (RFC 6265bis).
+pub const MAX_VISITOR_COOKIE_MAX_AGE_SECONDS: u64 = 400 * 86_400;
 
 /// Settings from the config file: `[waiting_room]` defaults and `[[gate]]` routes. `Debug` never shows
 /// the token secret.
@@ -81,6 +94,19 @@ pub struct WaitingRoomConfig {
     pub member_stream_heartbeat_millis: u64,
     /// Reverse-proxy gates (the top-level `[[gate]]` tables).
     pub gates: Vec<GateConfig>,
+    /// `[[waiting_room.page]]`: the waiting pages at `GET /wait/{queue}` (see [`super::page::config`]).
+    pub page: Vec<PageConfig>,
+    /// When the waiting page's cookies carry `Secure`: `auto` (TLS or `X-Forwarded-Proto: https`),
+    /// `always` or `never`.
+    pub page_cookie_secure: CookieSecure,
+    /// Lifetime of the `rankgate_visitor` cookie (s); at most 400 days, the most browsers keep a cookie.
+    pub visitor_cookie_max_age_seconds: u64,
+    /// Adaptive admission's control interval (ms, 100..=60000): how often the controller judges the
+    /// upstream's p95 and error rate and moves an adaptive queue's rate.
+    pub adaptive_interval_millis: u64,
+    /// Fewer forwarded orders than this in an interval (over every instance): the controller holds the
+    /// rate (1..=100000).
+    pub adaptive_min_samples: u64,
 }
 
 impl std::fmt::Debug for WaitingRoomConfig {
@@ -119,11 +145,28 @@ impl Default for WaitingRoomConfig {
             max_member_streams: 20_000,
             member_stream_heartbeat_millis: 15_000,
             gates: Vec::new(),
+            page: Vec::new(),
+            page_cookie_secure: CookieSecure::default(),
+            visitor_cookie_max_age_seconds: 86_400,
+            adaptive_interval_millis: 1000,
+            adaptive_min_samples: 10,
         }
     }
 }
 
 impl WaitingRoomConfig {
+    /// Checks `[[waiting_room.page]]` and the page's cookie settings; errors name the key.
+    pub fn validate_pages(&self) -> anyhow::Result<()> {
+        Pages::from_config(&self.page)?;
+        anyhow::ensure!(
+            (1..=MAX_VISITOR_COOKIE_MAX_AGE_SECONDS).contains(&self.visitor_cookie_max_age_seconds),
+            "waiting_room.visitor_cookie_max_age_seconds must be 1 to {MAX_VISITOR_COOKIE_MAX_AGE_SECONDS} \
+             (400 days), got {}",
+            self.visitor_cookie_max_age_seconds
+        );
+        Ok(())
+    }
+
     /// The settings a queue gets when its first entry creates it; validated.
     pub fn default_settings(&self) -> anyhow::Result<QueueSettings> {
         let settings = QueueSettings {
@@ -135,6 +178,7 @@ impl WaitingRoomConfig {
             paused: false,
             fail_mode: self.fail_mode,
             abandon_after_seconds: self.abandon_after_seconds,
+            adaptive: Default::default(),
         };
         settings
             .validate()

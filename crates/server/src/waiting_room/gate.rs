@@ -1,6 +1,7 @@
 //! The reverse-proxy gate (SPEC 2.4, `[[gate]]`): one token, one order, without the shop changing code.
 //!
-//! For a protected route the gate requires `X-Entry-Token` and `X-Member-Id`, claims the token (exactly one
+//! For a protected route the gate requires `X-Entry-Token` and `X-Member-Id` — or, for browsers, the
+//! waiting page's `rankgate_token_<queue>` and `rankgate_visitor` cookies (headers win) — claims the token (exactly one
 //! concurrent request wins), forwards the request to the upstream, then consumes the token on a 2xx answer
 //! and releases it on anything else — another status, a timeout, a refused or dropped connection — so a
 //! failed order never burns the member's admission. The upstream's answer (status, headers, body) is
@@ -10,6 +11,9 @@
 //! hyper drops that future when the client hangs up, and an order the upstream committed must still
 //! consume its token (issue 9, defect 2). "2xx" is decided on the upstream's status line; the body then
 //! streams back to whoever is still there.
+//!
+//! Every forwarded order is timed and classified for adaptive admission (`adaptive.rs`): the time to the
+//! upstream's status line and whether it was a 2xx, a 5xx, another status, a timeout or a transport error.
 //!
 //! When the store cannot be reached the gate fails closed (503) unless the queue's `fail_mode` is `open`,
 //! in which case it forwards without a claim.
@@ -25,9 +29,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 use rankgate_core::ids::MemberId;
-use rankgate_core::queue::{FailMode, QueueName};
+use rankgate_core::queue::{FailMode, QueueName, UpstreamOutcome};
 
+use super::adaptive::outcome_of_status;
 use super::config::GateConfig;
+use super::page::cookies;
 use super::service::WaitingRoom;
 use super::telemetry::gate_outcome;
 use crate::error::ApiError;
@@ -144,18 +150,46 @@ async fn handle(room: Arc<WaitingRoom>, table: Arc<MethodTable>, request: Reques
     };
     let queue = gate.queue.clone();
     let (parts, body) = request.into_parts();
-    let Some(token) = header_str(&parts.headers, "x-entry-token").map(str::to_string) else {
+    // Headers first (API clients), then the cookies the waiting page sets (browsers cannot add headers
+    // to a navigation); see `page::cookies`.
+    let token = header_str(&parts.headers, "x-entry-token")
+        .or_else(|| {
+            cookies::cookie_values(&parts.headers, &cookies::token_cookie_name(&queue))
+                .into_iter()
+                .next()
+        })
+        .map(str::to_string);
+    let Some(token) = token else {
         gate_outcome(&queue, "rejected_unauthorized");
-        return ApiError::Unauthorized("X-Entry-Token: missing entry token".into()).into_response();
+        return ApiError::Unauthorized(
+            "X-Entry-Token: missing entry token (no header, no waiting-page cookie)".into(),
+        )
+        .into_response();
     };
-    let Some(raw_member) = header_str(&parts.headers, "x-member-id") else {
-        gate_outcome(&queue, "rejected_unauthorized");
-        return ApiError::Unauthorized("X-Member-Id: missing member id".into()).into_response();
+    let (member, member_from_cookie) = match header_str(&parts.headers, "x-member-id") {
+        Some(raw) => match MemberId::parse(raw) {
+            Ok(member) => (member, false),
+            Err(e) => return ApiError::bad_field("X-Member-Id", e).into_response(),
+        },
+        // A visitor cookie counts only when its signature verifies: a tampered one is no member at all.
+        None => match room.visitor_key().visitor_of(&parts.headers) {
+            Some(member) => (member, true),
+            None => {
+                gate_outcome(&queue, "rejected_unauthorized");
+                return ApiError::Unauthorized(
+                    "X-Member-Id: missing member id (no header, no valid visitor cookie)".into(),
+                )
+                .into_response();
+            }
+        },
     };
-    let member = match MemberId::parse(raw_member) {
-        Ok(member) => member,
-        Err(e) => return ApiError::bad_field("X-Member-Id", e).into_response(),
-    };
+    let mut parts = parts;
+    if member_from_cookie {
+        // The upstream learns who ordered the same way whichever way the member was identified.
+        if let Ok(value) = axum::http::HeaderValue::from_str(member.as_str()) {
+            parts.headers.insert("x-member-id", value);
+        }
+    }
     let body = match axum::body::to_bytes(body, gate.max_body_bytes).await {
         Ok(bytes) => bytes,
         Err(error) if is_length_limit(&error) => {
@@ -235,7 +269,18 @@ async fn gated_order(
         }
     };
 
+    let started = std::time::Instant::now();
     let forwarded = forward(&room, &gate, &parts, body).await;
+    // Adaptive admission's measurement (issue 12): time to the upstream's status line, and its verdict.
+    room.record_upstream(
+        &queue,
+        match &forwarded {
+            Ok(response) => outcome_of_status(response.status()),
+            Err((StatusCode::GATEWAY_TIMEOUT, _)) => UpstreamOutcome::Timeout,
+            Err(_) => UpstreamOutcome::TransportError,
+        },
+        started.elapsed(),
+    );
     let Some(claim_id) = claim_id else {
         return forwarded.unwrap_or_else(|(status, message)| error_response(status, &message));
     };
@@ -308,6 +353,13 @@ async fn forward(
     for (name, value) in &parts.headers {
         let lower = name.as_str();
         if HOP_BY_HOP.contains(&lower) || lower == "x-entry-token" {
+            continue;
+        }
+        // Like `X-Entry-Token`, the token cookie is the gate's business, not the upstream's.
+        if lower == "cookie" {
+            if let Some(kept) = value.to_str().ok().and_then(cookies::without_token_cookies) {
+                request = request.header(name, kept);
+            }
             continue;
         }
         request = request.header(name, value);

@@ -12,17 +12,22 @@
 //!   [`ApiError`](crate::error::ApiError)s and records metrics.
 //! - `member_api`, `admin_api`, `gate`: thin axum handlers, one module per route group.
 //! - `member_streams`: members' position streams (SSE), one watch per queue per instance.
+//! - `page`: the waiting page at `GET /wait/{queue}` and its visitor / entry-token cookies.
 //! - `redis_backend`: [`WaitingRoom::open_redis`], the room on Redis (standalone or Cluster).
 //! - `scheduler`: admission, expiry and metrics workers, driven by the store's clock.
 //! - `telemetry`: metric names and helpers.
-//! - `demo`: the flash-sale scene of `rankgate demo`.
+//! - `demo`: the flash-sale scene of `rankgate demo`; `demo_adaptive`: its adaptive-admission scene.
+//! - `adaptive`: adaptive admission: gate measurements → shared store → AIMD controller → the queue's rate.
 
+mod adaptive;
 mod admin_api;
 pub mod config;
 mod demo;
+mod demo_adaptive;
 mod gate;
 mod member_api;
 mod member_streams;
+mod page;
 mod redis_backend;
 mod scheduler;
 mod service;
@@ -32,12 +37,16 @@ use std::sync::Arc;
 
 pub use self::config::{GateConfig, GateRoute, WaitingRoomConfig};
 pub use self::demo::{run_flash_sale_demo, FlashSaleReport};
+pub use self::demo_adaptive::{
+    run_adaptive_admission_demo, AdaptiveDemoReport, AdaptiveDemoSecond, DEGRADED_CAPACITY,
+};
 pub use self::service::{ClaimGranted, Position, WaitingRoom};
 pub use self::telemetry::SERIES_IDLE_TIMEOUT;
 
-/// `/v1/queues/...`: member endpoints (SPEC 2.2) and the token service (SPEC 2.4).
+/// `/v1/queues/...`: member endpoints (SPEC 2.2) and the token service (SPEC 2.4); and the waiting page,
+/// `/wait/{queue}`.
 pub fn member_routes(room: Arc<WaitingRoom>) -> axum::Router {
-    member_api::routes(room)
+    member_api::routes(Arc::clone(&room)).merge(page::routes(room))
 }
 
 /// `/v1/admin/queues/...`: queue settings and counters (SPEC 2.1). The caller adds authentication.
@@ -48,6 +57,7 @@ pub fn admin_routes(room: Arc<WaitingRoom>) -> axum::Router {
 /// The (method, path) pairs of [`member_routes`] and [`admin_routes`], from the tables they are built from.
 pub fn endpoints() -> impl Iterator<Item = (axum::http::Method, &'static str)> {
     crate::route_table::methods_and_paths(member_api::ENDPOINTS)
+        .chain(crate::route_table::methods_and_paths(page::ENDPOINTS))
         .chain(crate::route_table::methods_and_paths(admin_api::ENDPOINTS))
 }
 

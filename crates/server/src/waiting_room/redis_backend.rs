@@ -78,6 +78,7 @@ impl WaitingRoom {
             })?;
         let mut room =
             WaitingRoom::from_stores(store.clone(), store.clone(), store.clone(), clock, config, secret)?;
+        room.adaptive.use_store(store.clone());
         room.redis = Some(store);
         Ok(Arc::new(room))
     }

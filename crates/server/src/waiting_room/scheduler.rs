@@ -55,7 +55,17 @@ impl WaitingRoom {
                 Arc::clone(self),
                 shutdown.clone(),
                 GAUGES_EVERY,
-                |room| async move { room.publish_queue_gauges().await },
+                |room| async move {
+                    room.publish_queue_gauges().await?;
+                    room.publish_upstream_gauges().await
+                },
+            ),
+            spawn_loop(
+                "adaptive",
+                Arc::clone(self),
+                shutdown.clone(),
+                self.adaptive.round_every(),
+                |room| async move { room.run_adaptive_control().await.map(|_| ()) },
             ),
             spawn_loop(
                 "janitor",

@@ -30,6 +30,7 @@ use rankgate_store::queue::{
 };
 use serde::Serialize;
 
+use super::adaptive::{AdaptiveControl, ADAPTIVE_INTERVAL_MILLIS, ADAPTIVE_MIN_SAMPLES};
 use super::config::WaitingRoomConfig;
 use super::member_streams::{MemberStreamLimits, MemberStreams};
 use super::telemetry;
@@ -102,6 +103,8 @@ pub struct WaitingRoom {
     pub(crate) http: reqwest::Client,
     /// Members' position streams on this instance (`…/entries/{memberId}/events`).
     pub(crate) member_streams: MemberStreams,
+    /// Adaptive admission: this instance's gate measurements and where they are shared (issue 12).
+    pub(crate) adaptive: AdaptiveControl,
 }
 
 impl std::fmt::Debug for WaitingRoom {
@@ -282,6 +285,14 @@ impl WaitingRoom {
             config.forget_idle_queues_after_seconds >= 60,
             "[waiting_room] forget_idle_queues_after_seconds must be at least 60"
         );
+        anyhow::ensure!(
+            ADAPTIVE_INTERVAL_MILLIS.contains(&config.adaptive_interval_millis),
+            "[waiting_room] adaptive_interval_millis must be between 100 and 60000"
+        );
+        anyhow::ensure!(
+            ADAPTIVE_MIN_SAMPLES.contains(&config.adaptive_min_samples),
+            "[waiting_room] adaptive_min_samples must be between 1 and 100000"
+        );
         for gate in &config.gates {
             QueueName::parse(&gate.queue)
                 .map_err(|e| anyhow::anyhow!("[[gate]] queue {:?}: {e}", gate.queue))?;
@@ -298,7 +309,17 @@ impl WaitingRoom {
             max_streams: config.max_member_streams,
             heartbeat: std::time::Duration::from_millis(config.member_stream_heartbeat_millis),
         });
+        let adaptive = AdaptiveControl::new(
+            config.adaptive_interval_millis,
+            config.adaptive_min_samples,
+            config
+                .gates
+                .iter()
+                .filter_map(|gate| QueueName::parse(&gate.queue).ok())
+                .collect(),
+        );
         Ok(WaitingRoom {
+            adaptive,
             member_streams,
             queues,
             limiter,
@@ -340,6 +361,15 @@ impl WaitingRoom {
 
     pub(crate) fn parse_queue(raw: &str) -> ApiResult<QueueName> {
         QueueName::parse(raw).map_err(|e| ApiError::bad_field("queue", e))
+    }
+
+    /// The key of the waiting page's visitor cookies: derived from the token secret, so instances sharing
+    /// a store verify each other's cookies, and never the token key itself.
+    pub(crate) fn visitor_key(&self) -> super::page::cookies::VisitorKey {
+        super::page::cookies::VisitorKey::new(rankgate_store::queue::token::hmac_sha256(
+            &self.secret.to_bytes(),
+            super::page::cookies::VISITOR_KEY_LABEL,
+        ))
     }
 
     pub(crate) fn parse_member(field: &str, raw: &str) -> ApiResult<MemberId> {

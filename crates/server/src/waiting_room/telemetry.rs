@@ -10,6 +10,8 @@
 //! | `rankgate_queue_admitted_total` | counter | queue |
 //! | `rankgate_queue_tokens_total` | counter | queue, outcome = issued, expired, claimed, consumed, released, claim_expired |
 //! | `rankgate_gate_requests_total` | counter | queue, outcome |
+//! | `rankgate_queue_effective_admit_per_second` | gauge (the rate the budget spends; the controller's in adaptive mode) | queue |
+//! | `rankgate_gate_upstream_p95_seconds`, `rankgate_gate_upstream_error_rate`, `rankgate_gate_upstream_samples` | gauge (last closed control interval, all instances) | queue |
 //! | `rankgate_queue_poll_limited_total` | counter (429s) | queue |
 //! | `rankgate_queue_admission_step_seconds` | histogram | queue |
 //! | `rankgate_queue_redis_script_calls_total`, `rankgate_queue_redis_requests_total` | counter (Redis backend: entries and polls coalesced into script calls) | lane = enter, poll |
@@ -75,6 +77,18 @@ pub(crate) fn queue_gauges(queue: &QueueName, stats: &QueueStats) {
         .set(stats.measured_rate.unwrap_or(0.0));
     // The store's own total (shared by every instance), so `absolute`, not an increment per instance.
     metrics::counter!("rankgate_queue_abandoned_total", "queue" => name).absolute(stats.abandoned);
+}
+
+/// The last closed control interval of a gated queue (adaptive admission, issue 12).
+pub(crate) fn upstream_gauges(queue: &QueueName, summary: &rankgate_core::queue::adaptive::IntervalSummary) {
+    let name = queue.to_string();
+    metrics::gauge!("rankgate_queue_effective_admit_per_second", "queue" => name.clone())
+        .set(summary.effective_admit_per_second);
+    metrics::gauge!("rankgate_gate_upstream_p95_seconds", "queue" => name.clone())
+        .set(summary.p95_millis.unwrap_or(0.0) / 1000.0);
+    metrics::gauge!("rankgate_gate_upstream_error_rate", "queue" => name.clone())
+        .set(summary.error_rate.unwrap_or(0.0));
+    metrics::gauge!("rankgate_gate_upstream_samples", "queue" => name).set(summary.samples as f64);
 }
 
 /// A queue that went idle, or is gone: its gauges read 0 (and, left alone, age out of the exporter).

@@ -5,6 +5,7 @@ mod helpers;
 #[path = "../../../store/tests/support/redis_servers.rs"]
 mod redis_servers;
 
+mod adaptive_metrics;
 mod admin;
 mod crash;
 mod delisting;

@@ -62,6 +62,7 @@ macro_rules! queue_conformance_suite {
             expired_tokens_free_their_slot_under_max_active,
             leave_removes_waiting_and_ready_members,
             settings_update_partially_and_reject_invalid_values,
+            adaptive_settings_round_trip_and_clamp_the_rate,
             stats_report_counts_oldest_wait_and_admissions,
             wait_estimate_follows_measured_rate,
             wait_estimate_is_right_after_opening_and_resuming,
@@ -853,6 +854,73 @@ pub async fn settings_update_partially_and_reject_invalid_values(backend: Backen
     );
     assert_eq!(backend.queues.settings(&q).await.unwrap(), Some(settings));
     assert!(backend.queues.queues().await.unwrap().contains(&q));
+}
+
+/// Adaptive admission's settings (issue 12) are kept by every read (settings, stats, preview); switching to
+/// adaptive clamps the stored rate into the bounds, and a rate-only patch (the controller's) keeps them.
+pub async fn adaptive_settings_round_trip_and_clamp_the_rate(backend: Backend) {
+    use rankgate_core::queue::AdmissionMode;
+    let q = queue("adaptive");
+    let rate = SettingsPatch {
+        admit_per_second: Some(50.0),
+        ..SettingsPatch::default()
+    };
+    backend.queues.update_settings(&q, &rate).await.unwrap().unwrap();
+    let adaptive = SettingsPatch {
+        admission_mode: Some(AdmissionMode::Adaptive),
+        min_admit_per_second: Some(2.0),
+        max_admit_per_second: Some(20.0),
+        target_p95_millis: Some(250),
+        max_error_rate: Some(0.05),
+        ..SettingsPatch::default()
+    };
+    let settings = backend
+        .queues
+        .update_settings(&q, &adaptive)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(settings.adaptive.admission_mode, AdmissionMode::Adaptive);
+    assert_eq!(settings.admit_per_second, 20.0, "clamped to maxAdmitPerSecond");
+    assert_eq!(
+        backend.queues.settings(&q).await.unwrap().as_ref(),
+        Some(&settings)
+    );
+    let controller = SettingsPatch {
+        admit_per_second: Some(7.5),
+        ..SettingsPatch::default()
+    };
+    let after = backend
+        .queues
+        .update_settings(&q, &controller)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.admit_per_second, 7.5);
+    assert_eq!(
+        after.adaptive, settings.adaptive,
+        "a rate patch keeps the adaptive settings"
+    );
+    backend.queues.enter(&q, &member("m")).await.unwrap();
+    let stats = backend.queues.stats(&q).await.unwrap().unwrap();
+    assert_eq!(stats.settings, after);
+    let preview = backend.queues.admission_preview(&q).await.unwrap().unwrap();
+    assert_eq!(preview.settings, after);
+    let too_fast = SettingsPatch {
+        max_admit_per_second: Some(200_000.0),
+        ..SettingsPatch::default()
+    };
+    assert_eq!(
+        backend
+            .queues
+            .update_settings(&q, &too_fast)
+            .await
+            .unwrap()
+            .unwrap_err()
+            .field(),
+        "maxAdmitPerSecond"
+    );
+    assert_eq!(backend.queues.settings(&q).await.unwrap(), Some(after));
 }
 
 /// The admin counters: waiting, ready, claimed, admitted in the last minute, oldest wait.

@@ -21,6 +21,8 @@
 //! - [`jobs`]: [`JobStore`]: delayed/retry jobs with claims, a reaper, backoff and a dead set.
 //! - [`limiter`]: [`RateLimiter`]: sliding log and sliding-window counter.
 //! - [`token`]: how entry tokens and claim ids are made and hashed.
+//! - [`upstream`]: [`UpstreamObservationStore`], gate measurements summed across instances per control
+//!   interval, for adaptive admission (issue 12).
 //! - [`embedded`]: the in-process backend (sorted sets from `rankgate-zset`, SQLite group commit).
 //! - [`redis`]: the Redis backend, standalone or Cluster (one Lua script per step, one slot per queue).
 //! - `conformance`: the shared test suite, run against every backend (test code, behind the `testsuite`
@@ -35,10 +37,12 @@ pub mod jobs;
 pub mod limiter;
 pub mod redis;
 pub mod token;
+pub mod upstream;
 pub mod waiting;
 
 pub use jobs::{ClaimedJob, DeadJob, JobCounts, JobStore, NackOutcome, NewJob};
 pub use limiter::{RateLimiter, RateLimiterKind};
+pub use upstream::{InMemoryUpstreamObservations, UpstreamObservationStore};
 pub use waiting::{
     AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome,
     LeaveOutcome, MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,

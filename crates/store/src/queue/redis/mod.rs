@@ -50,6 +50,7 @@
 //! | `P{rg}:queues` | set | every queue name (for schedulers and the admin API) |
 //! | `P{rg}:active` | set | the busy queues (someone waits or holds a token): the ones schedulers visit |
 //! | `P{rg}:secret` | string | the shared token secret, only when the config does not give one |
+//! | `P{rg:q:<queue>}:upstream:*` | hash, string | gate measurements per control interval, last summary (`upstream.rs`, issue 12) |
 //!
 //! Job-queue names and limiter keys are free text, so `%`, `{` and `}` in them are percent-encoded: a brace
 //! in a key name would move the hash tag. Queue names cannot contain braces.
@@ -67,6 +68,7 @@
 mod coalesce;
 mod jobs;
 mod limiter;
+mod upstream;
 mod waiting;
 
 use std::sync::atomic::{AtomicBool, Ordering};

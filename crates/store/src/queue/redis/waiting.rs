@@ -11,8 +11,9 @@ use futures_util::future::BoxFuture;
 use rankgate_core::ids::MemberId;
 use rankgate_core::limiter::RateDecision;
 use rankgate_core::queue::{
-    ClaimRejection, ConsumeRejection, Digest, FailMode, LeaveRejection, MemberStatus, QueueName,
-    QueueSettings, ReleaseRejection, ReleasedTo, SettingsError, SettingsPatch, ThroughputEstimator,
+    AdaptiveSettings, ClaimRejection, ConsumeRejection, Digest, FailMode, LeaveRejection, MemberStatus,
+    QueueName, QueueSettings, ReleaseRejection, ReleasedTo, SettingsError, SettingsPatch,
+    ThroughputEstimator,
 };
 
 use super::{hex, settings_args, unhex, RedisStore, Reply};
@@ -64,7 +65,36 @@ fn read_settings(reply: &mut Reply) -> Result<QueueSettings, StoreError> {
         max_active,
         paused,
         fail_mode,
+        // Kept in its own meta field (`adaptive`, JSON); the caller reads it with [`read_adaptive`].
+        adaptive: AdaptiveSettings::default(),
     })
+}
+
+/// The `adaptive` meta field: JSON of [`AdaptiveSettings`], or empty for a queue never given any.
+fn read_adaptive(raw: &str) -> Result<AdaptiveSettings, StoreError> {
+    if raw.is_empty() {
+        return Ok(AdaptiveSettings::default());
+    }
+    serde_json::from_str(raw).map_err(|_| StoreError::Corrupt("queue setting adaptive is unreadable".into()))
+}
+
+/// Whether a patch changes any adaptive-admission field.
+fn touches_adaptive(patch: &SettingsPatch) -> bool {
+    patch.admission_mode.is_some()
+        || patch.min_admit_per_second.is_some()
+        || patch.max_admit_per_second.is_some()
+        || patch.target_p95_millis.is_some()
+        || patch.max_error_rate.is_some()
+}
+
+/// The `adaptive` argument of `update_settings.lua`: the validated settings when the patch touches them,
+/// else empty (keep what is stored).
+fn adaptive_arg(patch: &SettingsPatch, validated: &QueueSettings) -> Result<String, StoreError> {
+    if !touches_adaptive(patch) {
+        return Ok(String::new());
+    }
+    serde_json::to_string(&validated.adaptive)
+        .map_err(|e| StoreError::Corrupt(format!("adaptive settings: {e}")))
 }
 
 /// What every member's view shares: the clock reading, the waiting count and the meta fields the wait
@@ -181,9 +211,11 @@ fn read_token(reply: &mut Reply) -> Result<(Option<Token>, Option<LastOutcome>),
 fn patch_args(patch: &SettingsPatch, validated: &QueueSettings) -> Vec<String> {
     let full = settings_args(validated);
     let pick = |present: bool, i: usize| if present { full[i].clone() } else { String::new() };
+    // Adaptive bounds may clamp the rate (`QueueSettings::apply`), so a patch of them writes the rate too.
+    let rate = patch.admit_per_second.is_some() || touches_adaptive(patch);
     vec![
-        pick(patch.admit_per_second.is_some(), 0),
-        pick(patch.admit_per_second.is_some(), 1),
+        pick(rate, 0),
+        pick(rate, 1),
         pick(patch.tick_millis.is_some(), 2),
         pick(patch.token_ttl_seconds.is_some(), 3),
         pick(patch.claim_ttl_seconds.is_some(), 4),
@@ -527,6 +559,7 @@ impl QueueStore for RedisStore {
             "paused",
             "fail_mode",
             "abandon",
+            "adaptive",
         ] {
             command.arg(field);
         }
@@ -539,7 +572,9 @@ impl QueueStore for RedisStore {
             .map(|v| redis::Value::BulkString(v.unwrap_or_default().into_bytes()))
             .collect();
         let mut reply = Reply::new(redis::Value::Array(values))?;
-        read_settings(&mut reply).map(Some)
+        let mut settings = read_settings(&mut reply)?;
+        settings.adaptive = read_adaptive(&reply.string()?)?;
+        Ok(Some(settings))
     }
 
     async fn update_settings(
@@ -565,13 +600,16 @@ impl QueueStore for RedisStore {
         for arg in patch_args(patch, &validated) {
             call.arg(arg);
         }
+        call.arg(adaptive_arg(patch, &validated)?);
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         match reply.int()? {
             2 => return Ok(Err(SettingsError::MembersPerTick)),
             1 => self.register(queue).await?,
             _ => {}
         }
-        read_settings(&mut reply).map(Ok)
+        let mut settings = read_settings(&mut reply)?;
+        settings.adaptive = read_adaptive(&reply.string()?)?;
+        Ok(Ok(settings))
     }
 
     async fn stats(&self, queue: &QueueName) -> Result<Option<QueueStats>, StoreError> {
@@ -599,6 +637,8 @@ impl QueueStore for RedisStore {
             estimator.per_second.push((second, count));
         }
         let abandoned = reply.int()?.max(0) as u64;
+        let mut settings = settings;
+        settings.adaptive = read_adaptive(&reply.string()?)?;
         Ok(Some(QueueStats {
             abandoned,
             waiting,
@@ -640,11 +680,14 @@ impl QueueStore for RedisStore {
         if reply.is_empty() {
             return Ok(None);
         }
-        let settings = read_settings(&mut reply)?;
+        let mut settings = read_settings(&mut reply)?;
+        let waiting = reply.int()?.max(0) as u64;
+        let outstanding = reply.int()?.max(0) as u64;
+        settings.adaptive = read_adaptive(&reply.string()?)?;
         Ok(Some(AdmissionPreview {
             settings,
-            waiting: reply.int()?.max(0) as u64,
-            outstanding: reply.int()?.max(0) as u64,
+            waiting,
+            outstanding,
         }))
     }
 

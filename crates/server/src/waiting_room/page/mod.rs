@@ -1,0 +1,214 @@
+//! `GET /wait/{queue}`: the waiting page shoppers' browsers get (SPEC 2.2, issue 12).
+//!
+//! ```text
+//! GET /wait/{queue}[?first=N]
+//!   ─► member: X-Member-Id (the shop's gateway) ▸ else a verified rankgate_visitor cookie ▸ else a new
+//!      visitor id (Set-Cookie)
+//!   ─► enter (idempotent: a member already in line keeps its place; READY/CLAIMED keep their state)
+//!   ─► WAITING: the waiting page, rendered with the position; its script follows
+//!      /v1/queues/{queue}/entries/{member}/events and falls back to polling the position route
+//!   ─► READY:   Set-Cookie rankgate_token_<queue> (HttpOnly) + the admitted page, which continues to
+//!      the page's continue_url by itself (a meta refresh, so scripts off works too)
+//!   ─► CLAIMED: the admitted page without the automatic continue (an order is already in flight)
+//! ```
+//!
+//! The token reaches the browser only as an HttpOnly cookie set by this server side, never through the
+//! page's script: when the stream reports READY the script reloads this page, whose answer sets the
+//! cookie. The gate (`gate.rs`) then reads the token and the member from the cookies on the shop's
+//! navigation; headers keep precedence for API clients.
+
+pub mod config;
+pub mod cookies;
+mod html;
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::on;
+use axum::Router;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use rand::RngCore as _;
+use rankgate_core::ids::MemberId;
+use rankgate_core::queue::MemberStatus;
+
+use self::config::{CookieSecure, Pages};
+use self::cookies::VisitorKey;
+use super::service::WaitingRoom;
+use crate::error::{ApiError, ApiResult};
+use crate::route_table::{self, Endpoint};
+
+/// What the page handler needs: the room, the validated pages and the visitor cookie key.
+pub(crate) struct PageState {
+    room: Arc<WaitingRoom>,
+    pages: Pages,
+    visitor_key: VisitorKey,
+    cookie_secure: CookieSecure,
+    visitor_cookie_max_age_seconds: u64,
+}
+
+pub(crate) const ENDPOINTS: &[Endpoint<Arc<PageState>>] =
+    &[Endpoint::new(Method::GET, "/wait/{queue}", |m| {
+        on(m, waiting_page)
+    })];
+
+pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
+    // `Config` validated the pages at load; a config built in code that skipped that gets the built-in
+    // page rather than a half-valid one.
+    let pages = Pages::from_config(&room.config.page).unwrap_or_else(|error| {
+        tracing::error!(error = %error, "waiting_room.page is invalid; serving the built-in waiting page");
+        Pages::default()
+    });
+    let state = PageState {
+        visitor_key: room.visitor_key(),
+        cookie_secure: room.config.page_cookie_secure,
+        visitor_cookie_max_age_seconds: room.config.visitor_cookie_max_age_seconds,
+        pages,
+        room,
+    };
+    route_table::router_of(ENDPOINTS).with_state(Arc::new(state))
+}
+
+/// `?first=N`: the rank at the member's first view (the scripts-off progress bar). Other parameters are
+/// ignored (trackers append their own); `first` given wrong is a 400 naming it.
+fn first_rank_of(uri: &Uri) -> ApiResult<Option<u64>> {
+    let Some(query) = uri.query() else {
+        return Ok(None);
+    };
+    let mut first = None;
+    for (key, value) in form_urlencoded::parse(query.as_bytes()).take(32) {
+        if key == "first" {
+            let parsed = value
+                .parse::<u64>()
+                .ok()
+                .filter(|_| value.len() <= 20)
+                .ok_or_else(|| ApiError::bad_field("first", "must be a whole number (a rank)"))?;
+            first = Some(parsed);
+        }
+    }
+    Ok(first)
+}
+
+/// The member: the gateway's `X-Member-Id`, else a verified visitor cookie; `None` means issue one.
+fn member_of(state: &PageState, headers: &HeaderMap) -> ApiResult<Option<MemberId>> {
+    if let Some(raw) = headers.get("x-member-id") {
+        let raw = std::str::from_utf8(raw.as_bytes())
+            .map_err(|_| ApiError::bad_field("X-Member-Id", "must be UTF-8"))?;
+        return WaitingRoom::parse_member("X-Member-Id", raw.trim()).map(Some);
+    }
+    Ok(state.visitor_key.visitor_of(headers))
+}
+
+async fn waiting_page(
+    State(state): State<Arc<PageState>>,
+    Path(queue): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let first_rank = first_rank_of(&uri)?;
+    let secure = cookies::secure_for(state.cookie_secure, &uri, &headers);
+    let mut set_cookies = Vec::new();
+    let member = match member_of(&state, &headers)? {
+        Some(member) => member,
+        None => {
+            let (member, value) = state.visitor_key.issue();
+            set_cookies.push(cookies::set_cookie(
+                cookies::VISITOR_COOKIE,
+                &value,
+                state.visitor_cookie_max_age_seconds,
+                secure,
+            ));
+            member
+        }
+    };
+    let position = state.room.enter(&queue, &member).await?;
+    let look = state.pages.for_queue(queue.as_str());
+    let body = match position.status {
+        MemberStatus::Ready => {
+            if let Some(token) = &position.entry_token {
+                let now_ms = state.room.clock.now_millis();
+                let remaining = position
+                    .token_expires_at
+                    .as_deref()
+                    .and_then(|at| at.parse::<jiff::Timestamp>().ok())
+                    .map_or(state.room.config.token_ttl_seconds, |at| {
+                        (at.as_millisecond() - now_ms).max(1000) as u64 / 1000
+                    });
+                set_cookies.push(cookies::set_cookie(
+                    &cookies::token_cookie_name(&queue),
+                    token,
+                    remaining,
+                    secure,
+                ));
+            }
+            html::admitted_page(look, false)
+        }
+        MemberStatus::Claimed => html::admitted_page(look, true),
+        _ => {
+            // The optional P90 is read from the position's JSON form, so it shows as soon as the position
+            // carries `estimatedWaitSecondsP90`.
+            let json = serde_json::to_value(&position).unwrap_or_default();
+            let p90 = json
+                .get("estimatedWaitSecondsP90")
+                .and_then(serde_json::Value::as_u64);
+            let rank = position.rank;
+            let first = first_rank.unwrap_or(0).max(rank.unwrap_or(0));
+            let now = jiff::Timestamp::now();
+            let nonce = new_nonce();
+            let page = html::Waiting {
+                queue: queue.as_str(),
+                member: member.as_str(),
+                rank,
+                first_rank: first,
+                estimate_seconds: position.estimated_wait_seconds,
+                estimate_p90_seconds: p90,
+                polling_interval_seconds: position.polling_interval_seconds,
+                updated: (
+                    now.strftime("%H:%M:%S UTC").to_string(),
+                    now.round(jiff::Unit::Second).unwrap_or(now).to_string(),
+                ),
+                nonce: &nonce,
+            };
+            let body = html::waiting_page(look, &page);
+            return Ok(html_response(body, Some(&nonce), &set_cookies));
+        }
+    };
+    Ok(html_response(body, None, &set_cookies))
+}
+
+fn new_nonce() -> String {
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn html_response(body: String, script_nonce: Option<&str>, set_cookies: &[String]) -> Response {
+    let script = script_nonce.map_or("'none'".to_string(), |nonce| format!("'nonce-{nonce}'"));
+    // Only the page's own script runs, it talks only to this origin, and images (the logo) may come from
+    // anywhere http(s): an injected tag that slipped past the escaping could neither run nor phone home.
+    let csp = format!(
+        "default-src 'none'; script-src {script}; style-src 'unsafe-inline'; img-src 'self' https: http:; \
+         connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    );
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    if let Ok(csp) = HeaderValue::from_str(&csp) {
+        headers.insert(header::CONTENT_SECURITY_POLICY, csp);
+    }
+    for cookie in set_cookies {
+        if let Ok(value) = HeaderValue::from_str(cookie) {
+            headers.append(header::SET_COOKIE, value);
+        }
+    }
+    response
+}

@@ -1,0 +1,290 @@
+//! The waiting page (`GET /wait/{queue}`, issue 12) end to end: in a real browser (Debian's `chromium`
+//! driven by playwright-core from `waiting_page.mjs`), and over plain HTTP for the hostile cases
+//! (`page_http.rs`).
+//!
+//! Each test starts the whole service on 127.0.0.1:0 with its own data directory and a `[[gate]]` in
+//! front of a small upstream in this process that counts the orders reaching it.
+//!
+//! Needs (installed by `.ci/run`): `apt-get install chromium` and `npm ci` in this directory.
+
+mod page_http;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use parking_lot::Mutex;
+use rankgate::app::Application;
+use rankgate::config::Config;
+use rankgate::waiting_room::config::PageConfig;
+use rankgate::waiting_room::{GateConfig, GateRoute};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+
+/// What reached the test upstream.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Orders {
+    /// One entry per order: the `X-Member-Id` and `Cookie` headers the upstream saw.
+    pub(crate) seen: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Orders {
+    pub(crate) fn count(&self) -> usize {
+        self.seen.lock().len()
+    }
+}
+
+/// The shop behind the gate: `GET /shop/checkout` and `POST /orders` place an order each (200).
+pub(crate) async fn spawn_upstream() -> (String, Orders) {
+    let orders = Orders::default();
+    let record = {
+        let orders = orders.clone();
+        move |headers: HeaderMap| {
+            let orders = orders.clone();
+            async move {
+                let header = |name: &str| {
+                    headers
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_string()
+                };
+                let number = {
+                    let mut seen = orders.seen.lock();
+                    seen.push((header("x-member-id"), header("cookie")));
+                    seen.len()
+                };
+                axum::response::Html(format!(
+                    "<!doctype html><title>Shop</title><p id=\"order\">Order placed #{number}</p>"
+                ))
+            }
+        }
+    };
+    let logo = || async {
+        (
+            [(axum::http::header::CONTENT_TYPE, "image/svg+xml")],
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"160\" height=\"40\" viewBox=\"0 0 160 40\">\
+             <rect width=\"40\" height=\"40\" rx=\"8\" fill=\"#0b57d0\"/><text x=\"50\" y=\"28\" \
+             font-family=\"sans-serif\" font-size=\"22\" fill=\"#1a1a1a\">Test Shop</text></svg>",
+        )
+    };
+    let router = axum::Router::new()
+        .route("/logo.svg", axum::routing::get(logo))
+        .route("/shop/checkout", axum::routing::get(record.clone()))
+        .route("/orders", axum::routing::post(record));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
+    let address = listener.local_addr().expect("upstream address");
+    tokio::spawn(async move { axum::serve(listener, router).await.expect("upstream serves") });
+    (format!("http://{address}"), orders)
+}
+
+/// A running rankgate for one test.
+pub(crate) struct TestApp {
+    pub(crate) base: String,
+    pub(crate) state: rankgate::app::AppState,
+    pub(crate) client: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+/// The service with a gate for `queue` on `GET /shop/checkout` and `POST /orders`, in front of `upstream`.
+pub(crate) async fn spawn_app(queue: &str, upstream: &str, configure: impl FnOnce(&mut Config)) -> TestApp {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = Config::for_data_dir(dir.path());
+    config.waiting_room.poll_burst = 10_000;
+    config.waiting_room.gates = vec![GateConfig {
+        queue: queue.into(),
+        upstream: upstream.into(),
+        routes: vec![
+            GateRoute {
+                method: "GET".into(),
+                path: "/shop/checkout".into(),
+                prefix: false,
+            },
+            GateRoute {
+                method: "POST".into(),
+                path: "/orders".into(),
+                prefix: false,
+            },
+        ],
+        timeout_millis: 5_000,
+        max_body_bytes: 64 * 1024,
+    }];
+    config.waiting_room.page = vec![PageConfig {
+        title: Some("Test Shop".into()),
+        logo_url: Some(format!("{upstream}/logo.svg")),
+        continue_url: Some("/shop/checkout".into()),
+        continue_delay_seconds: Some(4),
+        ..PageConfig::default()
+    }];
+    configure(&mut config);
+    config.waiting_room.validate_pages().expect("a valid page config");
+    let app = Application::build(config).await.expect("the app builds");
+    let base = format!("http://{}", app.local_addr());
+    let state = app.state().clone();
+    tokio::spawn(app.run_until_stopped());
+    TestApp {
+        base,
+        state,
+        client: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("client"),
+        _dir: dir,
+    }
+}
+
+impl TestApp {
+    pub(crate) async fn put_settings(&self, queue: &str, body: serde_json::Value) {
+        let response = self
+            .client
+            .put(format!("{}/v1/admin/queues/{queue}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .expect("put settings");
+        assert_eq!(response.status(), 200, "PUT {queue}: {:?}", response.text().await);
+    }
+
+    pub(crate) async fn enter(&self, queue: &str, member: &str) {
+        let response = self
+            .client
+            .post(format!("{}/v1/queues/{queue}/entries", self.base))
+            .json(&json!({ "memberId": member }))
+            .send()
+            .await
+            .expect("enter");
+        assert_eq!(response.status(), 200, "enter {member}");
+    }
+}
+
+fn browser_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser")
+}
+
+/// The browser test of issue 12: at 320 px the page shows the position falling as admission runs, is
+/// admitted, continues to the gated route by itself, and the order reaches the upstream exactly once;
+/// with scripts off the position and a refresh meta tag are there; the controls are reachable by
+/// keyboard; without EventSource the page polls instead. Saves `waiting.png` and `admitted.png` (into `docs/screenshots/` with
+/// RANKGATE_UPDATE_SCREENSHOTS=1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
+    let chromium = std::env::var("RANKGATE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        std::path::Path::new(&chromium).exists(),
+        "{chromium} is missing: `apt-get install -y chromium` (as .ci/run does)"
+    );
+    assert!(
+        browser_dir().join("node_modules/playwright-core").exists(),
+        "playwright-core is missing: `npm ci` in {} (as .ci/run does)",
+        browser_dir().display()
+    );
+    let (upstream, orders) = spawn_upstream().await;
+    let app = spawn_app("sale", &upstream, |_| {}).await;
+    // Four members ahead of the browser, admitted one per second once the browser has looked.
+    app.put_settings(
+        "sale",
+        json!({ "admitPerSecond": 1, "tickMillis": 1000, "paused": true }),
+    )
+    .await;
+    for member in ["m-1", "m-2", "m-3", "m-4"] {
+        app.enter("sale", member).await;
+    }
+    // The scripts-off check's queue stays paused: its position is stable to read.
+    app.put_settings("quiet", json!({ "paused": true })).await;
+    for member in ["q-1", "q-2"] {
+        app.enter("quiet", member).await;
+    }
+    // The polling check's queue: two ahead, admitted once the browser (without EventSource) has looked.
+    app.put_settings(
+        "polled",
+        json!({ "admitPerSecond": 1, "tickMillis": 1000, "paused": true }),
+    )
+    .await;
+    for member in ["p-1", "p-2"] {
+        app.enter("polled", member).await;
+    }
+
+    // Screenshots go to a scratch directory, so a test run never modifies the tree; with
+    // RANKGATE_UPDATE_SCREENSHOTS=1 they refresh the ones the README shows.
+    let scratch = tempfile::tempdir().expect("a scratch dir for screenshots");
+    let shots = if std::env::var_os("RANKGATE_UPDATE_SCREENSHOTS").is_some() {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots")
+    } else {
+        scratch.path().to_path_buf()
+    };
+    std::fs::create_dir_all(&shots).expect("the screenshot dir");
+    let mut child = tokio::process::Command::new("node")
+        .arg("waiting_page.mjs")
+        .args([&app.base, "sale", "quiet", "polled"])
+        .arg(&shots)
+        .current_dir(browser_dir())
+        .env("RANKGATE_CHROMIUM", &chromium)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs (apt-get install nodejs)");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut stderr = child.stderr.take().expect("stderr");
+    let mut seen = Vec::new();
+    let run = async {
+        while let Some(line) = lines.next_line().await.expect("read node's stdout") {
+            if let Some(waiting) = line.strip_prefix("WAITING ") {
+                let (queue, rank) = waiting.split_once(' ').expect("WAITING <queue> <rank>");
+                let ahead = if queue == "sale" { "4" } else { "2" };
+                assert_eq!(rank, ahead, "the browser's member is behind those entered first");
+                if queue == "sale" {
+                    assert_eq!(orders.count(), 0, "nothing ordered while waiting");
+                }
+                app.put_settings(queue, json!({ "paused": false })).await;
+                stdin.write_all(b"go\n").await.expect("tell node");
+                stdin.flush().await.expect("flush");
+            }
+            seen.push(line);
+        }
+        child.wait().await.expect("node exits")
+    };
+    let status = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .expect("the browser run finishes within 180 s");
+    let mut errors = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut errors)
+        .await
+        .ok();
+    assert!(
+        status.success(),
+        "the browser script failed: {errors}\nstdout: {seen:?}"
+    );
+    assert_eq!(seen.last().map(String::as_str), Some("DONE"), "{seen:?}");
+    assert!(seen.iter().any(|l| l == "SECOND_USE 401"), "{seen:?}");
+
+    // Exactly one order, placed by the browser's visitor id (from its signed cookie), and the upstream
+    // never saw the entry token.
+    let orders = orders.seen.lock().clone();
+    assert_eq!(
+        orders.len(),
+        1,
+        "exactly one order reached the upstream: {orders:?}"
+    );
+    let (member, cookie) = &orders[0];
+    assert!(
+        member.starts_with("v-"),
+        "the gate forwards the visitor's member id, got {member:?}"
+    );
+    assert!(
+        cookie.contains("rankgate_visitor="),
+        "other cookies pass: {cookie:?}"
+    );
+    assert!(
+        !cookie.contains("rankgate_token_"),
+        "the token cookie is stripped: {cookie:?}"
+    );
+    for shot in ["waiting.png", "admitted.png"] {
+        let bytes = std::fs::metadata(shots.join(shot)).expect(shot).len();
+        assert!(bytes > 1_000, "{shot} is a real screenshot ({bytes} bytes)");
+    }
+}
