@@ -260,6 +260,7 @@ enum Normalized {
         token_expires_ms: Option<i64>,
         last_outcome: Option<rankgate_store::queue::LastOutcome>,
         estimate: Option<u64>,
+        estimate_p90: Option<u64>,
         now_ms: i64,
     },
     /// The shared clock after it moved (the same on both sides by construction; kept in the trace so a
@@ -280,6 +281,7 @@ fn view(view: &MemberView) -> Normalized {
         token_expires_ms: view.token.map(|(_, expires)| expires),
         last_outcome: view.last_outcome,
         estimate: view.estimated_wait_seconds,
+        estimate_p90: view.estimated_wait_p90_seconds,
         now_ms: view.now_ms,
     }
 }

@@ -56,12 +56,68 @@ pub struct FlashSaleReport {
     pub mean_actual_wait_seconds: f64,
     /// Polls answered (position lookups).
     pub polls: u64,
+    /// Polls whose answer differed from the member's previous one: the events a member stream would have
+    /// pushed in their place, over one request per member.
+    pub changed_polls: u64,
+    /// Admitted members whose entry carried an estimate (the backtest's sample).
+    pub backtested: u64,
+    /// Backtest: median of |estimated wait at entry − actual wait to admission|, in seconds.
+    pub median_absolute_error_seconds: f64,
+    /// Backtest: share of the sample whose actual wait exceeded the P90 estimated at entry (ideally ~0.1).
+    pub beyond_p90_share: f64,
 }
+
+/// The backtest of the wait estimates: for every admitted member with an estimate at entry, the median
+/// absolute error of the median estimate and the share of actual waits beyond the P90 estimate. Actual
+/// waits are from entry to the admission step that issued the token (not to the poll that saw it).
+fn backtest(shoppers: &[Shopper]) -> (u64, f64, f64) {
+    let mut errors = Vec::new();
+    let mut beyond = 0u64;
+    for shopper in shoppers {
+        let (Some(admitted), Some(median), Some(p90)) = (
+            shopper.admission_ms,
+            shopper.estimated_wait_seconds_median,
+            shopper.estimated_wait_seconds_p90,
+        ) else {
+            continue;
+        };
+        let actual = (admitted - shopper.entered_at_ms) as f64 / 1000.0;
+        errors.push((median as f64 - actual).abs());
+        if actual > p90 as f64 {
+            beyond += 1;
+        }
+    }
+    if errors.is_empty() {
+        return (0, 0.0, 0.0);
+    }
+    errors.sort_by(f64::total_cmp);
+    let count = errors.len();
+    let median = if count % 2 == 1 {
+        errors[count / 2]
+    } else {
+        (errors[count / 2 - 1] + errors[count / 2]) / 2.0
+    };
+    (count as u64, median, beyond as f64 / count as f64)
+}
+
+/// The estimates an entry answered: median and P90 (`null` while paused).
+type Estimates = (Option<u64>, Option<u64>);
+
+/// What a poll showed, to tell a changed position from the same one: status, rank, median, P90.
+type Seen = (MemberStatus, Option<u64>, Option<u64>, Option<u64>);
 
 struct Shopper {
     member: MemberId,
     estimated_wait_seconds: u64,
+    /// The estimates the entry answered (`null` while paused).
+    estimated_wait_seconds_median: Option<u64>,
+    estimated_wait_seconds_p90: Option<u64>,
+    /// Simulated time of the entry and of the admission step that admitted the member.
+    entered_at_ms: i64,
+    admission_ms: Option<i64>,
     admitted_at_ms: Option<i64>,
+    /// The last position polled (status, rank, median, P90), to count the polls a stream would replace.
+    last_seen: Option<Seen>,
     ordered: bool,
 }
 
@@ -165,7 +221,7 @@ pub async fn run_flash_sale_demo(
         let mut shoppers: Vec<Shopper> = Vec::with_capacity(members);
         let mut burst = tokio::task::JoinSet::new();
         let mut next = 0usize;
-        let mut entered: Vec<Option<(MemberId, u64)>> = vec![None; members];
+        let mut entered: Vec<Option<(MemberId, Estimates)>> = vec![None; members];
         while next < members || !burst.is_empty() {
             while next < members && burst.len() < CONCURRENT_ENTRIES {
                 let client = client.clone();
@@ -180,25 +236,34 @@ pub async fn run_flash_sale_demo(
                         .await?
                         .json()
                         .await?;
-                    let estimate = body["estimatedWaitSeconds"].as_u64().unwrap_or(0);
+                    let estimates = (
+                        body["estimatedWaitSeconds"].as_u64(),
+                        body["estimatedWaitSecondsP90"].as_u64(),
+                    );
                     anyhow::Ok((
                         index,
                         MemberId::parse(&member).expect("valid member id"),
-                        estimate,
+                        estimates,
                     ))
                 });
                 next += 1;
             }
             if let Some(joined) = burst.join_next().await {
-                let (index, member, estimate) = joined.context("entry task")??;
-                entered[index] = Some((member, estimate));
+                let (index, member, estimates) = joined.context("entry task")??;
+                entered[index] = Some((member, estimates));
             }
         }
-        for (member, estimated_wait_seconds) in entered.into_iter().flatten() {
+        let entered_at_ms = clock.now_millis();
+        for (member, (median, p90)) in entered.into_iter().flatten() {
             shoppers.push(Shopper {
                 member,
-                estimated_wait_seconds,
+                estimated_wait_seconds: median.unwrap_or(0),
+                estimated_wait_seconds_median: median,
+                estimated_wait_seconds_p90: p90,
+                entered_at_ms,
+                admission_ms: None,
                 admitted_at_ms: None,
+                last_seen: None,
                 ordered: false,
             });
         }
@@ -226,12 +291,18 @@ pub async fn run_flash_sale_demo(
             second += 1;
             clock.advance(1000);
             let now = clock.now_millis();
-            let admitted_now: u64 = room
-                .admit_due_queues()
-                .await?
-                .iter()
-                .map(|(_, o)| o.admitted.len() as u64)
-                .sum();
+            let outcomes = room.admit_due_queues().await?;
+            let admitted_now: u64 = outcomes.iter().map(|(_, o)| o.admitted.len() as u64).sum();
+            // The backtest's actual waits: when each member's token was issued.
+            for member in outcomes.iter().flat_map(|(_, o)| o.admitted.iter()) {
+                let index = member
+                    .as_str()
+                    .strip_prefix("shopper-")
+                    .and_then(|n| n.parse::<usize>().ok());
+                if let Some(shopper) = index.and_then(|i| shoppers.get_mut(i)) {
+                    shopper.admission_ms.get_or_insert(now);
+                }
+            }
             report.admitted += admitted_now;
             report.max_admitted_in_one_second = report.max_admitted_in_one_second.max(admitted_now);
             if admitted_now > 0 {
@@ -267,6 +338,18 @@ pub async fn run_flash_sale_demo(
                     Err(error) => return Err(anyhow::anyhow!("poll failed: {error}")),
                 };
                 report.polls += 1;
+                // What a member stream would have pushed instead: the answers that changed (the first
+                // is the stream's opening event), at the same cadence.
+                let seen = (
+                    position.status,
+                    position.rank,
+                    position.estimated_wait_seconds,
+                    position.estimated_wait_seconds_p90,
+                );
+                if shopper.last_seen != Some(seen) {
+                    shopper.last_seen = Some(seen);
+                    report.changed_polls += 1;
+                }
                 match position.status {
                     MemberStatus::Ready => {
                         shopper.admitted_at_ms.get_or_insert(now);
@@ -359,6 +442,31 @@ pub async fn run_flash_sale_demo(
             out,
             "  wait: estimated {:.1} s on average at entry, actual {:.1} s (admission seen at the member's next poll)",
             report.mean_estimated_wait_seconds, report.mean_actual_wait_seconds
+        )?;
+        (
+            report.backtested,
+            report.median_absolute_error_seconds,
+            report.beyond_p90_share,
+        ) = backtest(&shoppers);
+        writeln!(
+            out,
+            "  estimate backtest ({} admitted members, estimate at entry vs actual wait to admission): median \
+             absolute error {:.2} s; actual beyond P90 for {:.1}% (a calibrated P90: about 10%)",
+            report.backtested,
+            report.median_absolute_error_seconds,
+            report.beyond_p90_share * 100.0
+        )?;
+        let admitted = report.admitted.max(1) as f64;
+        let orders = (report.orders_committed + report.orders_failed) as f64;
+        writeln!(
+            out,
+            "  requests per admitted member: polling {:.2} (entry + {:.2} polls + {:.2} order attempts); with member \
+             streams {:.2} (entry + 1 stream + order attempts; the stream pushes the {:.2} changed positions)",
+            (report.members as f64 + report.polls as f64 + orders) / admitted,
+            report.polls as f64 / admitted,
+            orders / admitted,
+            (report.members as f64 * 2.0 + orders) / admitted,
+            report.changed_polls as f64 / admitted,
         )?;
         writeln!(
             out,

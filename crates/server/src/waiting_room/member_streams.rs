@@ -555,6 +555,7 @@ mod tests {
             rank: Some(rank),
             current_total_waiting_count: 10,
             estimated_wait_seconds: Some(3),
+            estimated_wait_seconds_p90: Some(4),
             polling_interval_seconds: polling,
             entry_token: None,
             token_expires_at: None,

@@ -48,6 +48,9 @@ pub struct Position {
     pub current_total_waiting_count: u64,
     /// Seconds until admission at the measured rate, while WAITING (`null` if paused).
     pub estimated_wait_seconds: Option<u64>,
+    /// The wait admitted within nine times in ten (from the measured spread of admissions), while
+    /// WAITING (`null` if paused); never below `estimatedWaitSeconds`.
+    pub estimated_wait_seconds_p90: Option<u64>,
     /// When to poll next: 1/3/5 s by rank plus up to 20% jitter.
     pub polling_interval_seconds: f64,
     /// The entry token, only while READY.
@@ -382,6 +385,11 @@ impl WaitingRoom {
             current_total_waiting_count: view.waiting_count,
             estimated_wait_seconds: if view.status == MemberStatus::Waiting {
                 view.estimated_wait_seconds
+            } else {
+                None
+            },
+            estimated_wait_seconds_p90: if view.status == MemberStatus::Waiting {
+                view.estimated_wait_p90_seconds
             } else {
                 None
             },

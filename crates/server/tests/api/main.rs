@@ -10,6 +10,7 @@ mod admin;
 mod crash;
 mod delisting;
 mod edge;
+mod estimates;
 mod events;
 mod faults;
 mod hostile;

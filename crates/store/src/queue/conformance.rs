@@ -65,6 +65,7 @@ macro_rules! queue_conformance_suite {
             adaptive_settings_round_trip_and_clamp_the_rate,
             stats_report_counts_oldest_wait_and_admissions,
             wait_estimate_follows_measured_rate,
+            wait_estimate_is_right_after_opening_and_resuming,
             jobs_claim_ack_retry_reap_and_dead_letter,
             each_job_queue_has_its_own_clock_guard_moved_by_every_step,
             sliding_log_limits_and_caps,
@@ -1001,6 +1002,113 @@ pub async fn wait_estimate_follows_measured_rate(backend: Backend) {
         slow_estimate >= rank / 11 && slow_estimate <= rank / 9 + 2,
         "rank {rank}, estimate {slow_estimate}"
     );
+}
+
+/// Issue 12: a queue admitting 20/s told rank 247 to wait 60 s, 2.5 s after a resume, for a true ~12 s.
+/// One instance ticking every 100 ms.
+pub async fn wait_estimate_is_right_after_opening_and_resuming(backend: Backend) {
+    estimates_after_opening_and_resuming(std::slice::from_ref(&backend.queues), &backend.clock).await;
+}
+
+/// The estimator's contract after opening and after resuming, with `instances` (store handles sharing
+/// one queue) each running a scheduler that ticks every 100 ms, 0, 1, 2… ms apart: within 2.5 s of
+/// opening, of a resume after a paused minute the schedulers kept ticking through, and of a resume after
+/// a paused minute nobody ticked, the median for rank 247 at 20/s is within a second or so of
+/// 248 / 20 = 12.4 s, P90 ≥ median, and both are `None` while paused.
+pub async fn estimates_after_opening_and_resuming(instances: &[Arc<dyn QueueStore>], clock: &ManualClock) {
+    let q = queue("resumed");
+    let secret = TokenSecret::generate().unwrap();
+    let first = &instances[0];
+    for i in 0..1_200 {
+        first.enter(&q, &member(&format!("m-{i:05}"))).await.unwrap();
+    }
+    let patch = SettingsPatch {
+        admit_per_second: Some(20.0),
+        tick_millis: Some(100),
+        ..SettingsPatch::default()
+    };
+    first.update_settings(&q, &patch).await.unwrap().unwrap();
+    let mut admitted = 0usize;
+    // The member now at rank 247 (nobody leaves in this test, so ranks are arrival order minus admitted).
+    async fn check(first: &Arc<dyn QueueStore>, q: &QueueName, admitted: usize, when: &str) {
+        let view = first
+            .position(q, &member(&format!("m-{:05}", admitted + 247)))
+            .await
+            .unwrap();
+        assert_eq!(view.rank, Some(247), "{when}");
+        let median = view.estimated_wait_seconds.expect("an estimate while admitting");
+        let p90 = view.estimated_wait_p90_seconds.expect("a P90 while admitting");
+        assert!(
+            (12..=14).contains(&median),
+            "{when}: rank 247 at 20/s told {median} s (true ~12.4 s)"
+        );
+        assert!(
+            (median..=median + 8).contains(&p90),
+            "{when}: median {median}, P90 {p90}"
+        );
+    }
+    async fn run(
+        instances: &[Arc<dyn QueueStore>],
+        clock: &ManualClock,
+        secret: &TokenSecret,
+        q: &QueueName,
+        ticks: usize,
+    ) -> usize {
+        let mut admitted = 0;
+        for _ in 0..ticks {
+            let start = clock.now_millis();
+            for (offset, instance) in instances.iter().enumerate() {
+                clock.set(start + offset as i64);
+                admitted += instance.admit(q, tokens(secret, 5)).await.unwrap().admitted.len();
+            }
+            clock.set(start + 100);
+        }
+        admitted
+    }
+    check(first, &q, admitted, "just opened (the prior)").await;
+    admitted += run(instances, clock, &secret, &q, 25).await;
+    check(first, &q, admitted, "2.5 s after opening").await;
+    admitted += run(instances, clock, &secret, &q, 75).await;
+    check(first, &q, admitted, "10 s after opening").await;
+
+    // Paused for a minute while the schedulers keep visiting the queue.
+    let pause = |paused| SettingsPatch {
+        paused: Some(paused),
+        ..SettingsPatch::default()
+    };
+    first.update_settings(&q, &pause(true)).await.unwrap().unwrap();
+    assert_eq!(
+        run(instances, clock, &secret, &q, 600).await,
+        0,
+        "paused admits nobody"
+    );
+    let view = first
+        .position(&q, &member(&format!("m-{:05}", admitted + 247)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (view.estimated_wait_seconds, view.estimated_wait_p90_seconds),
+        (None, None),
+        "paused: no estimate"
+    );
+    first.update_settings(&q, &pause(false)).await.unwrap().unwrap();
+    admitted += run(instances, clock, &secret, &q, 25).await;
+    check(first, &q, admitted, "2.5 s after a resume (ticked while paused)").await;
+
+    // Paused for a minute with no admission step at all (nobody ticked), then resumed.
+    first.update_settings(&q, &pause(true)).await.unwrap().unwrap();
+    clock.advance(60_000);
+    first.update_settings(&q, &pause(false)).await.unwrap().unwrap();
+    admitted += run(instances, clock, &secret, &q, 25).await;
+    check(
+        first,
+        &q,
+        admitted,
+        "2.5 s after a resume (not ticked while paused)",
+    )
+    .await;
+    // ~(2.5 + 7.5 + 2.5 + 2.5) s at 20/s, plus at most a tick's burst per (re)start.
+    assert!((290..=320).contains(&admitted), "admitted {admitted}");
 }
 
 /// SPEC Part 3: delayed jobs, atomic claims with claim tokens, reaper, backoff, dead set, replay.

@@ -32,6 +32,8 @@ pub struct MemberView {
     pub last_outcome: Option<LastOutcome>,
     /// Seconds until admission from measured throughput, while WAITING (`None` if paused).
     pub estimated_wait_seconds: Option<u64>,
+    /// The wait admitted within nine times in ten, while WAITING (`None` if paused); ≥ the median.
+    pub estimated_wait_p90_seconds: Option<u64>,
     /// The store's time when this was read (ms).
     pub now_ms: i64,
 }

@@ -148,12 +148,7 @@ async fn waiting_page(
         }
         MemberStatus::Claimed => html::admitted_page(look, true),
         _ => {
-            // The optional P90 is read from the position's JSON form, so it shows as soon as the position
-            // carries `estimatedWaitSecondsP90`.
-            let json = serde_json::to_value(&position).unwrap_or_default();
-            let p90 = json
-                .get("estimatedWaitSecondsP90")
-                .and_then(serde_json::Value::as_u64);
+            let p90 = position.estimated_wait_seconds_p90;
             let rank = position.rank;
             let first = first_rank.unwrap_or(0).max(rank.unwrap_or(0));
             let now = jiff::Timestamp::now();

@@ -362,6 +362,7 @@ impl QueueStore for EmbeddedStore {
                 token: None,
                 last_outcome: None,
                 estimated_wait_seconds: None,
+                estimated_wait_p90_seconds: None,
                 now_ms: now,
             });
         };
@@ -448,8 +449,14 @@ impl QueueStore for EmbeddedStore {
                 }
             }
             q.budget.spend(admitted.len() as u64);
-            q.estimator
-                .record_admission_step(now_ms, admitted.len() as u64, waiting_before > 0);
+            let waiting_after = q.waiting.len() as u64;
+            q.estimator.record_admission_step(
+                now_ms,
+                admitted.len() as u64,
+                waiting_before,
+                waiting_after,
+                &settings,
+            );
             writes.push(q.queue_write());
             let outcome = AdmitOutcome {
                 admitted,

@@ -326,6 +326,7 @@ impl QueueState {
             token: None,
             last_outcome: None,
             estimated_wait_seconds: None,
+            estimated_wait_p90_seconds: None,
             now_ms,
         };
         match &state {
@@ -333,6 +334,8 @@ impl QueueState {
                 let rank = self.waiting.zrank(member.as_bytes()).unwrap_or(0) as u64;
                 view.rank = Some(rank);
                 view.estimated_wait_seconds = self.estimator.estimate_wait_seconds(rank, &self.settings);
+                view.estimated_wait_p90_seconds =
+                    self.estimator.estimate_wait_p90_seconds(rank, &self.settings);
             }
             MemberState::Ready { token, .. } => {
                 if token.is_valid_at(now_ms) {

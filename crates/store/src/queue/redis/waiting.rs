@@ -109,7 +109,7 @@ struct ViewHead {
 }
 
 impl ViewHead {
-    /// Reads the five meta fields `aps, max_active, paused, ar, cr`.
+    /// Reads the seven meta fields `aps, max_active, paused, ar, cr, mw, wv`.
     fn read(now_ms: i64, waiting_count: u64, reply: &mut Reply) -> Result<ViewHead, StoreError> {
         Ok(ViewHead {
             now_ms,
@@ -120,6 +120,8 @@ impl ViewHead {
             estimator: ThroughputEstimator {
                 admit_rate: reply.opt_f64()?,
                 consume_rate: reply.opt_f64()?,
+                measured_ms: reply.opt_f64()?.unwrap_or(0.0),
+                window_variance: reply.opt_f64()?,
                 ..ThroughputEstimator::default()
             },
         })
@@ -153,16 +155,17 @@ impl ViewHead {
         } else {
             None
         };
-        let estimated_wait_seconds = rank.and_then(|rank| {
-            // Only the fields the estimate reads matter here.
-            let settings = QueueSettings {
-                admit_per_second: self.admit_per_second.unwrap_or(0.0),
-                max_active: self.max_active.parse().ok(),
-                paused: self.paused,
-                ..QueueSettings::default()
-            };
-            self.estimator.estimate_wait_seconds(rank, &settings)
-        });
+        // Only the fields the estimate reads matter here.
+        let settings = QueueSettings {
+            admit_per_second: self.admit_per_second.unwrap_or(0.0),
+            max_active: self.max_active.parse().ok(),
+            paused: self.paused,
+            ..QueueSettings::default()
+        };
+        let estimated_wait_seconds =
+            rank.and_then(|rank| self.estimator.estimate_wait_seconds(rank, &settings));
+        let estimated_wait_p90_seconds =
+            rank.and_then(|rank| self.estimator.estimate_wait_p90_seconds(rank, &settings));
         MemberView {
             status,
             rank,
@@ -170,6 +173,7 @@ impl ViewHead {
             token,
             last_outcome,
             estimated_wait_seconds,
+            estimated_wait_p90_seconds,
             now_ms: self.now_ms,
         }
     }

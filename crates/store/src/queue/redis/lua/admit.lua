@@ -31,7 +31,11 @@ end
 credit = credit - #admitted * MICRO
 redis.call('HSET', META, 'credit', int(credit))
 
--- The throughput estimator (rankgate_core::queue::ThroughputEstimator::record_admission_step).
+-- The throughput estimator: rankgate_core::queue::ThroughputEstimator::record_admission_step, the same
+-- arithmetic in the same order (the equivalence test compares the two backends' estimates). Meta fields:
+-- last_step, mg (the last step left members waiting, unpaused), lm (the interval that ended at last_step was
+-- measured), mm / mw (decayed members / ms measured), ar (their rate), wn / wc / ww (admission window,
+-- its count, wholly measured), wm / wv (moving mean / variance per window), cr / cs (consumption).
 local function fold(avg, sample, elapsed)
   if avg == nil then return sample end
   local alpha = 1.0 - math.exp(-elapsed / SMOOTHING_MILLIS)
@@ -45,24 +49,72 @@ if n > 0 then
     if tonumber(field) <= second - 60 then redis.call('HDEL', ADMITTED, field) end
   end
 end
-local last_step = hnum(META, 'last_step')
+local aps = tonumber(s.raw[1])
+local window_ms = math.max(s.tick, 1000)
+local ev = redis.call('HMGET', META, 'last_step', 'mg', 'lm', 'mm', 'mw', 'wn', 'wc', 'ww', 'wm', 'wv', 'cr', 'cs')
+local last_step = tonumber(ev[1])
+local measured, elapsed = false, 0
 if last_step then
-  -- 'as': admitted by earlier steps in last_step's millisecond (a tick in several chunks).
-  local pending = (hnum(META, 'as') or 0) + n
-  if now > last_step then
-    local elapsed = now - last_step
-    if waiting_before > 0 then
-      redis.call('HSET', META, 'ar', flt(fold(hnum(META, 'ar'), pending * 1000.0 / elapsed, elapsed)))
-    end
-    local consumed = (hnum(META, 'cs') or 0) * 1000.0 / elapsed
-    redis.call('HSET', META, 'cr', flt(fold(hnum(META, 'cr'), consumed, elapsed)), 'cs', '0', 'as', '0',
-      'last_step', int(now))
+  if now <= last_step then
+    -- Another step in the same millisecond: part of the interval that step measured (or not).
+    measured = ev[3] == '1'
   else
-    redis.call('HSET', META, 'as', int(pending))
+    elapsed = now - last_step
+    measured = ev[2] == '1' and not s.paused and waiting_before > 0 and elapsed <= MAX_GAP_WINDOWS * window_ms
   end
-else
-  redis.call('HSET', META, 'last_step', int(now))
 end
+local upd = {}
+local function put(field, value)
+  upd[#upd + 1] = field
+  upd[#upd + 1] = value
+end
+if measured then
+  local mm, mw = tonumber(ev[4]) or 0, tonumber(ev[5]) or 0
+  if mw <= 0 then
+    -- The prior: PRIOR_MILLIS at the configured rate.
+    mw = PRIOR_MILLIS
+    mm = aps * PRIOR_MILLIS / 1000.0
+  end
+  local decay = math.exp(-elapsed / SMOOTHING_MILLIS)
+  mm = mm * decay + n
+  mw = mw * decay + elapsed
+  put('mm', flt(mm))
+  put('mw', flt(mw))
+  put('ar', flt(mm * 1000.0 / mw))
+end
+local window = math.floor(now / window_ms)
+local wc, whole = tonumber(ev[7]) or 0, ev[8] == '1'
+if not last_step or window ~= tonumber(ev[6]) then
+  if last_step and whole and measured then
+    local seconds = window_ms / 1000.0
+    local sample = wc / math.sqrt(seconds)
+    local alpha = 1.0 - math.exp(-window_ms / VARIANCE_SMOOTHING_MILLIS)
+    local mean = tonumber(ev[9]) or aps * math.sqrt(seconds)
+    local variance = tonumber(ev[10]) or aps
+    local diff = sample - mean
+    put('wm', flt(mean + alpha * diff))
+    put('wv', flt((1.0 - alpha) * (variance + alpha * diff * diff)))
+  end
+  wc, whole = 0, measured
+else
+  whole = whole and measured
+end
+if measured then wc = wc + n end
+put('wn', int(window))
+put('wc', int(wc))
+put('ww', whole and '1' or '0')
+if last_step and now > last_step then
+  local consumed = (tonumber(ev[12]) or 0) * 1000.0 / elapsed
+  put('cr', flt(fold(tonumber(ev[11]), consumed, elapsed)))
+  put('cs', '0')
+end
+if not last_step or now > last_step then
+  put('last_step', int(now))
+  put('lm', measured and '1' or '0')
+end
+put('mg', (not s.paused and waiting_before - n > 0) and '1' or '0')
+redis.call('HSET', META, unpack(upd))
+redis.call('HDEL', META, 'as')
 oldest_wait_ms(now)
 return {admitted, tokens_expired, claims_expired, redis.call('ZCARD', WAITING),
   hnum(META, 'ready') + hnum(META, 'claimed')}

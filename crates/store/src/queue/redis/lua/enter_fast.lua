@@ -9,11 +9,13 @@
 -- Returns batch_head, then one code per member up to the first -1: 2 × rank + 1 entered now, 2 × rank
 -- already waiting, -1 for the full entry. Every member coded is WAITING, and the head's count is the
 -- queue's after the batch (a member's rank does not change while later members join behind them).
-local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms', 'seq', 'arr_ms', 'abandon')
+local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms', 'seq', 'arr_ms', 'abandon',
+  'mw', 'wv')
+e.mw, e.wv = e[10], e[11]
 -- No 'abandon' yet (a queue stored before the setting, not yet ticked): the full entry handles it.
 if not e[1] or not e[9] then
   local out = batch_head(clock_now(), 0, nil)
-  out[8] = -1
+  out[10] = -1
   return out
 end
 local now = clock_now()
@@ -51,5 +53,5 @@ if first_seq then
   end
 end
 local out = batch_head(now, waiting, e)
-for i = 1, #codes do out[7 + i] = codes[i] end
+for i = 1, #codes do out[9 + i] = codes[i] end
 return out

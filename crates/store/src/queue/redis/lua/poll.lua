@@ -73,7 +73,7 @@ end
 for i = 1, (#ARGV - 2) / 2 do
   local ok, err = pcall(poll_one, ARGV[1 + 2 * i], tonumber(ARGV[2 + 2 * i]), KEYS[6 + i])
   if not ok then
-    local at = 7 + (i - 1) * 9
+    local at = 9 + (i - 1) * 9
     for j = #out, at + 1, -1 do out[j] = nil end
     out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5] = -1, -1, tostring(err), 0, 0
     out[at + 6], out[at + 7], out[at + 8], out[at + 9] = 0, 0, 0, 0

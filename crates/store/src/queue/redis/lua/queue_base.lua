@@ -50,18 +50,21 @@ local function fields_of(st, now)
 end
 
 -- What a member sees (read_view in waiting.rs): status, rank, waiting count, token nonce/expiry, last outcome,
--- now, then e[1..5] = the meta fields aps, max_active, paused, ar, cr that the caller turns into a wait estimate.
+-- now, then e[1..5] = the meta fields aps, max_active, paused, ar, cr and e.mw, e.wv (measured ms, window
+-- variance) that the caller turns into a wait estimate and its P90.
 local function view_of(st, rank, waiting, now, e)
   local status, nonce, expires, last = fields_of(st, now)
   if st.kind ~= 'W' then rank = -1 end
-  return {status, rank, waiting, nonce, expires, last, now, e[1] or '', e[2] or '', e[3] or '', e[4] or '', e[5] or ''}
+  return {status, rank, waiting, nonce, expires, last, now, e[1] or '', e[2] or '', e[3] or '', e[4] or '', e[5] or '',
+    e.mw or '', e.wv or ''}
 end
 
 -- The head of a batch reply (enter_fast.lua, poll.lua; ViewHead::read_batch in waiting.rs): what every member of
--- the batch shares, sent once: now, the waiting count after the batch, and e[1..5] as in view_of.
+-- the batch shares, sent once: now, the waiting count after the batch, and e[1..5], e.mw, e.wv as in view_of
+-- (nine fields).
 local function batch_head(now, waiting, e)
-  if not e then return {now, 0, '', '', '', '', ''} end
-  return {now, waiting, e[1] or '', e[2] or '', e[3] or '', e[4] or '', e[5] or ''}
+  if not e then return {now, 0, '', '', '', '', '', '', ''} end
+  return {now, waiting, e[1] or '', e[2] or '', e[3] or '', e[4] or '', e[5] or '', e.mw or '', e.wv or ''}
 end
 
 -- A waiting member was seen (a poll, a stream's read, an entry again): its abandonment deadline moves to
@@ -73,10 +76,11 @@ end
 
 -- The meta fields a position read needs, the queue's guarded now, and the store clock as read (before the
 -- queue's guard; the poll limiter guards it per log key instead): e = {aps, max_active, paused, ar, cr,
--- last_ms, abandon}, or nil when the queue does not exist. Read once per script, however many members it
--- answers.
+-- last_ms, abandon, mw = measured ms, wv = window variance}, or nil when the queue does not exist. Read once
+-- per script, however many members it answers.
 local function read_meta()
-  local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms', 'abandon')
+  local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms', 'abandon', 'mw', 'wv')
+  e.mw, e.wv = e[8], e[9]
   local clock = clock_now()
   local now = clock
   if not e[1] then return nil, now, clock end

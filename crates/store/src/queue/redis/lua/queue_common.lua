@@ -3,7 +3,11 @@
 local MICRO = 1000000
 -- Deadlines one script handles at most; callers loop while a script reports more due (bounded work per call).
 local MAX_EXPIRIES = 1000
+-- rankgate_core::queue::estimate's constants.
 local SMOOTHING_MILLIS = 10000.0
+local PRIOR_MILLIS = 2000.0
+local MAX_GAP_WINDOWS = 3
+local VARIANCE_SMOOTHING_MILLIS = 30000.0
 local CONSUMED_MEMORY_MS = tonumber(ARGV[2])
 local SETTING_FIELDS = {'aps', 'rate_milli', 'tick', 'token_ttl', 'claim_ttl', 'max_active', 'paused', 'fail_mode',
   'abandon'}
@@ -211,5 +215,7 @@ local function view(member, now)
   local waiting = redis.call('ZCARD', WAITING)
   local rank = -1
   if st.kind == 'W' then rank = redis.call('ZRANK', WAITING, member) end
-  return view_of(st, rank, waiting, now, redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr'))
+  local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'mw', 'wv')
+  e.mw, e.wv = e[6], e[7]
+  return view_of(st, rank, waiting, now, e)
 end
