@@ -14,8 +14,10 @@
 //!   across instances (limitation 3).
 //! - [`polling`]: the polling-interval rule with jitter (SPEC 2.2).
 //! - [`estimate`]: [`ThroughputEstimator`], wait estimates from measured throughput (limitation 5).
+//! - [`draw`]: the verifiable pre-queue draw of a scheduled opening (`opensAt`): commitment, HMAC order.
 
 pub mod admission;
+pub mod draw;
 pub mod estimate;
 pub mod member;
 pub mod name;
@@ -23,6 +25,7 @@ pub mod polling;
 pub mod settings;
 
 pub use admission::{AdmissionBudget, AdmissionPlan};
+pub use draw::{DrawPhase, DrawSeed};
 pub use estimate::ThroughputEstimator;
 pub use member::{
     Claim, ClaimRejection, ConsumeRejection, Digest, IssuedToken, LeaveRejection, MemberState, MemberStatus,
