@@ -32,6 +32,8 @@
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
 pub mod draw;
+#[cfg(any(test, feature = "testsuite"))]
+pub mod draw_conformance;
 pub mod embedded;
 pub mod jobs;
 pub mod limiter;
