@@ -81,6 +81,9 @@ pub struct WaitingRoomConfig {
     pub member_stream_heartbeat_millis: u64,
     /// Reverse-proxy gates (the top-level `[[gate]]` tables).
     pub gates: Vec<GateConfig>,
+    /// Most members a scheduled opening's pre-queue holds (the draw sorts them in one instance's
+    /// memory); past it, an entry gets 429 naming this key.
+    pub max_pre_queue: u64,
 }
 
 impl std::fmt::Debug for WaitingRoomConfig {
@@ -119,6 +122,7 @@ impl Default for WaitingRoomConfig {
             max_member_streams: 20_000,
             member_stream_heartbeat_millis: 15_000,
             gates: Vec::new(),
+            max_pre_queue: rankgate_core::queue::draw::DEFAULT_MAX_PRE_QUEUE,
         }
     }
 }

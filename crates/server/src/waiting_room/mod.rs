@@ -12,6 +12,8 @@
 //!   [`ApiError`](crate::error::ApiError)s and records metrics.
 //! - `member_api`, `admin_api`, `gate`: thin axum handlers, one module per route group.
 //! - `member_streams`: members' position streams (SSE), one watch per queue per instance.
+//! - `opening`: scheduled openings (`opensAt`): the pre-queue in positions, the draw at the first tick,
+//!   the published draw (`GET /v1/queues/{queue}/draw`).
 //! - `redis_backend`: [`WaitingRoom::open_redis`], the room on Redis (standalone or Cluster).
 //! - `scheduler`: admission, expiry and metrics workers, driven by the store's clock.
 //! - `telemetry`: metric names and helpers.
@@ -23,6 +25,7 @@ mod demo;
 mod gate;
 mod member_api;
 mod member_streams;
+mod opening;
 mod redis_backend;
 mod scheduler;
 mod service;
