@@ -1320,7 +1320,12 @@ mod counting {
         async fn draw_record(&self, q: &QueueName) -> Result<Option<DrawRecord>, StoreError> {
             counted!(self, self.inner.draw_record(q))
         }
-        async fn begin_draw(&self, q: &QueueName, owner: &str, lease_ms: i64) -> Result<BeginDraw, StoreError> {
+        async fn begin_draw(
+            &self,
+            q: &QueueName,
+            owner: &str,
+            lease_ms: i64,
+        ) -> Result<BeginDraw, StoreError> {
             counted!(self, self.inner.begin_draw(q, owner, lease_ms))
         }
         async fn pre_queue_page(
@@ -1340,12 +1345,20 @@ mod counting {
             first: u64,
             members: &[String],
         ) -> Result<DrawStep, StoreError> {
-            counted!(self, self.inner.write_draw_chunk(q, owner, lease_ms, first, members))
+            counted!(
+                self,
+                self.inner.write_draw_chunk(q, owner, lease_ms, first, members)
+            )
         }
         async fn finish_draw(&self, q: &QueueName, owner: &str) -> Result<FinishDraw, StoreError> {
             counted!(self, self.inner.finish_draw(q, owner))
         }
-        async fn drawn_members(&self, q: &QueueName, offset: u64, limit: usize) -> Result<Vec<String>, StoreError> {
+        async fn drawn_members(
+            &self,
+            q: &QueueName,
+            offset: u64,
+            limit: usize,
+        ) -> Result<Vec<String>, StoreError> {
             counted!(self, self.inner.drawn_members(q, offset, limit))
         }
     }

@@ -140,7 +140,9 @@ pub fn sort_in_draw_order<S: AsRef<str>>(seed: &DrawSeed, members: &mut Vec<S>) 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DrawMismatch {
     /// `SHA-256(seed)` is not the published commitment.
-    #[error("the seed does not match the commitment: SHA-256(seed) is {actual}, the commitment is {published}")]
+    #[error(
+        "the seed does not match the commitment: SHA-256(seed) is {actual}, the commitment is {published}"
+    )]
     Commitment {
         /// `SHA-256(seed)`, hex.
         actual: String,
@@ -327,10 +329,7 @@ mod tests {
     fn opens_at_is_rfc3339_in_the_future_and_within_a_year() {
         // 2027-01-15T08:00:00Z is 1,800,000,000,000 ms; now is a day before.
         let now = 1_800_000_000_000 - 86_400_000;
-        assert_eq!(
-            parse_opens_at("2027-01-15T08:00:00Z", now),
-            Ok(1_800_000_000_000)
-        );
+        assert_eq!(parse_opens_at("2027-01-15T08:00:00Z", now), Ok(1_800_000_000_000));
         assert_eq!(
             parse_opens_at("2027-01-15T09:00:00+01:00", now),
             Ok(1_800_000_000_000)

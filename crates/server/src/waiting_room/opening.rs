@@ -321,11 +321,10 @@ pub(crate) fn parse_draw_page_query(query: Option<&str>) -> ApiResult<(u64, usiz
     for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         match key.as_ref() {
             "offset" => {
-                offset = value
-                    .parse()
-                    .ok()
-                    .filter(|o| *o <= 100_000_000)
-                    .ok_or_else(|| ApiError::bad_field("offset", "must be a whole number up to 100000000"))?
+                offset =
+                    value.parse().ok().filter(|o| *o <= 100_000_000).ok_or_else(|| {
+                        ApiError::bad_field("offset", "must be a whole number up to 100000000")
+                    })?
             }
             "limit" => {
                 limit = value

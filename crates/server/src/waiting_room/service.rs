@@ -277,6 +277,10 @@ impl WaitingRoom {
             "[waiting_room] max_queues must be at least 1"
         );
         anyhow::ensure!(
+            (1..=10_000_000).contains(&config.max_pre_queue),
+            "[waiting_room] max_pre_queue must be between 1 and 10000000"
+        );
+        anyhow::ensure!(
             config.max_member_streams >= 1,
             "[waiting_room] max_member_streams must be at least 1"
         );

@@ -234,11 +234,7 @@ const PASSES_PER_RUN: usize = 3;
 /// instance at every tick: the store grants one drawer at a time, and any pass can be cut off at any
 /// point without losing or duplicating a member (module doc). `owner` must be unique per call site
 /// (a random id per instance).
-pub async fn run_draw(
-    store: &dyn QueueStore,
-    queue: &QueueName,
-    owner: &str,
-) -> Result<DrawRun, StoreError> {
+pub async fn run_draw(store: &dyn QueueStore, queue: &QueueName, owner: &str) -> Result<DrawRun, StoreError> {
     for _ in 0..PASSES_PER_RUN {
         let pass = match store.begin_draw(queue, owner, DRAW_LEASE_MS).await? {
             BeginDraw::NotScheduled | BeginDraw::NotDue | BeginDraw::HeldElsewhere => {

@@ -53,7 +53,11 @@ async fn schedule_in(store: &dyn QueueStore, q: &QueueName, now_ms: i64, ahead_m
     {
         ScheduleOutcome::Scheduled(record) => {
             assert_eq!(record.phase, DrawPhase::Scheduled);
-            assert_eq!(record.revealed_seed(), None, "the seed stays secret until the draw");
+            assert_eq!(
+                record.revealed_seed(),
+                None,
+                "the seed stays secret until the draw"
+            );
             assert_eq!(record.commitment(), commitment_of(&record.seed));
             record.seed
         }
@@ -180,7 +184,10 @@ pub async fn a_draw_beyond_one_page_and_one_chunk_keeps_everyone_once(backend: B
     sort_in_draw_order(&seed, &mut expected);
     let mut published = Vec::new();
     while published.len() < count {
-        let page = store.drawn_members(&q, published.len() as u64, 1_000).await.unwrap();
+        let page = store
+            .drawn_members(&q, published.len() as u64, 1_000)
+            .await
+            .unwrap();
         assert!(!page.is_empty());
         published.extend(page);
     }
@@ -233,7 +240,10 @@ pub async fn one_drawer_at_a_time_and_a_lost_lease_is_redrawn_whole(backend: Bac
         "a retried chunk is a no-op"
     );
     assert_eq!(
-        store.write_draw_chunk(&q, "other", DRAW_LEASE_MS, 10, &wrong[10..20]).await.unwrap(),
+        store
+            .write_draw_chunk(&q, "other", DRAW_LEASE_MS, 10, &wrong[10..20])
+            .await
+            .unwrap(),
         DrawStep::LostLease,
         "only the lease holder writes"
     );
@@ -242,7 +252,12 @@ pub async fn one_drawer_at_a_time_and_a_lost_lease_is_redrawn_whole(backend: Bac
     store.enter(&q, &member("m-05")).await.unwrap();
     let secret = TokenSecret::generate().unwrap();
     assert!(
-        store.admit(&q, vec![secret.prepare().unwrap()]).await.unwrap().admitted.is_empty(),
+        store
+            .admit(&q, vec![secret.prepare().unwrap()])
+            .await
+            .unwrap()
+            .admitted
+            .is_empty(),
         "nobody is admitted while drawing"
     );
     backend.clock.advance(DRAW_LEASE_MS + 1);
@@ -358,4 +373,93 @@ mod embedded {
     }
 
     crate::draw_conformance_suite!(make);
+
+    /// The embedded store restarts twice: during the pre-queue (members, `opensAt`, seed and commitment
+    /// survive) and in the middle of a draw (a half-written pass on disk); after the dead drawer's lease
+    /// lapses the draw completes with everyone once, in the seed's order.
+    #[tokio::test]
+    async fn a_restart_before_and_during_the_draw_keeps_the_pre_queue_and_its_seed() {
+        use crate::queue::draw::{run_draw, BeginDraw, DrawRun, DrawStep, DRAW_LEASE_MS};
+        use crate::queue::waiting::QueueStore;
+        use rankgate_core::queue::draw::sort_in_draw_order;
+        use rankgate_core::queue::{DrawPhase, DrawSeed};
+
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let open = || {
+            EmbeddedStore::open(
+                dir.path(),
+                std::sync::Arc::new(clock.clone()),
+                EmbeddedOptions::default(),
+            )
+            .unwrap()
+        };
+        let q = super::queue("restarted");
+        let members: Vec<String> = (0..12).map(|i| format!("m-{i}")).collect();
+        let seed = DrawSeed([42; 32]);
+        {
+            let store = open();
+            store
+                .schedule_opening(&q, Some(1_700_000_060_000), seed)
+                .await
+                .unwrap();
+            for m in &members {
+                store.enter(&q, &super::member(m)).await.unwrap();
+            }
+            store.close();
+        }
+        {
+            let store = open();
+            let record = store.draw_record(&q).await.unwrap().unwrap();
+            assert_eq!((record.phase, record.seed), (DrawPhase::Scheduled, seed));
+            assert_eq!(store.stats(&q).await.unwrap().unwrap().waiting, 12);
+            clock.advance(60_000);
+            let BeginDraw::Begun(_) = store.begin_draw(&q, "dies", DRAW_LEASE_MS).await.unwrap() else {
+                panic!("due");
+            };
+            let wrong: Vec<String> = members.iter().rev().cloned().collect();
+            assert_eq!(
+                store
+                    .write_draw_chunk(&q, "dies", DRAW_LEASE_MS, 0, &wrong[..5])
+                    .await
+                    .unwrap(),
+                DrawStep::Written
+            );
+            store.close();
+        }
+        let store = open();
+        assert_eq!(
+            run_draw(store.as_ref(), &q, "after-restart").await.unwrap(),
+            DrawRun::Idle,
+            "the dead drawer's lease still runs"
+        );
+        clock.advance(DRAW_LEASE_MS + 1);
+        assert_eq!(
+            run_draw(store.as_ref(), &q, "after-restart").await.unwrap(),
+            DrawRun::Done(Some(12))
+        );
+        let mut expected = members.clone();
+        sort_in_draw_order(&seed, &mut expected);
+        for (rank, m) in expected.iter().enumerate() {
+            assert_eq!(
+                store.position(&q, &super::member(m)).await.unwrap().rank,
+                Some(rank as u64),
+                "{m}"
+            );
+        }
+        store.close();
+        drop(store);
+        let store = open();
+        assert_eq!(store.drawn_members(&q, 0, 100).await.unwrap(), expected);
+        assert_eq!(
+            store.draw_record(&q).await.unwrap().unwrap().revealed_seed(),
+            Some(seed)
+        );
+        store.enter(&q, &super::member("late")).await.unwrap();
+        assert_eq!(
+            store.position(&q, &super::member("late")).await.unwrap().rank,
+            Some(12),
+            "a later arrival queues behind the drawn pre-queue, after a restart too"
+        );
+    }
 }

@@ -294,8 +294,12 @@ pub trait QueueStore: Send + Sync + 'static {
     async fn draw_record(&self, queue: &QueueName) -> Result<Option<DrawRecord>, StoreError>;
 
     /// Step 2 of the draw: when due, freeze the pre-queue and lease the draw to `owner` for `lease_ms`.
-    async fn begin_draw(&self, queue: &QueueName, owner: &str, lease_ms: i64)
-        -> Result<BeginDraw, StoreError>;
+    async fn begin_draw(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<BeginDraw, StoreError>;
 
     /// Step 3: up to `limit` waiting members scored in `[from_score, below)`, by score then member bytes.
     async fn pre_queue_page(

@@ -187,8 +187,7 @@ impl EmbeddedStore {
             if record.phase != DrawPhase::Drawing || record.owner != owner {
                 return Ok(DrawStep::LostLease);
             }
-            let (boundary, late_from, opens_at_ms) =
-                (record.boundary, record.late_from, record.opens_at_ms);
+            let (boundary, late_from, opens_at_ms) = (record.boundary, record.late_from, record.opens_at_ms);
             let listed = q.drawn.len() as u64;
             if listed == first_index + members.len() as u64 {
                 // A retried call whose first try was applied.
@@ -225,8 +224,7 @@ impl EmbeddedStore {
                     },
                 });
             }
-            q.drawn
-                .extend(members.iter().map(|m| m.clone().into_boxed_str()));
+            q.drawn.extend(members.iter().map(|m| m.clone().into_boxed_str()));
             let drawn = q.drawn.len() as u64;
             if let Some(record) = q.draw.as_mut() {
                 record.lease_until_ms = now_ms + lease_ms;

@@ -33,11 +33,11 @@ use rusqlite::Connection;
 use self::persist::{committed, MemberRow, Writer};
 use self::waiting::QueueState;
 use crate::clock::Clock;
+use crate::queue::draw::{BeginDraw, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
 use crate::queue::waiting::{
     AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LeaveOutcome,
     MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
-use crate::queue::draw::{BeginDraw, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
 use crate::queue::StoreError;
 use crate::synchronous::Synchronous;
 use rankgate_core::queue::DrawSeed;

@@ -62,10 +62,7 @@ pub(crate) enum Write {
     /// Delete a job (acked).
     DeleteJob { queue: String, id: String },
     /// Upsert (`Some`, JSON of `DrawRecord`) or delete (`None`, with the drawn list) a queue's draw.
-    Draw {
-        queue: String,
-        record: Option<String>,
-    },
+    Draw { queue: String, record: Option<String> },
     /// Empty a queue's drawn list (a new draw pass starts).
     ClearDrawnMembers { queue: String },
     /// Append to a queue's drawn list at positions `first_index..`.

@@ -56,7 +56,10 @@ impl RedisStore {
         })
     }
 
-    pub(super) async fn draw_record_redis(&self, queue: &QueueName) -> Result<Option<DrawRecord>, StoreError> {
+    pub(super) async fn draw_record_redis(
+        &self,
+        queue: &QueueName,
+    ) -> Result<Option<DrawRecord>, StoreError> {
         let meta = &self.queue_keys(queue)[0];
         let mut command = redis::cmd("HMGET");
         command.arg(meta);
@@ -105,8 +108,14 @@ impl RedisStore {
             3 => {
                 let seed = from_hex_32(&reply.string()?)
                     .ok_or_else(|| StoreError::Corrupt("draw seed is unreadable".into()))?;
-                let boundary = reply.string()?.parse().map_err(|_| StoreError::Corrupt("dB".into()))?;
-                let late_from = reply.string()?.parse().map_err(|_| StoreError::Corrupt("dL".into()))?;
+                let boundary = reply
+                    .string()?
+                    .parse()
+                    .map_err(|_| StoreError::Corrupt("dB".into()))?;
+                let late_from = reply
+                    .string()?
+                    .parse()
+                    .map_err(|_| StoreError::Corrupt("dL".into()))?;
                 BeginDraw::Begun(DrawPass {
                     seed: DrawSeed(seed),
                     boundary,

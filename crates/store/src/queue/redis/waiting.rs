@@ -16,11 +16,11 @@ use rankgate_core::queue::{
 };
 
 use super::{hex, settings_args, unhex, RedisStore, Reply};
+use crate::queue::draw::{BeginDraw, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
 use crate::queue::waiting::{
     AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome,
     LeaveOutcome, MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
-use crate::queue::draw::{BeginDraw, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
 use crate::queue::StoreError;
 use rankgate_core::queue::DrawSeed;
 
