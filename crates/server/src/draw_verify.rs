@@ -61,7 +61,11 @@ pub async fn fetch_published_draw(
     queue: &str,
     key: Option<&str>,
 ) -> anyhow::Result<PublishedDraw> {
-    let client = reqwest::Client::new();
+    // Bounded: a server that stops answering fails the check instead of hanging it.
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .context("building the HTTP client")?;
     let base = url.trim_end_matches('/');
     let mut members: Vec<String> = Vec::new();
     loop {

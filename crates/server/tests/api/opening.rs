@@ -73,8 +73,9 @@ async fn hostile_opens_at_values_get_400_naming_the_field_and_change_nothing() {
     }
 }
 
-/// The whole opening through HTTP on the embedded store, with a restart during the pre-queue.
-#[tokio::test]
+/// The whole opening through HTTP on the embedded store, with a restart during the pre-queue. Multi-thread:
+/// the `verify-draw` child process calls this very server, and waiting for it must not stop the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduled_opening_draws_the_pre_queue_verifiably_ahead_of_later_arrivals() {
     let dir = tempfile::tempdir().unwrap();
     let app = spawn_app_in(dir.path().to_path_buf(), |_| {}).await;
@@ -188,7 +189,15 @@ async fn a_scheduled_opening_draws_the_pre_queue_verifiably_ahead_of_later_arriv
             .output()
             .expect("the rankgate binary runs")
     };
-    let from_server = verify(&["--url", &app.address, "--queue", queue]);
+    let (address, queue_arg) = (app.address.clone(), queue.to_string());
+    let from_server = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rankgate"))
+            .args(["queue", "verify-draw", "--url", &address, "--queue", &queue_arg])
+            .output()
+            .expect("the rankgate binary runs")
+    })
+    .await
+    .unwrap();
     assert!(
         from_server.status.success(),
         "{}{}",
