@@ -622,7 +622,8 @@ impl WaitingRoom {
         self.remember_fail_mode(queue, preview.settings.fail_mode);
         // A scheduled opening holds admission until its draw is done; a due draw runs here, once across
         // instances (the store's lease decides who draws).
-        let holds_for_opening = self.draw_if_due(queue).await?;
+        // Nobody waiting: nothing to draw or hold (and no store call spent on it).
+        let holds_for_opening = preview.waiting > 0 && self.draw_if_due(queue).await?;
         if preview.settings.paused || holds_for_opening {
             // Still expire: a paused queue's tokens and claims keep their lifetimes.
             let expired = self.queues.expire_due(queue).await?;
