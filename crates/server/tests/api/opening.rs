@@ -78,7 +78,9 @@ async fn hostile_opens_at_values_get_400_naming_the_field_and_change_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduled_opening_draws_the_pre_queue_verifiably_ahead_of_later_arrivals() {
     let dir = tempfile::tempdir().unwrap();
-    let app = spawn_app_in(dir.path().to_path_buf(), |_| {}).await;
+    // The test reads every member's position in quick succession: no poll limit in the way.
+    let generous = |config: &mut rankgate::config::Config| config.waiting_room.poll_burst = 10_000;
+    let app = spawn_app_in(dir.path().to_path_buf(), generous).await;
     let queue = "launch";
     // Paused: the draw still runs at the opening, and ranks stay put for the checks.
     let (status, body) = put(
@@ -110,7 +112,7 @@ async fn a_scheduled_opening_draws_the_pre_queue_verifiably_ahead_of_later_arriv
 
     // Restart during the pre-queue: members, the opening and its commitment survive.
     app.stop().await;
-    let app = spawn_app_in(dir.path().to_path_buf(), |_| {}).await;
+    let app = spawn_app_in(dir.path().to_path_buf(), generous).await;
     let shown = app.get_json(&format!("/v1/admin/queues/{queue}")).await;
     assert_eq!(shown["drawCommitment"], commitment.as_str());
     assert_eq!(shown["waiting"], 20);
