@@ -269,3 +269,91 @@ async fn a_scheduled_opening_draws_the_pre_queue_verifiably_ahead_of_later_arriv
     assert_eq!(first["status"], "READY", "{first}");
     app.stop().await;
 }
+
+/// Deletes a test's Redis keys.
+struct RedisKeys(String);
+
+impl Drop for RedisKeys {
+    fn drop(&mut self) {
+        let Ok(mut connection) =
+            redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection())
+        else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.0))
+            .query(&mut connection)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&keys).query(&mut connection);
+        }
+    }
+}
+
+/// Two instances on one Redis: the opening is set through one, members enter through both, both
+/// schedulers tick, the draw happens once, and both answer the same drawn ranks and the same draw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_redis_draw_once_and_agree() {
+    let prefix = format!("rgtest:opening:{}:", std::process::id());
+    let _cleanup = RedisKeys(prefix.clone());
+    let configure = |prefix: String| {
+        move |config: &mut rankgate::config::Config| {
+            config.redis = vec!["redis://127.0.0.1:6379".into()];
+            config.redis_prefix = prefix;
+            config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
+            config.waiting_room.poll_burst = 10_000;
+        }
+    };
+    let one = spawn_app_with(configure(prefix.clone())).await;
+    let two = spawn_app_with(configure(prefix.clone())).await;
+    let queue = "redis-launch";
+    let (status, body) = put(
+        &one,
+        queue,
+        &json!({ "paused": true, "opensAt": rfc3339_in(3_000) }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let commitment = body["drawCommitment"].as_str().unwrap().to_string();
+    let shown = two.get_json(&format!("/v1/admin/queues/{queue}")).await;
+    assert_eq!(
+        shown["drawCommitment"],
+        commitment.as_str(),
+        "one opening, seen by both"
+    );
+    let early: Vec<String> = (0..30).map(|i| format!("r-{i:02}")).collect();
+    for (i, m) in early.iter().enumerate() {
+        let app = if i % 2 == 0 { &one } else { &two };
+        let position = enter(app, queue, m).await;
+        assert_eq!(position["preQueue"], true, "{position}");
+        assert_eq!(position["rank"], Value::Null);
+    }
+    let mut drawn = Value::Null;
+    for _ in 0..200 {
+        drawn = two.get_json(&format!("/v1/admin/queues/{queue}")).await;
+        if drawn["drawPhase"] == "done" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(drawn["drawPhase"], "done", "{drawn}");
+    assert_eq!(drawn["drawnCount"], 30, "drawn once: nobody twice");
+    let seed = DrawSeed(from_hex_32(drawn["drawSeed"].as_str().unwrap()).unwrap());
+    assert_eq!(to_hex(&commitment_of(&seed)), commitment);
+    let late = enter(&two, queue, "r-late").await;
+    assert_eq!(late["rank"], 30, "{late}");
+    let mut expected = early.clone();
+    sort_in_draw_order(&seed, &mut expected);
+    for (rank, m) in expected.iter().enumerate() {
+        for app in [&one, &two] {
+            let position = app.get_json(&format!("/v1/queues/{queue}/entries/{m}")).await;
+            assert_eq!(position["rank"], rank as u64, "{m}: {position}");
+        }
+    }
+    let from_one = one.get_json(&format!("/v1/admin/queues/{queue}/draw")).await;
+    let from_two = two.get_json(&format!("/v1/admin/queues/{queue}/draw")).await;
+    assert_eq!(from_one["members"], json!(expected));
+    assert_eq!(from_one, from_two);
+    one.stop().await;
+    two.stop().await;
+}
