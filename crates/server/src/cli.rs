@@ -1,4 +1,5 @@
-//! The command line: `rankgate serve | ingest | verify | rebuild | replay | demo | relay | catalog load`.
+//! The command line: `rankgate serve | ingest | verify | rebuild | replay | demo | relay | catalog load |
+//! queue verify-draw`.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -100,6 +101,37 @@ enum Command {
         #[command(subcommand)]
         command: CatalogCommand,
     },
+    /// Waiting-room tools
+    Queue {
+        #[command(subcommand)]
+        command: QueueCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum QueueCommand {
+    /// Recompute a scheduled opening's draw: SHA-256(seed) must equal the commitment and the members must
+    /// be in HMAC-SHA-256(seed, memberId) order; exits 0 when both hold, 1 when not
+    VerifyDraw {
+        /// A running rankgate to read the finished draw from (its admin draw read)
+        #[arg(long, requires = "queue")]
+        url: Option<String>,
+        /// The queue, with --url
+        #[arg(long)]
+        queue: Option<String>,
+        /// The admin key for --url (sent as a bearer token)
+        #[arg(long, env = "RANKGATE_ADMIN_KEY", hide_env_values = true)]
+        key: Option<String>,
+        /// The revealed seed, 64 hex digits (without --url)
+        #[arg(long, conflicts_with = "url", requires_all = ["commitment", "members"])]
+        seed: Option<String>,
+        /// The commitment published before the draw, 64 hex digits (without --url)
+        #[arg(long, conflicts_with = "url")]
+        commitment: Option<String>,
+        /// A file of the pre-queue member ids in the published order, one per line (without --url)
+        #[arg(long, conflicts_with = "url")]
+        members: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -188,6 +220,38 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("  rejected {line}");
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Queue {
+            command:
+                QueueCommand::VerifyDraw {
+                    url,
+                    queue,
+                    key,
+                    seed,
+                    commitment,
+                    members,
+                },
+        } => {
+            use crate::draw_verify::{
+                check_and_report, fetch_published_draw, hex_argument, read_members_file,
+            };
+            let draw = match (url, seed, commitment, members) {
+                (Some(url), _, _, _) => {
+                    let queue = queue.context("--queue is required with --url")?;
+                    runtime()?.block_on(fetch_published_draw(&url, &queue, key.as_deref()))?
+                }
+                (None, Some(seed), Some(commitment), Some(members)) => crate::draw_verify::PublishedDraw {
+                    seed: rankgate_core::queue::DrawSeed(hex_argument("--seed", &seed)?),
+                    commitment: hex_argument("--commitment", &commitment)?,
+                    members: read_members_file(&members)?,
+                },
+                _ => anyhow::bail!("give --url and --queue, or --seed, --commitment and --members"),
+            };
+            Ok(if check_and_report(&draw) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Command::Verify { url, overrides } => {
             let config = Config::load(&overrides)?;

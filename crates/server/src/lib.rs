@@ -17,6 +17,7 @@
 //! - [`stream`]: the Redis Streams consumer group (`--stream`).
 //! - [`verify`]: batch recompute vs served rankings.
 //! - [`demo`]: the seed lesson's workload end to end.
+//! - [`draw_verify`]: `rankgate queue verify-draw`, the check of a scheduled opening's published draw.
 //! - [`webhooks`]: `[[webhook]]`: top-N changes posted, signed, retried through the job queue.
 
 pub mod app;
@@ -24,6 +25,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod draw_verify;
 pub mod edge;
 pub mod error;
 pub mod fast_lane;

@@ -1228,7 +1228,8 @@ struct CountingStore {
 mod counting {
     use super::*;
     use rankgate_core::ids::MemberId;
-    use rankgate_core::queue::{Digest, QueueName, QueueSettings, SettingsError, SettingsPatch};
+    use rankgate_core::queue::{Digest, DrawSeed, QueueName, QueueSettings, SettingsError, SettingsPatch};
+    use rankgate_store::queue::draw::{BeginDraw, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
     use rankgate_store::queue::{
         AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome,
         LeaveOutcome, MemberView, QueueStats, QueueStore, ReleaseOutcome, StoreError, TokenCandidate,
@@ -1313,6 +1314,58 @@ mod counting {
         }
         async fn ping(&self) -> Result<(), StoreError> {
             counted!(self, self.inner.ping())
+        }
+        async fn schedule_opening(
+            &self,
+            q: &QueueName,
+            opens_at_ms: Option<i64>,
+            seed: DrawSeed,
+        ) -> Result<ScheduleOutcome, StoreError> {
+            counted!(self, self.inner.schedule_opening(q, opens_at_ms, seed))
+        }
+        async fn draw_record(&self, q: &QueueName) -> Result<Option<DrawRecord>, StoreError> {
+            counted!(self, self.inner.draw_record(q))
+        }
+        async fn begin_draw(
+            &self,
+            q: &QueueName,
+            owner: &str,
+            lease_ms: i64,
+        ) -> Result<BeginDraw, StoreError> {
+            counted!(self, self.inner.begin_draw(q, owner, lease_ms))
+        }
+        async fn pre_queue_page(
+            &self,
+            q: &QueueName,
+            from: u64,
+            below: u64,
+            limit: usize,
+        ) -> Result<Vec<(String, u64)>, StoreError> {
+            counted!(self, self.inner.pre_queue_page(q, from, below, limit))
+        }
+        async fn write_draw_chunk(
+            &self,
+            q: &QueueName,
+            owner: &str,
+            lease_ms: i64,
+            first: u64,
+            members: &[String],
+        ) -> Result<DrawStep, StoreError> {
+            counted!(
+                self,
+                self.inner.write_draw_chunk(q, owner, lease_ms, first, members)
+            )
+        }
+        async fn finish_draw(&self, q: &QueueName, owner: &str) -> Result<FinishDraw, StoreError> {
+            counted!(self, self.inner.finish_draw(q, owner))
+        }
+        async fn drawn_members(
+            &self,
+            q: &QueueName,
+            offset: u64,
+            limit: usize,
+        ) -> Result<Vec<String>, StoreError> {
+            counted!(self, self.inner.drawn_members(q, offset, limit))
         }
     }
 }

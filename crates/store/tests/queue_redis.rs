@@ -82,6 +82,7 @@ mod standalone {
     }
 
     rankgate_store::queue_conformance_suite!(make);
+    rankgate_store::draw_conformance_suite!(make);
 }
 
 /// The shared conformance suite against a 3-node Redis Cluster started by this binary.
@@ -92,6 +93,7 @@ mod cluster {
     }
 
     rankgate_store::queue_conformance_suite!(make);
+    rankgate_store::draw_conformance_suite!(make);
 }
 
 /// Limitation 3 across real instances: three store handles (three "instances", each its own connection)

@@ -16,9 +16,11 @@
 //! - [`estimate`]: [`ThroughputEstimator`], wait estimates from measured throughput (limitation 5).
 //! - [`adaptive`]: [`AdmissionMode`], upstream samples and the AIMD controller of adaptive admission
 //!   (issue 12).
+//! - [`draw`]: the verifiable pre-queue draw of a scheduled opening (`opensAt`): commitment, HMAC order.
 
 pub mod adaptive;
 pub mod admission;
+pub mod draw;
 pub mod estimate;
 pub mod member;
 pub mod name;
@@ -27,6 +29,7 @@ pub mod settings;
 
 pub use adaptive::{AdaptiveSettings, AdmissionMode, UpstreamOutcome, UpstreamSamples};
 pub use admission::{AdmissionBudget, AdmissionPlan};
+pub use draw::{DrawPhase, DrawSeed};
 pub use estimate::ThroughputEstimator;
 pub use member::{
     Claim, ClaimRejection, ConsumeRejection, Digest, IssuedToken, LeaveRejection, MemberState, MemberStatus,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{Method, StatusCode};
 use axum::routing::on;
 use axum::{Json, Router};
@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::member_api::json_object;
+use super::opening::{parse_draw_page_query, DrawPage, DrawReader};
 use super::service::WaitingRoom;
 use crate::error::{ApiError, ApiResult};
 use crate::route_table::{self, Endpoint};
@@ -28,6 +29,7 @@ pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
     Endpoint::new(Method::DELETE, "/v1/admin/queues/{queue}/members/{member}", |m| {
         on(m, remove_member)
     }),
+    Endpoint::new(Method::GET, "/v1/admin/queues/{queue}/draw", |m| on(m, draw)),
 ];
 
 pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
@@ -106,10 +108,34 @@ async fn update(
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     let queue = WaitingRoom::parse_queue(&queue)?;
-    let patch = parse_patch(&json_object(&body)?)?;
+    let object = json_object(&body)?;
+    let patch = parse_patch(&object)?;
+    // `opensAt` is checked before anything changes, so a bad one leaves the settings as they were.
+    let opens_at = object
+        .get("opensAt")
+        .map(|value| room.parse_opens_at_field(value))
+        .transpose()?;
     let settings = room.update_settings(&queue, &patch).await?;
+    if let Some(opens_at) = opens_at {
+        room.schedule_opening(&queue, opens_at).await?;
+    }
+    let mut body = serde_json::to_value(settings).map_err(|e| ApiError::Internal(e.into()))?;
+    if let (Value::Object(map), Some(opening)) = (&mut body, room.opening_view(&queue).await?) {
+        opening.insert_into(map);
+    }
+    Ok(Json(body))
+}
+
+/// `GET /v1/admin/queues/{queue}/draw?offset&limit`: the published draw with member ids.
+async fn draw(
+    State(room): State<Arc<WaitingRoom>>,
+    Path(queue): Path<String>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<DrawPage>> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let (offset, limit) = parse_draw_page_query(query.as_deref())?;
     Ok(Json(
-        serde_json::to_value(settings).map_err(|e| ApiError::Internal(e.into()))?,
+        room.draw_page(&queue, offset, limit, DrawReader::Admin).await?,
     ))
 }
 
@@ -139,6 +165,9 @@ async fn show(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -
             serde_json::to_value(&view).map_err(|e| ApiError::Internal(e.into()))?
         {
             map.extend(fields);
+        }
+        if let Some(opening) = room.opening_view(&queue).await? {
+            opening.insert_into(map);
         }
     }
     Ok(Json(body))

@@ -107,6 +107,9 @@ pub struct WaitingRoomConfig {
     /// Fewer forwarded orders than this in an interval (over every instance): the controller holds the
     /// rate (1..=100000).
     pub adaptive_min_samples: u64,
+    /// Most members a scheduled opening's pre-queue holds (the draw sorts them in one instance's
+    /// memory); past it, an entry gets 429 naming this key.
+    pub max_pre_queue: u64,
 }
 
 impl std::fmt::Debug for WaitingRoomConfig {
@@ -150,6 +153,7 @@ impl Default for WaitingRoomConfig {
             visitor_cookie_max_age_seconds: 86_400,
             adaptive_interval_millis: 1000,
             adaptive_min_samples: 10,
+            max_pre_queue: rankgate_core::queue::draw::DEFAULT_MAX_PRE_QUEUE,
         }
     }
 }

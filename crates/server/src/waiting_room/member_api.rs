@@ -35,7 +35,23 @@ pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
     Endpoint::new(Method::POST, "/v1/queues/{queue}/tokens/release", |m| {
         on(m, release)
     }),
+    Endpoint::new(Method::GET, "/v1/queues/{queue}/draw", |m| on(m, draw)),
 ];
+
+/// `GET /v1/queues/{queue}/draw?offset&limit`: a scheduled opening's commitment, and after the draw its
+/// seed and the drawn order as draw keys (no member ids; see `opening`).
+async fn draw(
+    State(room): State<Arc<WaitingRoom>>,
+    Path(queue): Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> ApiResult<Json<super::opening::DrawPage>> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let (offset, limit) = super::opening::parse_draw_page_query(query.as_deref())?;
+    Ok(Json(
+        room.draw_page(&queue, offset, limit, super::opening::DrawReader::Public)
+            .await?,
+    ))
+}
 
 pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
     route_table::router_of(ENDPOINTS).with_state(room)

@@ -560,6 +560,8 @@ mod tests {
             entry_token: None,
             token_expires_at: None,
             last_outcome: None,
+            pre_queue: None,
+            opens_at: None,
         }
     }
 

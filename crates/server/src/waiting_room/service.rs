@@ -60,6 +60,13 @@ pub struct Position {
     /// `CONSUMED` while a consumed member is remembered; omitted otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_outcome: Option<&'static str>,
+    /// `true` while the member waits in a scheduled opening's pre-queue (rank `null` until the draw);
+    /// omitted otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pre_queue: Option<bool>,
+    /// The opening's time (RFC 3339) while in the pre-queue; omitted otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opens_at: Option<String>,
 }
 
 /// A granted claim (SPEC 2.4).
@@ -105,6 +112,8 @@ pub struct WaitingRoom {
     pub(crate) member_streams: MemberStreams,
     /// Adaptive admission: this instance's gate measurements and where they are shared (issue 12).
     pub(crate) adaptive: AdaptiveControl,
+    /// Recently read draw records of scheduled openings (see `opening`).
+    pub(crate) openings: super::opening::OpeningCache,
 }
 
 impl std::fmt::Debug for WaitingRoom {
@@ -115,7 +124,7 @@ impl std::fmt::Debug for WaitingRoom {
     }
 }
 
-fn store_error(error: StoreError) -> ApiError {
+pub(crate) fn store_error(error: StoreError) -> ApiError {
     match error {
         StoreError::Unavailable(message) => {
             tracing::warn!(error = %message, "queue store unavailable; failing closed");
@@ -274,6 +283,10 @@ impl WaitingRoom {
             "[waiting_room] max_queues must be at least 1"
         );
         anyhow::ensure!(
+            (1..=10_000_000).contains(&config.max_pre_queue),
+            "[waiting_room] max_pre_queue must be between 1 and 10000000"
+        );
+        anyhow::ensure!(
             config.max_member_streams >= 1,
             "[waiting_room] max_member_streams must be at least 1"
         );
@@ -332,6 +345,7 @@ impl WaitingRoom {
             fail_modes: Mutex::new(HashMap::new()),
             next_tick_ms: Mutex::new(HashMap::new()),
             http,
+            openings: super::opening::OpeningCache::default(),
         })
     }
 
@@ -405,23 +419,32 @@ impl WaitingRoom {
                 None
             },
             last_outcome: view.last_outcome.map(|LastOutcome::Consumed| "CONSUMED"),
+            pre_queue: None,
+            opens_at: None,
         }
     }
 
     /// `POST /v1/queues/{queue}/entries`.
     pub async fn enter(&self, queue: &QueueName, member: &MemberId) -> ApiResult<Position> {
         let outcome = self.queues.enter(queue, member).await.map_err(store_error)?;
-        if matches!(outcome, rankgate_store::queue::EnterOutcome::Entered(_)) {
+        let entered = matches!(outcome, rankgate_store::queue::EnterOutcome::Entered(_));
+        if entered {
+            self.refuse_entry_beyond_max_pre_queue(queue, member, outcome.view())
+                .await?;
             telemetry::entered(queue);
         }
-        Ok(self.position_from(outcome.view()))
+        let mut position = self.position_from(outcome.view());
+        self.mark_pre_queue(queue, &mut position).await?;
+        Ok(position)
     }
 
     /// The member's position as the poll route answers it, without the poll limit: the member streams'
     /// read (their cadence is the limit).
     pub(crate) async fn position(&self, queue: &QueueName, member: &MemberId) -> ApiResult<Position> {
         let view = self.queues.position(queue, member).await.map_err(store_error)?;
-        Ok(self.position_from(&view))
+        let mut position = self.position_from(&view);
+        self.mark_pre_queue(queue, &mut position).await?;
+        Ok(position)
     }
 
     /// Member streams open on this instance now.
@@ -467,7 +490,9 @@ impl WaitingRoom {
                     policy,
                     limit: format!("\"poll\";r={remaining};t={reset}"),
                 };
-                Ok((self.position_from(&view), headers))
+                let mut position = self.position_from(&view);
+                self.mark_pre_queue(queue, &mut position).await?;
+                Ok((position, headers))
             }
             RateDecision::Limited { retry_after_ms } => {
                 telemetry::poll_limited(queue);
@@ -633,7 +658,11 @@ impl WaitingRoom {
             return Ok(AdmitOutcome::default());
         };
         self.remember_fail_mode(queue, preview.settings.fail_mode);
-        if preview.settings.paused {
+        // A scheduled opening holds admission until its draw is done; a due draw runs here, once across
+        // instances (the store's lease decides who draws).
+        // Nobody waiting: nothing to draw or hold (and no store call spent on it).
+        let holds_for_opening = preview.waiting > 0 && self.draw_if_due(queue).await?;
+        if preview.settings.paused || holds_for_opening {
             // Still expire: a paused queue's tokens and claims keep their lifetimes.
             let expired = self.queues.expire_due(queue).await?;
             telemetry::token_event(queue, "expired", expired.tokens_expired);
@@ -769,6 +798,7 @@ impl WaitingRoom {
     /// Drops what this instance keeps about a queue that no longer exists (and zeroes its gauges).
     fn forget_local_state(&self, queue: &QueueName) {
         self.next_tick_ms.lock().remove(queue);
+        self.openings.forget(queue);
         self.fail_modes.lock().remove(queue);
         telemetry::queue_gone(queue);
     }

@@ -16,6 +16,7 @@ mod faults;
 mod hostile;
 mod instances;
 mod member_streams;
+mod opening;
 mod ops;
 mod policies;
 mod queue_admin;

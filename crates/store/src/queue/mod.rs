@@ -18,6 +18,7 @@
 //!
 //! # Layout
 //! - [`waiting`]: [`QueueStore`]: entries, the server-side sequence, tokens, claims, the admission budget.
+//! - [`draw`]: scheduled openings: the pre-queue draw's records, steps and its one driver, [`draw::run_draw`].
 //! - [`jobs`]: [`JobStore`]: delayed/retry jobs with claims, a reaper, backoff and a dead set.
 //! - [`limiter`]: [`RateLimiter`]: sliding log and sliding-window counter.
 //! - [`token`]: how entry tokens and claim ids are made and hashed.
@@ -32,6 +33,9 @@
 
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
+pub mod draw;
+#[cfg(any(test, feature = "testsuite"))]
+pub mod draw_conformance;
 pub mod embedded;
 pub mod jobs;
 pub mod limiter;

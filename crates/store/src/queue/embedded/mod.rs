@@ -11,6 +11,7 @@
 //! microseconds, well inside the "never block the runtime for more than ~500 µs" rule, and the one
 //! operation that can touch many members (expiry) is capped per step.
 
+mod draw;
 mod jobs;
 mod limiter;
 pub(crate) mod persist;
@@ -32,12 +33,14 @@ use rusqlite::Connection;
 use self::persist::{committed, MemberRow, Writer};
 use self::waiting::QueueState;
 use crate::clock::Clock;
+use crate::queue::draw::{BeginDraw, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
 use crate::queue::waiting::{
     AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LeaveOutcome,
     MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
 use crate::queue::StoreError;
 use crate::synchronous::Synchronous;
+use rankgate_core::queue::DrawSeed;
 
 /// File name of the queue database inside the data directory.
 pub const DATABASE_FILE: &str = "queue.sqlite3";
@@ -303,6 +306,23 @@ fn load_queues(
             tracing::warn!(queue, error, "skipping an unreadable member row");
         }
     }
+    let mut statement = connection.prepare("SELECT queue, record FROM queue_draws")?;
+    let rows = statement.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
+    for row in rows {
+        let (queue, record) = row?;
+        if let (Some(state), Ok(record)) = (states.get_mut(&queue), serde_json::from_str(&record)) {
+            state.draw = Some(record);
+        }
+    }
+    let mut statement =
+        connection.prepare("SELECT queue, member FROM queue_drawn_members ORDER BY queue, position")?;
+    let rows = statement.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
+    for row in rows {
+        let (queue, member) = row?;
+        if let Some(state) = states.get_mut(&queue) {
+            state.drawn.push(member.into_boxed_str());
+        }
+    }
     for (_, state) in states {
         queues.insert(state.name.clone(), Arc::new(Mutex::new(state)));
     }
@@ -429,7 +449,12 @@ impl QueueStore for EmbeddedStore {
             let outstanding = q.ready + q.claimed;
             let settings = q.settings.clone();
             let plan = q.budget.plan(&settings, now_ms, waiting_before, outstanding);
-            let count = (plan.admit as usize).min(tokens.len());
+            // Before and during a scheduled opening's draw nobody is admitted (the pre-queue).
+            let count = if q.draw_holds_admission() {
+                0
+            } else {
+                (plan.admit as usize).min(tokens.len())
+            };
             let popped = q.waiting.pop_min(count);
             let mut admitted = Vec::with_capacity(popped.len());
             for ((member_bytes, seq), prepared) in popped.into_iter().zip(tokens) {
@@ -745,6 +770,79 @@ impl QueueStore for EmbeddedStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.check()
+    }
+
+    async fn schedule_opening(
+        &self,
+        queue: &QueueName,
+        opens_at_ms: Option<i64>,
+        fresh_seed: DrawSeed,
+    ) -> Result<ScheduleOutcome, StoreError> {
+        self.check()?;
+        self.schedule_opening_embedded(queue, opens_at_ms, fresh_seed)
+            .await
+    }
+
+    async fn draw_record(&self, queue: &QueueName) -> Result<Option<DrawRecord>, StoreError> {
+        self.check()?;
+        Ok(self.existing(queue).and_then(|q| q.lock().draw.clone()))
+    }
+
+    async fn begin_draw(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<BeginDraw, StoreError> {
+        self.check()?;
+        self.begin_draw_embedded(queue, owner, lease_ms).await
+    }
+
+    async fn pre_queue_page(
+        &self,
+        queue: &QueueName,
+        from_score: u64,
+        below: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        self.check()?;
+        Ok(self.pre_queue_page_embedded(queue, from_score, below, limit))
+    }
+
+    async fn write_draw_chunk(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+        first_index: u64,
+        members: &[String],
+    ) -> Result<DrawStep, StoreError> {
+        self.check()?;
+        self.write_draw_chunk_embedded(queue, owner, lease_ms, first_index, members)
+            .await
+    }
+
+    async fn finish_draw(&self, queue: &QueueName, owner: &str) -> Result<FinishDraw, StoreError> {
+        self.check()?;
+        self.finish_draw_embedded(queue, owner).await
+    }
+
+    async fn drawn_members(
+        &self,
+        queue: &QueueName,
+        offset: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        self.check()?;
+        Ok(self.existing(queue).map_or_else(Vec::new, |q| {
+            let q = q.lock();
+            q.drawn
+                .iter()
+                .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+                .take(limit)
+                .map(|m| m.to_string())
+                .collect()
+        }))
     }
 }
 

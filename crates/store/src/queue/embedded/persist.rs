@@ -61,6 +61,16 @@ pub(crate) enum Write {
     },
     /// Delete a job (acked).
     DeleteJob { queue: String, id: String },
+    /// Upsert (`Some`, JSON of `DrawRecord`) or delete (`None`, with the drawn list) a queue's draw.
+    Draw { queue: String, record: Option<String> },
+    /// Empty a queue's drawn list (a new draw pass starts).
+    ClearDrawnMembers { queue: String },
+    /// Append to a queue's drawn list at positions `first_index..`.
+    DrawnMembers {
+        queue: String,
+        first_index: i64,
+        members: Vec<String>,
+    },
 }
 
 /// A member's persisted state, in columns (see `rankgate_core::queue::MemberState`).
@@ -109,6 +119,11 @@ CREATE TABLE IF NOT EXISTS members (
     at_ms INTEGER NOT NULL, digest BLOB, nonce BLOB, expires_ms INTEGER NOT NULL,
     claim_digest BLOB, claim_expires_ms INTEGER NOT NULL,
     PRIMARY KEY (queue, member)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS queue_draws (queue TEXT PRIMARY KEY, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS queue_drawn_members (
+    queue TEXT NOT NULL, position INTEGER NOT NULL, member TEXT NOT NULL,
+    PRIMARY KEY (queue, position)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS jobs (
     queue TEXT NOT NULL, id TEXT NOT NULL, record TEXT NOT NULL, payload BLOB NOT NULL,
@@ -170,6 +185,14 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
             "INSERT OR REPLACE INTO jobs (queue, id, record, payload) VALUES (?1, ?2, ?3, ?4)",
         )?;
         let mut delete_job = transaction.prepare_cached("DELETE FROM jobs WHERE queue = ?1 AND id = ?2")?;
+        let mut upsert_draw = transaction
+            .prepare_cached("INSERT OR REPLACE INTO queue_draws (queue, record) VALUES (?1, ?2)")?;
+        let mut delete_draw = transaction.prepare_cached("DELETE FROM queue_draws WHERE queue = ?1")?;
+        let mut clear_drawn =
+            transaction.prepare_cached("DELETE FROM queue_drawn_members WHERE queue = ?1")?;
+        let mut insert_drawn = transaction.prepare_cached(
+            "INSERT OR REPLACE INTO queue_drawn_members (queue, position, member) VALUES (?1, ?2, ?3)",
+        )?;
         // A queue row is rewritten by every entry (its sequence); within one batch only the last matters.
         let mut last_queue_write = std::collections::HashMap::new();
         for (unit_index, unit) in units.iter().enumerate() {
@@ -198,6 +221,8 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
                     Write::DeleteQueue { name } => {
                         delete_queue_members.execute(params![name])?;
                         delete_queue.execute(params![name])?;
+                        delete_draw.execute(params![name])?;
+                        clear_drawn.execute(params![name])?;
                     }
                     Write::Member { queue, member, row } => {
                         upsert_member.execute(params![
@@ -226,6 +251,28 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
                     }
                     Write::DeleteJob { queue, id } => {
                         delete_job.execute(params![queue, id])?;
+                    }
+                    Write::Draw {
+                        queue,
+                        record: Some(record),
+                    } => {
+                        upsert_draw.execute(params![queue, record])?;
+                    }
+                    Write::Draw { queue, record: None } => {
+                        delete_draw.execute(params![queue])?;
+                        clear_drawn.execute(params![queue])?;
+                    }
+                    Write::ClearDrawnMembers { queue } => {
+                        clear_drawn.execute(params![queue])?;
+                    }
+                    Write::DrawnMembers {
+                        queue,
+                        first_index,
+                        members,
+                    } => {
+                        for (offset, member) in members.iter().enumerate() {
+                            insert_drawn.execute(params![queue, first_index + offset as i64, member])?;
+                        }
                     }
                 }
             }

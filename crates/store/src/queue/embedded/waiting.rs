@@ -20,6 +20,7 @@ use rankgate_core::queue::{
 use rankgate_zset::{ScoreBound, SortedSet};
 
 use super::persist::{MemberRow, Write};
+use crate::queue::draw::DrawRecord;
 use crate::queue::waiting::{ExpiryOutcome, LastOutcome, MemberView};
 
 /// Most deadlines handled per step, so one step never holds the queue's lock for long (the store's
@@ -58,6 +59,10 @@ pub(crate) struct QueueState {
     /// Set under the lock when the queue is deleted or forgotten; an operation that got hold of this state
     /// just before then must treat the queue as gone, or it would write rows for a queue that no longer is.
     pub deleted: bool,
+    /// The scheduled opening and its draw, if `opensAt` is set (see `crate::queue::draw`).
+    pub draw: Option<DrawRecord>,
+    /// The published drawn list, in drawn order (as long as the draw's `drawn`, at most `K0`).
+    pub drawn: Vec<Box<str>>,
 }
 
 impl QueueState {
@@ -85,6 +90,8 @@ impl QueueState {
             consumed_memory_ms,
             managed: false,
             deleted: false,
+            draw: None,
+            drawn: Vec::new(),
         }
     }
 
@@ -120,6 +127,22 @@ impl QueueState {
             .get(member)
             .cloned()
             .unwrap_or(MemberState::NotEntered)
+    }
+
+    /// Whether admission holds for a scheduled opening (before and during its draw).
+    pub(crate) fn draw_holds_admission(&self) -> bool {
+        self.draw.as_ref().is_some_and(|d| d.phase.holds_admission())
+    }
+
+    /// The draw row, written whenever the draw record changes.
+    pub(crate) fn draw_write(&self) -> Write {
+        Write::Draw {
+            queue: self.name.as_str().to_string(),
+            record: self
+                .draw
+                .as_ref()
+                .map(|d| serde_json::to_string(d).unwrap_or_default()),
+        }
     }
 
     /// The queue row, written whenever settings, sequence, budget or estimator change.

@@ -44,6 +44,7 @@
 //! | `P{rg:q:<queue>}:deadlines` | zset | member → its next deadline (token expiry, claim expiry, forgetting a consumed member) |
 //! | `P{rg:q:<queue>}:arrivals` | zset | arrival ms → first sequence of that ms (oldest-wait without a timestamp per member) |
 //! | `P{rg:q:<queue>}:admitted` | hash | second → members admitted (last 60 s) |
+//! | `P{rg:q:<queue>}:drawn` | list | a scheduled opening's drawn list: pre-queue member ids in drawn order (`draw_*.lua`; the draw's state is in `meta`'s `d*` fields) |
 //! | `P{rg:q:<queue>}:poll:<member>` | string | the member's poll log (`poll.lua`); expires when idle |
 //! | `P{rg:j:<jobs>}:{ready,processing,dead,records,payloads,reasons,meta}` | | one job queue |
 //! | `P{rg:rl:<key>}:{log,window,meta}` | | one rate-limit key; expires when idle |
@@ -66,6 +67,7 @@
 //! through their deadline. Queue and job keys have no TTL: a queue with people in it must never vanish.
 
 mod coalesce;
+mod draw;
 mod jobs;
 mod limiter;
 mod upstream;
@@ -163,6 +165,10 @@ struct Scripts {
     job_counts: Script,
     limiter_log: Script,
     limiter_window: Script,
+    draw_schedule: Script,
+    draw_begin: Script,
+    draw_write: Script,
+    draw_finish: Script,
 }
 
 /// Helpers shared by every waiting-room, job and limiter script (integers, `|` records, the clock).
@@ -208,6 +214,10 @@ impl Scripts {
             job_counts: job(include_str!("lua/job_counts.lua")),
             limiter_log: limiter(include_str!("lua/limiter_log.lua")),
             limiter_window: limiter(include_str!("lua/limiter_window.lua")),
+            draw_schedule: queue(include_str!("lua/draw_schedule.lua")),
+            draw_begin: queue(include_str!("lua/draw_begin.lua")),
+            draw_write: queue(include_str!("lua/draw_write.lua")),
+            draw_finish: queue(include_str!("lua/draw_finish.lua")),
         }
     }
 }

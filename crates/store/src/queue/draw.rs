@@ -1,0 +1,301 @@
+//! Scheduled openings: the pre-queue and its draw, as every queue backend stores them, and
+//! [`run_draw`], the one driver that performs a draw on any backend through [`QueueStore`]'s draw steps.
+//!
+//! # The draw, step by step (each step one atomic store operation)
+//! 1. **Schedule** ([`QueueStore::schedule_opening`]): `opensAt` and a fresh secret seed are stored (a
+//!    queue already `Scheduled` keeps its seed, so the commitment a member noted stays valid when an admin
+//!    moves the time). From then on every waiting member is in the pre-queue and admission holds.
+//! 2. **Begin** ([`QueueStore::begin_draw`], at the first admission tick at or after `opensAt`): the store
+//!    freezes the pre-queue: `B` = the next arrival sequence, `K0` = members waiting (all have a sequence
+//!    below `B`), and moves the queue's next sequence to `L = B + K0`, so every later arrival queues behind
+//!    whatever the draw writes. It grants a **lease** to one drawer: the store's atomic step decides who
+//!    draws, once across instances.
+//! 3. **Read** ([`QueueStore::pre_queue_page`]): the drawer reads the waiting members scored below `L` in
+//!    bounded pages, keyed by score (a member leaving meanwhile shifts nothing).
+//! 4. **Sort** in the drawer's memory by `HMAC-SHA-256(seed, memberId)` (Redis Lua has no HMAC; the sort of
+//!    up to `max_pre_queue` members is no script's business either).
+//! 5. **Write** ([`QueueStore::write_draw_chunk`]) in chunks of [`DRAW_WRITE_CHUNK`]: drawn position `i`
+//!    gets the sequence `B + i` (still below `L`), and the chunk is appended to the published drawn list.
+//!    A chunk is applied at most once (the list's length is its idempotency key) and only by the lease
+//!    holder; a member that left and came back since (a sequence ≥ `L`) is not moved.
+//! 6. **Finish** ([`QueueStore::finish_draw`]): refused while any member is still scored below `B` (a pass
+//!    that missed somebody); otherwise `Done`, the seed becomes public and admission resumes.
+//!
+//! # Why a crash mid-draw loses and duplicates nobody
+//! Writes only ever change the score of a member that is still waiting (never add or remove one), so the
+//! waiting set keeps exactly the members it had. A drawer that dies leaves a lease that expires; the next
+//! begin grants a new pass, which clears the drawn list and rewrites **every** pre-queue member from a
+//! fresh read, so no half-written order survives. Scores of a dead pass may tie with the new pass's while
+//! it runs; reads page by `(score, member)` so a tie never hides a member, and finish checks nobody was
+//! left below `B`.
+
+use std::collections::HashSet;
+
+use rankgate_core::queue::draw::{commitment_of, sort_in_draw_order};
+use rankgate_core::queue::{DrawPhase, DrawSeed, QueueName};
+
+use super::{QueueStore, StoreError};
+
+/// Members per pre-queue read page.
+pub const DRAW_READ_PAGE: usize = 5_000;
+/// Members per write chunk: one short script on Redis (well inside Lua's `unpack` limit), one short lock
+/// hold in the embedded store.
+pub const DRAW_WRITE_CHUNK: usize = 1_000;
+/// How long a drawer's lease lasts without progress; every chunk extends it.
+pub const DRAW_LEASE_MS: i64 = 15_000;
+
+/// A queue's scheduled opening and its draw, as stored.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DrawRecord {
+    /// `opensAt`, epoch ms.
+    pub opens_at_ms: i64,
+    /// Where the draw stands (stored as [`DrawPhase::code`]).
+    #[serde(with = "phase_code")]
+    pub phase: DrawPhase,
+    /// The secret seed. Shown only once `phase` is `Done` ([`DrawRecord::revealed_seed`]).
+    #[serde(with = "seed_hex")]
+    pub seed: DrawSeed,
+    /// Members waiting when the draw began (`K0`); 0 while scheduled.
+    pub pre_queue_size: u64,
+    /// Members in the published drawn list.
+    pub drawn: u64,
+    /// `B`: pre-queue members had sequences below it.
+    pub boundary: u64,
+    /// `L = B + K0`: the first sequence of the later arrivals.
+    pub late_from: u64,
+    /// The drawer holding the lease while drawing.
+    #[serde(default)]
+    pub owner: String,
+    /// When that lease ends (store ms).
+    #[serde(default)]
+    pub lease_until_ms: i64,
+}
+
+impl std::fmt::Debug for DrawRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DrawRecord")
+            .field("opens_at_ms", &self.opens_at_ms)
+            .field("phase", &self.phase)
+            .field("pre_queue_size", &self.pre_queue_size)
+            .field("drawn", &self.drawn)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DrawRecord {
+    /// A new scheduled draw.
+    #[must_use]
+    pub fn scheduled(opens_at_ms: i64, seed: DrawSeed) -> DrawRecord {
+        DrawRecord {
+            opens_at_ms,
+            phase: DrawPhase::Scheduled,
+            seed,
+            pre_queue_size: 0,
+            drawn: 0,
+            boundary: 0,
+            late_from: 0,
+            owner: String::new(),
+            lease_until_ms: 0,
+        }
+    }
+
+    /// `SHA-256(seed)`, published from the start.
+    #[must_use]
+    pub fn commitment(&self) -> [u8; 32] {
+        commitment_of(&self.seed)
+    }
+
+    /// The seed, once the draw is done.
+    #[must_use]
+    pub fn revealed_seed(&self) -> Option<DrawSeed> {
+        (self.phase == DrawPhase::Done).then_some(self.seed)
+    }
+
+    /// Whether a waiting member at 0-based `rank` is in the pre-queue (not yet placed by a finished draw).
+    /// While drawing, pre-queue members are the first `K0` ranks at most (leavers make it fewer).
+    #[must_use]
+    pub fn holds_in_pre_queue(&self, rank: Option<u64>) -> bool {
+        match self.phase {
+            DrawPhase::Scheduled => true,
+            DrawPhase::Drawing => rank.is_some_and(|rank| rank < self.pre_queue_size),
+            DrawPhase::Done => false,
+        }
+    }
+}
+
+mod phase_code {
+    use rankgate_core::queue::DrawPhase;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(phase: &DrawPhase, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(phase.code())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DrawPhase, D::Error> {
+        let code = String::deserialize(d)?;
+        DrawPhase::from_code(&code).ok_or_else(|| serde::de::Error::custom("unknown draw phase"))
+    }
+}
+
+mod seed_hex {
+    use rankgate_core::queue::draw::{from_hex_32, to_hex};
+    use rankgate_core::queue::DrawSeed;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(seed: &DrawSeed, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&to_hex(&seed.0))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DrawSeed, D::Error> {
+        let raw = String::deserialize(d)?;
+        from_hex_32(&raw)
+            .map(DrawSeed)
+            .ok_or_else(|| serde::de::Error::custom("bad draw seed"))
+    }
+}
+
+/// Result of [`QueueStore::schedule_opening`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScheduleOutcome {
+    /// Scheduled (or moved); the record as stored.
+    Scheduled(DrawRecord),
+    /// `opensAt` removed: the queue is an ordinary FIFO queue again, members keep their arrival order.
+    Cleared,
+    /// There was nothing to clear.
+    NothingToClear,
+    /// A draw is being written: it cannot be moved or cleared until it is done.
+    DrawRunning,
+}
+
+/// Result of [`QueueStore::begin_draw`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BeginDraw {
+    /// No `opensAt` on this queue (or no queue).
+    NotScheduled,
+    /// `opensAt` is still ahead.
+    NotDue,
+    /// Another drawer holds a live lease.
+    HeldElsewhere,
+    /// Already drawn.
+    Done,
+    /// This drawer holds the lease: read, sort and write a full pass.
+    Begun(DrawPass),
+}
+
+/// What a drawer needs for one pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrawPass {
+    /// The secret seed.
+    pub seed: DrawSeed,
+    /// `B`.
+    pub boundary: u64,
+    /// `L`.
+    pub late_from: u64,
+}
+
+/// Result of [`QueueStore::write_draw_chunk`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawStep {
+    /// Applied (or already applied by an earlier try of the same call).
+    Written,
+    /// This drawer no longer holds the lease (or chunks came out of order): stop; another pass decides.
+    LostLease,
+}
+
+/// Result of [`QueueStore::finish_draw`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishDraw {
+    /// Done; this many members were drawn.
+    Done {
+        /// Length of the drawn list.
+        drawn: u64,
+    },
+    /// Some pre-queue member was not placed by this pass: run another.
+    Incomplete,
+    /// This drawer no longer holds the lease.
+    LostLease,
+}
+
+/// What [`run_draw`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawRun {
+    /// Nothing to do (no `opensAt`, not due, or somebody else is drawing).
+    Idle,
+    /// The draw is done (by this call or before); this many members were drawn (`None`: not by this call).
+    Done(Option<u64>),
+    /// This drawer lost its lease mid-way; another instance carries on.
+    Interrupted,
+}
+
+/// Passes one [`run_draw`] call tries before leaving the draw to the next tick.
+const PASSES_PER_RUN: usize = 3;
+
+/// Performs a due draw on `queue`: begin, read, sort, write in chunks, finish. Safe to call from every
+/// instance at every tick: the store grants one drawer at a time, and any pass can be cut off at any
+/// point without losing or duplicating a member (module doc). `owner` must be unique per call site
+/// (a random id per instance).
+pub async fn run_draw(store: &dyn QueueStore, queue: &QueueName, owner: &str) -> Result<DrawRun, StoreError> {
+    for _ in 0..PASSES_PER_RUN {
+        let pass = match store.begin_draw(queue, owner, DRAW_LEASE_MS).await? {
+            BeginDraw::NotScheduled | BeginDraw::NotDue | BeginDraw::HeldElsewhere => {
+                return Ok(DrawRun::Idle)
+            }
+            BeginDraw::Done => return Ok(DrawRun::Done(None)),
+            BeginDraw::Begun(pass) => pass,
+        };
+        let mut members = read_pre_queue(store, queue, pass.late_from).await?;
+        sort_in_draw_order(&pass.seed, &mut members);
+        let mut first_index = 0u64;
+        for chunk in members.chunks(DRAW_WRITE_CHUNK) {
+            if store
+                .write_draw_chunk(queue, owner, DRAW_LEASE_MS, first_index, chunk)
+                .await?
+                == DrawStep::LostLease
+            {
+                return Ok(DrawRun::Interrupted);
+            }
+            first_index += chunk.len() as u64;
+        }
+        match store.finish_draw(queue, owner).await? {
+            FinishDraw::Done { drawn } => return Ok(DrawRun::Done(Some(drawn))),
+            FinishDraw::LostLease => return Ok(DrawRun::Interrupted),
+            FinishDraw::Incomplete => continue,
+        }
+    }
+    Ok(DrawRun::Interrupted)
+}
+
+/// Every waiting member scored below `late_from`, in pages keyed by score. Pages start at the last score
+/// seen, inclusive, skipping the members already read at that score: scores left by a dead pass may tie,
+/// and an exclusive start would skip the second of a tie.
+async fn read_pre_queue(
+    store: &dyn QueueStore,
+    queue: &QueueName,
+    late_from: u64,
+) -> Result<Vec<String>, StoreError> {
+    let mut members = Vec::new();
+    let mut from_score = 0u64;
+    let mut seen_at_from: HashSet<String> = HashSet::new();
+    loop {
+        let page = store
+            .pre_queue_page(queue, from_score, late_from, DRAW_READ_PAGE)
+            .await?;
+        let full = page.len() == DRAW_READ_PAGE;
+        let mut progressed = false;
+        for (member, score) in page {
+            if score == from_score && seen_at_from.contains(&member) {
+                continue;
+            }
+            progressed = true;
+            if score != from_score {
+                from_score = score;
+                seen_at_from.clear();
+            }
+            seen_at_from.insert(member.clone());
+            members.push(member);
+        }
+        if !full || !progressed {
+            return Ok(members);
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! The embedded store's steps of a scheduled opening's draw (protocol: `crate::queue::draw`).
+//!
+//! Each step is one hold of the queue's lock plus one persisted unit, like every other embedded
+//! operation. The draw's order is computed outside the lock by the shared driver, and written back in
+//! chunks, so a million-member pre-queue never holds the lock (and every entry and poll behind it) for
+//! more than a chunk's worth of sorted-set updates.
+
+use rankgate_core::queue::{DrawPhase, DrawSeed, QueueName};
+use rankgate_zset::ScoreBound;
+
+use super::persist::{committed, MemberRow, Write};
+use super::{Creation, EmbeddedStore};
+use crate::queue::draw::{BeginDraw, DrawPass, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
+use crate::queue::StoreError;
+
+impl EmbeddedStore {
+    pub(super) async fn schedule_opening_embedded(
+        &self,
+        queue: &QueueName,
+        opens_at_ms: Option<i64>,
+        fresh_seed: DrawSeed,
+    ) -> Result<ScheduleOutcome, StoreError> {
+        let state = self.existing_or_create(queue, Creation::ByAdmin)?;
+        let (outcome, pending) = {
+            let mut q = state.lock();
+            if q.deleted {
+                return Err(StoreError::Unavailable(
+                    "the queue was deleted during this update; try again".into(),
+                ));
+            }
+            q.observe_now(self.clock.now_millis());
+            let phase = q.draw.as_ref().map(|d| d.phase);
+            if phase == Some(DrawPhase::Drawing) {
+                return Ok(ScheduleOutcome::DrawRunning);
+            }
+            q.managed = true;
+            let mut writes = vec![q.queue_write()];
+            let outcome = match opens_at_ms {
+                None if phase.is_none() => ScheduleOutcome::NothingToClear,
+                None => {
+                    q.draw = None;
+                    q.drawn.clear();
+                    ScheduleOutcome::Cleared
+                }
+                Some(opens_at_ms) => {
+                    let record = match q.draw.take() {
+                        // Moving a scheduled opening keeps its seed: the commitment stays true.
+                        Some(existing) if existing.phase == DrawPhase::Scheduled => DrawRecord {
+                            opens_at_ms,
+                            ..existing
+                        },
+                        _ => {
+                            q.drawn.clear();
+                            writes.push(Write::ClearDrawnMembers {
+                                queue: queue.as_str().to_string(),
+                            });
+                            DrawRecord::scheduled(opens_at_ms, fresh_seed)
+                        }
+                    };
+                    q.draw = Some(record.clone());
+                    ScheduleOutcome::Scheduled(record)
+                }
+            };
+            writes.push(q.draw_write());
+            (outcome, self.writer.submit(writes))
+        };
+        committed(pending).await?;
+        Ok(outcome)
+    }
+
+    pub(super) async fn begin_draw_embedded(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<BeginDraw, StoreError> {
+        let Some(state) = self.existing(queue) else {
+            return Ok(BeginDraw::NotScheduled);
+        };
+        let (outcome, pending) = {
+            let mut q = state.lock();
+            if q.deleted {
+                return Ok(BeginDraw::NotScheduled);
+            }
+            let now_ms = q.observe_now(self.clock.now_millis());
+            let waiting = q.waiting.len() as u64;
+            let next_seq = q.next_seq;
+            let Some(record) = q.draw.as_mut() else {
+                return Ok(BeginDraw::NotScheduled);
+            };
+            match record.phase {
+                DrawPhase::Done => return Ok(BeginDraw::Done),
+                DrawPhase::Scheduled if now_ms < record.opens_at_ms => return Ok(BeginDraw::NotDue),
+                DrawPhase::Drawing if record.owner != owner && record.lease_until_ms > now_ms => {
+                    return Ok(BeginDraw::HeldElsewhere)
+                }
+                DrawPhase::Scheduled => {
+                    // Freeze the pre-queue: everyone waiting now has a sequence below B; later arrivals
+                    // start at L = B + K0, behind every position the draw can write.
+                    record.boundary = next_seq;
+                    record.pre_queue_size = waiting;
+                    record.late_from = next_seq + waiting;
+                    record.phase = if waiting == 0 {
+                        DrawPhase::Done
+                    } else {
+                        DrawPhase::Drawing
+                    };
+                }
+                DrawPhase::Drawing => {}
+            }
+            let done = record.phase == DrawPhase::Done;
+            record.owner = owner.to_string();
+            record.lease_until_ms = now_ms + lease_ms;
+            record.drawn = 0;
+            let pass = DrawPass {
+                seed: record.seed,
+                boundary: record.boundary,
+                late_from: record.late_from,
+            };
+            q.next_seq = q.next_seq.max(pass.late_from);
+            q.drawn.clear();
+            let writes = vec![
+                q.queue_write(),
+                Write::ClearDrawnMembers {
+                    queue: queue.as_str().to_string(),
+                },
+                q.draw_write(),
+            ];
+            let outcome = if done {
+                BeginDraw::Done
+            } else {
+                BeginDraw::Begun(pass)
+            };
+            (outcome, self.writer.submit(writes))
+        };
+        committed(pending).await?;
+        Ok(outcome)
+    }
+
+    pub(super) fn pre_queue_page_embedded(
+        &self,
+        queue: &QueueName,
+        from_score: u64,
+        below: u64,
+        limit: usize,
+    ) -> Vec<(String, u64)> {
+        let Some(state) = self.existing(queue) else {
+            return Vec::new();
+        };
+        let q = state.lock();
+        q.waiting
+            .range_by_score(
+                ScoreBound::Inclusive(from_score as f64),
+                ScoreBound::Exclusive(below as f64),
+                false,
+                Some((0, limit as i64)),
+            )
+            .into_iter()
+            .filter_map(|(member, score)| {
+                std::str::from_utf8(member)
+                    .ok()
+                    .map(|m| (m.to_string(), score as u64))
+            })
+            .collect()
+    }
+
+    pub(super) async fn write_draw_chunk_embedded(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+        first_index: u64,
+        members: &[String],
+    ) -> Result<DrawStep, StoreError> {
+        let Some(state) = self.existing(queue) else {
+            return Ok(DrawStep::LostLease);
+        };
+        let (step, pending) = {
+            let mut q = state.lock();
+            if q.deleted {
+                return Ok(DrawStep::LostLease);
+            }
+            let now_ms = q.observe_now(self.clock.now_millis());
+            let Some(record) = q.draw.as_ref() else {
+                return Ok(DrawStep::LostLease);
+            };
+            if record.phase != DrawPhase::Drawing || record.owner != owner {
+                return Ok(DrawStep::LostLease);
+            }
+            let (boundary, late_from, opens_at_ms) = (record.boundary, record.late_from, record.opens_at_ms);
+            let listed = q.drawn.len() as u64;
+            if listed == first_index + members.len() as u64 {
+                // A retried call whose first try was applied.
+                return Ok(DrawStep::Written);
+            }
+            if listed != first_index {
+                return Ok(DrawStep::LostLease);
+            }
+            let queue_name = queue.as_str().to_string();
+            let mut writes = Vec::with_capacity(members.len() + 2);
+            for (offset, member) in members.iter().enumerate() {
+                let still_pre_queue = q
+                    .waiting
+                    .zscore(member.as_bytes())
+                    .is_some_and(|score| score < late_from as f64);
+                if !still_pre_queue {
+                    continue;
+                }
+                let seq = boundary + first_index + offset as u64;
+                let _ = q.waiting.zadd(
+                    member.as_bytes(),
+                    seq as f64,
+                    rankgate_zset::AddOptions::default(),
+                );
+                // The pre-queue's wait starts at the opening; that is the arrival time a restart reads.
+                writes.push(Write::Member {
+                    queue: queue_name.clone(),
+                    member: member.clone(),
+                    row: MemberRow {
+                        kind: 0,
+                        seq: seq as i64,
+                        at_ms: opens_at_ms,
+                        ..MemberRow::default()
+                    },
+                });
+            }
+            q.drawn.extend(members.iter().map(|m| m.clone().into_boxed_str()));
+            let drawn = q.drawn.len() as u64;
+            if let Some(record) = q.draw.as_mut() {
+                record.lease_until_ms = now_ms + lease_ms;
+                record.drawn = drawn;
+            }
+            writes.push(Write::DrawnMembers {
+                queue: queue_name,
+                first_index: first_index as i64,
+                members: members.to_vec(),
+            });
+            writes.push(q.draw_write());
+            (DrawStep::Written, self.writer.submit(writes))
+        };
+        committed(pending).await?;
+        Ok(step)
+    }
+
+    pub(super) async fn finish_draw_embedded(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+    ) -> Result<FinishDraw, StoreError> {
+        let Some(state) = self.existing(queue) else {
+            return Ok(FinishDraw::LostLease);
+        };
+        let (outcome, pending) = {
+            let mut q = state.lock();
+            if q.deleted {
+                return Ok(FinishDraw::LostLease);
+            }
+            q.observe_now(self.clock.now_millis());
+            let Some(record) = q.draw.as_ref() else {
+                return Ok(FinishDraw::LostLease);
+            };
+            if record.phase != DrawPhase::Drawing || record.owner != owner {
+                return Ok(FinishDraw::LostLease);
+            }
+            let unplaced = q.waiting.zcount(
+                ScoreBound::Inclusive(f64::NEG_INFINITY),
+                ScoreBound::Exclusive(record.boundary as f64),
+            );
+            if unplaced > 0 {
+                return Ok(FinishDraw::Incomplete);
+            }
+            let drawn = q.drawn.len() as u64;
+            if let Some(record) = q.draw.as_mut() {
+                record.phase = DrawPhase::Done;
+                record.drawn = drawn;
+                record.owner.clear();
+                record.lease_until_ms = 0;
+            }
+            let writes = vec![q.draw_write()];
+            (FinishDraw::Done { drawn }, self.writer.submit(writes))
+        };
+        committed(pending).await?;
+        Ok(outcome)
+    }
+}
