@@ -286,6 +286,7 @@ impl Event {
     /// Appends the canonical JSON of [`Event::to_json`] to `out` without building a `Value`: the raw
     /// event log is written once per ingested event, so this is on the hot path.
     pub fn write_json(&self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
         fn string(out: &mut Vec<u8>, value: &str) {
             serde_json::to_writer(&mut *out, value).expect("writing to a Vec cannot fail");
         }
@@ -294,7 +295,8 @@ impl Event {
         out.extend_from_slice(b",\"type\":\"");
         out.extend_from_slice(self.kind.as_str().as_bytes());
         out.extend_from_slice(b"\",\"ts\":");
-        out.extend_from_slice(self.ts_millis.to_string().as_bytes());
+        // `write!` into the Vec formats in place: no String per event.
+        write!(out, "{}", self.ts_millis).expect("writing to a Vec cannot fail");
         out.extend_from_slice(b",\"product_id\":");
         string(out, self.product.as_str());
         out.extend_from_slice(b",\"categories\":[");
@@ -306,9 +308,8 @@ impl Event {
         }
         out.push(b']');
         if let Some(payment) = self.payment {
-            out.extend_from_slice(
-                format!(",\"quantity\":{},\"price\":{}", payment.quantity, payment.price).as_bytes(),
-            );
+            write!(out, ",\"quantity\":{},\"price\":{}", payment.quantity, payment.price)
+                .expect("writing to a Vec cannot fail");
         }
         out.push(b'}');
     }
