@@ -8,9 +8,10 @@
 # sent again ~1,000 events later. `rankgate serve` runs under callgrind with instrumentation off; the first
 # $WARMUP events are ingested uncounted (products and hours appear, statements get prepared), then the
 # next $EVENTS are counted, one connection, 2,000-event JSON batches. Prints the total instructions per
-# event and the inclusive share of each stage (a function's cost including what it calls; the stages
-# nest, e.g. the commit is inside the ingest): body read, split + JSON parse, validation, the ingest's
-# dedupe/coalescing, SQLite, engine apply, response.
+# event and the inclusive share of each stage (a function's cost including what it calls; indented stages
+# are inside the one above): parse + validation (on the blocking pool), the writer thread (dedupe,
+# lateness, coalescing, the SQLite commit, the engine apply of every cached span) and the rest (hyper,
+# body read, response, task wake-ups).
 # Environment: EVENTS (40000), WARMUP (20000), PORT (18131), KEEP (set: keep the work dir and profile).
 set -euo pipefail
 BIN=$(readlink -f "${1:-target/release}")
@@ -32,8 +33,8 @@ BASE="http://127.0.0.1:$PORT"
 "$BIN/gen-workload" seed-lesson --out "$WORK/seed.ndjson" >/dev/null 2>&1
 awk '{ print; if (NR % 20 == 0) held[NR] = $0; if ((NR - 1000) in held) { print held[NR - 1000]; delete held[NR - 1000] } }' \
   "$WORK/seed.ndjson" >"$WORK/mixed.ndjson"
-head -n "$WARMUP" "$WORK/mixed.ndjson" >"$WORK/warmup.ndjson"
-tail -n +"$((WARMUP + 1))" "$WORK/mixed.ndjson" | head -n "$EVENTS" >"$WORK/counted.ndjson"
+awk -v w="$WARMUP" -v n="$EVENTS" -v warm="$WORK/warmup.ndjson" -v counted="$WORK/counted.ndjson" \
+  'NR <= w { print > warm; next } NR <= w + n { print > counted }' "$WORK/mixed.ndjson"
 
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/callgrind.out" \
   "$BIN/rankgate" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data" >"$WORK/serve.log" 2>&1 &
@@ -61,15 +62,18 @@ stage() {
     END { printf "  %-44s %8.0f per event (%4.1f%%)\n", name, best / n, (t > 0 ? best * 100 / t : 0) }' \
     "$WORK/inclusive.txt"
 }
-stage 'rankgate::routes::events::post_events' "handler (parse + ingest + response)"
-stage 'http_body_util.*Collect|axum.*Bytes.*from_request|to_bytes' "body read (collect the request body)"
-stage 'rankgate_core::event::split_body_at_most' "split + JSON parse (serde_json Value)"
-stage 'rankgate_core::event::RawItem::to_event' "validation (Value -> Event)"
-stage 'rankgate_store::ranking::ingest::Ingestor::ingest' "ingest: dedupe, lateness, coalescing, commit, apply"
-stage 'rankgate_store::ranking::sqlite::.*commit' "  SQLite commit (inside ingest)"
-stage 'rankgate_store::ranking::engine::RankingEngine::apply' "  engine apply (inside ingest)"
-stage 'rankgate_core::event::Event::write_json' "  raw-log body per event (inside ingest)"
-stage 'IngestResponse|serde_json::ser::to_vec|axum::json::.*into_response' "response (serialize)"
-stage 'hyper::proto::h1::dispatch' "hyper connection (all of the above + I/O)"
+stage 'rankgate::routes::events::parse_batch' "parse + validate (blocking pool)"
+stage 'rankgate_core::event::split_body_at_most' "  split + serde_json::Value per event"
+stage 'rankgate_core::event::parse_body_at_most' "  split + typed parse (plain events)"
+stage 'rankgate_core::event::RawItem::to_event' "  validation of Values (Value -> Event)"
+stage 'rankgate::rankings::writer::run_writer' "writer thread (the rest of the ingest)"
+stage 'rankgate_store::ranking::ingest::Ingestor::ingest' "  Ingestor::ingest: dedupe, lateness, coalescing"
+stage 'SqliteSource as rankgate_store::ranking::source::SourceOfTruth>::commit' "    SQLite commit (one transaction)"
+stage 'rankgate_store::ranking::engine::RankingEngine::apply' "    engine apply (every cached span)"
+stage 'rankgate_core::event::Event::write_json' "    raw-log body per event"
+parse=$(awk '/rankgate::routes::events::parse_batch/ { v = $1; gsub(",", "", v); if (v + 0 > b) b = v + 0 } END { print b + 0 }' "$WORK/inclusive.txt")
+writer=$(awk '/rankgate::rankings::writer::run_writer/ { v = $1; gsub(",", "", v); if (v + 0 > b) b = v + 0 } END { print b + 0 }' "$WORK/inclusive.txt")
+awk -v t="$total" -v p="$parse" -v w="$writer" -v n="$EVENTS" 'BEGIN {
+  printf "  %-44s %8.0f per event (%4.1f%%)\n", "HTTP: hyper, body read, response, wake-ups", (t - p - w) / n, (t - p - w) * 100 / t }'
 echo "# top functions by inclusive count:"
 sed -n '/^Ir/,$p' "$WORK/inclusive.txt" | sed -n '3,40p'

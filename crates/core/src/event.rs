@@ -308,8 +308,12 @@ impl Event {
         }
         out.push(b']');
         if let Some(payment) = self.payment {
-            write!(out, ",\"quantity\":{},\"price\":{}", payment.quantity, payment.price)
-                .expect("writing to a Vec cannot fail");
+            write!(
+                out,
+                ",\"quantity\":{},\"price\":{}",
+                payment.quantity, payment.price
+            )
+            .expect("writing to a Vec cannot fail");
         }
         out.push(b'}');
     }
