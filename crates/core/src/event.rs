@@ -24,6 +24,7 @@ use crate::ids::{Category, EventId, IdError, ProductId};
 use crate::metrics::Metrics;
 use crate::period::Hour;
 
+mod plain;
 mod split;
 
 /// The most categories one event may list.
@@ -285,6 +286,7 @@ impl Event {
     /// Appends the canonical JSON of [`Event::to_json`] to `out` without building a `Value`: the raw
     /// event log is written once per ingested event, so this is on the hot path.
     pub fn write_json(&self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
         fn string(out: &mut Vec<u8>, value: &str) {
             serde_json::to_writer(&mut *out, value).expect("writing to a Vec cannot fail");
         }
@@ -293,7 +295,8 @@ impl Event {
         out.extend_from_slice(b",\"type\":\"");
         out.extend_from_slice(self.kind.as_str().as_bytes());
         out.extend_from_slice(b"\",\"ts\":");
-        out.extend_from_slice(self.ts_millis.to_string().as_bytes());
+        // `write!` into the Vec formats in place: no String per event.
+        write!(out, "{}", self.ts_millis).expect("writing to a Vec cannot fail");
         out.extend_from_slice(b",\"product_id\":");
         string(out, self.product.as_str());
         out.extend_from_slice(b",\"categories\":[");
@@ -305,9 +308,12 @@ impl Event {
         }
         out.push(b']');
         if let Some(payment) = self.payment {
-            out.extend_from_slice(
-                format!(",\"quantity\":{},\"price\":{}", payment.quantity, payment.price).as_bytes(),
-            );
+            write!(
+                out,
+                ",\"quantity\":{},\"price\":{}",
+                payment.quantity, payment.price
+            )
+            .expect("writing to a Vec cannot fail");
         }
         out.push(b'}');
     }
@@ -731,6 +737,53 @@ pub fn split_body_at_most(
     format: BodyFormat,
     max_items: usize,
 ) -> Result<Vec<RawItem>, BodyError> {
+    map_body_elements(
+        body,
+        format,
+        max_items,
+        |element, line_number| match line_number {
+            None => RawItem::parse(element),
+            Some(line_number) => {
+                RawItem::parse_described(element, |error| describe_line_error(line_number, error))
+            }
+        },
+    )
+}
+
+/// One body item after validation: the event, or its best-effort id (see [`raw_id`]) and why it was refused.
+pub type ParsedItem = Result<Event, (Option<String>, EventError)>;
+
+/// [`split_body_at_most`] followed by [`RawItem::to_event`] on every item, with the same answers, but
+/// without building a `serde_json::Value` for events written the plain way (see `event/plain.rs`): the
+/// ingest hot path.
+pub fn parse_body_at_most(
+    body: &[u8],
+    format: BodyFormat,
+    max_items: usize,
+    limits: &ParseLimits,
+) -> Result<Vec<ParsedItem>, BodyError> {
+    map_body_elements(body, format, max_items, |element, line_number| {
+        if let Some(event) = plain::plain_event(element, limits) {
+            return Ok(event);
+        }
+        let item = match line_number {
+            None => RawItem::parse(element),
+            Some(line_number) => {
+                RawItem::parse_described(element, |error| describe_line_error(line_number, error))
+            }
+        };
+        item.to_event(limits).map_err(|error| (item.id(), error))
+    })
+}
+
+/// Cuts a body into its elements (see [`split_body_at_most`]) and maps each with `read`, which also gets
+/// the element's 1-based line number in an NDJSON body.
+fn map_body_elements<T>(
+    body: &[u8],
+    format: BodyFormat,
+    max_items: usize,
+    mut read: impl FnMut(&[u8], Option<usize>) -> T,
+) -> Result<Vec<T>, BodyError> {
     let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
     match format {
         BodyFormat::Json => {
@@ -766,10 +819,7 @@ pub fn split_body_at_most(
                     "unexpected bytes at byte {trailing}, after the body's single top-level value"
                 )));
             }
-            Ok(ranges
-                .into_iter()
-                .map(|range| RawItem::parse(&body[range]))
-                .collect())
+            Ok(ranges.into_iter().map(|range| read(&body[range], None)).collect())
         }
         BodyFormat::Ndjson => {
             let lines: Vec<(usize, &[u8])> = body
@@ -785,7 +835,7 @@ pub fn split_body_at_most(
                 .into_iter()
                 .map(|(line_index, line)| {
                     let line = line.strip_suffix(b"\r").unwrap_or(line);
-                    RawItem::parse_described(line, |error| describe_line_error(line_index + 1, error))
+                    read(line, Some(line_index + 1))
                 })
                 .collect())
         }

@@ -5,7 +5,7 @@
 //! cargo run --release -p rankgate-zset --example memory [members]
 //! ```
 //!
-//! Redis 7 takes ~101 bytes per member for the same set (`MEMORY USAGE`). The target here is ≤ 60.
+//! Redis 7 takes ~101 bytes per member for the same set (`MEMORY USAGE`). The target here is ≤ 40.
 
 use std::time::Instant;
 
@@ -59,7 +59,7 @@ fn main() {
         elapsed.as_nanos() as f64 / members as f64
     );
     println!(
-        "heap_bytes:        {} B = {:.1} B/member (target <= 60, Redis ~101)",
+        "heap_bytes:        {} B = {:.1} B/member (target <= 40, Redis ~101)",
         set.heap_bytes(),
         per_member(set.heap_bytes() as u64)
     );

@@ -2,7 +2,7 @@
 //!
 //! `Vec` doubles its capacity, so right after a doubling half the buffer is unused: for a set that just
 //! crossed a power of two, the slab of entries, the member bytes and the leaves would each carry up to 100%
-//! slack. The memory target (≤ 60 bytes per member) does not survive that. Growing by an eighth keeps slack
+//! slack. The memory target (≤ 40 bytes per member) does not survive that. Growing by an eighth keeps slack
 //! under 12.5% while staying geometric, so pushes are still amortized O(1); large reallocations are mostly
 //! `mremap`s, not copies.
 

@@ -14,14 +14,15 @@
 //!
 //! A set is three parts that refer to each member by a `u32` id, so each member's bytes are stored once:
 //!
-//! - `entries.rs`: the slab of 24-byte entries (score, length, and the member itself when it is at most 12
+//! - `entries.rs`: the slab of 20-byte entries (score, length, and the member itself when it is at most 11
 //!   bytes long, else its offset in one shared byte arena). Ids and byte spans of removed members are
 //!   reused; the arena compacts itself when half of it is garbage.
 //! - `index.rs`: a `hashbrown::HashTable<u32>` from member bytes to id, for `ZSCORE` and for finding the score
 //!   a command needs before it walks the tree. It rehashes in place rather than doubling when removals'
 //!   tombstones fill it.
-//! - `tree.rs`: an order-statistic B+tree over `(score, id)` keys. Leaves hold up to 64 keys and are linked
-//!   for range scans; branches keep per-child element counts (rank ↔ position in O(log n)) and per-child
+//! - `tree.rs`: an order-statistic B+tree over `(score, id)` keys. Leaves hold up to 64 ids (scores are read
+//!   from the slab, so no score is stored twice) and are linked for range scans; branches keep per-child
+//!   element counts (rank ↔ position in O(log n)) and per-child
 //!   minimum keys (the descent guide). Equal scores are ordered by reading member bytes from the slab.
 //!
 //! On top of those:
@@ -32,7 +33,7 @@
 //! - `bound.rs`, `options.rs`, `error.rs`: [`ScoreBound`], [`AddOptions`] and [`Aggregate`], and [`ZsetError`];
 //! - `growth.rs`: the big buffers grow by an eighth instead of doubling, which keeps slack under 12.5%.
 //!
-//! With 1,000,000 members named like `sku-0000001`, [`SortedSet::heap_bytes`] is about 50 bytes per member
+//! With 1,000,000 members named like `sku-0000001`, [`SortedSet::heap_bytes`] is about 37 bytes per member
 //! (Redis: ~101); `cargo run --release -p rankgate-zset --example memory` measures it and the process RSS.
 //!
 //! # Example

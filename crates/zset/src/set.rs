@@ -28,9 +28,9 @@ const MIN_SLOTS_TO_SHRINK: usize = 32;
 ///
 /// # Limits
 ///
-/// A set holds fewer than 2³² − 1 members, and at most 4 GiB of bytes in members longer than 12 bytes
+/// A set holds fewer than 2³² − 1 members, and at most 4 GiB of bytes in members longer than 11 bytes
 /// (shorter ones are stored inline). Ids and offsets are `u32`, which is part of what keeps a member at
-/// about 50 bytes. Going past either limit panics, as `Vec` does on capacity overflow.
+/// about 37 bytes. Going past either limit panics, as `Vec` does on capacity overflow.
 #[derive(Clone, Default)]
 pub struct SortedSet {
     /// Member bytes and scores by id: the only copy of each member.
@@ -211,7 +211,7 @@ impl SortedSet {
             self.tree
                 .descending_from(highest)
                 .take(count)
-                .map(|key| self.pair(key))
+                .map(|id| self.pair(id))
                 .collect()
         } else {
             self.iter_from_rank(start).take(count).collect()
@@ -241,7 +241,7 @@ impl SortedSet {
             self.tree
                 .descending_from(end - 1 - offset)
                 .take(count)
-                .map(|key| self.pair(key))
+                .map(|id| self.pair(id))
                 .collect()
         } else {
             self.iter_from_rank(start + offset).take(count).collect()
@@ -251,7 +251,7 @@ impl SortedSet {
     /// Members in ascending order from position `rank` on, lazily; empty when `rank >= len`. For paging
     /// through a large set without collecting it.
     pub fn iter_from_rank(&self, rank: usize) -> impl Iterator<Item = (&[u8], f64)> + '_ {
-        self.tree.ascending_from(rank).map(move |key| self.pair(key))
+        self.tree.ascending_from(rank).map(move |id| self.pair(id))
     }
 
     /// All members in ascending order.
@@ -269,10 +269,11 @@ impl SortedSet {
         self.pop_with(count, OrderTree::last)
     }
 
-    fn pop_with(&mut self, count: usize, end: fn(&OrderTree) -> Option<Key>) -> Vec<(Vec<u8>, f64)> {
+    fn pop_with(&mut self, count: usize, end: fn(&OrderTree) -> Option<u32>) -> Vec<(Vec<u8>, f64)> {
         let mut popped = Vec::with_capacity(count.min(self.len()));
         while popped.len() < count {
-            let Some(key) = end(&self.tree) else { break };
+            let Some(id) = end(&self.tree) else { break };
+            let key = self.key_of(id);
             popped.push((self.entries.member(key.id).to_vec(), key.score));
             self.remove_key(key);
         }
@@ -311,8 +312,8 @@ impl SortedSet {
         }
     }
 
-    fn pair(&self, key: Key) -> (&[u8], f64) {
-        (self.entries.member(key.id), key.score)
+    fn pair(&self, id: u32) -> (&[u8], f64) {
+        (self.entries.member(id), self.entries.score(id))
     }
 
     fn add_new(&mut self, member: &[u8], score: f64) {
@@ -366,7 +367,12 @@ impl SortedSet {
             let rebuilt = SortedSet::from_sorted_unique(&survivors, layout);
             *self = rebuilt;
         } else {
-            let doomed: Vec<Key> = self.tree.ascending_from(start).take(count).collect();
+            let doomed: Vec<Key> = self
+                .tree
+                .ascending_from(start)
+                .take(count)
+                .map(|id| self.key_of(id))
+                .collect();
             for key in doomed {
                 self.remove_key(key);
             }
@@ -382,12 +388,12 @@ impl SortedSet {
             return (0, 0);
         }
         let start = match min {
-            ScoreBound::Inclusive(score) => self.tree.count_scores_below(score, false),
-            ScoreBound::Exclusive(score) => self.tree.count_scores_below(score, true),
+            ScoreBound::Inclusive(score) => self.tree.count_scores_below(score, false, &self.entries),
+            ScoreBound::Exclusive(score) => self.tree.count_scores_below(score, true, &self.entries),
         };
         let end = match max {
-            ScoreBound::Inclusive(score) => self.tree.count_scores_below(score, true),
-            ScoreBound::Exclusive(score) => self.tree.count_scores_below(score, false),
+            ScoreBound::Inclusive(score) => self.tree.count_scores_below(score, true, &self.entries),
+            ScoreBound::Exclusive(score) => self.tree.count_scores_below(score, false, &self.entries),
         };
         (start, end.max(start))
     }
@@ -416,7 +422,7 @@ impl SortedSet {
                 .all(|pair| pair[0].cmp_in(pair[1], &set.entries).is_lt()),
             "from_sorted_unique: members are not sorted and unique"
         );
-        set.tree = OrderTree::from_sorted_keys(&keys, layout);
+        set.tree = OrderTree::from_sorted_keys(&keys, layout, &set.entries);
         set
     }
 

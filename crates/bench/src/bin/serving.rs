@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! serving-bench coalesce [--flash-sale] [--batch 2000]       writes to Redis per batch vs per event
-//! serving-bench ingest   [--events N] [--batch 2000]         PostgreSQL + Redis ingest rate, end to end
+//! serving-bench ingest   [--events N] [--batch 2000] [--serving-depth N]   PostgreSQL + Redis ingest rate, end to end
 //! serving-bench rebuild  [--events 1000000]                  raw log in PostgreSQL → fresh Redis generation
 //!               [--redis redis://127.0.0.1:6379] [--postgres postgres://postgres@127.0.0.1:5432/test]
 //! ```
@@ -82,6 +82,10 @@ struct Args {
     /// `ingest` without the Redis publisher: the PostgreSQL-only figure, to see what publishing costs.
     #[arg(long)]
     no_publish: bool,
+    /// `ingest` publishing only the top N members of each span (the server's `serving_depth`, Top-N-only
+    /// serving); every member when left out.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    serving_depth: Option<u64>,
 }
 
 fn workload(args: &Args) -> Vec<Event> {
@@ -269,6 +273,7 @@ async fn ingest(args: &Args, prefix: &str) -> anyhow::Result<()> {
     let publisher = {
         let (engine, store, done, zone) = (engine.clone(), store.clone(), done.clone(), zone.clone());
         let no_publish = args.no_publish;
+        let depth = args.serving_depth.map(|depth| depth as usize);
         tokio::spawn(async move {
             let mut first = true;
             let mut rounds = 0u64;
@@ -291,7 +296,7 @@ async fn ingest(args: &Args, prefix: &str) -> anyhow::Result<()> {
                 }
                 let started = Instant::now();
                 let requests = hot_requests(&engine.read(), now_hour, &zone);
-                let publications = take_publication_in_slices(&engine, &requests, None, scope_of(first));
+                let publications = take_publication_in_slices(&engine, &requests, depth, scope_of(first));
                 in_engine += started.elapsed();
                 first = false;
                 if !publications.is_empty() {

@@ -1,8 +1,9 @@
 //! `POST /v1/events`: JSON array, single object or NDJSON (SPEC 1.6), plain or gzip-compressed.
 //!
 //! The handler only decodes the HTTP layer (content type, content coding) and counts outcomes; how a
-//! body becomes events is `rankgate_core::event` ([`split_body_at_most`], [`RawItem::to_event`]), the
-//! same code `rankgate ingest FILE` and the stream consumer use. Decoding and parsing are pure CPU work
+//! body becomes events is `rankgate_core::event` ([`parse_body_at_most`]: the same rules as
+//! `split_body_at_most` + `RawItem::to_event`, which `rankgate ingest FILE` and the stream consumer use,
+//! without a `serde_json::Value` per plainly written event). Decoding and parsing are pure CPU work
 //! on up to `max_body_bytes`, so they run on the blocking pool, not on an async worker.
 
 use std::io::Read;
@@ -13,7 +14,7 @@ use axum::http::{header, HeaderMap};
 use axum::Json;
 use serde::Serialize;
 
-use rankgate_core::event::{split_body_at_most, BodyError, BodyFormat, Event, ParseLimits};
+use rankgate_core::event::{parse_body_at_most, BodyError, BodyFormat, Event, ParseLimits};
 use rankgate_store::ranking::ingest::EventOutcome;
 
 use crate::app::AppState;
@@ -127,7 +128,7 @@ fn parse_batch(
     max_batch: usize,
     limits: &ParseLimits,
 ) -> ApiResult<ParsedBatch> {
-    let items = split_body_at_most(body, format, max_batch).map_err(|error| match error {
+    let items = parse_body_at_most(body, format, max_batch, limits).map_err(|error| match error {
         BodyError::TooManyItems { max } => ApiError::PayloadTooLarge(format!(
             "a batch holds at most {max} events, this one has more; split it"
         )),
@@ -138,15 +139,15 @@ fn parse_batch(
         positions: Vec::with_capacity(items.len()),
         rejected: Vec::new(),
     };
-    for (index, item) in items.iter().enumerate() {
-        match item.to_event(limits) {
+    for (index, item) in items.into_iter().enumerate() {
+        match item {
             Ok(event) => {
                 batch.valid.push(event);
                 batch.positions.push(index);
             }
-            Err(error) => batch.rejected.push(Rejection {
+            Err((id, error)) => batch.rejected.push(Rejection {
                 index,
-                id: item.id(),
+                id,
                 error: error.to_string(),
             }),
         }

@@ -5,7 +5,7 @@
 //! command the engine's answer, its full contents and its structural invariants are checked.
 //!
 //! Members come from a small alphabet so adds hit existing members and removes hit present ones, with
-//! awkward bytes (empty, NUL, 0xFF, prefixes) and lengths on both sides of the 12-byte inline limit. Scores come from a small pool so ties are common, plus
+//! awkward bytes (empty, NUL, 0xFF, prefixes) and lengths on both sides of the 11-byte inline limit. Scores come from a small pool so ties are common, plus
 //! `±inf`, `-0.0` and NaN. One test uses tiny nodes (4–7 wide) so a few dozen members make a deep tree;
 //! the other uses the production layout with a larger alphabet. Each case starts with a run of inserts so
 //! sets are big enough to matter.
@@ -20,7 +20,7 @@ use crate::{AddOptions, Aggregate, ScoreBound, SortedSet, ZsetError};
 
 type Pairs = Vec<(Vec<u8>, u64)>;
 
-/// Awkward bytes first, then a mix of members stored inline (≤ 12 bytes) and in the arena, with lengths
+/// Awkward bytes first, then a mix of members stored inline (≤ 11 bytes) and in the arena, with lengths
 /// on both sides of that boundary.
 fn member_name(index: usize) -> Vec<u8> {
     const SPECIAL: [&[u8]; 8] = [b"", b"\x00", b"\xff", b"a", b"ab", b"a\x00", b"B", b"\xff\x00"];

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use crate::{ScoreBound, SortedSet};
 
 /// The memory budget per member, against Redis's ~101 bytes.
-const MAX_HEAP_BYTES_PER_MEMBER: f64 = 60.0;
+const MAX_HEAP_BYTES_PER_MEMBER: f64 = 40.0;
 
 /// Tiny deterministic generator, so failures reproduce and no `rand` dependency is needed.
 struct XorShift(u64);
