@@ -14,6 +14,7 @@
 //! - [`waiting_room`]: the waiting room's HTTP API, admission scheduler and order gate (SPEC 2).
 //! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, catalog.
 //! - [`stream`]: the Redis Streams consumer group (`--stream`).
+//! - [`kafka`]: the Kafka consumer group (`--kafka`), with dead letters and backpressure.
 //! - [`verify`]: batch recompute vs served rankings.
 //! - [`demo`]: the seed lesson's workload end to end.
 //! - [`webhooks`]: `[[webhook]]`: top-N changes posted, signed, retried through the job queue.
@@ -27,6 +28,7 @@ pub mod edge;
 pub mod error;
 pub mod fast_lane;
 pub mod json_writer;
+pub mod kafka;
 pub mod rankings;
 pub mod route_table;
 pub mod routes;
