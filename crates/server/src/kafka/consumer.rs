@@ -115,7 +115,7 @@ struct DeadLetter {
     partition: i32,
     offset: i64,
     key: Option<Vec<u8>>,
-    value: Vec<u8>,
+    value: Option<Vec<u8>>,
     error: String,
 }
 
@@ -177,7 +177,8 @@ impl Batch {
                 partition,
                 offset,
                 key: message.key().map(|k| k[..k.len().min(MAX_RECORD_BYTES)].to_vec()),
-                value: value[..value.len().min(MAX_RECORD_BYTES)].to_vec(),
+                // A record without a value stays one in the dead-letter topic.
+                value: message.payload().map(|v| v[..v.len().min(MAX_RECORD_BYTES)].to_vec()),
                 error,
             }),
         }
@@ -425,7 +426,7 @@ impl KafkaConsumer {
                     partition: *partition,
                     offset: *offset,
                     key: None,
-                    value: batch.values[*start..*end].to_vec(),
+                    value: Some(batch.values[*start..*end].to_vec()),
                     error: error.to_string(),
                 });
             }
@@ -477,9 +478,10 @@ impl KafkaConsumer {
                     key: SOURCE_OFFSET_HEADER,
                     value: Some(offset.as_bytes()),
                 });
-            let mut record = FutureRecord::to(&self.config.dead_letter_topic)
-                .payload(letter.value.as_slice())
-                .headers(headers);
+            let mut record = FutureRecord::<[u8], [u8]>::to(&self.config.dead_letter_topic).headers(headers);
+            if let Some(value) = &letter.value {
+                record = record.payload(value.as_slice());
+            }
             if let Some(key) = &letter.key {
                 record = record.key(key.as_slice());
             }
