@@ -268,8 +268,13 @@ impl Application {
         let cache_control = crate::routes::rankings::cache_control(config.cache_max_age_seconds);
         let kafka = match &config.kafka {
             Some(kafka) => Some(
-                KafkaConsumer::connect(kafka.clone(), rankings.clone(), clock.clone(), config.max_future_millis)
-                    .await?,
+                KafkaConsumer::connect(
+                    kafka.clone(),
+                    rankings.clone(),
+                    clock.clone(),
+                    config.max_future_millis,
+                )
+                .await?,
             ),
             None => None,
         };

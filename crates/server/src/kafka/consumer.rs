@@ -178,7 +178,9 @@ impl Batch {
                 offset,
                 key: message.key().map(|k| k[..k.len().min(MAX_RECORD_BYTES)].to_vec()),
                 // A record without a value stays one in the dead-letter topic.
-                value: message.payload().map(|v| v[..v.len().min(MAX_RECORD_BYTES)].to_vec()),
+                value: message
+                    .payload()
+                    .map(|v| v[..v.len().min(MAX_RECORD_BYTES)].to_vec()),
                 error,
             }),
         }
@@ -189,7 +191,11 @@ impl Batch {
     fn reparse(&self) -> Vec<Event> {
         self.origins
             .iter()
-            .filter_map(|(start, end, _, _)| RawItem::parse(&self.values[*start..*end]).to_event(&self.limits).ok())
+            .filter_map(|(start, end, _, _)| {
+                RawItem::parse(&self.values[*start..*end])
+                    .to_event(&self.limits)
+                    .ok()
+            })
             .collect()
     }
 }
@@ -280,7 +286,8 @@ impl KafkaConsumer {
                 .filter_map(|(p, o)| o.map(|o| (p, o)))
                 .collect();
             if !durable.is_empty() {
-                if let Err(error) = consumer.commit(&offsets_list(&status.topic, &durable), CommitMode::Sync) {
+                if let Err(error) = consumer.commit(&offsets_list(&status.topic, &durable), CommitMode::Sync)
+                {
                     tracing::warn!(%error, "kafka: the final commit failed; the records will be read again");
                 }
             }
@@ -414,7 +421,10 @@ impl KafkaConsumer {
             match self.rankings.ingest(events, batch.limits.now_millis).await {
                 Ok(outcomes) => break outcomes,
                 Err(error) => {
-                    tracing::warn!(error = format!("{error:#}"), "kafka: ingesting a batch failed; retrying");
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        "kafka: ingesting a batch failed; retrying"
+                    );
                     backoff.wait(shutdown).await?;
                     events = batch.reparse();
                 }

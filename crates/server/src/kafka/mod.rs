@@ -219,12 +219,18 @@ mod tests {
 
     #[test]
     fn no_brokers_means_no_consumer_and_defaults_follow_the_topic() {
-        assert_eq!(KafkaConfig::merge(&KafkaOverrides::default(), file("")).unwrap(), None);
+        assert_eq!(
+            KafkaConfig::merge(&KafkaOverrides::default(), file("")).unwrap(),
+            None
+        );
         let config = KafkaConfig::merge(&KafkaOverrides::default(), file("kafka = \"a:9092, b:9093\""))
             .unwrap()
             .unwrap();
         assert_eq!(config.brokers, ["a:9092", "b:9093"]);
-        assert_eq!((config.topic.as_str(), config.group.as_str()), ("events", "rankgate"));
+        assert_eq!(
+            (config.topic.as_str(), config.group.as_str()),
+            ("events", "rankgate")
+        );
         assert_eq!(config.dead_letter_topic, "events.dead");
         let overrides = KafkaOverrides {
             brokers: Some("127.0.0.1:1".into()),
@@ -249,12 +255,27 @@ mod tests {
             ("kafka = \"h:1\"\nkafka_topic = \"a b\"", "kafka_topic"),
             ("kafka = \"h:1\"\nkafka_topic = \"..\"", "kafka_topic"),
             ("kafka = \"h:1\"\nkafka_group = \"\"", "kafka_group"),
-            ("kafka = \"h:1\"\nkafka_dead_letter_topic = \"events\"", "kafka_dead_letter_topic"),
+            (
+                "kafka = \"h:1\"\nkafka_dead_letter_topic = \"events\"",
+                "kafka_dead_letter_topic",
+            ),
             ("kafka = \"h:1\"\nkafka_batch = 0", "kafka_batch"),
-            ("kafka = \"h:1\"\nkafka_batch = 100\nkafka_max_in_flight = 99", "kafka_max_in_flight"),
-            ("kafka = \"h:1\"\nkafka_max_in_flight = 2000000", "kafka_max_in_flight"),
-            ("kafka = \"h:1\"\nkafka_linger_millis = 60000", "kafka_linger_millis"),
-            ("kafka = \"h:1\"\nkafka_session_timeout_millis = 10", "kafka_session_timeout_millis"),
+            (
+                "kafka = \"h:1\"\nkafka_batch = 100\nkafka_max_in_flight = 99",
+                "kafka_max_in_flight",
+            ),
+            (
+                "kafka = \"h:1\"\nkafka_max_in_flight = 2000000",
+                "kafka_max_in_flight",
+            ),
+            (
+                "kafka = \"h:1\"\nkafka_linger_millis = 60000",
+                "kafka_linger_millis",
+            ),
+            (
+                "kafka = \"h:1\"\nkafka_session_timeout_millis = 10",
+                "kafka_session_timeout_millis",
+            ),
         ] {
             let error = KafkaConfig::merge(&KafkaOverrides::default(), file(text))
                 .unwrap_err()

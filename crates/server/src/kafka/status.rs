@@ -159,7 +159,11 @@ mod tests {
         assert_eq!(commit, [(0, 10)], "partition 2 is not ours");
         // Durable offsets never go back, even if batches were to complete out of order.
         assert_eq!(status.made_durable(&BTreeMap::from([(0, 7)])), [(0, 10)]);
-        assert_eq!(status.revoke(&[0, 1]), [(0, 10)], "partition 1 has nothing durable");
+        assert_eq!(
+            status.revoke(&[0, 1]),
+            [(0, 10)],
+            "partition 1 has nothing durable"
+        );
         assert!(status.assigned().is_empty());
         assert_eq!(status.to_json()["assigned"], false);
         assert!(status.made_durable(&BTreeMap::from([(0, 20)])).is_empty());

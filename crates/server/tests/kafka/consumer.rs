@@ -265,7 +265,11 @@ async fn incremental_equals_recompute_on_a_workload_consumed_from_kafka_with_poi
         "rankgate-recompute",
     ]);
     let kafka = server.wait_drained().await;
-    assert_eq!(kafka["records"], records.len(), "every record handled once: {kafka}");
+    assert_eq!(
+        kafka["records"],
+        records.len(),
+        "every record handled once: {kafka}"
+    );
     assert_eq!(kafka["group"], "rankgate-recompute");
     assert_eq!(kafka["partitions"], json!([0, 1, 2]));
     let dead = read_topic(&broker, "events.dead", poison.len());
@@ -275,7 +279,9 @@ async fn incremental_equals_recompute_on_a_workload_consumed_from_kafka_with_poi
             .find(|(dead_value, _)| dead_value == value)
             .unwrap_or_else(|| panic!("{value:?} is dead-lettered with its value: {dead:?}"));
         assert_eq!(header(headers, "rankgate-source-topic"), Some("events"));
-        header(headers, "rankgate-error").expect("the error header").to_string()
+        header(headers, "rankgate-error")
+            .expect("the error header")
+            .to_string()
     };
     let errors: Vec<String> = poison.iter().map(|(_, value)| error_of(value)).collect();
     for (error, field) in errors.iter().zip(["event:", "type:", "value:", "event:", "ts:"]) {
@@ -293,12 +299,19 @@ async fn incremental_equals_recompute_on_a_workload_consumed_from_kafka_with_poi
         "rankgate_kafka_rebalances_total{kind=\"assign\"}",
         "rankgate_kafka_records_per_second",
     ] {
-        assert!(metrics.contains(expected), "/metrics lacks {expected}:\n{metrics}");
+        assert!(
+            metrics.contains(expected),
+            "/metrics lacks {expected}:\n{metrics}"
+        );
     }
 
     drop(server);
     let counted = verify(&["--data-dir", dir.path().to_str().unwrap()]);
-    assert_eq!(counted, ids.len(), "every distinct valid event is in the log once");
+    assert_eq!(
+        counted,
+        ids.len(),
+        "every distinct valid event is in the log once"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,7 +319,11 @@ async fn sigkill_mid_batch_then_restart_counts_every_event_exactly_once() {
     let broker = Broker::start();
     broker.create_topic("orders", 2).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = config_file(dir.path(), "kafka_batch = 300\nkafka_linger_millis = 5\n");
+    // A short session, so the restarted instance need not wait long for the killed member to time out.
+    let config = config_file(
+        dir.path(),
+        "kafka_batch = 300\nkafka_linger_millis = 5\nkafka_session_timeout_millis = 6000\n",
+    );
     let (records, ids) = workload_records(12, 0.006);
     let producer = producer(&broker);
     produce(&producer, "orders", &records).await;
@@ -323,11 +340,16 @@ async fn sigkill_mid_batch_then_restart_counts_every_event_exactly_once() {
     let mut first = Server::start(&args);
     let third = records.len() / 3;
     let seen = first
-        .wait_for("a third of the records", |k| k["records"].as_u64().unwrap_or(0) as usize >= third)
+        .wait_for("a third of the records", |k| {
+            k["records"].as_u64().unwrap_or(0) as usize >= third
+        })
         .await;
     first.kill();
     let consumed_before = seen["records"].as_u64().unwrap() as usize;
-    assert!(consumed_before < records.len(), "the kill landed mid-stream: {seen}");
+    assert!(
+        consumed_before < records.len(),
+        "the kill landed mid-stream: {seen}"
+    );
 
     let second = Server::start(&args);
     let kafka = second.wait_drained().await;
@@ -391,7 +413,10 @@ async fn two_instances_on_one_postgres_share_the_partitions_and_one_dies_mid_str
     let deadline = Instant::now() + DEADLINE;
     loop {
         let (ka, kb) = (a.kafka().await, b.kafka().await);
-        let (pa, pb) = (ka["partitions"].as_array().unwrap().len(), kb["partitions"].as_array().unwrap().len());
+        let (pa, pb) = (
+            ka["partitions"].as_array().unwrap().len(),
+            kb["partitions"].as_array().unwrap().len(),
+        );
         if pa > 0 && pb > 0 && pa + pb == 4 {
             break;
         }
@@ -417,5 +442,9 @@ async fn two_instances_on_one_postgres_share_the_partitions_and_one_dies_mid_str
     assert!(kafka["records"].as_u64().unwrap() > 0);
     drop(b);
     let counted = verify(&["--database", POSTGRES, "--database-schema", &schema]);
-    assert_eq!(counted, ids.len(), "every event counted exactly once across both instances");
+    assert_eq!(
+        counted,
+        ids.len(),
+        "every event counted exactly once across both instances"
+    );
 }
