@@ -1,5 +1,5 @@
 //! The Kafka consumer: a reader that polls the group and cuts records into batches, a writer that makes
-//! each batch durable and only then commits its offsets, and a meter of the lag.
+//! each batch durable and only then commits its offsets, and the lag from librdkafka's statistics.
 //!
 //! The reader never stops polling, even while backpressure has paused every partition: librdkafka
 //! serves the group's heartbeats and rebalances on that poll, so a slow source of truth never costs the
@@ -22,6 +22,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::statistics::Statistics;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
@@ -30,7 +31,7 @@ use rankgate_core::event::{Event, ParseLimits, RawItem};
 use rankgate_store::clock::Clock;
 use rankgate_store::ranking::ingest::EventOutcome;
 
-use super::status::KafkaStatus;
+use super::status::{KafkaStatus, PartitionOffsets};
 use super::{KafkaConfig, MAX_RECORD_BYTES};
 use crate::rankings::RankingService;
 
@@ -43,9 +44,9 @@ pub const SOURCE_PARTITION_HEADER: &str = "rankgate-source-partition";
 /// See [`SOURCE_TOPIC_HEADER`].
 pub const SOURCE_OFFSET_HEADER: &str = "rankgate-source-offset";
 
-/// How often the lag is measured (two broker round trips per owned partition).
+/// How often the lag is measured (librdkafka's `statistics.interval.ms`) and the record rate computed.
 const LAG_INTERVAL: Duration = Duration::from_secs(1);
-/// Broker calls made off the poll (commits on revoke, watermarks) give up after this.
+/// Creating the dead-letter topic gives up after this.
 const BROKER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The rebalance callbacks: commit what is durable for revoked partitions, track the assignment.
@@ -53,7 +54,27 @@ pub struct RebalanceContext {
     status: Arc<KafkaStatus>,
 }
 
-impl ClientContext for RebalanceContext {}
+impl ClientContext for RebalanceContext {
+    /// librdkafka's statistics (every [`LAG_INTERVAL`]) carry each partition's high watermark as the
+    /// fetches saw it. A ListOffsets query is not used: tansu 0.6 answers it wrongly.
+    fn stats(&self, statistics: Statistics) {
+        let Some(topic) = statistics.topics.get(&self.status.topic) else {
+            return;
+        };
+        let offsets: Vec<PartitionOffsets> = topic
+            .partitions
+            .values()
+            .filter(|p| p.partition >= 0)
+            .map(|p| PartitionOffsets {
+                partition: p.partition,
+                high: p.hi_offset,
+                low: p.lo_offset,
+                committed: p.committed_offset,
+            })
+            .collect();
+        self.status.measure_lag(&offsets);
+    }
+}
 
 impl ConsumerContext for RebalanceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -236,6 +257,7 @@ impl KafkaConsumer {
             .set("heartbeat.interval.ms", (session / 3).max(100).to_string())
             // librdkafka's own prefetch, per instance; bounded beside `kafka_max_in_flight`.
             .set("queued.max.messages.kbytes", "16384")
+            .set("statistics.interval.ms", LAG_INTERVAL.as_millis().to_string())
             .create_with_context(RebalanceContext {
                 status: status.clone(),
             })
@@ -276,7 +298,7 @@ impl KafkaConsumer {
         tokio::join!(
             self.read_until_stopped(batches, progress.clone(), shutdown.clone()),
             self.write_until_done(queued, progress, shutdown.clone()),
-            self.measure_lag_until_stopped(shutdown),
+            self.measure_rate_until_stopped(shutdown),
         );
         let (consumer, status) = (self.consumer, self.status);
         let _ = tokio::task::spawn_blocking(move || {
@@ -503,7 +525,8 @@ impl KafkaConsumer {
         Ok(())
     }
 
-    async fn measure_lag_until_stopped(&self, shutdown: CancellationToken) {
+    /// The records-per-second gauge (the lag comes with librdkafka's statistics, see [`RebalanceContext`]).
+    async fn measure_rate_until_stopped(&self, shutdown: CancellationToken) {
         let mut ticker = tokio::time::interval(LAG_INTERVAL);
         let mut last = (Instant::now(), 0u64);
         loop {
@@ -517,47 +540,8 @@ impl KafkaConsumer {
                 metrics::gauge!("rankgate_kafka_records_per_second").set((records - last.1) as f64 / elapsed);
             }
             last = (Instant::now(), records);
-            let (consumer, status) = (self.consumer.clone(), self.status.clone());
-            let measured = tokio::task::spawn_blocking(move || measure_lag(&consumer, &status)).await;
-            if let Ok(Err(error)) = measured {
-                tracing::debug!(%error, "kafka: measuring the lag failed");
-            }
         }
     }
-}
-
-/// Lag of each owned partition: high watermark minus the next durable offset (or, before this instance
-/// made any durable, the group's committed offset; or, with no commit yet, the low watermark).
-fn measure_lag(consumer: &StreamConsumer<RebalanceContext>, status: &KafkaStatus) -> anyhow::Result<()> {
-    let durable = status.durable();
-    let unknown: Vec<(i32, i64)> = durable
-        .iter()
-        .filter(|(_, o)| o.is_none())
-        .map(|(p, _)| (*p, 0))
-        .collect();
-    let mut committed = BTreeMap::new();
-    if !unknown.is_empty() {
-        let mut list = TopicPartitionList::with_capacity(unknown.len());
-        for (partition, _) in &unknown {
-            list.add_partition(&status.topic, *partition);
-        }
-        for element in consumer
-            .committed_offsets(list, BROKER_CALL_TIMEOUT)?
-            .elements_for_topic(&status.topic)
-        {
-            if let Offset::Offset(offset) = element.offset() {
-                committed.insert(element.partition(), offset);
-            }
-        }
-    }
-    let mut measured = Vec::with_capacity(durable.len());
-    for (partition, next) in durable {
-        let (low, high) = consumer.fetch_watermarks(&status.topic, partition, BROKER_CALL_TIMEOUT)?;
-        let position = next.or(committed.get(&partition).copied()).unwrap_or(low);
-        measured.push((partition, (high - position).max(0)));
-    }
-    status.set_lag(&measured);
-    Ok(())
 }
 
 /// Makes sure the dead-letter topic exists (one partition), so the first poison record does not wait

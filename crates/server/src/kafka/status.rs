@@ -20,6 +20,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
+/// One partition's offsets as librdkafka last saw them (`-1`: not known).
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionOffsets {
+    /// The partition.
+    pub partition: i32,
+    /// The high watermark: one past the last record.
+    pub high: i64,
+    /// The low watermark: the oldest record kept.
+    pub low: i64,
+    /// The group's committed offset.
+    pub committed: i64,
+}
+
 /// The consumer's state, shared by its tasks, its rebalance callbacks and the HTTP handlers.
 #[derive(Debug)]
 pub struct KafkaStatus {
@@ -108,15 +121,23 @@ impl KafkaStatus {
         self.partitions.lock().iter().map(|(p, o)| (*p, *o)).collect()
     }
 
-    /// Records the measured lag of the partitions still owned.
-    pub(crate) fn set_lag(&self, measured: &[(i32, i64)]) {
+    /// Measures the lag of the partitions still owned from librdkafka's view of their offsets: the high
+    /// watermark minus the next durable offset (before any, the group's committed offset; with no commit,
+    /// the low watermark). A partition whose high watermark is not known yet is left unmeasured.
+    pub(crate) fn measure_lag(&self, offsets: &[PartitionOffsets]) {
         let owned = self.partitions.lock();
         let mut lag = self.lag.lock();
-        for (partition, value) in measured.iter().filter(|(p, _)| owned.contains_key(p)) {
-            lag.insert(*partition, *value);
+        for offsets in offsets.iter().filter(|o| o.high >= 0) {
+            let Some(durable) = owned.get(&offsets.partition) else {
+                continue;
+            };
+            let committed = (offsets.committed >= 0).then_some(offsets.committed);
+            let position = durable.or(committed).unwrap_or(offsets.low.max(0));
+            let value = (offsets.high - position).max(0);
+            lag.insert(offsets.partition, value);
             metrics::gauge!("rankgate_kafka_consumer_lag", "topic" => self.topic.clone(),
-                "partition" => partition.to_string())
-            .set(*value as f64);
+                "partition" => offsets.partition.to_string())
+            .set(value as f64);
         }
         lag.retain(|p, _| owned.contains_key(p));
         metrics::gauge!("rankgate_kafka_consumer_lag_total").set(lag.values().sum::<i64>() as f64);
@@ -167,5 +188,32 @@ mod tests {
         assert!(status.assigned().is_empty());
         assert_eq!(status.to_json()["assigned"], false);
         assert!(status.made_durable(&BTreeMap::from([(0, 20)])).is_empty());
+    }
+
+    #[test]
+    fn lag_counts_from_the_durable_offset_then_the_committed_one_then_the_oldest_record() {
+        let status = KafkaStatus::new("events", "g");
+        status.assign(&[0, 1, 2]);
+        assert_eq!(status.to_json()["lag"], Value::Null, "not measured yet");
+        status.made_durable(&BTreeMap::from([(0, 90)]));
+        let offsets = |partition, high, low, committed| PartitionOffsets {
+            partition,
+            high,
+            low,
+            committed,
+        };
+        status.measure_lag(&[
+            offsets(0, 100, 0, 50),
+            offsets(1, 100, 0, 70),
+            offsets(2, 100, 40, -1),
+            offsets(3, 100, 0, 0),
+        ]);
+        assert_eq!(status.to_json()["lag"], 10 + 30 + 60, "partition 3 is not ours");
+        status.measure_lag(&[offsets(0, -1, -1, -1)]);
+        assert_eq!(
+            status.to_json()["lag"],
+            100,
+            "an unknown watermark keeps the last measurement"
+        );
     }
 }

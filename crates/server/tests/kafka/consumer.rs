@@ -448,3 +448,112 @@ async fn two_instances_on_one_postgres_share_the_partitions_and_one_dies_mid_str
         "every event counted exactly once across both instances"
     );
 }
+
+/// The value of the unlabelled series `name` in `/metrics` (`/readyz` waits on the writer, which the
+/// test below holds up on purpose).
+async fn metric(server: &Server, name: &str) -> Option<f64> {
+    let text = reqwest::get(format!("{}/metrics", server.address))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_source_of_truth_pauses_the_partitions_instead_of_buffering_and_resumes_after() {
+    let schema = format!("rgtest_kafka_pause_{}", std::process::id());
+    let psql = |sql: String| {
+        let status = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"])
+            .arg(format!("SET client_min_messages = warning; {sql}"))
+            .status()
+            .expect("psql runs");
+        assert!(status.success());
+    };
+    psql(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+    struct DropSchema<F: Fn(String)>(String, F);
+    impl<F: Fn(String)> Drop for DropSchema<F> {
+        fn drop(&mut self) {
+            (self.1)(format!("DROP SCHEMA IF EXISTS {} CASCADE", self.0));
+        }
+    }
+    let _cleanup = DropSchema(schema.clone(), psql);
+
+    let broker = Broker::start();
+    broker.create_topic("slow", 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(
+        dir.path(),
+        "kafka_batch = 100\nkafka_max_in_flight = 200\nkafka_linger_millis = 5\n",
+    );
+    let server = Server::start(&[
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--config",
+        &config,
+        "--database",
+        POSTGRES,
+        "--database-schema",
+        &schema,
+        "--kafka",
+        &broker.address,
+        "--kafka-topic",
+        "slow",
+    ]);
+    server.wait_for("an assignment", |k| k["assigned"] == true).await;
+
+    // Another session holds the tables ingest writes: every commit of the writer waits on it.
+    let mut lock = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("psql runs");
+    {
+        use std::io::Write;
+        let stdin = lock.stdin.as_mut().unwrap();
+        writeln!(
+            stdin,
+            "BEGIN; LOCK TABLE {schema}.event_log, {schema}.processed, {schema}.metrics_hourly IN ACCESS EXCLUSIVE MODE;"
+        )
+        .unwrap();
+        stdin.flush().unwrap();
+    }
+    let (records, ids) = workload_records(14, 0.004);
+    assert!(records.len() > 2_000, "{} records", records.len());
+    produce(&producer(&broker), "slow", &records).await;
+
+    let deadline = Instant::now() + DEADLINE;
+    while metric(&server, "rankgate_kafka_paused").await != Some(1.0) {
+        assert!(Instant::now() < deadline, "the consumer never paused");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Paused, it stops reading: what it holds stays near the bound while the rest waits in the broker.
+    for _ in 0..10 {
+        let in_flight = metric(&server, "rankgate_kafka_in_flight_records").await.unwrap();
+        assert!(
+            in_flight <= 1_000.0,
+            "{in_flight} records buffered with kafka_max_in_flight = 200"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(metric(&server, "rankgate_kafka_paused").await, Some(1.0));
+
+    {
+        use std::io::Write;
+        let stdin = lock.stdin.as_mut().unwrap();
+        writeln!(stdin, "COMMIT;").unwrap();
+    }
+    drop(lock.stdin.take());
+    let _ = lock.wait();
+    let kafka = server.wait_drained().await;
+    assert_eq!(kafka["paused"], false, "resumed: {kafka}");
+    assert_eq!(kafka["records"], records.len(), "{kafka}");
+    assert!(metric(&server, "rankgate_kafka_pauses_total").await.unwrap() >= 1.0);
+    drop(server);
+    let counted = verify(&["--database", POSTGRES, "--database-schema", &schema]);
+    assert_eq!(counted, ids.len());
+}
