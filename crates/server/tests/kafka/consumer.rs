@@ -20,6 +20,11 @@ use rankgate_workload::{seed_lesson, SeedLessonConfig};
 
 use crate::broker::Broker;
 
+/// A record to produce: its key, and its value (`None`: a record without one).
+type Record = (String, Option<Vec<u8>>);
+/// A record read back: its value and its headers as text.
+type ReadRecord = (Option<Vec<u8>>, Vec<(String, String)>);
+
 /// The shared PostgreSQL the backend tests use (each test in its own schema).
 const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
 
@@ -122,7 +127,7 @@ pub fn producer(broker: &Broker) -> FutureProducer {
 }
 
 /// Produces `(key, value)` records (a `None` value is a record without one) and waits for every ack.
-pub async fn produce(producer: &FutureProducer, topic: &str, records: &[(String, Option<Vec<u8>>)]) {
+pub async fn produce(producer: &FutureProducer, topic: &str, records: &[Record]) {
     for chunk in records.chunks(5_000) {
         let sends = chunk.iter().map(|(key, value)| {
             let mut record = FutureRecord::<str, [u8]>::to(topic).key(key.as_str());
@@ -139,10 +144,10 @@ pub async fn produce(producer: &FutureProducer, topic: &str, records: &[(String,
 
 /// Workload events as records keyed by product, in a shuffled order (so event times arrive out of order),
 /// with every tenth event sent a second time further on.
-fn workload_records(seed: u64, scale: f64) -> (Vec<(String, Option<Vec<u8>>)>, BTreeSet<String>) {
+fn workload_records(seed: u64, scale: f64) -> (Vec<Record>, BTreeSet<String>) {
     let now = jiff::Timestamp::now().as_millisecond();
     let events = seed_lesson(&SeedLessonConfig::new(seed, now - 60_000).with_scale(scale));
-    let mut records: Vec<(String, Option<Vec<u8>>)> = events
+    let mut records: Vec<Record> = events
         .iter()
         .map(|e| (e.product_id(), Some(e.to_json().to_string().into_bytes())))
         .collect();
@@ -181,7 +186,7 @@ fn verify(args: &[&str]) -> usize {
 }
 
 /// Reads `count` records of partition 0 of `topic` from the beginning.
-fn read_topic(broker: &Broker, topic: &str, count: usize) -> Vec<(Option<Vec<u8>>, Vec<(String, String)>)> {
+fn read_topic(broker: &Broker, topic: &str, count: usize) -> Vec<ReadRecord> {
     let consumer: BaseConsumer = broker
         .client_config()
         .set("group.id", "rankgate-test-reader")
@@ -235,7 +240,7 @@ async fn incremental_equals_recompute_on_a_workload_consumed_from_kafka_with_poi
     // Late beyond `max_lateness` (35 days): handled (`tooOld`), not counted, not dead letters.
     let too_old = json!({"id": "late-1", "type": "product_viewed", "ts": now - 40 * 86_400_000i64,
         "product_id": "p1", "categories": ["cat1"]});
-    let poison: Vec<(String, Option<Vec<u8>>)> = [
+    let poison: Vec<Record> = [
         Some(b"not json at all".to_vec()),
         Some(br#"{"id":"no-type","ts":1767225600000,"product_id":"p2"}"#.to_vec()),
         None,
