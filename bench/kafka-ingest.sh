@@ -31,8 +31,8 @@ wait_ready() {
   echo "kafka-ingest.sh: rankgate on port $1 not ready" >&2; exit 1
 }
 
-# The seed lesson has about 5.4 events per sale (views, likes, payments, refunds): scale for N with margin.
-scale=$(awk -v n="$N" 'BEGIN { printf "%.3f", n / 200000 / 4.5 }')
+# The seed lesson has about 4.46 events per sale (views, likes, payments, refunds): scale for N with margin.
+scale=$(awk -v n="$N" 'BEGIN { printf "%.3f", n / 200000 / 4.2 }')
 "$BIN_DIR/gen-workload" seed-lesson --scale "$scale" --out "$work/all.ndjson" >/dev/null
 head -n "$N" "$work/all.ndjson" > "$work/events.ndjson"
 lines=$(wc -l < "$work/events.ndjson")
