@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use futures_util::stream::{FuturesOrdered, StreamExt};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
@@ -46,6 +47,8 @@ pub const SOURCE_OFFSET_HEADER: &str = "rankgate-source-offset";
 
 /// How often the lag is measured (librdkafka's `statistics.interval.ms`) and the record rate computed.
 const LAG_INTERVAL: Duration = Duration::from_secs(1);
+/// Batches parsed and in the writer at once (see `write_until_done`).
+const MAX_BATCHES_WRITING: usize = 3;
 /// Creating the dead-letter topic gives up after this.
 const BROKER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -140,16 +143,29 @@ struct DeadLetter {
     error: String,
 }
 
-/// Records read together, ingested as one writer call.
+/// Where one record's bytes are in its batch's arenas.
+struct RecordRef {
+    partition: i32,
+    offset: i64,
+    /// Range in `values`, and the value's full length (only the first [`MAX_RECORD_BYTES`] + 1 are kept);
+    /// `None`: the record has no value.
+    value: Option<(usize, usize, usize)>,
+    /// Range in `keys`.
+    key: Option<(usize, usize)>,
+}
+
+/// Records read together, ingested as one writer call. The reader only copies bytes; parsing happens
+/// off the reader ([`Batch::parse`], on the blocking pool), so polling never waits on JSON.
 struct Batch {
     limits: ParseLimits,
-    /// The raw values of the valid records back to back, kept to re-parse the batch for a retry and to
-    /// dead-letter what the writer refuses.
+    /// The records' values and keys back to back, kept to re-parse the batch for a retry and to
+    /// dead-letter what is refused.
     values: Vec<u8>,
-    /// Per valid record: its value's range in `values`, partition and offset.
-    origins: Vec<(usize, usize, i32, i64)>,
-    /// The valid events, in `origins` order.
+    keys: Vec<u8>,
+    refs: Vec<RecordRef>,
+    /// After [`Batch::parse`]: the valid events, and for each the index of its record in `refs`.
     events: Vec<Event>,
+    origins: Vec<usize>,
     poison: Vec<DeadLetter>,
     /// Per partition, one past the highest offset read.
     next_offsets: BTreeMap<i32, i64>,
@@ -161,8 +177,10 @@ impl Batch {
         Batch {
             limits,
             values: Vec::with_capacity(capacity * 256),
-            origins: Vec::with_capacity(capacity),
-            events: Vec::with_capacity(capacity),
+            keys: Vec::with_capacity(capacity * 8),
+            refs: Vec::with_capacity(capacity),
+            events: Vec::new(),
+            origins: Vec::new(),
             poison: Vec::new(),
             next_offsets: BTreeMap::new(),
             records: 0,
@@ -174,37 +192,66 @@ impl Batch {
         self.records += 1;
         let next = self.next_offsets.entry(partition).or_insert(offset + 1);
         *next = (*next).max(offset + 1);
-        let value = message.payload().unwrap_or_default();
-        let parsed = if message.payload().is_none() {
-            Err("value: the record has no value; send one event's JSON object".to_string())
-        } else if value.len() > MAX_RECORD_BYTES {
-            Err(format!(
-                "value: is {} bytes, more than {MAX_RECORD_BYTES}; one record holds one event",
-                value.len()
-            ))
-        } else {
-            RawItem::parse(value)
+        let value = message.payload().map(|value| {
+            let start = self.values.len();
+            self.values
+                .extend_from_slice(&value[..value.len().min(MAX_RECORD_BYTES + 1)]);
+            (start, self.values.len(), value.len())
+        });
+        let key = message.key().map(|key| {
+            let start = self.keys.len();
+            self.keys
+                .extend_from_slice(&key[..key.len().min(MAX_RECORD_BYTES)]);
+            (start, self.keys.len())
+        });
+        self.refs.push(RecordRef {
+            partition,
+            offset,
+            value,
+            key,
+        });
+    }
+
+    fn event_of(&self, record: &RecordRef) -> Result<Event, String> {
+        match record.value {
+            None => Err("value: the record has no value; send one event's JSON object".to_string()),
+            Some((_, _, len)) if len > MAX_RECORD_BYTES => Err(format!(
+                "value: is {len} bytes, more than {MAX_RECORD_BYTES}; one record holds one event"
+            )),
+            Some((start, end, _)) => RawItem::parse(&self.values[start..end])
                 .to_event(&self.limits)
-                .map_err(|error| error.to_string())
-        };
-        match parsed {
-            Ok(event) => {
-                let start = self.values.len();
-                self.values.extend_from_slice(value);
-                self.origins.push((start, self.values.len(), partition, offset));
-                self.events.push(event);
-            }
-            Err(error) => self.poison.push(DeadLetter {
-                partition,
-                offset,
-                key: message.key().map(|k| k[..k.len().min(MAX_RECORD_BYTES)].to_vec()),
-                // A record without a value stays one in the dead-letter topic.
-                value: message
-                    .payload()
-                    .map(|v| v[..v.len().min(MAX_RECORD_BYTES)].to_vec()),
-                error,
-            }),
+                .map_err(|error| error.to_string()),
         }
+    }
+
+    fn dead_letter_of(&self, record: &RecordRef, error: String) -> DeadLetter {
+        DeadLetter {
+            partition: record.partition,
+            offset: record.offset,
+            key: record.key.map(|(start, end)| self.keys[start..end].to_vec()),
+            // A record without a value stays one in the dead-letter topic.
+            value: record
+                .value
+                .map(|(start, end, _)| self.values[start..end.min(start + MAX_RECORD_BYTES)].to_vec()),
+            error,
+        }
+    }
+
+    /// Validates every record: events for the writer, poison for the dead-letter topic.
+    fn parse(&mut self) {
+        let mut events = Vec::with_capacity(self.refs.len());
+        let mut origins = Vec::with_capacity(self.refs.len());
+        let mut poison = Vec::new();
+        for (index, record) in self.refs.iter().enumerate() {
+            match self.event_of(record) {
+                Ok(event) => {
+                    events.push(event);
+                    origins.push(index);
+                }
+                Err(error) => poison.push(self.dead_letter_of(record, error)),
+            }
+        }
+        (self.events, self.origins, self.poison) = (events, origins, poison);
     }
 
     /// The events again, for a retry (the writer consumed the first copy). Parsing is a pure function of
@@ -212,11 +259,7 @@ impl Batch {
     fn reparse(&self) -> Vec<Event> {
         self.origins
             .iter()
-            .filter_map(|(start, end, _, _)| {
-                RawItem::parse(&self.values[*start..*end])
-                    .to_event(&self.limits)
-                    .ok()
-            })
+            .filter_map(|index| self.event_of(&self.refs[*index]).ok())
             .collect()
     }
 }
@@ -419,21 +462,53 @@ impl KafkaConsumer {
         progress: Arc<Notify>,
         shutdown: CancellationToken,
     ) {
-        while let Some(batch) = queued.recv().await {
-            let records = batch.records;
-            let settled = self.settle(batch, &shutdown).await;
-            let in_flight = self.status.in_flight.fetch_sub(records, Ordering::AcqRel) - records;
-            metrics::gauge!("rankgate_kafka_in_flight_records").set(in_flight as f64);
-            progress.notify_one();
-            if settled.is_err() {
-                // Stopping with the source of truth or the broker down: what is left stays uncommitted.
-                return;
+        // Up to MAX_BATCHES_WRITING batches are parsed and handed to the writer at once, so the writer's
+        // group commit can merge them as it merges concurrent HTTP requests; they are settled (dead
+        // letters, durable offsets, commit) strictly in the order they were read.
+        let mut writing = FuturesOrdered::new();
+        let mut open = true;
+        loop {
+            tokio::select! {
+                batch = queued.recv(), if open && writing.len() < MAX_BATCHES_WRITING => match batch {
+                    Some(batch) => writing.push_back(self.write(batch, &shutdown)),
+                    None => open = false,
+                },
+                Some(written) = writing.next(), if !writing.is_empty() => {
+                    let settled = match written {
+                        Ok((batch, outcomes)) => {
+                            let records = batch.records;
+                            let settled = self.settle(batch, outcomes, &shutdown).await;
+                            let in_flight = self.status.in_flight.fetch_sub(records, Ordering::AcqRel) - records;
+                            metrics::gauge!("rankgate_kafka_in_flight_records").set(in_flight as f64);
+                            progress.notify_one();
+                            settled
+                        }
+                        Err(stopped) => Err(stopped),
+                    };
+                    if settled.is_err() {
+                        // Stopping with the source of truth or the broker down: what is left stays
+                        // uncommitted, for a redelivery.
+                        return;
+                    }
+                }
+                else => return,
             }
         }
     }
 
-    /// Ingests a batch, dead-letters its poison, then commits its offsets. `Err` only when stopped first.
-    async fn settle(&self, mut batch: Batch, shutdown: &CancellationToken) -> Result<(), Stopped> {
+    /// Parses a batch (off the runtime) and ingests its events, retrying until they are durable.
+    /// `Err` only when stopped first.
+    async fn write(
+        &self,
+        mut batch: Batch,
+        shutdown: &CancellationToken,
+    ) -> Result<(Batch, Vec<EventOutcome>), Stopped> {
+        let mut batch = tokio::task::spawn_blocking(move || {
+            batch.parse();
+            batch
+        })
+        .await
+        .map_err(|_| Stopped)?;
         let mut backoff = Backoff::new();
         let mut events = std::mem::take(&mut batch.events);
         let outcomes = loop {
@@ -452,15 +527,21 @@ impl KafkaConsumer {
                 }
             }
         };
-        for (outcome, (start, end, partition, offset)) in outcomes.iter().zip(&batch.origins) {
+        Ok((batch, outcomes))
+    }
+
+    /// Dead-letters a durable batch's poison, then commits its offsets. `Err` only when stopped first.
+    async fn settle(
+        &self,
+        mut batch: Batch,
+        outcomes: Vec<EventOutcome>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), Stopped> {
+        let mut backoff = Backoff::new();
+        for (outcome, index) in outcomes.iter().zip(&batch.origins) {
             if let EventOutcome::Rejected(error) = outcome {
-                batch.poison.push(DeadLetter {
-                    partition: *partition,
-                    offset: *offset,
-                    key: None,
-                    value: Some(batch.values[*start..*end].to_vec()),
-                    error: error.to_string(),
-                });
+                let letter = batch.dead_letter_of(&batch.refs[*index], error.to_string());
+                batch.poison.push(letter);
             }
         }
         while let Err(error) = self.dead_letter(&batch.poison).await {
