@@ -58,6 +58,22 @@ enum Command {
         #[arg(long)]
         limit: Option<usize>,
     },
+    /// Read the topic from the beginning with a bare librdkafka consumer (no rankgate): the broker's own
+    /// delivery rate, the ceiling of any consumer.
+    Consume {
+        /// Bootstrap broker, HOST:PORT.
+        #[arg(long)]
+        kafka: String,
+        /// Topic to read.
+        #[arg(long, default_value = "events")]
+        topic: String,
+        /// Records to read.
+        #[arg(long)]
+        records: u64,
+        /// librdkafka `max.partition.fetch.bytes`.
+        #[arg(long, default_value_t = 1_048_576)]
+        partition_fetch_bytes: u64,
+    },
     /// Wait for a rankgate consuming the topic to handle `--records` records and report the rate.
     Drain {
         /// Base URL of the rankgate server (loopback only).
@@ -82,6 +98,12 @@ async fn main() -> anyhow::Result<()> {
             partitions,
             limit,
         } => produce(&file, &kafka, &topic, partitions, limit).await,
+        Command::Consume {
+            kafka,
+            topic,
+            records,
+            partition_fetch_bytes,
+        } => consume(&kafka, &topic, records, partition_fetch_bytes),
         Command::Drain {
             url,
             records,
@@ -153,6 +175,39 @@ async fn produce(
         "kafka-ingest produce: {} records in {secs:.1} s = {:.0} records/s to {topic} ({partitions} partitions)",
         lines.len(),
         lines.len() as f64 / secs
+    );
+    Ok(())
+}
+
+fn consume(kafka: &str, topic: &str, records: u64, partition_fetch_bytes: u64) -> anyhow::Result<()> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka)
+        .set("group.id", format!("kafka-ingest-consume-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("max.partition.fetch.bytes", partition_fetch_bytes.to_string())
+        .create()?;
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let mut list = rdkafka::TopicPartitionList::new();
+    for partition in metadata.topics()[0].partitions() {
+        list.add_partition_offset(topic, partition.id(), rdkafka::Offset::Beginning)?;
+    }
+    consumer.assign(&list)?;
+    let mut read = 0u64;
+    let mut started = None;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while read < records && Instant::now() < deadline {
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            message?;
+            started.get_or_insert_with(Instant::now);
+            read += 1;
+        }
+    }
+    let secs = started.map_or(0.0, |s| s.elapsed().as_secs_f64()).max(1e-3);
+    println!(
+        "kafka-ingest consume: {read} records in {secs:.1} s = {:.0} records/s (max.partition.fetch.bytes {partition_fetch_bytes})",
+        read as f64 / secs
     );
     Ok(())
 }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures_util::stream::{FuturesOrdered, StreamExt};
+use futures_util::FutureExt;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
@@ -383,19 +384,33 @@ impl KafkaConsumer {
                 }
                 message = self.consumer.recv() => match message {
                     Ok(message) => {
-                        let batch = pending.get_or_insert_with(|| {
-                            deadline = tokio::time::Instant::now() + linger;
-                            Batch::new(self.limits(), self.config.batch)
-                        });
-                        batch.take(&message);
-                        let in_flight = self.status.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
-                        metrics::gauge!("rankgate_kafka_in_flight_records").set(in_flight as f64);
-                        if batch.records >= self.config.batch {
-                            let _ = batches.send(pending.take().expect("pending"));
+                        let mut message = Some(message);
+                        let mut taken = 0;
+                        // Take what librdkafka already holds without going round the select (and its timer)
+                        // once per record; a batch's worth at most, so the other branches are not starved.
+                        while let Some(record) = message.take() {
+                            let batch = pending.get_or_insert_with(|| {
+                                deadline = tokio::time::Instant::now() + linger;
+                                Batch::new(self.limits(), self.config.batch)
+                            });
+                            batch.take(&record);
+                            taken += 1;
+                            if batch.records >= self.config.batch {
+                                let _ = batches.send(pending.take().expect("pending"));
+                            }
+                            let in_flight = self.status.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+                            if in_flight >= self.config.max_in_flight {
+                                if !self.status.paused.load(Ordering::Acquire) {
+                                    self.pause();
+                                }
+                                break;
+                            }
+                            if taken < self.config.batch {
+                                message = self.consumer.recv().now_or_never().and_then(Result::ok);
+                            }
                         }
-                        if in_flight >= self.config.max_in_flight && !self.status.paused.load(Ordering::Acquire) {
-                            self.pause();
-                        }
+                        metrics::gauge!("rankgate_kafka_in_flight_records")
+                            .set(self.status.in_flight.load(Ordering::Relaxed) as f64);
                     }
                     Err(error) => {
                         // Broker outages surface here, again and again: say so every 10 s, not per poll.
