@@ -22,6 +22,7 @@ use rankgate_store::ranking::engine::RankingEngine;
 use crate::auth::{require_admin, require_ingest};
 use crate::config::Config;
 use crate::edge::{self, HttpLimits};
+use crate::kafka::consumer::KafkaConsumer;
 use crate::rankings::reader::RankingsReader;
 use crate::rankings::serving::{self, Serving};
 use crate::rankings::top_streams::{TopStreamLimits, TopStreams};
@@ -53,6 +54,8 @@ pub struct AppState {
     pub top_streams: Arc<TopStreams>,
     /// `[[webhook]]`: change detection and delivery.
     pub webhooks: Arc<Webhooks>,
+    /// The Kafka consumer's assignment and lag (`--kafka`), for `/readyz`.
+    pub kafka: Option<Arc<crate::kafka::status::KafkaStatus>>,
 }
 
 /// The process-wide Prometheus recorder; installed once even when tests start many apps.
@@ -263,6 +266,18 @@ impl Application {
         ));
         let webhooks = Arc::new(open_webhooks(&config, &reader, &waiting_room, &clock).await?);
         let cache_control = crate::routes::rankings::cache_control(config.cache_max_age_seconds);
+        let kafka = match &config.kafka {
+            Some(kafka) => Some(
+                KafkaConsumer::connect(
+                    kafka.clone(),
+                    rankings.clone(),
+                    clock.clone(),
+                    config.max_future_millis,
+                )
+                .await?,
+            ),
+            None => None,
+        };
         let state = AppState {
             config: Arc::new(config),
             rankings,
@@ -273,6 +288,7 @@ impl Application {
             prometheus: prometheus_handle(),
             top_streams,
             webhooks,
+            kafka: kafka.as_ref().map(KafkaConsumer::status),
         };
         let mut workers = state.waiting_room.spawn_workers(shutdown.clone());
         workers.push(tokio::spawn(run_refresher_until_stopped(
@@ -316,6 +332,9 @@ impl Application {
                 state.config.max_future_millis,
             )
             .await?;
+            workers.push(tokio::spawn(consumer.run_until_stopped(shutdown.clone())));
+        }
+        if let Some(consumer) = kafka {
             workers.push(tokio::spawn(consumer.run_until_stopped(shutdown.clone())));
         }
         Ok(Application {

@@ -81,6 +81,8 @@ pub struct Config {
     pub top_streams: TopStreamConfig,
     /// `[[webhook]]` tables, checked (secrets inside, never shown).
     pub webhooks: Vec<WebhookConfig>,
+    /// `--kafka` / `kafka*` keys: also ingest from a Kafka topic (consumer group); `None` without brokers.
+    pub kafka: Option<crate::kafka::KafkaConfig>,
 }
 
 /// Bounds of the ranking change streams (see [`crate::rankings::top_streams`]).
@@ -238,6 +240,8 @@ pub struct FileConfig {
     top_stream_heartbeat_millis: Option<u64>,
     #[serde(default)]
     webhook: Vec<WebhookFile>,
+    #[serde(flatten)]
+    kafka: crate::kafka::KafkaFile,
 }
 
 /// Values given on the command line or in `RANKGATE_*` variables.
@@ -297,6 +301,9 @@ pub struct Overrides {
     /// freshness bound rounded up to whole seconds]
     #[arg(long, env = "RANKGATE_CACHE_MAX_AGE_SECONDS")]
     pub cache_max_age_seconds: Option<u64>,
+    /// `--kafka`, `--kafka-topic`, `--kafka-group` (see [`crate::kafka`]).
+    #[command(flatten)]
+    pub kafka: crate::kafka::KafkaOverrides,
 }
 
 const HOUR_MILLIS: i64 = 3_600_000;
@@ -387,6 +394,7 @@ impl Config {
             )?,
         };
         let webhooks = webhooks_from_file(file.webhook, &zone, metric_retention_millis)?;
+        let kafka = crate::kafka::KafkaConfig::merge(&overrides.kafka, file.kafka)?;
         let freshness_millis = file.freshness_millis.unwrap_or(1000);
         let cache_max_age_seconds = match overrides.cache_max_age_seconds.or(file.cache_max_age_seconds) {
             Some(seconds) if seconds > MAX_CACHE_MAX_AGE_SECONDS => anyhow::bail!(
@@ -460,6 +468,7 @@ impl Config {
             sqlite_synchronous,
             top_streams,
             webhooks,
+            kafka,
         })
     }
 
@@ -528,7 +537,8 @@ fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
         std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
     let table: toml::Table =
         toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))?;
-    for key in table.keys().filter(|key| !KNOWN_KEYS.contains(&key.as_str())) {
+    let known = |key: &str| KNOWN_KEYS.contains(&key) || crate::kafka::FILE_KEYS.contains(&key);
+    for key in table.keys().filter(|key| !known(key.as_str())) {
         tracing::warn!(key = key.as_str(), file = %path.display(), "unknown config key ignored");
     }
     toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))

@@ -15,6 +15,7 @@
 //! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, catalog.
 //! - [`relay`]: `rankgate relay`, the transactional outbox relay (PostgreSQL/MySQL → Kafka or HTTP).
 //! - [`stream`]: the Redis Streams consumer group (`--stream`).
+//! - [`kafka`]: the Kafka consumer group (`--kafka`), with dead letters and backpressure.
 //! - [`verify`]: batch recompute vs served rankings.
 //! - [`demo`]: the seed lesson's workload end to end.
 //! - [`draw_verify`]: `rankgate queue verify-draw`, the check of a scheduled opening's published draw.
@@ -30,6 +31,7 @@ pub mod edge;
 pub mod error;
 pub mod fast_lane;
 pub mod json_writer;
+pub mod kafka;
 pub mod rankings;
 pub mod relay;
 pub mod route_table;

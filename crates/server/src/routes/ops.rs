@@ -22,6 +22,11 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
             if let Some(serving) = state.rankings.serving() {
                 body["serving"] = serving.status();
             }
+            // Ready without an assignment too: reads are served, and a group may have more members than
+            // partitions. `kafka.assigned` says whether this one consumes.
+            if let Some(kafka) = &state.kafka {
+                body["kafka"] = kafka.to_json();
+            }
             (StatusCode::OK, Json(body))
         }
         Err(error) => (

@@ -1,6 +1,7 @@
 //! Kafka tests (issue 11): a real Kafka-protocol broker (tansu) started per test on a spare port.
 
 mod broker;
+mod consumer;
 mod relay;
 
 use std::time::Duration;
