@@ -343,10 +343,35 @@ async fn wait_success(mut child: Child) -> String {
     }
 }
 
+/// Key of the records `read_topic` appends to every partition itself; never returned.
+const SENTINEL_KEY: &str = "relay-test-sentinel";
+
 /// Every record on `topic`: polls until at least `at_least` records came and then a poll of a second
 /// brought nothing more (so a duplicate would show). Not by high watermark: tansu 0.6 reports one below
-/// the last batch's records, so reading up to it misses some.
+/// the last batch's records, and a fetch may not return a partition's last batch until another one
+/// follows it. So first one sentinel record is appended to each partition (and left out of the answer):
+/// every record the relay wrote is then behind a later batch, where fetches see it.
 fn read_topic(broker: &Broker, topic: &str, at_least: usize) -> Vec<(Option<String>, Value)> {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = broker.client_config().create().unwrap();
+    let partitions = producer
+        .client()
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap()
+        .topics()[0]
+        .partitions()
+        .len() as i32;
+    for partition in 0..partitions {
+        producer
+            .send(
+                BaseRecord::to(topic)
+                    .partition(partition)
+                    .key(SENTINEL_KEY)
+                    .payload("{}"),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
     let consumer: BaseConsumer = broker
         .client_config()
         .set("group.id", "relay-test-reader")
@@ -370,6 +395,9 @@ fn read_topic(broker: &Broker, topic: &str, at_least: usize) -> Vec<(Option<Stri
             Some(message) => {
                 let message = message.unwrap();
                 let key = message.key().map(|k| String::from_utf8(k.to_vec()).unwrap());
+                if key.as_deref() == Some(SENTINEL_KEY) {
+                    continue;
+                }
                 let value: Value = serde_json::from_slice(message.payload().unwrap()).unwrap();
                 records.push((key, value));
             }
