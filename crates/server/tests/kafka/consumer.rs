@@ -331,7 +331,10 @@ async fn sigkill_mid_batch_then_restart_counts_every_event_exactly_once() {
     );
     let (records, ids) = workload_records(12, 0.006);
     let producer = producer(&broker);
-    produce(&producer, "orders", &records).await;
+    // Two thirds before the first instance starts, the rest only after it is killed: however fast it
+    // consumes, the kill lands before the end of the stream.
+    let (early, late) = records.split_at(records.len() * 2 / 3);
+    produce(&producer, "orders", early).await;
     let args = [
         "--data-dir",
         dir.path().to_str().unwrap(),
@@ -355,6 +358,7 @@ async fn sigkill_mid_batch_then_restart_counts_every_event_exactly_once() {
         consumed_before < records.len(),
         "the kill landed mid-stream: {seen}"
     );
+    produce(&producer, "orders", late).await;
 
     let second = Server::start(&args);
     let kafka = second.wait_drained().await;
