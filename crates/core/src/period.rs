@@ -279,8 +279,21 @@ impl Zone {
             AmbiguousOffset::Unambiguous { offset } => Ok(utc_hour_with(i64::from(offset.seconds()))),
             // The earlier occurrence of a repeated hour is the one still using the offset from before.
             AmbiguousOffset::Fold { before, .. } => Ok(utc_hour_with(i64::from(before.seconds()))),
-            // Read with the offset from before the gap, a skipped local time lands just after the gap.
-            AmbiguousOffset::Gap { before, .. } => Err(GapStart(utc_hour_with(i64::from(before.seconds())))),
+            // Read with the offset from before the gap, a skipped local time lands at or after the
+            // transition (exactly on it only for the gap's first hour); the gap starts at the
+            // transition itself, so a local hour deep inside a day-long gap (2011-12-30 03:00 in
+            // Pacific/Apia) resolves there too, and a period lying wholly in the gap is empty.
+            AmbiguousOffset::Gap { before, .. } => {
+                let after_gap = utc_hour_with(i64::from(before.seconds()));
+                let transition = self
+                    .tz
+                    .preceding(after_gap.start_timestamp() + jiff::SignedDuration::from_secs(1))
+                    .next()
+                    .map_or(after_gap, |t| {
+                        Hour(t.timestamp().as_second().div_euclid(SECONDS_PER_HOUR))
+                    });
+                Err(GapStart(transition.min(after_gap)))
+            }
         }
     }
 }

@@ -528,6 +528,24 @@ fn a_skipped_calendar_day_is_an_empty_period() {
     assert_eq!(before.next(&Zone::utc()), skipped);
 }
 
+#[test]
+fn every_hour_of_a_skipped_day_is_an_empty_period() {
+    // Found by the period_key fuzz target: 03:00 on Apia's skipped 2011-12-30 resolved to 03:00 on the
+    // 31st, an hour that belongs to another key.
+    let apia = zone("Pacific/Apia");
+    for hour in 0..24 {
+        let skipped = key(PeriodKind::Hourly, &format!("20111230{hour:02}"));
+        assert_eq!(hour_count(&skipped, &apia), 0, "{skipped}");
+        assert_eq!(skipped.next(&apia), key(PeriodKind::Hourly, "2011123100"));
+        assert_eq!(skipped.prev(&apia), key(PeriodKind::Hourly, "2011122923"));
+    }
+    let first_after = key(PeriodKind::Hourly, "2011123100");
+    assert_eq!(
+        PeriodKey::containing(PeriodKind::Hourly, first_after.hours(&apia).start, &apia),
+        first_after
+    );
+}
+
 const PROPERTY_ZONES: [&str; 10] = [
     "UTC",
     "Europe/London",
