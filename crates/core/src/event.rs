@@ -750,6 +750,16 @@ pub fn split_body_at_most(
     )
 }
 
+/// One event's JSON (a Kafka record's value, a stream entry's `event` field) validated as an event: the
+/// same answer as [`RawItem::parse`] + [`RawItem::to_event`], through the plain fast path (see
+/// `event/plain.rs`) when the event is written the plain way, as [`parse_body_at_most`] does for bodies.
+pub fn parse_event(json: &[u8], limits: &ParseLimits) -> Result<Event, EventError> {
+    if let Some(event) = plain::plain_event(json, limits) {
+        return Ok(event);
+    }
+    RawItem::parse(json).to_event(limits)
+}
+
 /// One body item after validation: the event, or its best-effort id (see [`raw_id`]) and why it was refused.
 pub type ParsedItem = Result<Event, (Option<String>, EventError)>;
 

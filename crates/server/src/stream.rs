@@ -24,7 +24,7 @@ use redis::streams::{
 use redis::AsyncCommands;
 use tokio_util::sync::CancellationToken;
 
-use rankgate_core::event::{ParseLimits, RawItem};
+use rankgate_core::event::{parse_event, ParseLimits};
 use rankgate_store::clock::Clock;
 use rankgate_store::redact::{redact_url, scrub_credentials};
 
@@ -181,9 +181,7 @@ impl StreamConsumer {
         for entry in &entries {
             let parsed = match entry.get::<String>("event") {
                 None => Err("event: the entry has no `event` field".to_string()),
-                Some(body) => RawItem::parse(body.as_bytes())
-                    .to_event(&limits)
-                    .map_err(|e| e.to_string()),
+                Some(body) => parse_event(body.as_bytes(), &limits).map_err(|e| e.to_string()),
             };
             match parsed {
                 Ok(event) => events.push(event),

@@ -1,10 +1,17 @@
 //! The Kafka consumer: a reader that polls the group and cuts records into batches, a writer that makes
 //! each batch durable and only then commits its offsets, and the lag from librdkafka's statistics.
 //!
-//! The reader never stops polling, even while backpressure has paused every partition: librdkafka
-//! serves the group's heartbeats and rebalances on that poll, so a slow source of truth never costs the
-//! instance its membership. Batches are handed to the writer in order over a channel whose size is bounded
-//! by `kafka_max_in_flight` (counted in records) through pausing, not by blocking the reader.
+//! Backpressure has two levels. Records handed to the writer and not yet durable are bounded by
+//! `kafka_max_in_flight`. At that bound the reader first *holds*: it stops taking records for up to
+//! [`HOLD_BEFORE_PAUSE`], and librdkafka's own prefetch queue (bounded by `queued.max.messages.kbytes`)
+//! stops fetching by itself when full. A writer that is merely a batch behind, the steady state of a
+//! backlog drain, catches up within the hold, and nothing is thrown away. Only a writer that stays behind
+//! (the source of truth is slow or down) gets the partitions *paused*, after which the reader polls
+//! again: librdkafka serves the group's rebalances on that poll, so a stalled source of truth never costs
+//! the instance its membership. Pausing is not the first resort because librdkafka purges a paused
+//! partition's prefetched records, and fetching them again after every resume cost a backlog drain a
+//! pause every 50,000 records. Batches reach the writer in order over a channel whose size the two
+//! levels bound; the reader never blocks on it.
 //!
 //! The writer handles one batch at a time, so the durable offsets of a partition only ever grow. A batch
 //! whose ingest fails (the source of truth is down) is retried, re-parsed from its raw values, until it
@@ -29,7 +36,7 @@ use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-use rankgate_core::event::{Event, ParseLimits, RawItem};
+use rankgate_core::event::{parse_event, Event, ParseLimits};
 use rankgate_store::clock::Clock;
 use rankgate_store::ranking::ingest::EventOutcome;
 
@@ -50,6 +57,9 @@ pub const SOURCE_OFFSET_HEADER: &str = "rankgate-source-offset";
 const LAG_INTERVAL: Duration = Duration::from_secs(1);
 /// Batches parsed and in the writer at once (see `write_until_done`).
 const MAX_BATCHES_WRITING: usize = 3;
+/// How long the reader holds at `kafka_max_in_flight` before it pauses the partitions (see the module
+/// doc). Short beside `max.poll.interval.ms` and the session, so a rebalance waits on us at most this.
+const HOLD_BEFORE_PAUSE: Duration = Duration::from_secs(1);
 /// Creating the dead-letter topic gives up after this.
 const BROKER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -219,9 +229,9 @@ impl Batch {
             Some((_, _, len)) if len > MAX_RECORD_BYTES => Err(format!(
                 "value: is {len} bytes, more than {MAX_RECORD_BYTES}; one record holds one event"
             )),
-            Some((start, end, _)) => RawItem::parse(&self.values[start..end])
-                .to_event(&self.limits)
-                .map_err(|error| error.to_string()),
+            Some((start, end, _)) => {
+                parse_event(&self.values[start..end], &self.limits).map_err(|error| error.to_string())
+            }
         }
     }
 
@@ -374,15 +384,28 @@ impl KafkaConsumer {
         let mut pending: Option<Batch> = None;
         let mut deadline = tokio::time::Instant::now();
         let mut last_warning: Option<Instant> = None;
+        // While holding (see the module doc): when the hold turns into a pause.
+        let mut holding_until: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
-                _ = progress.notified() => self.resume_if_caught_up(),
+                _ = progress.notified() => {
+                    if self.caught_up() {
+                        holding_until = None;
+                        self.resume();
+                    }
+                }
+                _ = tokio::time::sleep_until(holding_until.unwrap_or(deadline)), if holding_until.is_some() => {
+                    holding_until = None;
+                    if !self.caught_up() {
+                        self.pause();
+                    }
+                }
                 _ = tokio::time::sleep_until(deadline), if pending.is_some() => {
                     let _ = batches.send(pending.take().expect("pending"));
                 }
-                message = self.consumer.recv() => match message {
+                message = self.consumer.recv(), if holding_until.is_none() => match message {
                     Ok(message) => {
                         let mut message = Some(message);
                         let mut taken = 0;
@@ -401,7 +424,7 @@ impl KafkaConsumer {
                             let in_flight = self.status.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
                             if in_flight >= self.config.max_in_flight {
                                 if !self.status.paused.load(Ordering::Acquire) {
-                                    self.pause();
+                                    holding_until = Some(tokio::time::Instant::now() + HOLD_BEFORE_PAUSE);
                                 }
                                 break;
                             }
@@ -451,10 +474,14 @@ impl KafkaConsumer {
         }
     }
 
-    fn resume_if_caught_up(&self) {
-        if !self.status.paused.load(Ordering::Acquire)
-            || self.status.in_flight.load(Ordering::Acquire) > self.config.max_in_flight / 2
-        {
+    /// Whether the writer has brought the records in flight down to half the bound, the point where
+    /// a hold ends and paused partitions resume.
+    fn caught_up(&self) -> bool {
+        self.status.in_flight.load(Ordering::Acquire) <= self.config.max_in_flight / 2
+    }
+
+    fn resume(&self) {
+        if !self.status.paused.load(Ordering::Acquire) {
             return;
         }
         let resumed = self

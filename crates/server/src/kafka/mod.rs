@@ -15,9 +15,10 @@
 //! - Poison records (no value, not JSON, an invalid event, or one the writer refuses) go to the dead-letter
 //!   topic (`<topic>.dead` by default) with the error in the header `rankgate-error`, and are then
 //!   committed past like any other: they never block a partition.
-//! - Backpressure: records read but not yet durable are bounded by `kafka_max_in_flight`; past it every
-//!   assigned partition is paused (the group membership is kept alive meanwhile) and resumed once the
-//!   writer has brought that number down to half.
+//! - Backpressure: records read but not yet durable are bounded by `kafka_max_in_flight`. At the bound
+//!   the reader stops taking records for up to a second (librdkafka's bounded prefetch queue stops
+//!   fetching meanwhile); if the writer has not brought the number down to half by then, every assigned
+//!   partition is paused (the group membership is kept alive meanwhile) and resumed once it has.
 //!
 //! [`consumer`] is the consumer itself; [`status`] is what `/readyz` and `/metrics` show of it.
 
