@@ -1,10 +1,12 @@
 //! `parse_body_at_most` (the ingest hot path, which reads plainly written events without a
-//! `serde_json::Value`) answers exactly what `split_body_at_most` + `RawItem::to_event` answer, event by
-//! event and error by error, for bodies mixing plain events with every way an event can be written
+//! `serde_json::Value`) and `parse_event` (one event: a Kafka record, a stream entry) answer exactly what
+//! `split_body_at_most` / `RawItem::parse` + `RawItem::to_event` answer, event by event and error by error, for bodies mixing plain events with every way an event can be written
 //! unusually: escapes, repeated or unknown keys, `null`s, floats, strings for numbers, out-of-range values.
 
 use proptest::prelude::*;
-use rankgate_core::event::{parse_body_at_most, split_body_at_most, BodyFormat, ParseLimits, ParsedItem};
+use rankgate_core::event::{
+    parse_body_at_most, parse_event, split_body_at_most, BodyFormat, ParseLimits, ParsedItem, RawItem,
+};
 
 /// 2026-07-17T13:05:02.123Z.
 const NOW: i64 = 1_784_293_502_123;
@@ -30,6 +32,13 @@ fn fast_path(body: &[u8], format: BodyFormat, max: usize) -> Result<Vec<ParsedIt
 }
 
 fn assert_same(events: &[String]) {
+    for event in events {
+        assert_eq!(
+            parse_event(event.as_bytes(), &limits()),
+            RawItem::parse(event.as_bytes()).to_event(&limits()),
+            "{event}"
+        );
+    }
     let array = format!("[{}]", events.join(","));
     assert_eq!(
         fast_path(array.as_bytes(), BodyFormat::Json, 64),
