@@ -1,17 +1,22 @@
-//! The HTTP/1.1 fast lane: a connection's plain rank reads answered without hyper (issue 10).
+//! The HTTP/1.1 fast lane: a connection's plain rank reads and position polls answered without hyper
+//! (issues 10 and 13).
 //!
 //! With the router out of the way ([`crate::edge::Edge`]'s direct path), a warm rank read still spent
 //! about half of its instructions in hyper's connection machinery (head parsing into a `HeaderMap` and a
 //! `Uri`, the dispatcher, the service glue, the response encoder) — more than the read itself — and an
 //! empty handler behind hyper already cost more CPU per request than Redis's whole `ZREVRANK`. So a
 //! connection starts here: the lane reads request heads itself (httparse, as hyper does) and answers
-//! the one shape it knows, then keeps the connection alive for the next request:
+//! the shapes it knows, then keeps the connection alive for the next request. A waiting member's
+//! position poll is the waiting room's hottest request and had the same profile (an empty handler
+//! behind hyper cost more than Redis's `ZRANK`), so it takes the lane too:
 //!
-//! - `GET /v1/products/{productId}/rank[?query]` over HTTP/1.1, with a segment needing no
-//!   percent-decoding, and no header that changes the exchange (`content-length`, `transfer-encoding`,
-//!   `connection` other than `keep-alive`, `expect`, `upgrade`, conditional and range headers):
-//!   answered with [`rankings::rank_reply`], the route's own code, in the bytes hyper would write
-//!   (status line, the route's headers, `content-length`, `date`).
+//! - `GET /v1/products/{productId}/rank[?query]`, answered with [`rankings::rank_reply`], and
+//!   `GET /v1/queues/{queue}/entries/{memberId}[?query]`, answered with [`waiting_room::poll_reply`]:
+//!   each the route's own code, written in the bytes hyper would write (status line, the route's
+//!   headers, `content-length`, `date`). Only over HTTP/1.1, with path segments needing no
+//!   percent-decoding, and with no header that changes the exchange (`content-length`,
+//!   `transfer-encoding`, `connection` other than `keep-alive`, `expect`, `upgrade`, conditional and
+//!   range headers).
 //!
 //! **Anything else ends the lane**: the bytes read so far go to hyper together with the socket, so hyper
 //! serves that request and every later one on the connection exactly as before (keep-alive, limits,
@@ -31,7 +36,9 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::AppState;
+use crate::direct_reply::DirectReply;
 use crate::routes::rankings;
+use crate::waiting_room;
 
 /// Heads longer than this are hyper's to read (and to refuse, past its own limit).
 const MAX_HEAD_BYTES: usize = 8 * 1024;
@@ -60,7 +67,7 @@ pub enum LaneEnd {
     ToHyper(Prefixed),
 }
 
-/// Serves `stream`'s plain rank reads until it closes or sends anything else (module docs).
+/// Serves `stream`'s plain rank reads and polls until it closes or sends anything else (module docs).
 pub async fn serve(
     mut stream: TcpStream,
     state: &AppState,
@@ -80,7 +87,7 @@ pub async fn serve(
     loop {
         let head = loop {
             match parse_head(&buffer) {
-                Head::Rank(head) => break head,
+                Head::Lane(head) => break head,
                 Head::Partial if buffer.len() < MAX_HEAD_BYTES => {}
                 Head::Partial | Head::Other => {
                     return LaneEnd::ToHyper(Prefixed::new(buffer.freeze(), stream))
@@ -106,9 +113,15 @@ pub async fn serve(
         let text = |range: &std::ops::Range<usize>| {
             std::str::from_utf8(&head_bytes[range.clone()]).expect("httparse checks the target")
         };
-        let product = text(&head.product);
-        let query = head.query.as_ref().map(text);
-        let reply = rankings::rank_reply(state, product, query, &rankings::IfNoneMatch::absent()).await;
+        let reply = match &head.target {
+            Target::Rank { product, query } => {
+                let query = query.as_ref().map(text);
+                rankings::rank_reply(state, text(product), query, &rankings::IfNoneMatch::absent()).await
+            }
+            Target::Poll { queue, member } => {
+                waiting_room::poll_reply(&state.waiting_room, text(queue), text(member)).await
+            }
+        };
         out.clear();
         // Shutdown began while this request was in flight: it gets its answer, announced as the last.
         let last = shutdown.is_cancelled();
@@ -126,7 +139,7 @@ pub async fn serve(
 /// `reply` as hyper writes an answer: status line, the headers in order (lower-case names), then
 /// `content-length` and `date`, then the body; the `last` answer on a connection says
 /// `connection: close`, as hyper's does during a graceful shutdown.
-fn write_reply(out: &mut Vec<u8>, reply: &rankings::RankReply, date: &[u8], last: bool) {
+fn write_reply(out: &mut Vec<u8>, reply: &DirectReply, date: &[u8], last: bool) {
     if reply.status == StatusCode::OK {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
     } else {
@@ -153,16 +166,29 @@ fn write_reply(out: &mut Vec<u8>, reply: &rankings::RankReply, date: &[u8], last
     out.extend_from_slice(&reply.body);
 }
 
-/// A complete rank-read head: its length, and where the product id and the query lie in it.
-struct RankHead {
+/// A complete head the lane answers: its length, and what it asks for.
+struct LaneHead {
     len: usize,
-    product: std::ops::Range<usize>,
-    query: Option<std::ops::Range<usize>>,
+    target: Target,
+}
+
+/// What a lane request asks for, as ranges of its head.
+enum Target {
+    /// A rank read: the product id and the query.
+    Rank {
+        product: std::ops::Range<usize>,
+        query: Option<std::ops::Range<usize>>,
+    },
+    /// A position poll: the queue and the member id (a query is ignored, as the route ignores it).
+    Poll {
+        queue: std::ops::Range<usize>,
+        member: std::ops::Range<usize>,
+    },
 }
 
 enum Head {
-    /// A plain rank read the lane answers.
-    Rank(RankHead),
+    /// A plain rank read or position poll the lane answers.
+    Lane(LaneHead),
     /// Not complete yet.
     Partial,
     /// Anything else, or not HTTP at all: hyper's to answer.
@@ -187,9 +213,6 @@ fn parse_head(buffer: &[u8]) -> Head {
         Some((path, query)) => (path, Some(query)),
         None => (target, None),
     };
-    let Some(product) = rankings::direct_rank_product(path) else {
-        return Head::Other;
-    };
     let changes_the_exchange = request.headers.iter().any(|header| {
         if header.name.eq_ignore_ascii_case("connection") {
             return !header.value.eq_ignore_ascii_case(b"keep-alive");
@@ -206,11 +229,20 @@ fn parse_head(buffer: &[u8]) -> Head {
         let start = part.as_ptr() as usize - buffer.as_ptr() as usize;
         start..start + part.len()
     };
-    Head::Rank(RankHead {
-        len,
-        product: range(product),
-        query: query.map(range),
-    })
+    let target = if let Some(product) = rankings::direct_rank_product(path) {
+        Target::Rank {
+            product: range(product),
+            query: query.map(range),
+        }
+    } else if let Some((queue, member)) = waiting_room::direct_poll_target(path) {
+        Target::Poll {
+            queue: range(queue),
+            member: range(member),
+        }
+    } else {
+        return Head::Other;
+    };
+    Head::Lane(LaneHead { len, target })
 }
 
 /// The `date` header value, formatted once a second (as hyper caches it).
@@ -298,8 +330,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_plain_rank_reads_take_the_lane() {
-        let rank = |raw: &str| matches!(parse_head(raw.as_bytes()), Head::Rank(_));
+    fn only_plain_rank_reads_and_polls_take_the_lane() {
+        let rank = |raw: &str| {
+            matches!(
+                parse_head(raw.as_bytes()),
+                Head::Lane(LaneHead {
+                    target: Target::Rank { .. },
+                    ..
+                })
+            )
+        };
+        let poll = |raw: &str| match parse_head(raw.as_bytes()) {
+            Head::Lane(LaneHead {
+                target: Target::Poll { queue, member },
+                ..
+            }) => Some((raw[queue].to_owned(), raw[member].to_owned())),
+            _ => None,
+        };
+        assert_eq!(
+            poll("GET /v1/queues/drop/entries/m-1 HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Some(("drop".into(), "m-1".into()))
+        );
+        assert_eq!(
+            poll("GET /v1/queues/q/entries/m?x=1 HTTP/1.1\r\n\r\n"),
+            Some(("q".into(), "m".into()))
+        );
+        for other in [
+            "GET /v1/queues/q/entries/m/events HTTP/1.1\r\n\r\n",
+            "GET /v1/queues/q/entries/ HTTP/1.1\r\n\r\n",
+            "GET /v1/queues//entries/m HTTP/1.1\r\n\r\n",
+            "GET /v1/queues/q/entries/m%31 HTTP/1.1\r\n\r\n",
+            "GET /v1/queues/q/draw HTTP/1.1\r\n\r\n",
+            "DELETE /v1/queues/q/entries/m HTTP/1.1\r\n\r\n",
+            "GET /v1/queues/q/entries/m HTTP/1.1\r\nConnection: close\r\n\r\n",
+        ] {
+            assert!(matches!(parse_head(other.as_bytes()), Head::Other), "{other:?}");
+        }
         assert!(rank(
             "GET /v1/products/p1/rank?window=7d HTTP/1.1\r\nHost: x\r\n\r\n"
         ));

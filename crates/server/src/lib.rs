@@ -26,6 +26,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod direct_reply;
 pub mod draw_verify;
 pub mod edge;
 pub mod error;

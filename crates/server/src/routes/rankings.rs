@@ -12,10 +12,9 @@
 //! `If-None-Match` matches gets `304 Not Modified` with the same two headers and no body. The sort is a
 //! POST, `Cache-Control: no-store`.
 
-use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -28,6 +27,7 @@ use rankgate_core::read::{
 use rankgate_store::ranking::engine::RankingQuery;
 
 use crate::app::AppState;
+use crate::direct_reply::DirectReply;
 use crate::error::{ApiError, ApiResult};
 use crate::rankings::reader::{
     RankRequest, RanksRequest, ReadError, Served, SortRequest, TopRequest, MAX_SORT_PRODUCTS,
@@ -294,49 +294,16 @@ pub async fn sort(State(state): State<AppState>, body: axum::body::Bytes) -> Api
         .into_response())
 }
 
-/// A rank read's answer: status, headers (but `content-length` and `date`, which whoever writes the
-/// answer adds) and body.
-///
-/// Three paths answer a rank read — the route's handler above, the edge's direct path
-/// ([`crate::edge::Edge`]) and the fast lane ([`crate::fast_lane`]), which skip the router's and hyper's
-/// per-request work on the hottest read — and all three write exactly this, so a header added here
-/// (`Cache-Control`, `ETag`, …) reaches every one of them.
-pub struct RankReply {
-    /// 200, or the error's status.
-    pub status: StatusCode,
-    /// In the order they are written.
-    pub headers: Vec<(HeaderName, HeaderValue)>,
-    /// The JSON body.
-    pub body: Bytes,
-}
-
-impl IntoResponse for RankReply {
-    fn into_response(self) -> Response {
-        let length = HeaderValue::from(self.body.len());
-        let mut response = Response::new(Body::from(self.body));
-        *response.status_mut() = self.status;
-        let headers = response.headers_mut();
-        for (name, value) in self.headers {
-            headers.append(name, value);
-        }
-        // A 304 has no body and says nothing about the length of the one it stands for.
-        if self.status != StatusCode::NOT_MODIFIED {
-            headers.insert(header::CONTENT_LENGTH, length);
-        }
-        response
-    }
-}
-
-/// The rank read, answered (see [`RankReply`]).
+/// The rank read, answered (see [`DirectReply`]).
 pub async fn rank_reply(
     state: &AppState,
     product: &str,
     query: Option<&str>,
     if_none_match: &IfNoneMatch,
-) -> RankReply {
+) -> DirectReply {
     match rank_served(state, product, query).await {
         // The same headers, in the same order, as `cacheable_response` gives the other reads.
-        Ok(served) if if_none_match.holds(&served) => RankReply {
+        Ok(served) if if_none_match.holds(&served) => DirectReply {
             status: StatusCode::NOT_MODIFIED,
             headers: vec![
                 (header::ETAG, served.etag_header),
@@ -344,7 +311,7 @@ pub async fn rank_reply(
             ],
             body: Bytes::new(),
         },
-        Ok(served) => RankReply {
+        Ok(served) => DirectReply {
             status: StatusCode::OK,
             headers: vec![
                 (header::ETAG, served.etag_header),
@@ -353,19 +320,7 @@ pub async fn rank_reply(
             ],
             body: served.body,
         },
-        Err(error) => {
-            let (parts, body) = error.into_response().into_parts();
-            RankReply {
-                status: parts.status,
-                headers: parts
-                    .headers
-                    .into_iter()
-                    .filter_map(|(name, value)| Some((name?, value)))
-                    .collect(),
-                // An error body is a short JSON object held in memory: collecting it cannot fail.
-                body: axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default(),
-            }
-        }
+        Err(error) => DirectReply::error(error).await,
     }
 }
 

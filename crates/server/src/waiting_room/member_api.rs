@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, Method, StatusCode};
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::on;
 use axum::{Json, Router};
 use serde_json::Value;
 
 use super::service::WaitingRoom;
+use crate::direct_reply::DirectReply;
 use crate::error::{ApiError, ApiResult};
 use crate::route_table::{self, Endpoint};
 
@@ -133,20 +134,51 @@ async fn enter(
 async fn poll(
     State(room): State<Arc<WaitingRoom>>,
     Path((queue, member)): Path<(String, String)>,
-) -> ApiResult<Response> {
-    let queue = WaitingRoom::parse_queue(&queue)?;
-    let member = WaitingRoom::parse_member("memberId", &member)?;
-    let (position, limit) = room.poll(&queue, &member).await?;
-    let mut response = Json(position).into_response();
-    let headers = response.headers_mut();
-    if let (Ok(policy), Ok(limit)) = (
-        HeaderValue::from_str(&limit.policy),
-        HeaderValue::from_str(&limit.limit),
-    ) {
-        headers.insert("ratelimit-policy", policy);
-        headers.insert("ratelimit", limit);
+) -> Response {
+    poll_reply(&room, &queue, &member).await.into_response()
+}
+
+/// `GET /v1/queues/{queue}/entries/{member}` answered, for the route and for the fast lane (see
+/// [`DirectReply`]): `queue` and `member` as the router's `Path` extractor gives them.
+pub async fn poll_reply(room: &WaitingRoom, queue: &str, member: &str) -> DirectReply {
+    let polled = async {
+        let queue = WaitingRoom::parse_queue(queue)?;
+        let member = WaitingRoom::parse_member("memberId", member)?;
+        room.poll(&queue, &member).await
+    };
+    match polled.await {
+        Ok((position, limit)) => {
+            let headers = HeaderValue::from_str(&limit.policy)
+                .ok()
+                .zip(HeaderValue::from_str(&limit.limit).ok())
+                .map(|(policy, limit)| {
+                    [
+                        (HeaderName::from_static("ratelimit-policy"), policy),
+                        (HeaderName::from_static("ratelimit"), limit),
+                    ]
+                });
+            match serde_json::to_vec(&position) {
+                Ok(body) => DirectReply::json(body, headers.into_iter().flatten()),
+                Err(error) => {
+                    DirectReply::error(ApiError::Internal(anyhow::anyhow!(
+                        "serializing a position: {error}"
+                    )))
+                    .await
+                }
+            }
+        }
+        Err(error) => DirectReply::error(error).await,
     }
-    Ok(response)
+}
+
+/// The queue and member of a position poll the fast lane may answer without the router:
+/// `/v1/queues/{queue}/entries/{member}` whose segments hold no escape (axum would percent-decode them;
+/// those go through the router), as the router's `Path` extractor would give them. `None` for every
+/// other path.
+pub fn direct_poll_target(path: &str) -> Option<(&str, &str)> {
+    let (queue, member) = path.strip_prefix("/v1/queues/")?.split_once("/entries/")?;
+    let plain = |segment: &str| !segment.is_empty() && !segment.contains(['/', '%']);
+    (plain(queue) && plain(member)).then_some((queue, member))
 }
 
 /// `GET …/entries/{member}/events`: the position as Server-Sent Events (see `member_streams`).

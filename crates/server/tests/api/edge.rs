@@ -421,6 +421,66 @@ async fn the_fast_lane_answers_rank_reads_as_hyper_does_and_hands_anything_else_
     assert_eq!(read_answers(&mut escaped, 1).await[0], lane[0]);
 }
 
+/// Issue 13: a waiting member's position polls take the fast lane too, and answer what hyper and the
+/// router answer: the position with its `RateLimit` headers, the 429 once the burst is spent, a refused
+/// queue name naming the field. Two queues with one member each, so the two paths see the same state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fast_lane_answers_position_polls_as_hyper_and_the_router_do() {
+    let app = spawn_app_with(|config| config.waiting_room.poll_burst = 1).await;
+    for queue in ["lane-a", "lane-b"] {
+        let response = app
+            .client
+            .post(format!("{}/v1/queues/{queue}/entries", app.address))
+            .json(&serde_json::json!({ "memberId": "m-1" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let polls = |queue: &str| {
+        format!(
+            "GET /v1/queues/{queue}/entries/m-1 HTTP/1.1\r\nHost: x\r\n\r\n\
+             GET /v1/queues/{queue}/entries/m-1?ignored=1 HTTP/1.1\r\nHost: x\r\n\r\n\
+             GET /v1/queues/Bad!Queue/entries/m-1 HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+    };
+    let mut lane_stream = TcpStream::connect(host_of(&app)).await.unwrap();
+    lane_stream.write_all(polls("lane-a").as_bytes()).await.unwrap();
+    let lane = read_answers(&mut lane_stream, 3).await;
+    // `/healthz` hands this connection to hyper first, so the same polls go through the router.
+    let mut hyper_stream = TcpStream::connect(host_of(&app)).await.unwrap();
+    hyper_stream
+        .write_all(format!("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n{}", polls("lane-b")).as_bytes())
+        .await
+        .unwrap();
+    let hyper = read_answers(&mut hyper_stream, 4).await[1..].to_vec();
+
+    assert!(lane[0].0.starts_with("HTTP/1.1 200 OK\r\n"), "{lane:?}");
+    assert!(lane[0].0.contains("\r\nratelimit: \"poll\";r=0;"), "{lane:?}");
+    assert_eq!(
+        lane[0].0, hyper[0].0,
+        "the same status and headers, in the same order"
+    );
+    // The polling interval carries random jitter; the rest of the position is the same.
+    let position = |body: &str| {
+        let mut value: serde_json::Value = serde_json::from_str(body).unwrap();
+        value.as_object_mut().unwrap().remove("pollingIntervalSeconds");
+        value
+    };
+    assert_eq!(position(&lane[0].1), position(&hyper[0].1));
+    assert_eq!(position(&lane[0].1)["status"], "WAITING", "{lane:?}");
+    assert_eq!(position(&lane[0].1)["rank"], 0, "{lane:?}");
+    assert!(
+        lane[1].0.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+        "{lane:?}"
+    );
+    assert!(lane[1].0.contains("\r\nretry-after: "), "{lane:?}");
+    assert_eq!(lane[1], hyper[1], "the spent burst's 429");
+    assert!(lane[2].0.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{lane:?}");
+    assert!(lane[2].1.contains("queue"), "{lane:?}");
+    assert_eq!(lane[2], hyper[2], "a refused queue name");
+}
+
 /// Graceful shutdown reaches connections in the fast lane: an idle one is closed, and the server stops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_closes_idle_connections_in_the_fast_lane() {
