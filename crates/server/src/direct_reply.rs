@@ -23,13 +23,13 @@ pub struct DirectReply {
 
 impl DirectReply {
     /// A `200` with a JSON body and `headers` after its `content-type`, as axum's `Json` writes it.
-    pub fn json(body: Vec<u8>, headers: impl IntoIterator<Item = (HeaderName, HeaderValue)>) -> DirectReply {
+    pub fn json(body: Bytes, headers: impl IntoIterator<Item = (HeaderName, HeaderValue)>) -> DirectReply {
         let mut all = vec![(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))];
         all.extend(headers);
         DirectReply {
             status: StatusCode::OK,
             headers: all,
-            body: Bytes::from(body),
+            body,
         }
     }
 

@@ -128,7 +128,7 @@ async fn enter(
     let queue = WaitingRoom::parse_queue(&queue)?;
     let member = member_field(&json_object(&body)?)?;
     let position = room.enter(&queue, &member).await?;
-    Ok(Json(position).into_response())
+    Ok(DirectReply::json(position.to_json(), []).into_response())
 }
 
 async fn poll(
@@ -157,15 +157,7 @@ pub async fn poll_reply(room: &WaitingRoom, queue: &str, member: &str) -> Direct
                         (HeaderName::from_static("ratelimit"), limit),
                     ]
                 });
-            match serde_json::to_vec(&position) {
-                Ok(body) => DirectReply::json(body, headers.into_iter().flatten()),
-                Err(error) => {
-                    DirectReply::error(ApiError::Internal(anyhow::anyhow!(
-                        "serializing a position: {error}"
-                    )))
-                    .await
-                }
-            }
+            DirectReply::json(position.to_json(), headers.into_iter().flatten())
         }
         Err(error) => DirectReply::error(error).await,
     }

@@ -35,6 +35,7 @@ use super::config::WaitingRoomConfig;
 use super::member_streams::{MemberStreamLimits, MemberStreams};
 use super::telemetry;
 use crate::error::{ApiError, ApiResult};
+use crate::json_writer::JsonWriter;
 
 /// The position body of SPEC 2.2.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -67,6 +68,48 @@ pub struct Position {
     /// The opening's time (RFC 3339) while in the pre-queue; omitted otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub opens_at: Option<String>,
+}
+
+impl Position {
+    /// The body, byte for byte what `serde_json::to_vec` writes for it (a test holds the two together),
+    /// written by hand because the poll is the waiting room's hottest answer: the derived form cost a
+    /// poll about 2,800 instructions, a fifth of all it costs (see [`crate::json_writer`]).
+    pub fn to_json(&self) -> bytes::Bytes {
+        let mut out = JsonWriter::with_capacity(256);
+        out.raw(match self.status {
+            MemberStatus::NotEntered => r#"{"status":"NOT_ENTERED","rank":"#,
+            MemberStatus::Waiting => r#"{"status":"WAITING","rank":"#,
+            MemberStatus::Ready => r#"{"status":"READY","rank":"#,
+            MemberStatus::Claimed => r#"{"status":"CLAIMED","rank":"#,
+        });
+        out.opt_u64(self.rank);
+        out.raw(r#","currentTotalWaitingCount":"#);
+        out.u64(self.current_total_waiting_count);
+        out.raw(r#","estimatedWaitSeconds":"#);
+        out.opt_u64(self.estimated_wait_seconds);
+        out.raw(r#","estimatedWaitSecondsP90":"#);
+        out.opt_u64(self.estimated_wait_seconds_p90);
+        out.raw(r#","pollingIntervalSeconds":"#);
+        out.f64(self.polling_interval_seconds);
+        out.raw(r#","entryToken":"#);
+        out.opt_str(self.entry_token.as_deref());
+        out.raw(r#","tokenExpiresAt":"#);
+        out.opt_str(self.token_expires_at.as_deref());
+        if let Some(outcome) = self.last_outcome {
+            out.raw(r#","lastOutcome":"#);
+            out.str(outcome);
+        }
+        if let Some(pre_queue) = self.pre_queue {
+            out.raw(r#","preQueue":"#);
+            out.bool(pre_queue);
+        }
+        if let Some(opens_at) = &self.opens_at {
+            out.raw(r#","opensAt":"#);
+            out.str(opens_at);
+        }
+        out.raw("}");
+        out.into_bytes()
+    }
 }
 
 /// A granted claim (SPEC 2.4).
@@ -818,5 +861,68 @@ impl WaitingRoom {
             telemetry::redis_coalescing(redis.coalescing());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn status() -> impl Strategy<Value = MemberStatus> {
+        prop_oneof![
+            Just(MemberStatus::NotEntered),
+            Just(MemberStatus::Waiting),
+            Just(MemberStatus::Ready),
+            Just(MemberStatus::Claimed),
+        ]
+    }
+
+    /// Strings as a position may hold them, and ones that need escaping.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("2026-12-01T23:40:00Z".to_owned()),
+            "[a-zA-Z0-9_-]{0,40}",
+            "\\PC{0,8}",
+            Just("quote \" backslash \\ newline \n nul \u{0}".to_owned()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        #[test]
+        fn the_hand_written_position_body_is_serde_jsons(
+            status in status(),
+            rank in proptest::option::of(any::<u64>()),
+            waiting in any::<u64>(),
+            estimate in proptest::option::of(any::<u64>()),
+            p90 in proptest::option::of(any::<u64>()),
+            interval in prop_oneof![0.8f64..7.0, any::<f64>()],
+            token in proptest::option::of(text()),
+            expires in proptest::option::of(text()),
+            consumed in any::<bool>(),
+            pre_queue in proptest::option::of(any::<bool>()),
+            opens_at in proptest::option::of(text()),
+        ) {
+            let position = Position {
+                status,
+                rank,
+                current_total_waiting_count: waiting,
+                estimated_wait_seconds: estimate,
+                estimated_wait_seconds_p90: p90,
+                polling_interval_seconds: interval,
+                entry_token: token,
+                token_expires_at: expires,
+                last_outcome: consumed.then_some("CONSUMED"),
+                pre_queue,
+                opens_at,
+            };
+            prop_assert_eq!(
+                String::from_utf8(position.to_json().to_vec()).unwrap(),
+                serde_json::to_string(&position).unwrap()
+            );
+        }
     }
 }
