@@ -3,13 +3,26 @@
 use std::sync::Arc;
 
 use rankgate_core::ids::MemberId;
-use rankgate_core::queue::{QueueName, SettingsPatch};
+use rankgate_core::queue::{QueueName, QueueSettings, SettingsPatch};
 use rankgate_store::queue::QueueStore;
 
 /// Enters `waiting` members (`member-00000000`…) in concurrent waves of `wave`, so a batching store
-/// batches them as it does under HTTP load, then gives the queue a huge admission rate so every
-/// admission iteration may pop its 50.
+/// batches them as it does under HTTP load, into a queue given first the highest admission rate a queue may
+/// have (`MAX_MEMBERS_PER_TICK` per default 1 s tick) so every admission iteration may pop its 50, and
+/// the longest abandonment period (a member's deadline is set when it enters): the benches advance the
+/// clock a second per iteration, and members who never poll would otherwise all be dropped as
+/// abandoned after 300 of them.
 pub async fn fill_queue<S: QueueStore>(store: &Arc<S>, queue: &QueueName, waiting: usize, wave: usize) {
+    let patch = SettingsPatch {
+        admit_per_second: Some(QueueSettings::MAX_MEMBERS_PER_TICK as f64),
+        abandon_after_seconds: Some(*QueueSettings::ABANDON_AFTER_SECONDS.end()),
+        ..SettingsPatch::default()
+    };
+    store
+        .update_settings(queue, &patch)
+        .await
+        .expect("store")
+        .expect("valid");
     for chunk in (0..waiting).collect::<Vec<_>>().chunks(wave) {
         let mut tasks = tokio::task::JoinSet::new();
         for i in chunk {
@@ -19,13 +32,4 @@ pub async fn fill_queue<S: QueueStore>(store: &Arc<S>, queue: &QueueName, waitin
         }
         while tasks.join_next().await.is_some() {}
     }
-    let patch = SettingsPatch {
-        admit_per_second: Some(1_000_000.0),
-        ..SettingsPatch::default()
-    };
-    store
-        .update_settings(queue, &patch)
-        .await
-        .expect("store")
-        .expect("valid");
 }
