@@ -288,6 +288,17 @@ impl Event {
     pub fn write_json(&self, out: &mut Vec<u8>) {
         use std::io::Write as _;
         fn string(out: &mut Vec<u8>, value: &str) {
+            // serde_json escapes exactly `"`, `\\` and C0 controls; a string without them (almost every id)
+            // is copied as it is, which is what serde_json would write.
+            if !value
+                .bytes()
+                .any(|byte| byte == b'"' || byte == b'\\' || byte < 0x20)
+            {
+                out.push(b'"');
+                out.extend_from_slice(value.as_bytes());
+                out.push(b'"');
+                return;
+            }
             serde_json::to_writer(&mut *out, value).expect("writing to a Vec cannot fail");
         }
         out.extend_from_slice(b"{\"id\":");

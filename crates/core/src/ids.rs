@@ -40,6 +40,10 @@ fn check_length(s: &str, max: usize) -> Result<(), IdError> {
 }
 
 fn check_no_control_characters(s: &str) -> Result<(), IdError> {
+    // Printable ASCII (almost every id) holds no control character; only other text is decoded.
+    if s.bytes().all(|byte| (0x20..0x7f).contains(&byte)) {
+        return Ok(());
+    }
     if s.chars().any(char::is_control) {
         return Err(IdError::ControlCharacter);
     }

@@ -110,7 +110,8 @@ fn string_end(body: &[u8], start: usize) -> Result<usize, StructureError> {
 
 /// The offset just past the object or array that opens at `body[start]`; brackets must match.
 fn composite_end(body: &[u8], start: usize) -> Result<usize, StructureError> {
-    let mut expected_closers = vec![closer_of(body[start])];
+    let mut expected_closers = CloserStack::default();
+    expected_closers.push(closer_of(body[start]));
     let mut at = start + 1;
     while let Some(&byte) = body.get(at) {
         match byte {
@@ -135,6 +136,42 @@ fn composite_end(body: &[u8], start: usize) -> Result<usize, StructureError> {
         "the {} that opens at byte {start} is never closed",
         if body[start] == b'{' { "object" } else { "array" }
     ))
+}
+
+/// The closing brackets still expected, innermost last. An event nests two deep, so the first
+/// [`CloserStack::INLINE`] levels live inline: the scan of an element allocates nothing (it did, once per
+/// element, in ingest profiles). Deeper nesting spills to the heap, bounded by the body.
+#[derive(Default)]
+struct CloserStack {
+    inline: [u8; CloserStack::INLINE],
+    depth: usize,
+    spilled: Vec<u8>,
+}
+
+impl CloserStack {
+    const INLINE: usize = 16;
+
+    fn push(&mut self, closer: u8) {
+        if self.depth < Self::INLINE {
+            self.inline[self.depth] = closer;
+        } else {
+            self.spilled.push(closer);
+        }
+        self.depth += 1;
+    }
+
+    fn pop(&mut self) -> Option<u8> {
+        self.depth = self.depth.checked_sub(1)?;
+        if self.depth < Self::INLINE {
+            Some(self.inline[self.depth])
+        } else {
+            self.spilled.pop()
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.depth == 0
+    }
 }
 
 fn closer_of(opener: u8) -> u8 {

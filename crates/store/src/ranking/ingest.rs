@@ -10,8 +10,9 @@
 //! find that another instance processed an id first, and those events become duplicates here too, so
 //! the engine only ever applies what the source of truth counted.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use hashbrown::HashMap;
 
 use parking_lot::RwLock;
 
@@ -184,7 +185,8 @@ impl Ingestor {
         let mut outcomes = Vec::with_capacity(events.len());
         let mut batch = CommitBatch::default();
         let mut in_batch: hashbrown::HashSet<&str> = hashbrown::HashSet::with_capacity(events.len());
-        let mut deltas: HashMap<(Hour, ProductId), Metrics> = HashMap::new();
+        // Most events of a batch open a row of their own (seed lesson: ~1,550 rows per 2,000 events).
+        let mut deltas: HashMap<(Hour, ProductId), Metrics> = HashMap::with_capacity(events.len());
         let mut memberships: hashbrown::HashSet<(ProductId, Category)> = hashbrown::HashSet::new();
         let mut watermark = self.watermark_millis;
         // (index in `outcomes`, event time) of each event in `batch.events`.

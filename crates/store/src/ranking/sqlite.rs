@@ -77,6 +77,78 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 ";
 
+/// Rows per multi-row `INSERT` of a commit, and the shapes it uses: a batch of n rows is written as
+/// statements of the largest power of two rows that fits, so a commit needs at most
+/// [`CHUNK_SHAPES`] prepared shapes per table, which stay in the statement cache.
+///
+/// Why multi-row: one statement per row paid SQLite's per-statement work (step, halt, cursor open and
+/// close, reset) and rusqlite's parameter plumbing once per row: ~1,450 of the ~9,300 instructions a
+/// row cost in a standalone callgrind run of this table (16-row statements saved about half of that;
+/// `bench/results/ingest-callgrind.md`). A 2,000-event seed-lesson batch has ~1,550 (hour, product)
+/// rows, so the commit was most of the writer thread. Sixty-four rows keep a statement's parameters
+/// (384) far below SQLite's limit.
+const ROWS_PER_STATEMENT: usize = 64;
+const CHUNK_SHAPES: usize = ROWS_PER_STATEMENT.trailing_zeros() as usize + 1;
+
+/// `INSERT … VALUES (…), (…) …` texts for 1, 2, 4, … [`ROWS_PER_STATEMENT`] rows.
+type ChunkStatements = [String; CHUNK_SHAPES];
+
+fn chunk_statements(head: &str, columns: usize, tail: &str) -> ChunkStatements {
+    std::array::from_fn(|shape| {
+        let row = format!("({})", vec!["?"; columns].join(", "));
+        format!("{head} VALUES {}{tail}", vec![row; 1 << shape].join(", "))
+    })
+}
+
+/// The metric upserts: each row adds its delta to the stored (hour, product) row.
+fn metric_upserts() -> &'static ChunkStatements {
+    static STATEMENTS: std::sync::OnceLock<ChunkStatements> = std::sync::OnceLock::new();
+    STATEMENTS.get_or_init(|| {
+        chunk_statements(
+            "INSERT INTO metrics_hourly (hour, product, views, likes, units, sales)",
+            6,
+            " ON CONFLICT (hour, product) DO UPDATE SET
+               views = views + excluded.views, likes = likes + excluded.likes,
+               units = units + excluded.units, sales = sales + excluded.sales",
+        )
+    })
+}
+
+/// The membership inserts (a membership already stored is left as it is).
+fn membership_inserts() -> &'static ChunkStatements {
+    static STATEMENTS: std::sync::OnceLock<ChunkStatements> = std::sync::OnceLock::new();
+    STATEMENTS.get_or_init(|| {
+        chunk_statements(
+            "INSERT OR IGNORE INTO product_categories (product, category)",
+            2,
+            "",
+        )
+    })
+}
+
+/// Executes `statements` over `rows` in power-of-two chunks (see [`ROWS_PER_STATEMENT`]), in order;
+/// `bind` binds one row's columns starting at the 1-based parameter index it is given.
+fn execute_in_chunks<T>(
+    transaction: &rusqlite::Transaction<'_>,
+    rows: &[T],
+    statements: &ChunkStatements,
+    bind: impl Fn(&mut rusqlite::CachedStatement<'_>, usize, &T) -> rusqlite::Result<()>,
+) -> Result<(), SourceError> {
+    let mut rest = rows;
+    while !rest.is_empty() {
+        let shape = rest.len().min(ROWS_PER_STATEMENT).ilog2() as usize;
+        let (chunk, later) = rest.split_at(1 << shape);
+        let mut statement = transaction.prepare_cached(&statements[shape])?;
+        let columns = statement.parameter_count() / chunk.len();
+        for (i, row) in chunk.iter().enumerate() {
+            bind(&mut statement, 1 + i * columns, row)?;
+        }
+        statement.raw_execute()?;
+        rest = later;
+    }
+    Ok(())
+}
+
 /// The SQLite source of truth.
 pub struct SqliteSource {
     connection: Connection,
@@ -107,6 +179,8 @@ impl SqliteSource {
         connection.busy_timeout(std::time::Duration::from_secs(10))?;
         // Checkpoint the WAL in bigger steps: a page rewritten by many batches is copied back once.
         connection.pragma_update(None, "wal_autocheckpoint", 8192)?;
+        // Room for every statement shape a commit uses (see `ROWS_PER_STATEMENT`) and the rest.
+        connection.set_prepared_statement_cache_capacity(64);
         connection.execute_batch(SCHEMA)?;
         add_event_log_format_column(&connection)?;
         add_policy_state_columns(&connection)?;
@@ -278,7 +352,18 @@ impl SourceOfTruth for SqliteSource {
     fn commit(&mut self, batch: &CommitBatch) -> Result<(), SourceError> {
         let transaction = self.connection.transaction()?;
         {
-            let mut by_hour: std::collections::BTreeMap<Hour, (Vec<u8>, Vec<u8>)> = Default::default();
+            // Each hour's packed columns are sized first (a length prefix is at most 10 bytes), so they
+            // are not regrown and copied event by event.
+            let mut sizes: std::collections::BTreeMap<Hour, (usize, usize)> = Default::default();
+            for (hour, id, body) in &batch.events {
+                let (ids, bodies) = sizes.entry(*hour).or_default();
+                *ids += id.as_str().len() + 10;
+                *bodies += body.len() + 10;
+            }
+            let mut by_hour: std::collections::BTreeMap<Hour, (Vec<u8>, Vec<u8>)> = sizes
+                .into_iter()
+                .map(|(hour, (ids, bodies))| (hour, (Vec::with_capacity(ids), Vec::with_capacity(bodies))))
+                .collect();
             for (hour, id, body) in &batch.events {
                 let (ids, bodies) = by_hour.entry(*hour).or_default();
                 packed::push_entry(ids, id.as_str().as_bytes());
@@ -296,29 +381,28 @@ impl SourceOfTruth for SqliteSource {
                     RowFormat::LengthPrefixed.column()
                 ])?;
             }
-            let mut upsert_metrics = transaction.prepare_cached(
-                "INSERT INTO metrics_hourly (hour, product, views, likes, units, sales)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (hour, product) DO UPDATE SET
-                   views = views + excluded.views, likes = likes + excluded.likes,
-                   units = units + excluded.units, sales = sales + excluded.sales",
+            execute_in_chunks(
+                &transaction,
+                &batch.metric_deltas,
+                metric_upserts(),
+                |statement, first, (hour, product, delta)| {
+                    statement.raw_bind_parameter(first, hour.0)?;
+                    statement.raw_bind_parameter(first + 1, product.as_str())?;
+                    statement.raw_bind_parameter(first + 2, delta.views)?;
+                    statement.raw_bind_parameter(first + 3, delta.likes)?;
+                    statement.raw_bind_parameter(first + 4, delta.units)?;
+                    statement.raw_bind_parameter(first + 5, delta.sales)
+                },
             )?;
-            for (hour, product, delta) in &batch.metric_deltas {
-                upsert_metrics.execute(params![
-                    hour.0,
-                    product.as_str(),
-                    delta.views,
-                    delta.likes,
-                    delta.units,
-                    delta.sales
-                ])?;
-            }
-            let mut insert_membership = transaction.prepare_cached(
-                "INSERT OR IGNORE INTO product_categories (product, category) VALUES (?1, ?2)",
+            execute_in_chunks(
+                &transaction,
+                &batch.new_memberships,
+                membership_inserts(),
+                |statement, first, (product, category)| {
+                    statement.raw_bind_parameter(first, product.as_str())?;
+                    statement.raw_bind_parameter(first + 1, category.as_str())
+                },
             )?;
-            for (product, category) in &batch.new_memberships {
-                insert_membership.execute(params![product.as_str(), category.as_str()])?;
-            }
             let mut set_meta = transaction.prepare_cached(
                 "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             )?;
