@@ -16,6 +16,11 @@ use rankgate::waiting_room::{self, GateConfig, GateRoute, WaitingRoom, WaitingRo
 use rankgate_store::clock::ManualClock;
 use serde_json::{json, Value};
 
+/// Deleting a test's keys on the shared Redis, shared with the other test binaries.
+#[path = "support/redis_keys.rs"]
+mod redis_keys;
+use redis_keys::RedisKeys;
+
 /// A whole second plus 600 ms: orders land 600 ms into an interval, and one step later the interval is
 /// past its grace (half an interval) and closes.
 const START_MS: i64 = 1_780_000_000_600;
@@ -404,26 +409,6 @@ async fn adaptive_admission_backs_off_when_the_order_service_slows_or_fails_and_
     slow_then_failing_then_recovering(scenario).await;
 }
 
-/// Deletes the test's Redis keys when the test ends, passed or failed.
-struct KeysGuard(String);
-
-impl Drop for KeysGuard {
-    fn drop(&mut self) {
-        let Ok(mut connection) =
-            redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection())
-        else {
-            return;
-        };
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}*", self.0))
-            .query(&mut connection)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&keys).query(&mut connection);
-        }
-    }
-}
-
 /// Two instances sharing Redis: each forwards half the orders, the controller of each interval sees both
 /// halves, exactly one instance decides per interval, and the two admission steps together admit within
 /// the controller's rate.
@@ -433,7 +418,7 @@ async fn adaptive_admission_is_global_across_two_instances_sharing_redis() {
     let upstream = service.spawn().await;
     let clock = ManualClock::new(START_MS);
     let prefix = format!("rgtest:adaptive:{}:", std::process::id());
-    let _cleanup = KeysGuard(prefix.clone());
+    let _cleanup = RedisKeys(prefix.clone());
     let urls = vec!["redis://127.0.0.1:6379".to_string()];
     let mut instances = Vec::new();
     for _ in 0..2 {

@@ -10,6 +10,7 @@ use rankgate_core::queue::DrawSeed;
 use serde_json::{json, Value};
 
 use crate::helpers::*;
+use crate::redis_keys::RedisKeys;
 
 async fn put(app: &TestApp, queue: &str, body: &Value) -> (u16, Value) {
     let response = app
@@ -268,26 +269,6 @@ async fn a_scheduled_opening_draws_the_pre_queue_verifiably_ahead_of_later_arriv
         .await;
     assert_eq!(first["status"], "READY", "{first}");
     app.stop().await;
-}
-
-/// Deletes a test's Redis keys.
-struct RedisKeys(String);
-
-impl Drop for RedisKeys {
-    fn drop(&mut self) {
-        let Ok(mut connection) =
-            redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection())
-        else {
-            return;
-        };
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}*", self.0))
-            .query(&mut connection)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&keys).query(&mut connection);
-        }
-    }
 }
 
 /// Two instances on one Redis: the opening is set through one, members enter through both, both

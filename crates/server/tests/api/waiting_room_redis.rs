@@ -7,31 +7,12 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::helpers::*;
-
-/// Deletes the test's Redis keys when the test ends, passed or failed.
-struct KeysGuard(String);
-
-impl Drop for KeysGuard {
-    fn drop(&mut self) {
-        let Ok(mut connection) =
-            redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection())
-        else {
-            return;
-        };
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}*", self.0))
-            .query(&mut connection)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&keys).query(&mut connection);
-        }
-    }
-}
+use crate::redis_keys::RedisKeys;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
     let prefix = format!("rgtest:api:{}:", std::process::id());
-    let _cleanup = KeysGuard(prefix.clone());
+    let _cleanup = RedisKeys(prefix.clone());
     let app = spawn_app_with({
         let prefix = prefix.clone();
         move |config| {

@@ -8,6 +8,9 @@
 //! Needs (installed by `.ci/run`): `apt-get install chromium` and `npm ci` in this directory.
 
 mod page_http;
+/// Deleting a test's keys on the shared Redis, shared with the other test binaries.
+#[path = "../support/redis_keys.rs"]
+mod redis_keys;
 
 use std::sync::Arc;
 use std::time::Duration;

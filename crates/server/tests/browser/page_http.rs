@@ -6,6 +6,7 @@ use rankgate::waiting_room::config::PageConfig;
 use serde_json::{json, Value};
 
 use super::{spawn_app, spawn_upstream, TestApp};
+use crate::redis_keys::RedisKeys;
 
 async fn get(app: &TestApp, path: &str, headers: &[(&str, &str)]) -> reqwest::Response {
     let mut request = app.client.get(format!("{}{path}", app.base));
@@ -335,26 +336,6 @@ async fn first_is_waiting(app: &TestApp, visitor: &str) -> bool {
     html.contains("You are number 1")
         && html.contains("http-equiv=\"refresh\"")
         && html.contains("<noscript>")
-}
-
-/// Deletes a test's Redis keys when it ends, passed or failed.
-struct RedisKeys(String);
-
-impl Drop for RedisKeys {
-    fn drop(&mut self) {
-        let Ok(mut connection) =
-            redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection())
-        else {
-            return;
-        };
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}*", self.0))
-            .query(&mut connection)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&keys).query(&mut connection);
-        }
-    }
 }
 
 /// Two instances on one Redis with one token secret: a visitor cookie issued by one is the same member on
