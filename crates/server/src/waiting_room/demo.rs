@@ -137,9 +137,18 @@ async fn spawn_order_service(attempts: Arc<AtomicU64>) -> anyhow::Result<std::ne
             }
         }),
     );
+    serve_on_loopback(router, "the order service").await
+}
+
+/// Serves `router` on a free loopback port in the background, for the rest of the process: the demos'
+/// own servers (the waiting room, the simulated order service). `what` names it in a bind error.
+pub(super) async fn serve_on_loopback(
+    router: axum::Router,
+    what: &'static str,
+) -> anyhow::Result<std::net::SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
-        .context("binding the order service")?;
+        .with_context(|| format!("binding {what}"))?;
     let address = listener.local_addr()?;
     tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
@@ -199,13 +208,7 @@ pub async fn run_flash_sale_demo(
         if let Some(gate) = super::gate_routes(Arc::clone(&room)) {
             router = router.merge(gate);
         }
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .context("binding the demo server")?;
-        let base = format!("http://{}", listener.local_addr()?);
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        let base = format!("http://{}", serve_on_loopback(router, "the demo server").await?);
         let client = reqwest::Client::new();
 
         writeln!(

@@ -27,6 +27,7 @@ use rankgate_store::clock::{Clock, ManualClock};
 use rankgate_store::queue::token::TokenSecret;
 
 use super::config::{GateConfig, GateRoute, WaitingRoomConfig};
+use super::demo::serve_on_loopback;
 use super::service::WaitingRoom;
 
 /// Orders per second the degraded order service takes before it slows down and fails.
@@ -115,14 +116,7 @@ async fn spawn_order_service(service: OrderService) -> anyhow::Result<std::net::
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .context("binding the demo order service")?;
-    let address = listener.local_addr()?;
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    Ok(address)
+    serve_on_loopback(router, "the demo order service").await
 }
 
 /// Runs the adaptive-admission scene, in-process on port 0, writing its timeline to `out`.
@@ -192,13 +186,7 @@ async fn run_scene(
 ) -> anyhow::Result<AdaptiveDemoReport> {
     let router = super::member_routes(Arc::clone(room))
         .merge(super::gate_routes(Arc::clone(room)).context("the demo's gate")?);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .context("binding the demo server")?;
-    let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
+    let base = format!("http://{}", serve_on_loopback(router, "the demo server").await?);
     let client = reqwest::Client::new();
 
     let settings = SettingsPatch {
