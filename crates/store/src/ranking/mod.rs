@@ -20,6 +20,7 @@ pub mod catalog;
 pub mod conformance;
 pub mod engine;
 pub mod ingest;
+pub mod metric_cells;
 pub mod packed;
 pub mod postgres;
 pub mod publication;

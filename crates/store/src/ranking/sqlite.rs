@@ -8,11 +8,20 @@
 //!   batch numbers only grow, apart from late events), and a 2,000-event batch costs a handful of B-tree
 //!   inserts instead of 2,000. Dedupe lookups are answered from an in-memory set rebuilt from the `ids`
 //!   column at start, never from disk.
-//! - Retention drops whole hour ranges, which are contiguous key ranges in both big tables.
+//! - Hourly metrics are **packed cells** ([`metric_cells`]), not a row per (hour, product): a batch
+//!   appends its coalesced deltas as one `metric_deltas` blob, and a commit that finds enough cells
+//!   pending folds them into one `metrics_packed` blob per hour, in the same transaction. With 20,000
+//!   products a 2,000-event batch had ~1,900 (hour, product) upserts, ~5,000 instructions each; the
+//!   blob costs a few dozen per cell (`bench/results/ingest-callgrind.md`). Rows of the old
+//!   `metrics_hourly` table (an older version's database) are summed into hour blobs on open.
+//! - Retention drops whole hour ranges, which are contiguous key ranges in the raw log and the hour
+//!   blobs; a batch blob goes once its newest cell is below the cut (`meta.metrics_floor_hour` drops
+//!   the older cells of one that straddles it).
 //! - WAL mode, with `synchronous` as configured ([`Synchronous`]): `FULL` (the default) fsyncs every commit,
 //!   so an acknowledged batch survives a power loss; `NORMAL` survives a process crash (SIGKILL) only. One
 //!   commit per ingest batch, so the fsync is paid per batch, not per event.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -24,6 +33,7 @@ use rankgate_core::policy::{PolicyError, PolicyState};
 use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 
 use super::catalog::{merge_updates, CatalogEntry, CatalogUpdate};
+use super::metric_cells::{self, CellSums};
 use super::packed::{self, RowFormat};
 use crate::synchronous::Synchronous;
 
@@ -47,6 +57,17 @@ CREATE TABLE IF NOT EXISTS metrics_hourly (
     sales   INTEGER NOT NULL,
     PRIMARY KEY (hour, product)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS metric_deltas (
+    seq      INTEGER PRIMARY KEY,
+    max_hour INTEGER NOT NULL,
+    cells    INTEGER NOT NULL,
+    blob     BLOB    NOT NULL
+);
+CREATE TABLE IF NOT EXISTS metrics_packed (
+    hour  INTEGER PRIMARY KEY,
+    cells INTEGER NOT NULL,
+    blob  BLOB    NOT NULL
+);
 CREATE TABLE IF NOT EXISTS product_categories (
     product  TEXT NOT NULL,
     category TEXT NOT NULL,
@@ -82,11 +103,10 @@ CREATE TABLE IF NOT EXISTS meta (
 /// [`CHUNK_SHAPES`] prepared shapes per table, which stay in the statement cache.
 ///
 /// Why multi-row: one statement per row paid SQLite's per-statement work (step, halt, cursor open and
-/// close, reset) and rusqlite's parameter plumbing once per row: ~1,450 of the ~9,300 instructions a
-/// row cost in a standalone callgrind run of this table (16-row statements saved about half of that;
-/// `bench/results/ingest-callgrind.md`). A 2,000-event seed-lesson batch has ~1,550 (hour, product)
-/// rows, so the commit was most of the writer thread. Sixty-four rows keep a statement's parameters
-/// (384) far below SQLite's limit.
+/// close, reset) and rusqlite's parameter plumbing once per row (~1,450 of the ~9,300 instructions a
+/// metric row cost in a standalone callgrind run, `bench/results/ingest-callgrind.md`). Memberships use
+/// it; metrics are packed cells now. Sixty-four rows keep a statement's parameters far below SQLite's
+/// limit.
 const ROWS_PER_STATEMENT: usize = 64;
 const CHUNK_SHAPES: usize = ROWS_PER_STATEMENT.trailing_zeros() as usize + 1;
 
@@ -100,19 +120,13 @@ fn chunk_statements(head: &str, columns: usize, tail: &str) -> ChunkStatements {
     })
 }
 
-/// The metric upserts: each row adds its delta to the stored (hour, product) row.
-fn metric_upserts() -> &'static ChunkStatements {
-    static STATEMENTS: std::sync::OnceLock<ChunkStatements> = std::sync::OnceLock::new();
-    STATEMENTS.get_or_init(|| {
-        chunk_statements(
-            "INSERT INTO metrics_hourly (hour, product, views, likes, units, sales)",
-            6,
-            " ON CONFLICT (hour, product) DO UPDATE SET
-               views = views + excluded.views, likes = likes + excluded.likes,
-               units = units + excluded.units, sales = sales + excluded.sales",
-        )
-    })
-}
+/// Cells the batch blobs (`metric_deltas`) may hold before a commit folds them into the hour blobs
+/// (`metrics_packed`), at least; and the share of the hour blobs' cells they may reach before it does,
+/// at most. A compaction rewrites at most every hour blob once, so folding when the pending cells
+/// reach a quarter of the stored ones bounds its amortized cost to ~5 cell rewrites per cell appended,
+/// and a start reads at most 1.25× the stored cells (or this floor): 2^18 cells are ~7 MiB of blobs.
+const COMPACT_AT_LEAST: u64 = 1 << 18;
+const COMPACT_SHARE: u64 = 4;
 
 /// The membership inserts (a membership already stored is left as it is).
 fn membership_inserts() -> &'static ChunkStatements {
@@ -154,6 +168,52 @@ pub struct SqliteSource {
     connection: Connection,
     /// Batch number of the next `event_log` rows; one past the largest stored.
     next_seq: i64,
+    /// What the metric tables hold (see [`MetricTables`]).
+    metrics: MetricTables,
+}
+
+/// The cells of the two metric tables, counted so a commit can tell when to compact without a query,
+/// and the retention floor of metrics (`meta.metrics_floor_hour`): a batch blob can straddle it, so
+/// its cells below the floor are dropped when read.
+#[derive(Copy, Clone, Debug)]
+struct MetricTables {
+    pending_cells: u64,
+    packed_cells: u64,
+    floor: Option<Hour>,
+    /// [`COMPACT_AT_LEAST`], lowered by tests to compact often.
+    compact_at_least: u64,
+}
+
+impl MetricTables {
+    fn read(connection: &Connection) -> Result<MetricTables, SourceError> {
+        let count = |sql: &str| -> Result<u64, SourceError> {
+            let cells: i64 = connection.query_row(sql, [], |row| row.get(0))?;
+            u64::try_from(cells).map_err(|e| corrupt("metric cell count", e))
+        };
+        let floor: Option<String> = connection
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'metrics_floor_hour'",
+                [],
+                |row| row.get(0),
+            )
+            .optional()?;
+        Ok(MetricTables {
+            pending_cells: count("SELECT COALESCE(SUM(cells), 0) FROM metric_deltas")?,
+            packed_cells: count("SELECT COALESCE(SUM(cells), 0) FROM metrics_packed")?,
+            floor: floor
+                .map(|v| {
+                    v.parse::<i64>()
+                        .map(Hour)
+                        .map_err(|e| corrupt("meta.metrics_floor_hour", e))
+                })
+                .transpose()?,
+            compact_at_least: COMPACT_AT_LEAST,
+        })
+    }
+
+    fn should_compact(&self, pending_cells: u64) -> bool {
+        pending_cells >= self.compact_at_least.max(self.packed_cells / COMPACT_SHARE)
+    }
 }
 
 impl SqliteSource {
@@ -185,11 +245,18 @@ impl SqliteSource {
         add_event_log_format_column(&connection)?;
         add_policy_state_columns(&connection)?;
         add_catalog_listed_column(&connection)?;
+        let mut connection = connection;
+        pack_metric_rows(&mut connection)?;
+        let metrics = MetricTables::read(&connection)?;
         let next_seq: i64 =
             connection.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM event_log", [], |row| {
                 row.get(0)
             })?;
-        Ok(SqliteSource { connection, next_seq })
+        Ok(SqliteSource {
+            connection,
+            next_seq,
+            metrics,
+        })
     }
 
     /// The `synchronous` level SQLite reports for this connection (what a commit really does).
@@ -254,6 +321,76 @@ fn add_catalog_listed_column(connection: &Connection) -> Result<(), SourceError>
         connection.execute_batch("ALTER TABLE catalog ADD COLUMN listed INTEGER NOT NULL DEFAULT 1")?;
     }
     Ok(())
+}
+
+/// Moves the rows of `metrics_hourly` (a row per (hour, product), how metrics were stored before the
+/// packed cells of [`metric_cells`]) into hour blobs, summed with any blob of the same hour, in one
+/// transaction. Sums, not copies: rows an older binary upserted into an emptied table hold only what
+/// it added, so a downgrade and upgrade lose nothing that was written meanwhile.
+fn pack_metric_rows(connection: &mut Connection) -> Result<(), SourceError> {
+    if !connection
+        .prepare("SELECT 1 FROM metrics_hourly LIMIT 1")?
+        .exists([])?
+    {
+        return Ok(());
+    }
+    let transaction = connection.transaction()?;
+    {
+        let mut sums = CellSums::default();
+        let mut statement =
+            transaction.prepare("SELECT hour, product, views, likes, units, sales FROM metrics_hourly")?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let product: String = row.get(1)?;
+            sums.add(Hour(row.get(0)?), &product, &read_metrics(row, 2)?)
+                .map_err(|e| corrupt("metrics_hourly", e))?;
+        }
+        drop(rows);
+        fold_into_hour_blobs(&transaction, sums)?;
+    }
+    transaction.execute("DELETE FROM metrics_hourly", [])?;
+    transaction.commit()?;
+    Ok(())
+}
+
+/// Folds `sums` into `metrics_packed`, one hour blob per hour (each read, merged and written back).
+/// Returns how many cells the hour blobs gained.
+fn fold_into_hour_blobs(
+    transaction: &rusqlite::Transaction<'_>,
+    mut sums: CellSums,
+) -> Result<i64, SourceError> {
+    let mut read = transaction.prepare_cached("SELECT cells, blob FROM metrics_packed WHERE hour = ?1")?;
+    let mut write = transaction
+        .prepare_cached("INSERT OR REPLACE INTO metrics_packed (hour, cells, blob) VALUES (?1, ?2, ?3)")?;
+    let mut gained = 0i64;
+    for (hour, deltas) in sums.take_before(None) {
+        let (stored_cells, stored): (i64, Vec<u8>) = read
+            .query_row(params![hour.0], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?
+            .unwrap_or_default();
+        let (blob, cells) =
+            metric_cells::merge_hour(hour, &stored, deltas).map_err(|e| corrupt("metrics_packed", e))?;
+        let cells = i64::try_from(cells).map_err(|e| corrupt("metrics_packed.cells", e))?;
+        write.execute(params![hour.0, cells, blob])?;
+        gained += cells - stored_cells;
+    }
+    Ok(gained)
+}
+
+/// The sums of every batch blob, cells below `floor` dropped.
+fn pending_sums(connection: &Connection, floor: Option<Hour>) -> Result<CellSums, SourceError> {
+    let mut sums = CellSums::above(floor);
+    let mut statement = connection.prepare_cached("SELECT blob FROM metric_deltas ORDER BY seq")?;
+    let mut rows = statement.query([])?;
+    while let Some(row) = rows.next()? {
+        let blob = row
+            .get_ref(0)?
+            .as_blob()
+            .map_err(|e| corrupt("metric_deltas.blob", e))?;
+        sums.add_blob(blob)
+            .map_err(|e| corrupt("metric_deltas.blob", e))?;
+    }
+    Ok(sums)
 }
 
 /// Reads catalogue rows (`product, body, listed`) from `statement`.
@@ -351,6 +488,8 @@ fn corrupt(what: &str, error: impl std::fmt::Display) -> SourceError {
 impl SourceOfTruth for SqliteSource {
     fn commit(&mut self, batch: &CommitBatch) -> Result<(), SourceError> {
         let transaction = self.connection.transaction()?;
+        // Counted as written, kept only once the transaction commits.
+        let mut metrics = self.metrics;
         {
             // Each hour's packed columns are sized first (a length prefix is at most 10 bytes), so they
             // are not regrown and copied event by event.
@@ -381,19 +520,35 @@ impl SourceOfTruth for SqliteSource {
                     RowFormat::LengthPrefixed.column()
                 ])?;
             }
-            execute_in_chunks(
-                &transaction,
-                &batch.metric_deltas,
-                metric_upserts(),
-                |statement, first, (hour, product, delta)| {
-                    statement.raw_bind_parameter(first, hour.0)?;
-                    statement.raw_bind_parameter(first + 1, product.as_str())?;
-                    statement.raw_bind_parameter(first + 2, delta.views)?;
-                    statement.raw_bind_parameter(first + 3, delta.likes)?;
-                    statement.raw_bind_parameter(first + 4, delta.units)?;
-                    statement.raw_bind_parameter(first + 5, delta.sales)
-                },
-            )?;
+            // The batch's coalesced deltas: one blob, appended (see `metric_cells`).
+            if !batch.metric_deltas.is_empty() {
+                let mut blob = Vec::with_capacity(batch.metric_deltas.len() * 24);
+                let (mut previous, mut max_hour) = (0, i64::MIN);
+                for (hour, product, delta) in &batch.metric_deltas {
+                    metric_cells::push_cell(&mut blob, &mut previous, *hour, product.as_str(), delta);
+                    max_hour = max_hour.max(hour.0);
+                }
+                transaction
+                    .prepare_cached(
+                        "INSERT INTO metric_deltas (seq, max_hour, cells, blob) VALUES (?1, ?2, ?3, ?4)",
+                    )?
+                    .execute(params![
+                        self.next_seq,
+                        max_hour,
+                        batch.metric_deltas.len() as i64,
+                        blob
+                    ])?;
+                metrics.pending_cells += batch.metric_deltas.len() as u64;
+            }
+            // Enough cells pending: fold them into the hour blobs in this same transaction, so a failed
+            // compaction fails the batch and nothing is acknowledged or lost.
+            if metrics.should_compact(metrics.pending_cells) {
+                let sums = pending_sums(&transaction, metrics.floor)?;
+                let gained = fold_into_hour_blobs(&transaction, sums)?;
+                transaction.execute("DELETE FROM metric_deltas", [])?;
+                metrics.packed_cells = metrics.packed_cells.saturating_add_signed(gained);
+                metrics.pending_cells = 0;
+            }
             execute_in_chunks(
                 &transaction,
                 &batch.new_memberships,
@@ -415,22 +570,63 @@ impl SourceOfTruth for SqliteSource {
         }
         transaction.commit()?;
         self.next_seq += 1;
+        self.metrics = metrics;
         Ok(())
     }
 
     fn load(&mut self) -> Result<LoadedState, SourceError> {
         let mut state = LoadedState::default();
+        // Hour blobs in hour order, each with its pending deltas folded in; hours only the batch blobs
+        // hold come in between, so the rows stay in hour order.
+        let floor = self.metrics.floor;
+        let mut pending = pending_sums(&self.connection, floor)?;
+        fn push_sums(
+            rows: &mut Vec<(Hour, ProductId, Metrics)>,
+            hours: Vec<(Hour, HashMap<ProductId, Metrics>)>,
+        ) {
+            for (hour, sums) in hours {
+                rows.extend(
+                    sums.into_iter()
+                        .map(|(product, metrics)| (hour, product, metrics)),
+                );
+            }
+        }
         let mut statement = self
             .connection
-            .prepare("SELECT hour, product, views, likes, units, sales FROM metrics_hourly ORDER BY hour")?;
+            .prepare("SELECT hour, blob FROM metrics_packed ORDER BY hour")?;
         let mut rows = statement.query([])?;
         while let Some(row) = rows.next()? {
-            let product: String = row.get(1)?;
-            let product = ProductId::parse(&product).map_err(|e| corrupt("metrics_hourly.product", e))?;
-            state
-                .metrics
-                .push((Hour(row.get(0)?), product, read_metrics(row, 2)?));
+            let hour = Hour(row.get(0)?);
+            if floor.is_some_and(|floor| hour < floor) {
+                continue;
+            }
+            push_sums(&mut state.metrics, pending.take_before(Some(hour)));
+            let blob = row
+                .get_ref(1)?
+                .as_blob()
+                .map_err(|e| corrupt("metrics_packed.blob", e))?;
+            let mut deltas = pending.take_hour(hour);
+            metric_cells::visit_cells(blob, |cell_hour, product, metrics| {
+                if cell_hour != hour {
+                    return Err(format!(
+                        "the blob of hour {} holds a cell of hour {}",
+                        hour.0, cell_hour.0
+                    ));
+                }
+                let product = ProductId::parse(product).map_err(|e| format!("a stored product: {e}"))?;
+                let metrics = match deltas.remove(&product) {
+                    Some(delta) => metrics
+                        .checked_add(&delta)
+                        .ok_or_else(|| format!("the metrics of {product} at hour {} overflow", hour.0))?,
+                    None => metrics,
+                };
+                state.metrics.push((hour, product, metrics));
+                Ok(())
+            })
+            .map_err(|e| corrupt("metrics_packed.blob", e))?;
+            push_sums(&mut state.metrics, vec![(hour, deltas)]);
         }
+        push_sums(&mut state.metrics, pending.take_before(None));
         drop(rows);
         drop(statement);
         let mut statement = self
@@ -483,23 +679,18 @@ impl SourceOfTruth for SqliteSource {
 
     fn replace_metrics(&mut self, rows: &[(Hour, ProductId, Metrics)]) -> Result<(), SourceError> {
         let transaction = self.connection.transaction()?;
-        transaction.execute("DELETE FROM metrics_hourly", [])?;
-        {
-            let mut insert = transaction.prepare_cached(
-                "INSERT INTO metrics_hourly (hour, product, views, likes, units, sales) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
-            for (hour, product, m) in rows {
-                insert.execute(params![
-                    hour.0,
-                    product.as_str(),
-                    m.views,
-                    m.likes,
-                    m.units,
-                    m.sales
-                ])?;
-            }
+        transaction.execute_batch(
+            "DELETE FROM metric_deltas; DELETE FROM metrics_packed; DELETE FROM metrics_hourly;",
+        )?;
+        let mut sums = CellSums::default();
+        for (hour, product, metrics) in rows {
+            sums.add(*hour, product.as_str(), metrics)
+                .map_err(SourceError::Invalid)?;
         }
+        let packed = fold_into_hour_blobs(&transaction, sums)?;
         transaction.commit()?;
+        self.metrics.pending_cells = 0;
+        self.metrics.packed_cells = u64::try_from(packed).map_err(|e| corrupt("metrics_packed.cells", e))?;
         Ok(())
     }
 
@@ -516,11 +707,25 @@ impl SourceOfTruth for SqliteSource {
             }
         }
         transaction.execute("DELETE FROM event_log WHERE hour < ?1", params![events_before.0])?;
+        // Hour blobs below the cut go; a batch blob only once its newest cell is below it (one can
+        // straddle the cut: the floor drops its older cells whenever it is read).
+        let floor = self
+            .metrics
+            .floor
+            .map_or(metrics_before, |floor| floor.max(metrics_before));
+        transaction.execute("DELETE FROM metrics_packed WHERE hour < ?1", params![floor.0])?;
+        transaction.execute("DELETE FROM metric_deltas WHERE max_hour < ?1", params![floor.0])?;
         transaction.execute(
-            "DELETE FROM metrics_hourly WHERE hour < ?1",
-            params![metrics_before.0],
+            "INSERT INTO meta (key, value) VALUES ('metrics_floor_hour', ?1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![floor.0.to_string()],
         )?;
+        let metrics = MetricTables {
+            compact_at_least: self.metrics.compact_at_least,
+            ..MetricTables::read(&transaction)?
+        };
         transaction.commit()?;
+        self.metrics = metrics;
         Ok(forgotten)
     }
 
@@ -600,5 +805,122 @@ impl SourceOfTruth for SqliteSource {
             .connection
             .prepare_cached("SELECT product, body, listed FROM catalog ORDER BY product")?;
         read_catalog_rows(&mut statement, [])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::ranking::conformance::{batch_of, DAY0};
+
+    fn stored(source: &mut SqliteSource) -> Vec<(i64, String, Metrics)> {
+        let metrics = source.load().expect("load").metrics;
+        let hours: Vec<i64> = metrics.iter().map(|(hour, _, _)| hour.0).collect();
+        assert!(hours.windows(2).all(|w| w[0] <= w[1]), "rows come in hour order");
+        let mut rows: Vec<_> = metrics
+            .into_iter()
+            .map(|(hour, product, metrics)| (hour.0, product.as_str().to_string(), metrics))
+            .collect();
+        rows.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        rows
+    }
+
+    fn expected(naive: &BTreeMap<(i64, String), Metrics>, floor: Option<i64>) -> Vec<(i64, String, Metrics)> {
+        naive
+            .iter()
+            .filter(|((hour, _), _)| floor.is_none_or(|floor| *hour >= floor))
+            .map(|((hour, product), metrics)| (*hour, product.clone(), *metrics))
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Batch blobs, compactions at any threshold, a retention cut and a reopen: what loads is always
+        /// the plain sum of every batch's deltas above the cut.
+        #[test]
+        fn packed_cells_load_the_sum_of_every_batch(
+            batches in proptest::collection::vec(proptest::collection::vec((0i64..30, 0usize..6, -3i64..5), 1..12), 1..25),
+            compact_at in 1u64..40,
+            evict_after in 0usize..30,
+            cut in 0i64..30,
+        ) {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let mut source = SqliteSource::open(dir.path()).expect("open");
+            source.metrics.compact_at_least = compact_at;
+            let mut naive: BTreeMap<(i64, String), Metrics> = BTreeMap::new();
+            let mut floor = None;
+            for (i, cells) in batches.iter().enumerate() {
+                let ids: Vec<String> = (0..cells.len()).map(|j| format!("e{i}-{j}")).collect();
+                let products: Vec<String> = cells.iter().map(|(_, p, _)| format!("p{p}")).collect();
+                let events: Vec<_> = cells
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &(hour, _, n))| {
+                        (DAY0 + hour, ids[j].as_str(), products[j].as_str(), Metrics { views: n.max(0), likes: n, ..Metrics::default() })
+                    })
+                    .collect();
+                source.commit(&batch_of(&events)).expect("commit");
+                for &(hour, _, product, delta) in &events {
+                    let sum = naive.entry((hour, product.to_string())).or_default();
+                    *sum = sum.checked_add(&delta).unwrap();
+                }
+                if i == evict_after {
+                    source.evict(Hour(DAY0 + cut), Hour(DAY0 + cut)).expect("evict");
+                    floor = Some(DAY0 + cut);
+                }
+                prop_assert_eq!(stored(&mut source), expected(&naive, floor));
+            }
+            drop(source);
+            let mut reopened = SqliteSource::open(dir.path()).expect("reopen");
+            prop_assert_eq!(stored(&mut reopened), expected(&naive, floor));
+        }
+    }
+
+    /// A database from before packed cells keeps every metric row: they move into hour blobs on open,
+    /// and later batches add to them.
+    #[test]
+    fn metric_rows_from_before_packed_cells_are_kept() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        drop(SqliteSource::open(dir.path()).expect("create"));
+        let connection = Connection::open(dir.path().join("rankings.sqlite3")).unwrap();
+        connection
+            .execute_batch(&format!(
+                "INSERT INTO metrics_hourly VALUES ({h}, 'a', 3, 1, 0, 0), ({h}, 'b', 1, 0, 2, 500), ({g}, 'a', 7, 0, 0, 0);",
+                h = DAY0 + 2,
+                g = DAY0 + 1
+            ))
+            .unwrap();
+        drop(connection);
+        let mut source = SqliteSource::open(dir.path()).expect("open");
+        let m = |views, likes, units, sales| Metrics {
+            views,
+            likes,
+            units,
+            sales,
+        };
+        assert_eq!(
+            stored(&mut source),
+            [
+                (DAY0 + 1, "a".to_string(), m(7, 0, 0, 0)),
+                (DAY0 + 2, "a".to_string(), m(3, 1, 0, 0)),
+                (DAY0 + 2, "b".to_string(), m(1, 0, 2, 500)),
+            ]
+        );
+        source
+            .commit(&batch_of(&[(DAY0 + 2, "x", "a", m(1, 0, 0, 0))]))
+            .unwrap();
+        drop(source);
+        let rows: i64 = Connection::open(dir.path().join("rankings.sqlite3"))
+            .unwrap()
+            .query_row("SELECT COUNT(*) FROM metrics_hourly", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(rows, 0, "the old rows moved");
+        let mut source = SqliteSource::open(dir.path()).expect("reopen");
+        assert_eq!(stored(&mut source)[1], (DAY0 + 2, "a".to_string(), m(4, 1, 0, 0)));
     }
 }
