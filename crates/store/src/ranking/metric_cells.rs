@@ -178,13 +178,13 @@ impl CellSums {
     }
 }
 
-/// One hour's blob with `deltas` folded in: the hour's stored cells (`stored`, an hour blob or empty)
-/// plus the deltas, one cell per product sorted by product. Returns the blob and its cell count.
-pub fn merge_hour(
+/// The cells of hour blob `stored` (of `hour`; empty for none) with `deltas` folded in, then the deltas
+/// of products it lacks: one sum per product, in no particular order.
+pub fn folded_hour(
     hour: Hour,
     stored: &[u8],
     mut deltas: HashMap<ProductId, Metrics>,
-) -> Result<(Vec<u8>, usize), String> {
+) -> Result<Vec<(ProductId, Metrics)>, String> {
     let mut cells: Vec<(ProductId, Metrics)> = Vec::with_capacity(deltas.len());
     visit_cells(stored, |stored_hour, product, metrics| {
         if stored_hour != hour {
@@ -204,6 +204,17 @@ pub fn merge_hour(
         Ok(())
     })?;
     cells.extend(deltas);
+    Ok(cells)
+}
+
+/// One hour's blob with `deltas` folded in ([`folded_hour`]), a cell per product sorted by product.
+/// Returns the blob and its cell count.
+pub fn merge_hour(
+    hour: Hour,
+    stored: &[u8],
+    deltas: HashMap<ProductId, Metrics>,
+) -> Result<(Vec<u8>, usize), String> {
+    let mut cells = folded_hour(hour, stored, deltas)?;
     cells.sort_unstable_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
     let mut blob = Vec::with_capacity(cells.len() * 24);
     let mut previous = 0;

@@ -6,8 +6,9 @@
 //! ranking from raw events alone, as the reference the incremental path is compared with.
 //!
 //! Two sources of truth implement one trait: [`sqlite`] (embedded, one process) and [`postgres`] (shared
-//! by several instances); [`packed`] is how one SQLite raw-log row holds many events. `conformance` (test
-//! code, behind the `testsuite` feature) is the one suite both must pass.
+//! by several instances); [`packed`] is how one SQLite raw-log row holds many events, and
+//! [`metric_cells`] how SQLite keeps hourly metrics (a blob per batch, folded into a blob per hour).
+//! `conformance` (test code, behind the `testsuite` feature) is the one suite both must pass.
 //!
 //! [`catalog`] is what a shop says about a product: display fields, and whether it is listed at all.
 //!

@@ -248,10 +248,14 @@ impl SqliteSource {
         let mut connection = connection;
         pack_metric_rows(&mut connection)?;
         let metrics = MetricTables::read(&connection)?;
-        let next_seq: i64 =
-            connection.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM event_log", [], |row| {
-                row.get(0)
-            })?;
+        // Past every batch number in use: retention can empty the raw log while a batch blob of
+        // metrics (kept longer) still holds a later number.
+        let next_seq: i64 = connection.query_row(
+            "SELECT MAX((SELECT COALESCE(MAX(seq), 0) FROM event_log),
+                        (SELECT COALESCE(MAX(seq), 0) FROM metric_deltas)) + 1",
+            [],
+            |row| row.get(0),
+        )?;
         Ok(SqliteSource {
             connection,
             next_seq,
@@ -605,26 +609,13 @@ impl SourceOfTruth for SqliteSource {
                 .get_ref(1)?
                 .as_blob()
                 .map_err(|e| corrupt("metrics_packed.blob", e))?;
-            let mut deltas = pending.take_hour(hour);
-            metric_cells::visit_cells(blob, |cell_hour, product, metrics| {
-                if cell_hour != hour {
-                    return Err(format!(
-                        "the blob of hour {} holds a cell of hour {}",
-                        hour.0, cell_hour.0
-                    ));
-                }
-                let product = ProductId::parse(product).map_err(|e| format!("a stored product: {e}"))?;
-                let metrics = match deltas.remove(&product) {
-                    Some(delta) => metrics
-                        .checked_add(&delta)
-                        .ok_or_else(|| format!("the metrics of {product} at hour {} overflow", hour.0))?,
-                    None => metrics,
-                };
-                state.metrics.push((hour, product, metrics));
-                Ok(())
-            })
-            .map_err(|e| corrupt("metrics_packed.blob", e))?;
-            push_sums(&mut state.metrics, vec![(hour, deltas)]);
+            let cells = metric_cells::folded_hour(hour, blob, pending.take_hour(hour))
+                .map_err(|e| corrupt("metrics_packed.blob", e))?;
+            state.metrics.extend(
+                cells
+                    .into_iter()
+                    .map(|(product, metrics)| (hour, product, metrics)),
+            );
         }
         push_sums(&mut state.metrics, pending.take_before(None));
         drop(rows);
@@ -844,7 +835,10 @@ mod tests {
         /// the plain sum of every batch's deltas above the cut.
         #[test]
         fn packed_cells_load_the_sum_of_every_batch(
-            batches in proptest::collection::vec(proptest::collection::vec((0i64..30, 0usize..6, -3i64..5), 1..12), 1..25),
+            batches in proptest::collection::vec(
+                proptest::collection::vec((0i64..30, 0usize..6, -3i64..5), 1..12),
+                1..25,
+            ),
             compact_at in 1u64..40,
             evict_after in 0usize..30,
             cut in 0i64..30,
@@ -861,7 +855,8 @@ mod tests {
                     .iter()
                     .enumerate()
                     .map(|(j, &(hour, _, n))| {
-                        (DAY0 + hour, ids[j].as_str(), products[j].as_str(), Metrics { views: n.max(0), likes: n, ..Metrics::default() })
+                        let delta = Metrics { views: n.max(0), likes: n, ..Metrics::default() };
+                        (DAY0 + hour, ids[j].as_str(), products[j].as_str(), delta)
                     })
                     .collect();
                 source.commit(&batch_of(&events)).expect("commit");
@@ -881,6 +876,27 @@ mod tests {
         }
     }
 
+    /// Retention can empty the raw log while a batch blob of metrics (kept longer) stays: the next
+    /// batch after a reopen still gets a batch number of its own.
+    #[test]
+    fn a_batch_after_the_raw_log_expired_still_commits() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut source = SqliteSource::open(dir.path()).expect("open");
+        let one = Metrics {
+            views: 1,
+            ..Metrics::default()
+        };
+        source.commit(&batch_of(&[(DAY0 + 5, "e1", "a", one)])).unwrap();
+        source.evict(Hour(DAY0 + 100), Hour(DAY0)).unwrap();
+        drop(source);
+        let mut source = SqliteSource::open(dir.path()).expect("reopen");
+        source
+            .commit(&batch_of(&[(DAY0 + 6, "e2", "a", one)]))
+            .expect("a new batch number");
+        let hours: Vec<i64> = stored(&mut source).into_iter().map(|(hour, _, _)| hour).collect();
+        assert_eq!(hours, [DAY0 + 5, DAY0 + 6]);
+    }
+
     /// A database from before packed cells keeps every metric row: they move into hour blobs on open,
     /// and later batches add to them.
     #[test]
@@ -890,7 +906,8 @@ mod tests {
         let connection = Connection::open(dir.path().join("rankings.sqlite3")).unwrap();
         connection
             .execute_batch(&format!(
-                "INSERT INTO metrics_hourly VALUES ({h}, 'a', 3, 1, 0, 0), ({h}, 'b', 1, 0, 2, 500), ({g}, 'a', 7, 0, 0, 0);",
+                "INSERT INTO metrics_hourly VALUES
+                   ({h}, 'a', 3, 1, 0, 0), ({h}, 'b', 1, 0, 2, 500), ({g}, 'a', 7, 0, 0, 0);",
                 h = DAY0 + 2,
                 g = DAY0 + 1
             ))
