@@ -37,7 +37,9 @@ fn workload(now: i64, from: usize) -> Value {
             .map(|i| {
                 let product = if i % 4 == 0 { 0 } else { i % 6 };
                 let category = format!("c{}", product % 2);
-                let ts = now - (i % 5) as i64 * 60_000;
+                // The last minutes, but never before the hour `now` is in: every span holds every event
+                // whenever the test runs (at 00:00:30 a sale a minute old is yesterday's).
+                let ts = (now - (i % 5) as i64 * 60_000).max(now - now.rem_euclid(3_600_000));
                 if i % 5 != 0 {
                     sale(
                         &format!("e{i}"),
@@ -58,16 +60,25 @@ fn workload(now: i64, from: usize) -> Value {
 /// The rankings a delisting must leave: every ranker, `all` and a category, periods of every kind
 /// (yearly included) and a window.
 fn ranking_paths(now: i64) -> Vec<String> {
-    let year = &day_key(now)[..4];
+    // Each period named by the key of `now`'s, so a read after the hour (or day, week…) turned still
+    // asks for the span the events are in.
+    let day = day_key(now);
+    let year = &day[..4];
+    let iso = jiff::Timestamp::from_millisecond(now)
+        .unwrap()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date()
+        .iso_week_date();
+    let week = format!("{:04}W{:02}", iso.year(), iso.week());
     let mut paths = Vec::new();
     for ranker in ["popular", "units", "revenue"] {
         for category in ["all", "c0"] {
             for span in [
-                "period=daily".to_string(),
+                format!("period=daily&at={day}"),
                 format!("period=yearly&at={year}"),
-                "period=monthly".to_string(),
-                "period=weekly".to_string(),
-                "period=hourly".to_string(),
+                format!("period=monthly&at={}", &day[..6]),
+                format!("period=weekly&at={week}"),
+                format!("period=hourly&at={}", hour_key(now)),
                 "window=7d".to_string(),
             ] {
                 paths.push(format!(
