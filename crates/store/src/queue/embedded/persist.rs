@@ -23,25 +23,33 @@ use std::sync::Arc;
 
 use rusqlite::{params, Connection};
 
+use rankgate_core::queue::{AdmissionBudget, QueueSettings, ThroughputEstimator};
+
 use crate::queue::StoreError;
 use crate::synchronous::Synchronous;
 
 /// The most units one transaction carries; bounds commit latency under a flood.
 pub const MAX_UNITS_PER_BATCH: usize = 16_384;
 
+/// A queue's stored row: its settings, sequence, admission budget and estimator, and whether an admin
+/// configured it (such a queue is never forgotten when idle).
+#[derive(Debug, Clone)]
+pub(crate) struct QueueRow {
+    pub settings: QueueSettings,
+    pub next_seq: i64,
+    pub budget: AdmissionBudget,
+    pub estimator: ThroughputEstimator,
+    pub managed: bool,
+}
+
 /// One row change.
 #[derive(Debug, Clone)]
 pub(crate) enum Write {
-    /// Upsert a queue's row.
-    Queue {
-        name: String,
-        settings: String,
-        next_seq: i64,
-        budget: String,
-        estimator: String,
-        /// Configured by an admin PUT (never forgotten when idle).
-        managed: bool,
-    },
+    /// Upsert a queue's row. Every entry writes one (its sequence), and a batch stores only the last
+    /// of each queue, so the row travels as values and is serialized by the writer thread, once per
+    /// batch: serializing its JSON on every entry, under the queue's lock, was ~12,800 instructions of
+    /// an entry's ~76,000 (callgrind, `bench/results/issue13-queue-row.md`).
+    Queue { name: String, row: Box<QueueRow> },
     /// Delete a queue's row and every member row of it (admin delete, or an idle queue forgotten).
     DeleteQueue { name: String },
     /// Upsert a member's row.
@@ -205,17 +213,16 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
         for (unit_index, unit) in units.iter().enumerate() {
             for (write_index, write) in unit.writes.iter().enumerate() {
                 match write {
-                    Write::Queue {
-                        name,
-                        settings,
-                        next_seq,
-                        budget,
-                        estimator,
-                        managed,
-                    } => {
+                    Write::Queue { name, row } => {
                         if last_queue_write.get(name.as_str()) == Some(&(unit_index, write_index)) {
-                            upsert_queue
-                                .execute(params![name, settings, next_seq, budget, estimator, managed])?;
+                            upsert_queue.execute(params![
+                                name,
+                                serde_json::to_string(&row.settings).unwrap_or_default(),
+                                row.next_seq,
+                                serde_json::to_string(&row.budget).unwrap_or_default(),
+                                serde_json::to_string(&row.estimator).unwrap_or_default(),
+                                row.managed
+                            ])?;
                         }
                     }
                     Write::DeleteQueue { name } => {

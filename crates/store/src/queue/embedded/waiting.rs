@@ -19,7 +19,7 @@ use rankgate_core::queue::{
 };
 use rankgate_zset::{ScoreBound, SortedSet};
 
-use super::persist::{MemberRow, Write};
+use super::persist::{MemberRow, QueueRow, Write};
 use crate::queue::draw::DrawRecord;
 use crate::queue::waiting::{ExpiryOutcome, LastOutcome, MemberView};
 
@@ -149,11 +149,13 @@ impl QueueState {
     pub(crate) fn queue_write(&self) -> Write {
         Write::Queue {
             name: self.name.as_str().to_string(),
-            settings: serde_json::to_string(&self.settings).unwrap_or_default(),
-            next_seq: self.next_seq as i64,
-            budget: serde_json::to_string(&self.budget).unwrap_or_default(),
-            estimator: serde_json::to_string(&self.estimator).unwrap_or_default(),
-            managed: self.managed,
+            row: Box::new(QueueRow {
+                settings: self.settings.clone(),
+                next_seq: self.next_seq as i64,
+                budget: self.budget,
+                estimator: self.estimator.clone(),
+                managed: self.managed,
+            }),
         }
     }
 
