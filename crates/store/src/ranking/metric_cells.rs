@@ -154,7 +154,8 @@ impl CellSums {
     }
 
     /// The hours with at least one cell, ascending.
-    pub fn hours(&self) -> Vec<Hour> {
+    #[cfg(test)]
+    fn hours(&self) -> Vec<Hour> {
         self.by_hour.keys().copied().collect()
     }
 
@@ -170,11 +171,6 @@ impl CellSums {
     /// Removes and returns one hour's sums.
     pub fn take_hour(&mut self, hour: Hour) -> HashMap<ProductId, Metrics> {
         self.by_hour.remove(&hour).unwrap_or_default()
-    }
-
-    /// Whether no cell was kept.
-    pub fn is_empty(&self) -> bool {
-        self.by_hour.is_empty()
     }
 }
 

@@ -21,7 +21,6 @@
 //!   so an acknowledged batch survives a power loss; `NORMAL` survives a process crash (SIGKILL) only. One
 //!   commit per ingest batch, so the fsync is paid per batch, not per event.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -584,16 +583,16 @@ impl SourceOfTruth for SqliteSource {
         // hold come in between, so the rows stay in hour order.
         let floor = self.metrics.floor;
         let mut pending = pending_sums(&self.connection, floor)?;
-        fn push_sums(
+        fn push_hour(
             rows: &mut Vec<(Hour, ProductId, Metrics)>,
-            hours: Vec<(Hour, HashMap<ProductId, Metrics>)>,
+            hour: Hour,
+            cells: impl IntoIterator<Item = (ProductId, Metrics)>,
         ) {
-            for (hour, sums) in hours {
-                rows.extend(
-                    sums.into_iter()
-                        .map(|(product, metrics)| (hour, product, metrics)),
-                );
-            }
+            rows.extend(
+                cells
+                    .into_iter()
+                    .map(|(product, metrics)| (hour, product, metrics)),
+            );
         }
         let mut statement = self
             .connection
@@ -604,20 +603,20 @@ impl SourceOfTruth for SqliteSource {
             if floor.is_some_and(|floor| hour < floor) {
                 continue;
             }
-            push_sums(&mut state.metrics, pending.take_before(Some(hour)));
+            for (earlier, sums) in pending.take_before(Some(hour)) {
+                push_hour(&mut state.metrics, earlier, sums);
+            }
             let blob = row
                 .get_ref(1)?
                 .as_blob()
                 .map_err(|e| corrupt("metrics_packed.blob", e))?;
             let cells = metric_cells::folded_hour(hour, blob, pending.take_hour(hour))
                 .map_err(|e| corrupt("metrics_packed.blob", e))?;
-            state.metrics.extend(
-                cells
-                    .into_iter()
-                    .map(|(product, metrics)| (hour, product, metrics)),
-            );
+            push_hour(&mut state.metrics, hour, cells);
         }
-        push_sums(&mut state.metrics, pending.take_before(None));
+        for (hour, sums) in pending.take_before(None) {
+            push_hour(&mut state.metrics, hour, sums);
+        }
         drop(rows);
         drop(statement);
         let mut statement = self
