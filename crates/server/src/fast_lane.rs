@@ -1,5 +1,5 @@
-//! The HTTP/1.1 fast lane: a connection's plain rank reads and position polls answered without hyper
-//! (issues 10 and 13).
+//! The HTTP/1.1 fast lane: a connection's plain rank reads, position polls and entries answered without
+//! hyper (issues 10 and 13).
 //!
 //! With the router out of the way ([`crate::edge::Edge`]'s direct path), a warm rank read still spent
 //! about half of its instructions in hyper's connection machinery (head parsing into a `HeaderMap` and a
@@ -17,6 +17,10 @@
 //!   percent-decoding, and with no header that changes the exchange (`content-length`,
 //!   `transfer-encoding`, `connection` other than `keep-alive`, `expect`, `upgrade`, conditional and
 //!   range headers).
+//! - `POST /v1/queues/{queue}/entries[?query]`, the surge's one write per member, answered with
+//!   [`waiting_room::enter_reply`] under the same conditions, except that its body is framed by one
+//!   `content-length` of plain digits, no larger than `max_body_bytes`, and already read in full with
+//!   the head: a body still on its way is hyper's to wait for, under the body timeout.
 //!
 //! **Anything else ends the lane**: the bytes read so far go to hyper together with the socket, so hyper
 //! serves that request and every later one on the connection exactly as before (keep-alive, limits,
@@ -67,7 +71,7 @@ pub enum LaneEnd {
     ToHyper(Prefixed),
 }
 
-/// Serves `stream`'s plain rank reads and polls until it closes or sends anything else (module docs).
+/// Serves `stream`'s plain rank reads, polls and entries until it closes or sends anything else (module docs).
 pub async fn serve(
     mut stream: TcpStream,
     state: &AppState,
@@ -86,13 +90,17 @@ pub async fn serve(
     tokio::pin!(cancelled);
     loop {
         let head = loop {
-            match parse_head(&buffer) {
+            match parse_head(&buffer, state.config.max_body_bytes) {
                 Head::Lane(head) => break head,
                 Head::Partial if buffer.len() < MAX_HEAD_BYTES => {}
                 Head::Partial | Head::Other => {
                     return LaneEnd::ToHyper(Prefixed::new(buffer.freeze(), stream))
                 }
             }
+            // Room for a whole head (and an entry's body) in one read: with only the few bytes a
+            // previous request left, a read would split a request the client wrote whole, and an
+            // entry whose body is cut off goes to hyper.
+            buffer.reserve(MAX_HEAD_BYTES);
             tokio::select! {
                 biased;
                 read = stream.read_buf(&mut buffer) => match read {
@@ -120,6 +128,10 @@ pub async fn serve(
             }
             Target::Poll { queue, member } => {
                 waiting_room::poll_reply(&state.waiting_room, text(queue), text(member)).await
+            }
+            Target::Enter { queue, body } => {
+                let body = head_bytes.slice(body.clone());
+                waiting_room::enter_reply(&state.waiting_room, text(queue), &body).await
             }
         };
         out.clear();
@@ -184,10 +196,15 @@ enum Target {
         queue: std::ops::Range<usize>,
         member: std::ops::Range<usize>,
     },
+    /// An entry: the queue and the whole body (a query is ignored, as the route ignores it).
+    Enter {
+        queue: std::ops::Range<usize>,
+        body: std::ops::Range<usize>,
+    },
 }
 
 enum Head {
-    /// A plain rank read or position poll the lane answers.
+    /// A plain rank read, position poll or entry the lane answers.
     Lane(LaneHead),
     /// Not complete yet.
     Partial,
@@ -195,7 +212,9 @@ enum Head {
     Other,
 }
 
-fn parse_head(buffer: &[u8]) -> Head {
+/// What `buffer` starts with; an entry's body may be at most `max_body_bytes` (past it the router's
+/// limit answers).
+fn parse_head(buffer: &[u8], max_body_bytes: usize) -> Head {
     if buffer.is_empty() {
         return Head::Partial;
     }
@@ -206,29 +225,62 @@ fn parse_head(buffer: &[u8]) -> Head {
         Ok(httparse::Status::Partial) => return Head::Partial,
         Err(_) => return Head::Other,
     };
-    let (Some("GET"), Some(1), Some(target)) = (request.method, request.version, request.path) else {
+    let (Some(method @ ("GET" | "POST")), Some(1), Some(target)) =
+        (request.method, request.version, request.path)
+    else {
         return Head::Other;
     };
     let (path, query) = match target.split_once('?') {
         Some((path, query)) => (path, Some(query)),
         None => (target, None),
     };
-    let changes_the_exchange = request.headers.iter().any(|header| {
+    // A POST's body is framed by one plain `content-length`; every other header of HYPERS_HEADERS
+    // (and a GET's body) is hyper's.
+    let mut content_length = None;
+    for header in request.headers.iter() {
         if header.name.eq_ignore_ascii_case("connection") {
-            return !header.value.eq_ignore_ascii_case(b"keep-alive");
-        }
-        HYPERS_HEADERS
+            if !header.value.eq_ignore_ascii_case(b"keep-alive") {
+                return Head::Other;
+            }
+        } else if method == "POST"
+            && content_length.is_none()
+            && header.name.eq_ignore_ascii_case("content-length")
+        {
+            match plain_length(header.value) {
+                Some(length) => content_length = Some(length),
+                None => return Head::Other,
+            }
+        } else if HYPERS_HEADERS
             .iter()
             .any(|name| header.name.eq_ignore_ascii_case(name))
-    });
-    if changes_the_exchange {
-        return Head::Other;
+        {
+            return Head::Other;
+        }
     }
     // Both are slices of `buffer`: their offsets locate them in the head the lane keeps.
     let range = |part: &str| {
         let start = part.as_ptr() as usize - buffer.as_ptr() as usize;
         start..start + part.len()
     };
+    if method == "POST" {
+        let Some(queue) = waiting_room::direct_enter_queue(path) else {
+            return Head::Other;
+        };
+        // A body past the limit is the router's to refuse, and one not yet read in full is hyper's to
+        // wait for (under the body timeout, which the lane does not keep).
+        let body = match content_length {
+            Some(length) if length <= max_body_bytes && buffer.len() - len >= length => len..len + length,
+            _ => return Head::Other,
+        };
+        let target = Target::Enter {
+            queue: range(queue),
+            body: body.clone(),
+        };
+        return Head::Lane(LaneHead {
+            len: body.end,
+            target,
+        });
+    }
     let target = if let Some(product) = rankings::direct_rank_product(path) {
         Target::Rank {
             product: range(product),
@@ -243,6 +295,15 @@ fn parse_head(buffer: &[u8]) -> Head {
         return Head::Other;
     };
     Head::Lane(LaneHead { len, target })
+}
+
+/// A `content-length` of ASCII digits only (hyper refuses anything else, so such a request is its to
+/// answer), short enough that it cannot overflow.
+fn plain_length(value: &[u8]) -> Option<usize> {
+    if value.is_empty() || value.len() > 9 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
 }
 
 /// The `date` header value, formatted once a second (as hyper caches it).
@@ -330,17 +391,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_plain_rank_reads_and_polls_take_the_lane() {
+    fn only_plain_rank_reads_polls_and_whole_entries_take_the_lane() {
+        let parse = |raw: &str| parse_head(raw.as_bytes(), 64);
         let rank = |raw: &str| {
             matches!(
-                parse_head(raw.as_bytes()),
+                parse(raw),
                 Head::Lane(LaneHead {
                     target: Target::Rank { .. },
                     ..
                 })
             )
         };
-        let poll = |raw: &str| match parse_head(raw.as_bytes()) {
+        let poll = |raw: &str| match parse(raw) {
             Head::Lane(LaneHead {
                 target: Target::Poll { queue, member },
                 ..
@@ -364,7 +426,7 @@ mod tests {
             "DELETE /v1/queues/q/entries/m HTTP/1.1\r\n\r\n",
             "GET /v1/queues/q/entries/m HTTP/1.1\r\nConnection: close\r\n\r\n",
         ] {
-            assert!(matches!(parse_head(other.as_bytes()), Head::Other), "{other:?}");
+            assert!(matches!(parse(other), Head::Other), "{other:?}");
         }
         assert!(rank(
             "GET /v1/products/p1/rank?window=7d HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -389,9 +451,48 @@ mod tests {
             "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
             "\x16\x03\x01 not http",
         ] {
-            assert!(matches!(parse_head(other.as_bytes()), Head::Other), "{other:?}");
+            assert!(matches!(parse(other), Head::Other), "{other:?}");
         }
-        assert!(matches!(parse_head(b"GET /v1/products/p1/ra"), Head::Partial));
-        assert!(matches!(parse_head(b""), Head::Partial));
+        assert!(matches!(parse("GET /v1/products/p1/ra"), Head::Partial));
+        assert!(matches!(parse(""), Head::Partial));
+        let enter = |raw: &str| match parse(raw) {
+            Head::Lane(LaneHead {
+                len,
+                target: Target::Enter { queue, body },
+            }) => Some((len, raw[queue].to_owned(), raw[body].to_owned())),
+            _ => None,
+        };
+        let head = "POST /v1/queues/drop/entries HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n";
+        let whole = format!("{head}{{\"memberId\":\"m\"}}");
+        assert_eq!(
+            enter(&format!("{whole}GET /next HTTP/1.1\r\n\r\n")),
+            Some((whole.len(), "drop".into(), "{\"memberId\":\"m\"}".into()))
+        );
+        assert_eq!(
+            enter("POST /v1/queues/q/entries?x=1 HTTP/1.1\r\ncontent-length: 0\r\n\r\n").map(|e| e.2),
+            Some(String::new())
+        );
+        for other in [
+            // The body not read in full yet, or past the limit (64 here).
+            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 15\r\n\r\n{\"memberId\"",
+            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 65\r\n\r\n",
+            // No length, a second one, one hyper refuses, or another framing.
+            "POST /v1/queues/q/entries HTTP/1.1\r\n\r\n",
+            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: +2\r\n\r\n{}",
+            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            "POST /v1/queues/q/entries HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n{}",
+            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+            // Another path or method.
+            "POST /v1/queues/q%31/entries HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+            "POST /v1/queues//entries HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+            "POST /v1/queues/q/entries/ HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+            "POST /v1/queues/q/tokens/claim HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+            "PUT /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+            "POST /v1/queues/q/entries HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}",
+        ] {
+            assert!(matches!(parse(other), Head::Other), "{other:?}");
+        }
     }
 }

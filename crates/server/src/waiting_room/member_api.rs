@@ -120,15 +120,48 @@ fn member_field(map: &serde_json::Map<String, Value>) -> ApiResult<rankgate_core
     WaitingRoom::parse_member("memberId", raw)
 }
 
-async fn enter(
-    State(room): State<Arc<WaitingRoom>>,
-    Path(queue): Path<String>,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let queue = WaitingRoom::parse_queue(&queue)?;
-    let member = member_field(&json_object(&body)?)?;
-    let position = room.enter(&queue, &member).await?;
-    Ok(DirectReply::json(position.to_json(), []).into_response())
+async fn enter(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>, body: Bytes) -> Response {
+    enter_reply(&room, &queue, &body).await.into_response()
+}
+
+/// `POST /v1/queues/{queue}/entries` answered, for the route and for the fast lane (see
+/// [`DirectReply`]): `queue` as the router's `Path` extractor gives it, `body` the whole request body.
+pub async fn enter_reply(room: &WaitingRoom, queue: &str, body: &Bytes) -> DirectReply {
+    let entered = async {
+        let queue = WaitingRoom::parse_queue(queue)?;
+        let member = match plain_member(body) {
+            Some(raw) => WaitingRoom::parse_member("memberId", raw)?,
+            None => member_field(&json_object(body)?)?,
+        };
+        room.enter(&queue, &member).await
+    };
+    match entered.await {
+        Ok(position) => DirectReply::json(position.to_json(), []),
+        Err(error) => DirectReply::error(error).await,
+    }
+}
+
+/// The member id of an entry body written plainly, `{"memberId":"…"}` with nothing else and a string
+/// holding no escape, quote or control character: what [`member_field`] of [`json_object`] would read,
+/// without building a `serde_json::Value` (a surge's every entry is written so). `None` for any other
+/// body, valid or not, which takes the full path and its errors.
+fn plain_member(body: &[u8]) -> Option<&str> {
+    let raw = body.strip_prefix(br#"{"memberId":""#)?.strip_suffix(br#""}"#)?;
+    if raw
+        .iter()
+        .any(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20)
+    {
+        return None;
+    }
+    std::str::from_utf8(raw).ok()
+}
+
+/// The queue of an entry the fast lane may answer without the router: `/v1/queues/{queue}/entries`
+/// whose segment holds no escape, as the router's `Path` extractor would give it. `None` for every
+/// other path.
+pub fn direct_enter_queue(path: &str) -> Option<&str> {
+    let queue = path.strip_prefix("/v1/queues/")?.strip_suffix("/entries")?;
+    (!queue.is_empty() && !queue.contains(['/', '%'])).then_some(queue)
 }
 
 async fn poll(
@@ -239,4 +272,61 @@ async fn release(
     let member = member_field(&map)?;
     room.release(&queue, &member, claim_id_field(&map)?).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain reading of an entry body takes only bodies the full path reads, and reads the same id.
+    #[test]
+    fn a_plain_entry_body_reads_as_the_full_path_does() {
+        let full = |body: &[u8]| {
+            json_object(&Bytes::copy_from_slice(body))
+                .and_then(|map| member_field(&map))
+                .map(|member| member.as_str().to_owned())
+                .map_err(|error| error.to_string())
+        };
+        let plain = |body: &[u8]| {
+            plain_member(body).map(|raw| {
+                WaitingRoom::parse_member("memberId", raw)
+                    .map(|member| member.as_str().to_owned())
+                    .map_err(|error| error.to_string())
+            })
+        };
+        for body in [
+            &br#"{"memberId":"m-1"}"#[..],
+            br#"{"memberId":"caf\u00e9"}"#,
+            "{\"memberId\":\"café\"}".as_bytes(),
+            br#"{"memberId":""}"#,
+            br#"{"memberId":"a\"b"}"#,
+            br#"{"memberId":"a\\b"}"#,
+            b"{\"memberId\":\"a\x01b\"}",
+            b"{\"memberId\":\"a\x7fb\"}",
+            br#"{"memberId":"m","memberId":"n"}"#,
+            br#"{"memberId":"m","x":1}"#,
+            br#"{ "memberId":"m"}"#,
+            br#"{"memberId":"m"} "#,
+            br#"{"memberId":"m"}}"#,
+            br#"{"memberId":7}"#,
+            br#"{"memberId":"m"#,
+            br#"{"memberId":"""#,
+            b"{\"memberId\":\"\xff\"}",
+            &[b'x'; 300][..],
+        ] {
+            let plain = plain(body);
+            if let Some(plain) = &plain {
+                assert_eq!(plain, &full(body), "{:?}", String::from_utf8_lossy(body));
+            }
+            let plain_taken = plain.is_some();
+            let expected = [
+                &br#"{"memberId":"m-1"}"#[..],
+                "{\"memberId\":\"café\"}".as_bytes(),
+                br#"{"memberId":""}"#,
+                b"{\"memberId\":\"a\x7fb\"}",
+            ]
+            .contains(&body);
+            assert_eq!(plain_taken, expected, "{:?}", String::from_utf8_lossy(body));
+        }
+    }
 }

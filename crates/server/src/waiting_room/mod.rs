@@ -43,7 +43,7 @@ pub use self::demo::{run_flash_sale_demo, FlashSaleReport};
 pub use self::demo_adaptive::{
     run_adaptive_admission_demo, AdaptiveDemoReport, AdaptiveDemoSecond, DEGRADED_CAPACITY,
 };
-pub use self::member_api::{direct_poll_target, poll_reply};
+pub use self::member_api::{direct_enter_queue, direct_poll_target, enter_reply, poll_reply};
 pub use self::service::{ClaimGranted, Position, WaitingRoom};
 pub use self::telemetry::SERIES_IDLE_TIMEOUT;
 

@@ -421,6 +421,33 @@ async fn the_fast_lane_answers_rank_reads_as_hyper_does_and_hands_anything_else_
     assert_eq!(read_answers(&mut escaped, 1).await[0], lane[0]);
 }
 
+/// Pauses `queue` through the admin API, so no admission tick changes its members' status mid-test.
+async fn pause(app: &TestApp, queue: &str) {
+    let response = app
+        .client
+        .put(format!("{}/v1/admin/queues/{queue}", app.address))
+        .json(&serde_json::json!({ "paused": true }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+/// A response head without its `content-length`, which a position's random polling jitter changes.
+fn without_length(head: &str) -> String {
+    head.lines()
+        .filter(|line| !line.starts_with("content-length: "))
+        .collect::<Vec<_>>()
+        .join("\r\n")
+}
+
+/// A position body without `pollingIntervalSeconds`, which carries random jitter.
+fn position(body: &str) -> serde_json::Value {
+    let mut value: serde_json::Value = serde_json::from_str(body).unwrap();
+    value.as_object_mut().unwrap().remove("pollingIntervalSeconds");
+    value
+}
+
 /// Issue 13: a waiting member's position polls take the fast lane too, and answer what hyper and the
 /// router answer: the position with its `RateLimit` headers, the 429 once the burst is spent, a refused
 /// queue name naming the field. Two queues with one member each, so the two paths see the same state.
@@ -429,14 +456,7 @@ async fn the_fast_lane_answers_position_polls_as_hyper_and_the_router_do() {
     let app = spawn_app_with(|config| config.waiting_room.poll_burst = 1).await;
     for queue in ["lane-a", "lane-b"] {
         // Paused, so no admission tick makes one member READY before the other is polled.
-        let response = app
-            .client
-            .put(format!("{}/v1/admin/queues/{queue}", app.address))
-            .json(&serde_json::json!({ "paused": true }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
+        pause(&app, queue).await;
         let response = app
             .client
             .post(format!("{}/v1/queues/{queue}/entries", app.address))
@@ -468,22 +488,11 @@ async fn the_fast_lane_answers_position_polls_as_hyper_and_the_router_do() {
     assert!(lane[0].0.contains("\r\nratelimit: \"poll\";r=0;"), "{lane:?}");
     // The polling interval carries random jitter, so its digits (and the length) may differ; the rest
     // of the head and of the position is the same.
-    let without_length = |head: &str| {
-        head.lines()
-            .filter(|line| !line.starts_with("content-length: "))
-            .collect::<Vec<_>>()
-            .join("\r\n")
-    };
     assert_eq!(
         without_length(&lane[0].0),
         without_length(&hyper[0].0),
         "the same status and headers, in the same order"
     );
-    let position = |body: &str| {
-        let mut value: serde_json::Value = serde_json::from_str(body).unwrap();
-        value.as_object_mut().unwrap().remove("pollingIntervalSeconds");
-        value
-    };
     assert_eq!(position(&lane[0].1), position(&hyper[0].1));
     assert_eq!(position(&lane[0].1)["status"], "WAITING", "{lane:?}");
     assert_eq!(position(&lane[0].1)["rank"], 0, "{lane:?}");
@@ -496,6 +505,92 @@ async fn the_fast_lane_answers_position_polls_as_hyper_and_the_router_do() {
     assert!(lane[2].0.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{lane:?}");
     assert!(lane[2].1.contains("queue"), "{lane:?}");
     assert_eq!(lane[2], hyper[2], "a refused queue name");
+}
+
+/// Issue 13: entries take the fast lane too when their body came with the head, and answer what hyper
+/// and the router answer: the position, the same position for a member entering twice, a refused body
+/// naming the field. A body that arrives after its head, and one over `max_body_bytes`, are hyper's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fast_lane_answers_entries_as_hyper_and_the_router_do() {
+    let app = spawn_app_with(|config| config.max_body_bytes = 256).await;
+    for queue in ["lane-a", "lane-b"] {
+        // Paused, so no admission tick changes a member's status between the two paths' answers.
+        pause(&app, queue).await;
+    }
+    let post = |queue: &str, body: &str| {
+        format!(
+            "POST /v1/queues/{queue}/entries HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let entries = |queue: &str| {
+        [
+            post(queue, r#"{"memberId":"m-1"}"#),
+            post(queue, r#"{"memberId":"m-2"}"#),
+            post(queue, r#"{"memberId":"m-1"}"#),
+            post(queue, r#"{"memberId":"m-3","memberId":"m-4"}"#),
+            post(queue, r#"{"memberId":7}"#),
+            post(queue, "not json"),
+            post("Bad!Queue", r#"{"memberId":"m-1"}"#),
+        ]
+        .concat()
+    };
+    let mut lane_stream = TcpStream::connect(host_of(&app)).await.unwrap();
+    lane_stream.write_all(entries("lane-a").as_bytes()).await.unwrap();
+    let lane = read_answers(&mut lane_stream, 7).await;
+    let mut hyper_stream = TcpStream::connect(host_of(&app)).await.unwrap();
+    hyper_stream
+        .write_all(format!("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n{}", entries("lane-b")).as_bytes())
+        .await
+        .unwrap();
+    let hyper = read_answers(&mut hyper_stream, 8).await[1..].to_vec();
+
+    for (i, (lane, hyper)) in lane.iter().zip(&hyper).take(3).enumerate() {
+        assert!(lane.0.starts_with("HTTP/1.1 200 OK\r\n"), "{i}: {lane:?}");
+        assert_eq!(without_length(&lane.0), without_length(&hyper.0), "{i}");
+        assert_eq!(position(&lane.1), position(&hyper.1), "{i}");
+    }
+    assert_eq!(position(&lane[0].1)["rank"], 0, "{lane:?}");
+    assert_eq!(position(&lane[1].1)["rank"], 1, "{lane:?}");
+    // The waiting count grew with m-2; the place and status did not.
+    for field in ["rank", "status"] {
+        assert_eq!(
+            position(&lane[2].1)[field],
+            position(&lane[0].1)[field],
+            "entering twice keeps the place: {lane:?}"
+        );
+    }
+    assert_eq!(position(&lane[2].1)["currentTotalWaitingCount"], 2, "{lane:?}");
+    for (i, field) in [(3, "memberId"), (4, "memberId"), (5, "body"), (6, "queue")] {
+        assert!(
+            lane[i].0.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+            "{i}: {lane:?}"
+        );
+        assert!(lane[i].1.contains(field), "{i}: {lane:?}");
+        assert_eq!(lane[i], hyper[i], "{i}");
+    }
+
+    // The body in a second write: hyper reads it (and serves the connection from then on).
+    let mut split = TcpStream::connect(host_of(&app)).await.unwrap();
+    let whole = post("lane-a", r#"{"memberId":"m-5"}"#);
+    let (head, body) = whole.split_at(whole.find("\r\n\r\n").unwrap() + 4);
+    split.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    split.write_all(body.as_bytes()).await.unwrap();
+    let answer = read_answers(&mut split, 1).await;
+    assert!(answer[0].0.starts_with("HTTP/1.1 200 OK\r\n"), "{answer:?}");
+    assert_eq!(position(&answer[0].1)["rank"], 2, "{answer:?}");
+    // Over the limit: the router's 413, in JSON.
+    let mut large = TcpStream::connect(host_of(&app)).await.unwrap();
+    let padding = "x".repeat(300);
+    large
+        .write_all(post("lane-a", &format!(r#"{{"memberId":"m-6","pad":"{padding}"}}"#)).as_bytes())
+        .await
+        .unwrap();
+    let answer = read_answers(&mut large, 1).await;
+    assert!(answer[0].0.starts_with("HTTP/1.1 413 "), "{answer:?}");
+    assert!(answer[0].1.starts_with('{'), "{answer:?}");
 }
 
 /// Graceful shutdown reaches connections in the fast lane: an idle one is closed, and the server stops.
