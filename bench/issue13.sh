@@ -209,6 +209,14 @@ for section in $SECTIONS; do
     QB_PREFIX=e$section DURATION=$(awk -v d="${DURATION%s}" 'BEGIN { printf "%ds", (d > 2 ? d / 2 : 1) }') \
       wrk_row "$section" "position (GET /v1/queues/bench/entries/{m})" -s "$HERE/queue-position.lua" "$BASE"
     wrk_row "$section" "GET /healthz (the HTTP floor)" "$BASE/healthz"
+    if [ "$section" = queue-redis ]; then
+      # How far the hot path coalesced: requests per script call is the average batch.
+      curl -fs "$BASE/metrics" | awk '
+        /^rankgate_queue_redis_script_calls_total/ { match($0, /lane="[a-z]+"/); calls[substr($0, RSTART + 6, RLENGTH - 7)] = $NF }
+        /^rankgate_queue_redis_requests_total/ { match($0, /lane="[a-z]+"/); reqs[substr($0, RSTART + 6, RLENGTH - 7)] = $NF }
+        END { for (lane in calls) if (calls[lane] > 0) printf "# queue-redis: %s lane, %.0f requests in %.0f script calls = %.2f per call\n", lane, reqs[lane], calls[lane], reqs[lane] / calls[lane] }' |
+        tee -a "$SUMMARY"
+    fi
     stop_server
     REDIS=$saved_redis
     if [ "$section" = queue ]; then
@@ -220,7 +228,12 @@ for section in $SECTIONS; do
     zrank=$(value queue "redis ZRANK q (random member)")
     enter=$(value "$section" "enter (POST /v1/queues/bench/entries, durable)")
     position=$(value "$section" "position (GET /v1/queues/bench/entries/{m})")
-    echo "| $section | **ratios** enter / ZADD NX, position / ZRANK | $(ratio "$enter" "$zadd")×, $(ratio "$position" "$zrank")× | | targets: embedded 0.6× / 0.9×, Redis 0.5× / 0.5× | |" | tee -a "$SUMMARY"
+    if [ "$section" = queue ]; then
+      echo "| $section | **ratios** enter / ZADD NX, position / ZRANK | $(ratio "$enter" "$zadd")×, $(ratio "$position" "$zrank")× | | targets: 0.6× / 0.9× | |" | tee -a "$SUMMARY"
+    else
+      # Issue 13 sets both Redis targets against ZADD NX.
+      echo "| $section | **ratios** enter / ZADD NX, position / ZADD NX | $(ratio "$enter" "$zadd")×, $(ratio "$position" "$zadd")× | | targets: 0.5× / 0.5× | |" | tee -a "$SUMMARY"
+    fi
     ;;
   memory)
     if [ -x "$BIN/examples/memory" ]; then
