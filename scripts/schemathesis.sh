@@ -39,9 +39,9 @@ pick_python() {
   done
   echo python3
 }
+python="$(pick_python)"
 if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -qF "$SCHEMATHESIS_VERSION" \
-  || { ! is_new_enough "$venv/bin/python" && is_new_enough "$(pick_python)"; }; then
-  python="$(pick_python)"
+  || { ! is_new_enough "$venv/bin/python" && is_new_enough "$python"; }; then
   echo "== installing schemathesis $SCHEMATHESIS_VERSION into $venv ($("$python" --version 2>&1))"
   rm -rf "$venv"
   "$python" -m venv "$venv"
