@@ -241,6 +241,12 @@ impl Connection {
 /// tag and put the key in another slot.
 pub(crate) fn escape(raw: &str) -> String {
     let mut out = String::with_capacity(raw.len());
+    escape_into(&mut out, raw);
+    out
+}
+
+/// [`escape`], appended to `out` (a key built in one buffer, as the hot poll path does).
+pub(crate) fn escape_into(out: &mut String, raw: &str) {
     for c in raw.chars() {
         match c {
             '%' => out.push_str("%25"),
@@ -249,7 +255,6 @@ pub(crate) fn escape(raw: &str) -> String {
             other => out.push(other),
         }
     }
-    out
 }
 
 /// Reads a script's array reply field by field.

@@ -253,6 +253,17 @@ impl QueueSettings {
         self.abandon_after_seconds as i64 * 1000
     }
 
+    /// How much later than `abandon_after_millis` an unseen member may be dropped: a twentieth of it, at
+    /// most a minute (15 s at the default 300 s, 250 ms at the shortest 5 s). A sign of life moves the
+    /// abandonment deadline only when it would fall short of `seen + abandon_after_millis`, and then to
+    /// that plus this slack, so a member polling every few seconds rewrites its deadline once per slack
+    /// instead of on every poll: on Redis that write was a `ZADD` into a set as large as the queue, a fifth
+    /// of a poll's cost (issue 13). `queue_base.lua`'s `touch_waiting` states the same rule.
+    #[must_use]
+    pub fn abandon_slack_millis(&self) -> i64 {
+        (self.abandon_after_millis() / 20).min(60_000)
+    }
+
     /// Claim lifetime in milliseconds.
     #[must_use]
     pub fn claim_ttl_millis(&self) -> i64 {
@@ -375,6 +386,21 @@ mod tests {
         assert_eq!(settings.fail_mode, FailMode::Closed);
         assert_eq!(settings.abandon_after_seconds, 300);
         assert_eq!(settings.validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_abandonment_slack_is_a_twentieth_and_at_most_a_minute() {
+        let slack = |abandon_after_seconds| {
+            QueueSettings {
+                abandon_after_seconds,
+                ..QueueSettings::default()
+            }
+            .abandon_slack_millis()
+        };
+        assert_eq!(slack(5), 250);
+        assert_eq!(slack(300), 15_000);
+        assert_eq!(slack(1_200), 60_000);
+        assert_eq!(slack(86_400), 60_000);
     }
 
     #[test]

@@ -201,7 +201,7 @@ impl QueueState {
             MemberState::Waiting { seq } => {
                 // Entering at `now`: the NX insert cannot fail for a member known not to be waiting.
                 let _ = self.waiting.insert(member.as_bytes(), *seq as f64);
-                self.touch_waiting(member, now_ms);
+                self.set_abandon_deadline(member, now_ms);
                 if self.arrivals.back().is_none_or(|(_, ms)| *ms != now_ms) {
                     self.arrivals.push_back((*seq, now_ms));
                 }
@@ -246,10 +246,25 @@ impl QueueState {
         });
     }
 
-    /// A waiting member was seen at `now_ms` (entered, polled, read by its stream, entered again): it
-    /// counts as abandoned `abandon_after_seconds` later (`touch_waiting` in `queue_base.lua`).
+    /// A waiting member was seen at `now_ms` (polled, read by its stream, entered again): it counts as
+    /// abandoned no sooner than `abandon_after_seconds` later. The deadline moves only when it would fall
+    /// short of that, and then by the slack too ([`QueueSettings::abandon_slack_millis`]; `touch_waiting`
+    /// in `queue_base.lua` is the same rule), so most polls write nothing.
     pub(crate) fn touch_waiting(&mut self, member: &str, now_ms: i64) {
-        let deadline = now_ms + self.settings.abandon_after_millis();
+        let seen_until = now_ms + self.settings.abandon_after_millis();
+        if self
+            .deadlines
+            .zscore(member.as_bytes())
+            .is_none_or(|deadline| deadline < seen_until as f64)
+        {
+            self.set_abandon_deadline(member, now_ms);
+        }
+    }
+
+    /// A member starts waiting at `now_ms`: its abandonment deadline, `abandon_after_seconds` and the
+    /// slack from now (`abandon_deadline` in `queue_base.lua`).
+    fn set_abandon_deadline(&mut self, member: &str, now_ms: i64) {
+        let deadline = now_ms + self.settings.abandon_after_millis() + self.settings.abandon_slack_millis();
         let _ = self.deadlines.insert(member.as_bytes(), deadline as f64);
     }
 
@@ -403,7 +418,7 @@ impl QueueState {
                 let _ = self.waiting.insert(member.as_bytes(), seq as f64);
                 self.next_seq = self.next_seq.max(seq + 1);
                 // Last seen is not stored: a restart counts as everyone seen when the queue last moved.
-                self.touch_waiting(member, self.last_now_ms.max(row.at_ms));
+                self.set_abandon_deadline(member, self.last_now_ms.max(row.at_ms));
                 return Ok(());
             }
             1 => MemberState::Ready {

@@ -33,7 +33,8 @@
 //! not exist yet or the member holds a token does it decline, untouched, and `enter.lua` does the full
 //! entry. [`RedisStore::poll`] answers a member's poll, position **and** the per-member poll limit, in one
 //! script (`poll.lua`; the log keys carry the queue's hash tag). Both carry only `queue_base.lua`, and a
-//! waiting member's poll writes nothing to the queue's keys.
+//! waiting member's poll writes to the queue's keys only once per abandonment slack (`touch_waiting`: a
+//! `ZSCORE` of its deadline, and a `ZADD` only when the deadline would fall short).
 //!
 //! # Key layout (`P` = the configured prefix, e.g. `rankgate:`)
 //! | key | type | holds |
@@ -83,7 +84,7 @@ use crate::clock::Clock;
 use crate::queue::waiting::EnterOutcome;
 use crate::queue::StoreError;
 pub use crate::redis_connection::Timeouts;
-use crate::redis_connection::{escape, Connection, Reply};
+use crate::redis_connection::{escape, escape_into, Connection, Reply};
 use coalesce::Coalescer;
 use rankgate_core::ids::MemberId;
 use waiting::PollAnswer;
@@ -376,12 +377,15 @@ impl RedisStore {
     /// The per-member poll log of `poll.lua`: it carries the queue's hash tag, so the poll limit and the
     /// position are one script on one slot. Expires when idle, like the limiter's keys.
     fn poll_key(&self, queue: &QueueName, member: &str) -> String {
-        format!(
-            "{}{{rg:q:{}}}:poll:{}",
-            self.options.prefix,
-            queue.as_str(),
-            escape(member)
-        )
+        // One buffer, no formatting machinery: this runs once per poll.
+        let (prefix, queue) = (self.options.prefix.as_str(), queue.as_str());
+        let mut key = String::with_capacity(prefix.len() + queue.len() + member.len() + 13);
+        key.push_str(prefix);
+        key.push_str("{rg:q:");
+        key.push_str(queue);
+        key.push_str("}:poll:");
+        escape_into(&mut key, member);
+        key
     }
 
     fn job_keys(&self, queue: &str) -> [String; 7] {

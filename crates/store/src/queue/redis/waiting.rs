@@ -11,9 +11,9 @@ use futures_util::future::BoxFuture;
 use rankgate_core::ids::MemberId;
 use rankgate_core::limiter::RateDecision;
 use rankgate_core::queue::{
-    AdaptiveSettings, ClaimRejection, ConsumeRejection, Digest, FailMode, LeaveRejection, MemberStatus,
-    QueueName, QueueSettings, ReleaseRejection, ReleasedTo, SettingsError, SettingsPatch,
-    ThroughputEstimator,
+    polling_tier_seconds, AdaptiveSettings, ClaimRejection, ConsumeRejection, Digest, FailMode,
+    LeaveRejection, MemberStatus, QueueName, QueueSettings, ReleaseRejection, ReleasedTo, SettingsError,
+    SettingsPatch, ThroughputEstimator,
 };
 
 use super::{hex, settings_args, unhex, RedisStore, Reply};
@@ -136,14 +136,6 @@ impl ViewHead {
         ViewHead::read(now_ms, waiting_count, reply)
     }
 
-    /// Reads one member's `rank, nonce, expires, last` after their `status` and builds their view.
-    fn member(&self, status: i64, reply: &mut Reply) -> Result<MemberView, StoreError> {
-        let status = status_of(status)?;
-        let rank = u64::try_from(reply.int()?).ok();
-        let (token, last_outcome) = read_token(reply)?;
-        Ok(self.view(status, rank, token, last_outcome))
-    }
-
     /// The view of a member in `status`; the rank counts only while waiting.
     fn view(
         &self,
@@ -198,15 +190,19 @@ type Token = ([u8; 16], i64);
 
 /// Reads `nonce, expires, last`: the member's token if any, and their last outcome.
 fn read_token(reply: &mut Reply) -> Result<(Option<Token>, Option<LastOutcome>), StoreError> {
+    let token = read_nonce_and_expiry(reply)?;
+    let last_outcome = (reply.int()? == 1).then_some(LastOutcome::Consumed);
+    Ok((token, last_outcome))
+}
+
+/// Reads `nonce, expires`: the member's token, if the nonce is not empty.
+fn read_nonce_and_expiry(reply: &mut Reply) -> Result<Option<Token>, StoreError> {
     let nonce = reply.string()?;
     let expires = reply.int()?;
-    let last_outcome = (reply.int()? == 1).then_some(LastOutcome::Consumed);
-    let token = if nonce.is_empty() {
-        None
-    } else {
-        Some((unhex::<16>(&nonce)?, expires))
-    };
-    Ok((token, last_outcome))
+    if nonce.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((unhex::<16>(&nonce)?, expires)))
 }
 
 /// Script arguments of a settings patch, in `SETTING_FIELDS` order (`''` / `keep` = unchanged).
@@ -235,29 +231,42 @@ fn patch_args(patch: &SettingsPatch, validated: &QueueSettings) -> Vec<String> {
 /// One poll's answer: the member's view, the limiter window used (ms) and the decision.
 pub(super) type PollAnswer = (MemberView, i64, RateDecision);
 
-/// Reads one member's nine fields of `poll.lua`'s reply: their answer, or (status -1) the error their poll
-/// raised in the script, which is theirs alone.
-fn read_poll(head: &ViewHead, reply: &mut Reply) -> Result<Result<PollAnswer, StoreError>, StoreError> {
-    let status = reply.int()?;
-    if status == -1 {
+/// Reads one member's six fields of `poll.lua`'s reply (`burst` is their poll limit): their answer, or
+/// (status -1) the error their poll raised in the script, which is theirs alone. The window is the
+/// script's own rule, `burst` intervals of the tier of the rank just read, so it is not sent.
+fn read_poll(
+    head: &ViewHead,
+    reply: &mut Reply,
+    burst: u32,
+) -> Result<Result<PollAnswer, StoreError>, StoreError> {
+    let code = reply.int()?;
+    if code == -1 {
         let _rank = reply.int()?;
         let error = reply.string()?;
-        for _ in 0..6 {
+        for _ in 0..3 {
             reply.int()?;
         }
         return Ok(Err(StoreError::Corrupt(format!("poll: {error}"))));
     }
-    let view = head.member(status, reply)?;
-    let window_ms = reply.int()?;
-    let allowed = reply.int()? == 1;
-    let (a, b) = (reply.int()?, reply.int()?);
-    let decision = if allowed {
+    if !(0..8).contains(&code) {
+        return Err(StoreError::Corrupt(format!("unknown poll code {code}")));
+    }
+    let (status, consumed) = (status_of(code % 4)?, code >= 4);
+    let rank = u64::try_from(reply.int()?).ok();
+    let token = read_nonce_and_expiry(reply)?;
+    let last_outcome = consumed.then_some(LastOutcome::Consumed);
+    let view = head.view(status, rank, token, last_outcome);
+    let window_ms = (polling_tier_seconds(view.rank) * u64::from(burst) * 1000) as i64;
+    let (decision, reset_ms) = (reply.int()?, reply.int()?);
+    let decision = if decision >= 0 {
         RateDecision::Allowed {
-            remaining: a.clamp(0, i64::from(u32::MAX)) as u32,
-            reset_ms: b,
+            remaining: decision.min(i64::from(u32::MAX)) as u32,
+            reset_ms,
         }
     } else {
-        RateDecision::Limited { retry_after_ms: a }
+        RateDecision::Limited {
+            retry_after_ms: -decision,
+        }
     };
     Ok(Ok((view, window_ms, decision)))
 }
@@ -297,7 +306,10 @@ impl RedisStore {
             }
             let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
             let head = ViewHead::read_batch(&mut reply)?;
-            polls.iter().map(|_| read_poll(&head, &mut reply)).collect()
+            polls
+                .iter()
+                .map(|(_, burst)| read_poll(&head, &mut reply, *burst))
+                .collect()
         })
     }
 
@@ -826,7 +838,6 @@ mod tests {
 
     use rand::{Rng as _, SeedableRng as _};
     use rankgate_core::limiter::{RateLimit, SlidingLog};
-    use rankgate_core::queue::polling_tier_seconds;
 
     use super::*;
     use crate::clock::{Clock, ManualClock};

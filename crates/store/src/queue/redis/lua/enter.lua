@@ -14,6 +14,6 @@ if st.kind == 'N' or st.kind == 'X' then
   entered = 1
 elseif st.kind == 'W' then
   -- Entering again is a visit: the member was seen.
-  redis.call('ZADD', DEADLINES, int(now + abandon_ms()), member)
+  touch_waiting(member, now, abandon_seconds())
 end
 return {entered, created and 1 or 0, view(member, now)}

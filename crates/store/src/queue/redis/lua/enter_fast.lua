@@ -35,7 +35,7 @@ for i = 2, #ARGV do
     codes[i - 1] = 2 * redis.call('ZRANK', WAITING, member)
     touch_waiting(member, now, e[9])
   else
-    touch_waiting(member, now, e[9])
+    redis.call('ZADD', DEADLINES, int(abandon_deadline(now, e[9])), member)
     -- Sequences only grow and only entries assign them, so the newcomer is last in line.
     first_seq = first_seq or seq
     seq = seq + 1

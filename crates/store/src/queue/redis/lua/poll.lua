@@ -12,8 +12,10 @@
 -- (rankgate_core::queue::polling_tier_seconds: 1 s below rank 100, 3 s below 1000, else 5 s). The log is
 -- one string, "<guard ms>|<t>|<t>…" oldest first, read with GET and written with one SET … PX: a poll
 -- costs two commands for its limit instead of a second script.
--- Returns batch_head, then nine fields per member: status, rank, token nonce, token expiry, last outcome (as
--- in view_of), the window (ms), then 1, remaining, reset ms (allowed) or 0, retry after ms, 0 (refused).
+-- Returns batch_head, then six fields per member: status + 4 × last outcome (as in view_of), rank, token
+-- nonce, token expiry, then remaining and reset ms (allowed) or -(retry after ms) and 0 (refused: retry
+-- after is at least 1). The window is not sent: the caller knows the burst and the tier of the rank. Every
+-- field is one RESP value the client parses, so six instead of nine is a third less of that per poll.
 -- A member whose poll raised an error (a record this version cannot read) gets status -1 and the error
 -- text as the nonce; the others are answered as usual.
 local e, queue_now, clock = read_meta()
@@ -65,18 +67,18 @@ local function poll_one(member, limit, log_key)
   end
   if n > 0 then stamp = stamp .. '|' .. table.concat(kept, '|') end
   redis.call('SET', log_key, stamp, 'PX', int(window * 2 + slack))
+  if allowed == 0 then a, b = -a, 0 end
   local at = #out
-  out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5] = status, rank, nonce, expires, last
-  out[at + 6], out[at + 7], out[at + 8], out[at + 9] = window, allowed, a, b
+  out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] =
+    status + 4 * last, rank, nonce, expires, a, b
 end
 
 for i = 1, (#ARGV - 2) / 2 do
   local ok, err = pcall(poll_one, ARGV[1 + 2 * i], tonumber(ARGV[2 + 2 * i]), KEYS[6 + i])
   if not ok then
-    local at = 9 + (i - 1) * 9
+    local at = 9 + (i - 1) * 6
     for j = #out, at + 1, -1 do out[j] = nil end
-    out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5] = -1, -1, tostring(err), 0, 0
-    out[at + 6], out[at + 7], out[at + 8], out[at + 9] = 0, 0, 0, 0
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = -1, -1, tostring(err), 0, 0, 0
   end
 end
 return out

@@ -67,11 +67,25 @@ local function batch_head(now, waiting, e)
   return {now, waiting, e[1] or '', e[2] or '', e[3] or '', e[4] or '', e[5] or '', e.mw or '', e.wv or ''}
 end
 
--- A waiting member was seen (a poll, a stream's read, an entry again): its abandonment deadline moves to
--- now + abandonAfterSeconds. `abandon` is the queue's setting in seconds (nil only for a queue stored
--- before the setting existed and not yet ticked; its first tick writes it).
+-- A member who starts waiting at `now` counts as abandoned abandonAfterSeconds later plus the slack: a
+-- twentieth of that, at most a minute (QueueSettings::abandon_slack_millis). `abandon` is the queue's
+-- setting in seconds.
+local function abandon_deadline(now, abandon)
+  local a = tonumber(abandon) * 1000
+  return now + a + math.min(a / 20, 60000)
+end
+
+-- A waiting member was seen (a poll, a stream's read, an entry again): it counts as abandoned no sooner
+-- than abandonAfterSeconds from now. The deadline moves only when it would fall short of that, and then to
+-- abandon_deadline, so a member polling every few seconds costs a ZSCORE per poll and a ZADD (a move in a
+-- set as large as the queue) once per slack. The embedded touch_waiting is the same rule. `abandon` is nil
+-- only for a queue stored before the setting existed and not yet ticked; its first tick writes it.
 local function touch_waiting(member, now, abandon)
-  if abandon then redis.call('ZADD', DEADLINES, int(now + tonumber(abandon) * 1000), member) end
+  if not abandon then return end
+  local deadline = redis.call('ZSCORE', DEADLINES, member)
+  if not deadline or tonumber(deadline) < now + tonumber(abandon) * 1000 then
+    redis.call('ZADD', DEADLINES, int(abandon_deadline(now, abandon)), member)
+  end
 end
 
 -- The meta fields a position read needs, the queue's guarded now, and the store clock as read (before the

@@ -97,9 +97,9 @@ local function deadline_of(st)
   return nil
 end
 
--- How long a waiting member may go unseen (ms): the queue's setting, else the default.
-local function abandon_ms()
-  return tonumber(redis.call('HGET', META, 'abandon') or ARGV[11]) * 1000
+-- How long a waiting member may go unseen (s): the queue's setting, else the default.
+local function abandon_seconds()
+  return redis.call('HGET', META, 'abandon') or ARGV[11]
 end
 
 -- Replaces a member's state, keeping the waiting set, holder records, deadlines and counters in step. A
@@ -119,7 +119,7 @@ local function set_state(member, old, new, now)
   if new.kind == 'N' then return end
   if new.kind == 'W' then
     redis.call('ZADD', WAITING, 'NX', int(new.seq), member)
-    redis.call('ZADD', DEADLINES, int(now + abandon_ms()), member)
+    redis.call('ZADD', DEADLINES, int(abandon_deadline(now, abandon_seconds())), member)
     -- NX: a checkpoint keeps the first sequence of its millisecond (enter_fast.lua adds them too).
     redis.call('ZADD', ARRIVALS, 'NX', int(new.seq), int(now))
     redis.call('HSET', META, 'arr_ms', int(now))
