@@ -152,7 +152,7 @@ elif action == "settle":
     for _ in range(30):
         status, body = call("GET", "/v1/admin/queues/seeded")
         value = json.loads(body)
-        for moving in ("admittedLastMinute", "oldestWaitSeconds", "measuredAdmitPerSecond"):
+        for moving in ("asOf", "stale", "admittedLastMinute", "oldestWaitSeconds", "measuredAdmitPerSecond"):
             value.pop(moving, None)
         if value == previous:
             break
