@@ -1,8 +1,8 @@
 -- enter, the hot path, for a batch of members: ARGV[2..] members in arrival order (concurrent entries to one
 -- queue share one call; see coalesce.rs). Handles the two common cases with as few commands as possible: a
 -- member the queue does not know (ZADD NX + the queue's own sequence) and a member already waiting (their
--- position; nothing is written). The whole batch is one atomic script, so a member named twice in it is
--- entered once. Anything else (the queue does not exist yet, or the member holds or has just consumed a
+-- position; only their abandonment deadline is written, and only when it would fall short). The whole
+-- batch is one atomic script, so a member named twice in it is entered once. Anything else (the queue does not exist yet, or the member holds or has just consumed a
 -- token) STOPS the batch at that member, who gets -1 having changed nothing: the caller runs enter.lua,
 -- the full entry (itself one atomic script that checks everything again), and sends the members after
 -- them again, so nobody behind them in line is entered ahead of them.
@@ -25,24 +25,51 @@ local seq = tonumber(e[7])
 local first_seq = nil
 local waiting = redis.call('ZCARD', WAITING)
 local codes = {}
-for i = 2, #ARGV do
-  local member = ARGV[i]
-  if redis.call('HEXISTS', HOLDERS, member) == 1 then
-    codes[i - 1] = -1
+-- The batch is read and written with one command per set, not three per member: a redis.call costs about
+-- as much as the command it runs. HMGET finds the first member with a record (the batch stops there),
+-- ZMSCORE the ones already waiting; the newcomers go into the waiting and deadline sets in one ZADD each.
+local members = {}
+for i = 2, #ARGV do members[i - 1] = ARGV[i] end
+local held = redis.call('HMGET', HOLDERS, unpack(members))
+local stop = #members + 1
+for i = 1, #members do
+  if held[i] then
+    stop = i
     break
-  elseif redis.call('ZADD', WAITING, 'NX', int(seq), member) == 0 then
-    -- Already waiting: their position, and the sequence is not spent; they were seen.
-    codes[i - 1] = 2 * redis.call('ZRANK', WAITING, member)
-    touch_waiting(member, now, e[9])
-  else
-    redis.call('ZADD', DEADLINES, int(abandon_deadline(now, e[9])), member)
-    -- Sequences only grow and only entries assign them, so the newcomer is last in line.
-    first_seq = first_seq or seq
-    seq = seq + 1
-    waiting = waiting + 1
-    codes[i - 1] = 2 * (waiting - 1) + 1
   end
 end
+if stop > 1 then
+  local scores = redis.call('ZMSCORE', WAITING, unpack(members, 1, stop - 1))
+  local deadline = int(abandon_deadline(now, e[9]))
+  local new_waiting, new_deadlines, fresh = {}, {}, {}
+  for i = 1, stop - 1 do
+    local member = members[i]
+    if scores[i] then
+      -- Already waiting: their position, and the sequence is not spent; they were seen.
+      codes[i] = 2 * redis.call('ZRANK', WAITING, member)
+      touch_waiting(member, now, e[9])
+    elseif fresh[member] then
+      -- Named twice in the batch: entered by the first mention, already waiting at the second.
+      codes[i] = 2 * fresh[member]
+    else
+      -- Sequences only grow and only entries assign them, so the newcomer is last in line.
+      first_seq = first_seq or seq
+      new_waiting[#new_waiting + 1] = int(seq)
+      new_waiting[#new_waiting + 1] = member
+      new_deadlines[#new_deadlines + 1] = deadline
+      new_deadlines[#new_deadlines + 1] = member
+      fresh[member] = waiting
+      codes[i] = 2 * waiting + 1
+      seq = seq + 1
+      waiting = waiting + 1
+    end
+  end
+  if #new_waiting > 0 then
+    redis.call('ZADD', WAITING, 'NX', unpack(new_waiting))
+    redis.call('ZADD', DEADLINES, unpack(new_deadlines))
+  end
+end
+if stop <= #members then codes[stop] = -1 end
 if first_seq then
   if tonumber(e[8]) ~= now then
     -- The first entry of this millisecond: its checkpoint for the oldest-wait gauge (NX keeps the first).
