@@ -285,13 +285,15 @@ impl Zone {
             // Pacific/Apia) resolves there too, and a period lying wholly in the gap is empty.
             AmbiguousOffset::Gap { before, .. } => {
                 let after_gap = utc_hour_with(i64::from(before.seconds()));
-                let transition = self
-                    .tz
-                    .preceding(after_gap.start_timestamp() + jiff::SignedDuration::from_secs(1))
-                    .next()
-                    .map_or(after_gap, |t| {
-                        Hour(t.timestamp().as_second().div_euclid(SECONDS_PER_HOUR))
-                    });
+                // The transition is searched from the exact instant, not its hour: with a historical
+                // half-hour offset (Pacific/Apia was UTC-11:30 until 1950) the hour starts before the
+                // transition, and the one found would be the zone's previous one, decades earlier.
+                let exact = local_seconds - i64::from(before.seconds());
+                let from = jiff::Timestamp::from_second(exact.saturating_add(1))
+                    .unwrap_or(after_gap.start_timestamp());
+                let transition = self.tz.preceding(from).next().map_or(after_gap, |t| {
+                    Hour(t.timestamp().as_second().div_euclid(SECONDS_PER_HOUR))
+                });
                 Err(GapStart(transition.min(after_gap)))
             }
         }

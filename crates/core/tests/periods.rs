@@ -546,6 +546,28 @@ fn every_hour_of_a_skipped_day_is_an_empty_period() {
     );
 }
 
+#[test]
+fn a_period_ending_in_a_half_hour_gap_does_not_run_backwards() {
+    // Found by the period_key fuzz target: Apia moved from UTC-11:30 to UTC-11:00 at the start of 1950,
+    // so local 1950-01-01 00:00 lies in a half-hour gap, and the gap's start was looked up from the
+    // floored hour, before the transition: it found the zone's 1911 transition, and 1949 ended before
+    // it began.
+    let apia = zone("Pacific/Apia");
+    for (kind, text) in [
+        (PeriodKind::Yearly, "1949"),
+        (PeriodKind::Monthly, "194912"),
+        (PeriodKind::Daily, "19491231"),
+        (PeriodKind::Daily, "19500101"),
+    ] {
+        let period = key(kind, text);
+        let hours = period.hours(&apia);
+        assert!(hours.start <= hours.end, "{period}: {hours:?}");
+        assert!(hour_count(&period, &apia) > 0, "{period}");
+    }
+    let (year, next) = (key(PeriodKind::Yearly, "1949"), key(PeriodKind::Yearly, "1950"));
+    assert_eq!(year.hours(&apia).end, next.hours(&apia).start);
+}
+
 const PROPERTY_ZONES: [&str; 10] = [
     "UTC",
     "Europe/London",
