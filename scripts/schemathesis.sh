@@ -114,6 +114,12 @@ def call(method, path, body=None, auth=True):
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
+def steady(value):
+    # Without the fields that describe freshness or a moving clock, not data.
+    if isinstance(value, dict):
+        for moving in ("asOf", "stale", "admittedLastMinute", "oldestWaitSeconds", "measuredAdmitPerSecond"):
+            value.pop(moving, None)
+    return value
 now = int(time.time() * 1000)
 day = time.strftime("%Y%m%d", time.gmtime(now / 1000))
 if action == "seed":
@@ -135,11 +141,7 @@ elif action == "reads":
                  f"/v1/products/p1/rank?period=daily&at={day}", f"/v1/products/p2/rank?period=daily&at={day}&category=c0&ranker=units",
                  "/v1/admin/queues/seeded", "/v1/admin/rankers/popular"]:
         status, body = call("GET", path)
-        value = json.loads(body)
-        if isinstance(value, dict):
-            for moving in ("asOf", "stale", "admittedLastMinute", "oldestWaitSeconds", "measuredAdmitPerSecond"):
-                value.pop(moving, None)
-        out[path] = [status, value]
+        out[path] = [status, steady(json.loads(body))]
     print(json.dumps(out, indent=1, sort_keys=True))
 elif action == "settle":
     # The reads compared across the restart include a live queue that schemathesis may have unpaused and
@@ -151,9 +153,7 @@ elif action == "settle":
     previous = None
     for _ in range(30):
         status, body = call("GET", "/v1/admin/queues/seeded")
-        value = json.loads(body)
-        for moving in ("asOf", "stale", "admittedLastMinute", "oldestWaitSeconds", "measuredAdmitPerSecond"):
-            value.pop(moving, None)
+        value = steady(json.loads(body))
         if value == previous:
             break
         previous = value

@@ -28,10 +28,11 @@
 //! # The hot path: entries and polls
 //! Redis runs scripts on its one thread, so the two requests every member repeats are kept short, and
 //! concurrent ones share a script call (`coalesce.rs`: each round takes every entry, or every poll, that
-//! queued up while the previous round ran, one call per queue). `enter` first runs `enter_fast.lua` (an
-//! unknown member: `ZADD NX` + the queue's sequence; a waiting member: read only); only when the queue does
-//! not exist yet or the member holds a token does it decline, untouched, and `enter.lua` does the full
-//! entry. [`RedisStore::poll`] answers a member's poll, position **and** the per-member poll limit, in one
+//! queued up while the previous round ran, one call per queue). `enter` first runs `enter_fast.lua` (one
+//! `HMGET` of the holders and one `ZMSCORE` of the waiting set for the whole batch; the unknown members
+//! go in with one `ZADD NX` and one deadline `ZADD`, a waiting member is only read and seen); only when
+//! the queue does not exist yet or the member holds a token does it decline, untouched, and `enter.lua`
+//! does the full entry. [`RedisStore::poll`] answers a member's poll, position **and** the per-member poll limit, in one
 //! script (`poll.lua`; the log keys carry the queue's hash tag). Both carry only `queue_base.lua`, and a
 //! waiting member's poll writes to the queue's keys only once per abandonment slack (`touch_waiting`: a
 //! `ZSCORE` of its deadline, and a `ZADD` only when the deadline would fall short).
