@@ -16,6 +16,20 @@
 
 pub mod coalesce;
 
+/// CPU seconds (user + system) this process has used so far, from `/proc/self/stat`, or `None` where
+/// that file is missing. A harness that drives rankgate's code in process reads it around its timed
+/// part, so the CPU it reports per event leaves out building the workload and connecting.
+pub fn process_cpu_seconds() -> Option<f64> {
+    // /proc reports utime and stime in USER_HZ ticks, which Linux fixes at 100 for user space.
+    const USER_HZ: f64 = 100.0;
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces; the fields after it start past its closing ')'.
+    let mut fields = stat.rsplit_once(") ")?.1.split(' ');
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / USER_HZ)
+}
+
 /// Checks that `url` is an `http://` URL on a loopback host (`127.0.0.1`, `localhost` or `[::1]`) and
 /// returns it without a trailing slash. The HTTP load tools refuse anything else, so a typo cannot
 /// send load to another machine.
@@ -32,4 +46,23 @@ pub fn loopback_base_url(url: &str) -> Result<String, String> {
         return Err(format!("{url}: load tools only target loopback addresses"));
     }
     Ok(url.trim_end_matches('/').to_string())
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    #[test]
+    fn process_cpu_seconds_grows_with_work() {
+        let before = super::process_cpu_seconds().expect("/proc/self/stat on Linux");
+        // Spin until a tick of CPU lands on this process; the wall-clock bound only stops a reader that
+        // never moves, however slow or busy the machine is.
+        let started = std::time::Instant::now();
+        let mut after = before;
+        while after <= before && started.elapsed() < std::time::Duration::from_secs(60) {
+            for _ in 0..100_000 {
+                std::hint::black_box(after);
+            }
+            after = super::process_cpu_seconds().unwrap();
+        }
+        assert!(after > before, "{before} -> {after}");
+    }
 }

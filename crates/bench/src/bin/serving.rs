@@ -320,6 +320,7 @@ async fn ingest(args: &Args, prefix: &str) -> anyhow::Result<()> {
         })
     };
     let started = Instant::now();
+    let cpu_before = rankgate_bench::process_cpu_seconds();
     let batches = tokio::task::spawn_blocking({
         let (events, batch, done) = (events.clone(), args.batch, done.clone());
         move || -> anyhow::Result<(Ingestor, u64, std::time::Duration)> {
@@ -337,6 +338,7 @@ async fn ingest(args: &Args, prefix: &str) -> anyhow::Result<()> {
     let (ingestor, batches, committed) = batches;
     let rounds = publisher.await?;
     let elapsed = started.elapsed();
+    let cpu_after = rankgate_bench::process_cpu_seconds();
     let (calls, writes) = store.publish_counters();
     println!(
         "PostgreSQL + Redis ingest: {} events in {:.2} s = {:.0} events/s ({} batches of {}; all committed to PostgreSQL after {:.2} s, Redis caught up {:.2} s later)",
@@ -354,6 +356,13 @@ async fn ingest(args: &Args, prefix: &str) -> anyhow::Result<()> {
         calls as f64 / batches as f64,
         writes as f64 / events.len() as f64
     );
+    // The timed part only: building the workload and connecting are left out.
+    if let (Some(before), Some(after)) = (cpu_before, cpu_after) {
+        println!(
+            "serving-bench CPU over the timed run: {:.2} µs per event",
+            (after - before) * 1e6 / events.len() as f64
+        );
+    }
     tokio::task::spawn_blocking(move || drop(ingestor)).await?;
     drop_schema(&args.postgres, &schema).await;
     Ok(())
