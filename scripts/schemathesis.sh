@@ -115,12 +115,9 @@ def call(method, path, body=None, auth=True):
     except urllib.error.HTTPError as error:
         return error.code, error.read()
 def steady(value):
-    # Without the fields that describe freshness or a moving clock, not data, and without `abandoned`,
-    # which the embedded store counts since it was opened, like a process metric (openapi.json says so):
-    # the members it counted are gone from the line either way, and the line is compared.
+    # Without the fields that describe freshness or a moving clock, not data.
     if isinstance(value, dict):
-        for moving in ("asOf", "stale", "admittedLastMinute", "oldestWaitSeconds", "measuredAdmitPerSecond",
-                       "abandoned"):
+        for moving in ("asOf", "stale", "admittedLastMinute", "oldestWaitSeconds", "measuredAdmitPerSecond"):
             value.pop(moving, None)
     return value
 now = int(time.time() * 1000)

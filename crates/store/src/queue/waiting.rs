@@ -153,8 +153,7 @@ pub struct QueueStats {
     pub oldest_wait_seconds: u64,
     /// The measured throughput behind estimates (members/s), if any.
     pub measured_rate: Option<f64>,
-    /// Waiting members dropped as abandoned (unseen for `abandon_after_seconds`): on Redis since the queue
-    /// was made (the counter lives with its keys), in the embedded store since it was opened.
+    /// Waiting members dropped as abandoned (unseen for `abandon_after_seconds`) since the queue was made.
     pub abandoned: u64,
 }
 

@@ -241,8 +241,8 @@ fn load_queues(
     options: &EmbeddedOptions,
 ) -> rusqlite::Result<HashMap<QueueName, Arc<Mutex<QueueState>>>> {
     let mut queues = HashMap::new();
-    let mut statement =
-        connection.prepare("SELECT name, settings, next_seq, budget, estimator, managed FROM queues")?;
+    let mut statement = connection
+        .prepare("SELECT name, settings, next_seq, budget, estimator, managed, abandoned FROM queues")?;
     let rows = statement.query_map([], |row| {
         Ok((
             row.get::<_, String>(0)?,
@@ -251,11 +251,12 @@ fn load_queues(
             row.get::<_, String>(3)?,
             row.get::<_, String>(4)?,
             row.get::<_, bool>(5)?,
+            row.get::<_, i64>(6)?,
         ))
     })?;
     let mut states: HashMap<String, QueueState> = HashMap::new();
     for row in rows {
-        let (name, settings, next_seq, budget, estimator, managed) = row?;
+        let (name, settings, next_seq, budget, estimator, managed, abandoned) = row?;
         let Ok(queue_name) = QueueName::parse(&name) else {
             continue;
         };
@@ -264,6 +265,7 @@ fn load_queues(
         let mut state = QueueState::new(queue_name, settings, now_ms, options.consumed_memory_ms);
         state.next_seq = next_seq.max(0) as u64;
         state.managed = managed;
+        state.abandoned = abandoned.max(0) as u64;
         if let Ok(budget) = serde_json::from_str(&budget) {
             state.budget = budget;
         }
@@ -868,6 +870,80 @@ mod tests {
 
     fn open(dir: &Path, clock: &ManualClock) -> Arc<EmbeddedStore> {
         EmbeddedStore::open(dir, Arc::new(clock.clone()), EmbeddedOptions::default()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_abandoned_count_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_000_000);
+        let q = QueueName::parse("abandon-restart").unwrap();
+        let stay = MemberId::parse("stays").unwrap();
+        {
+            let store = open(dir.path(), &clock);
+            let settings = SettingsPatch {
+                paused: Some(true),
+                abandon_after_seconds: Some(5),
+                ..SettingsPatch::default()
+            };
+            store.update_settings(&q, &settings).await.unwrap().unwrap();
+            for i in 0..3 {
+                store
+                    .enter(&q, &MemberId::parse(&format!("gone-{i}")).unwrap())
+                    .await
+                    .unwrap();
+            }
+            // Past the 5 s and its slack for the three; `stays` enters afterwards and stays fresh.
+            clock.advance(6_000);
+            store.enter(&q, &stay).await.unwrap();
+            store.expire_due(&q).await.unwrap();
+            let stats = store.stats(&q).await.unwrap().unwrap();
+            assert_eq!((stats.abandoned, stats.waiting), (3, 1));
+            store.close();
+        }
+        let store = open(dir.path(), &clock);
+        let stats = store.stats(&q).await.unwrap().unwrap();
+        assert_eq!(
+            (stats.abandoned, stats.waiting),
+            (3, 1),
+            "read from the queue's row"
+        );
+        // And it keeps counting from there.
+        clock.advance(6_000);
+        store.expire_due(&q).await.unwrap();
+        let stats = store.stats(&q).await.unwrap().unwrap();
+        assert_eq!((stats.abandoned, stats.waiting), (4, 0));
+    }
+
+    #[tokio::test]
+    async fn a_database_from_before_the_stored_abandoned_count_opens_and_starts_counting() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_000_000);
+        {
+            // The queues table as builds before `managed` and `abandoned` wrote it.
+            let old = rusqlite::Connection::open(dir.path().join(DATABASE_FILE)).unwrap();
+            old.execute_batch(
+                "CREATE TABLE queues (name TEXT PRIMARY KEY, settings TEXT NOT NULL, next_seq INTEGER NOT NULL,
+                     budget TEXT NOT NULL, estimator TEXT NOT NULL);
+                 INSERT INTO queues VALUES ('old', '{}', 7, '{}', '{}');",
+            )
+            .unwrap();
+        }
+        let q = QueueName::parse("old").unwrap();
+        {
+            let store = open(dir.path(), &clock);
+            assert_eq!(store.stats(&q).await.unwrap().unwrap().abandoned, 0);
+            store
+                .enter(&q, &MemberId::parse("silent").unwrap())
+                .await
+                .unwrap();
+            // Past the default 300 s and its 15 s slack.
+            clock.advance(316_000);
+            store.expire_due(&q).await.unwrap();
+            assert_eq!(store.stats(&q).await.unwrap().unwrap().abandoned, 1);
+            store.close();
+        }
+        let store = open(dir.path(), &clock);
+        assert_eq!(store.stats(&q).await.unwrap().unwrap().abandoned, 1);
     }
 
     #[tokio::test]

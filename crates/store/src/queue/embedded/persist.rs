@@ -40,8 +40,9 @@ pub const MAX_UNITS_PER_BATCH: usize = 16_384;
 /// previous batch had one unit) commits at once, as before.
 const GATHER_WHEN_BUSY: std::time::Duration = std::time::Duration::from_micros(300);
 
-/// A queue's stored row: its settings, sequence, admission budget and estimator, and whether an admin
-/// configured it (such a queue is never forgotten when idle).
+/// A queue's stored row: its settings, sequence, admission budget and estimator, whether an admin
+/// configured it (such a queue is never forgotten when idle), and how many waiting members it dropped
+/// as abandoned.
 #[derive(Debug, Clone)]
 pub(crate) struct QueueRow {
     pub settings: QueueSettings,
@@ -49,6 +50,7 @@ pub(crate) struct QueueRow {
     pub budget: AdmissionBudget,
     pub estimator: ThroughputEstimator,
     pub managed: bool,
+    pub abandoned: u64,
 }
 
 /// One row change.
@@ -148,17 +150,23 @@ CREATE TABLE IF NOT EXISTS jobs (
 ) WITHOUT ROWID;
 ";
 
-/// Adds the `managed` column to a database written before queues could be forgotten. Queues that existed
-/// then are marked managed: nothing told us whether an admin configured them, and forgetting one that an
-/// admin did configure would be worse than keeping an idle one.
-fn migrate_managed_column(connection: &Connection) -> rusqlite::Result<()> {
-    let has_column = connection
-        .prepare("SELECT 1 FROM pragma_table_info('queues') WHERE name = 'managed'")?
-        .exists([])?;
-    if !has_column {
+/// Adds the columns a database written by an older build lacks. `managed`: queues that existed before
+/// queues could be forgotten are marked managed, since nothing told us whether an admin configured them,
+/// and forgetting one that an admin did configure would be worse than keeping an idle one. `abandoned`:
+/// the count starts at 0, as it did at every start before it was stored.
+fn migrate_queue_columns(connection: &Connection) -> rusqlite::Result<()> {
+    let has_column = |name: &str| {
+        connection
+            .prepare("SELECT 1 FROM pragma_table_info('queues') WHERE name = ?1")?
+            .exists([name])
+    };
+    if !has_column("managed")? {
         connection.execute_batch(
             "ALTER TABLE queues ADD COLUMN managed INTEGER NOT NULL DEFAULT 0; UPDATE queues SET managed = 1;",
         )?;
+    }
+    if !has_column("abandoned")? {
+        connection.execute_batch("ALTER TABLE queues ADD COLUMN abandoned INTEGER NOT NULL DEFAULT 0;")?;
     }
     Ok(())
 }
@@ -177,7 +185,7 @@ pub(crate) fn open_database(
         .map_err(prepare)?;
     let applied = synchronous.apply(&connection).map_err(prepare)?;
     connection.execute_batch(SCHEMA).map_err(prepare)?;
-    migrate_managed_column(&connection)
+    migrate_queue_columns(&connection)
         .map_err(|e| StoreError::Unavailable(format!("migrate {}: {e}", path.display())))?;
     Ok((connection, applied))
 }
@@ -186,9 +194,11 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
     let transaction = connection.transaction()?;
     {
         let mut upsert_queue = transaction.prepare_cached(
-            "INSERT INTO queues (name, settings, next_seq, budget, estimator, managed) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            "INSERT INTO queues (name, settings, next_seq, budget, estimator, managed, abandoned)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT(name) DO UPDATE SET settings = excluded.settings, next_seq = excluded.next_seq,
-             budget = excluded.budget, estimator = excluded.estimator, managed = excluded.managed",
+             budget = excluded.budget, estimator = excluded.estimator, managed = excluded.managed,
+             abandoned = excluded.abandoned",
         )?;
         let mut delete_queue = transaction.prepare_cached("DELETE FROM queues WHERE name = ?1")?;
         let mut delete_queue_members = transaction.prepare_cached("DELETE FROM members WHERE queue = ?1")?;
@@ -230,7 +240,8 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
                                 row.next_seq,
                                 serde_json::to_string(&row.budget).unwrap_or_default(),
                                 serde_json::to_string(&row.estimator).unwrap_or_default(),
-                                row.managed
+                                row.managed,
+                                i64::try_from(row.abandoned).unwrap_or(i64::MAX)
                             ])?;
                         }
                     }

@@ -43,8 +43,8 @@ pub(crate) struct QueueState {
     /// member counting as abandoned: last seen + `abandon_after_seconds`). Waiting members being here
     /// too is what makes abandonment O(abandoned) per step (about 50 more bytes per waiting member).
     pub deadlines: SortedSet,
-    /// Waiting members dropped as abandoned since the queue was loaded (not persisted: a restart counts
-    /// from 0, as a Redis queue's counter goes with its keys).
+    /// Waiting members dropped as abandoned since the queue was made (stored in its row, so a restart
+    /// keeps it, as a Redis queue's counter lives with its keys).
     pub abandoned: u64,
     pub ready: u64,
     pub claimed: u64,
@@ -145,7 +145,7 @@ impl QueueState {
         }
     }
 
-    /// The queue row, written whenever settings, sequence, budget or estimator change.
+    /// The queue row, written whenever settings, sequence, budget, estimator or the abandoned count change.
     pub(crate) fn queue_write(&self) -> Write {
         Write::Queue {
             name: self.name.as_str().to_string(),
@@ -155,6 +155,7 @@ impl QueueState {
                 budget: self.budget,
                 estimator: self.estimator.clone(),
                 managed: self.managed,
+                abandoned: self.abandoned,
             }),
         }
     }
@@ -287,6 +288,7 @@ impl QueueState {
     /// `outcome.more_due` says whether some are left.
     pub(crate) fn expire_due(&mut self, now_ms: i64, writes: &mut Vec<Write>) -> ExpiryOutcome {
         let mut outcome = ExpiryOutcome::default();
+        let abandoned_before = self.abandoned;
         let due: Vec<Vec<u8>> = self
             .deadlines
             .range_by_score(
@@ -332,6 +334,10 @@ impl QueueState {
                     }
                 }
             }
+        }
+        if self.abandoned != abandoned_before {
+            // In the same unit as the member rows it counts, so the two never disagree on disk.
+            writes.push(self.queue_write());
         }
         outcome
     }
