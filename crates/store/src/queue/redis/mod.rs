@@ -32,10 +32,11 @@
 //! `HMGET` of the holders and one `ZMSCORE` of the waiting set for the whole batch; the unknown members
 //! go in with one `ZADD NX` and one deadline `ZADD`, a waiting member is only read and seen); only when
 //! the queue does not exist yet or the member holds a token does it decline, untouched, and `enter.lua`
-//! does the full entry. [`RedisStore::poll`] answers a member's poll, position **and** the per-member poll limit, in one
-//! script (`poll.lua`; the log keys carry the queue's hash tag). Both carry only `queue_base.lua`, and a
-//! waiting member's poll writes to the queue's keys only once per abandonment slack (`touch_waiting`: a
-//! `ZSCORE` of its deadline, and a `ZADD` only when the deadline would fall short).
+//! does the full entry. [`RedisStore::poll`] answers a member's poll, position **and** the per-member
+//! poll limit, in one script (`poll.lua`; the log keys carry the queue's hash tag). Both carry only
+//! `queue_base.lua`, and a waiting member's poll writes to the queue's keys only once per abandonment
+//! slack (`touch_waiting`: a `ZSCORE` of its deadline, and a `ZADD` only when the deadline would fall
+//! short).
 //!
 //! # Key layout (`P` = the configured prefix, e.g. `rankgate:`)
 //! | key | type | holds |
