@@ -1,6 +1,7 @@
 //! `spawn_app()`: the whole service on 127.0.0.1:0 with a fresh data dir, and helpers to drive it.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use rankgate::app::Application;
 use rankgate::config::{BearerKeys, Config};
@@ -125,6 +126,31 @@ impl TestApp {
         let body: Value = response.json().await.unwrap();
         assert_eq!(status, 200, "GET {path_and_query}: {body}");
         body
+    }
+
+    /// Polls `member`'s position until READY, as a client should: a 429 (the per-member poll limit, which a
+    /// slow admission on a loaded machine reaches) is waited out for its `Retry-After`, not counted as a failure.
+    pub async fn position_when_ready(&self, queue: &str, member: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while tokio::time::Instant::now() < deadline {
+            let response = self.get(&format!("/v1/queues/{queue}/entries/{member}")).await;
+            let status = response.status().as_u16();
+            let retry_after = response
+                .headers()
+                .get("retry-after")
+                .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+            let position: Value = response.json().await.unwrap();
+            match status {
+                200 if position["status"] == "READY" => return position,
+                200 => tokio::time::sleep(Duration::from_millis(100)).await,
+                429 => {
+                    let wait = retry_after.expect("a 429 names its Retry-After");
+                    tokio::time::sleep(Duration::from_secs(wait)).await;
+                }
+                other => panic!("GET position of {member}: {other} {position}"),
+            }
+        }
+        panic!("{member} was never admitted");
     }
 }
 

@@ -255,18 +255,7 @@ async fn a_scheduled_opening_draws_the_pre_queue_verifiably_ahead_of_later_arriv
     // Unpaused, admission follows the drawn order.
     let (status, _) = put(&app, queue, &json!({ "paused": false })).await;
     assert_eq!(status, 200);
-    for _ in 0..100 {
-        let first = app
-            .get_json(&format!("/v1/queues/{queue}/entries/{}", expected[0]))
-            .await;
-        if first["status"] == "READY" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let first = app
-        .get_json(&format!("/v1/queues/{queue}/entries/{}", expected[0]))
-        .await;
+    let first = app.position_when_ready(queue, &expected[0]).await;
     assert_eq!(first["status"], "READY", "{first}");
     app.stop().await;
 }

@@ -2,8 +2,6 @@
 //! embedded store and on Redis (standalone and Cluster). Deleting a queue is covered with the rest of
 //! SPEC 2.1 (tests/waiting_room.rs, waiting_room_redis.rs).
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use crate::helpers::*;
@@ -14,19 +12,6 @@ async fn send(request: reqwest::RequestBuilder) -> (u16, Value) {
     let status = response.status().as_u16();
     let body = response.json().await.unwrap_or(Value::Null);
     (status, body)
-}
-
-async fn wait_until_ready(app: &TestApp, queue: &str, member: &str) -> Value {
-    for _ in 0..100 {
-        let position = app
-            .get_json(&format!("/v1/queues/{queue}/entries/{member}"))
-            .await;
-        if position["status"] == "READY" {
-            return position;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{member} was never admitted");
 }
 
 /// `queue` differs per test: the metrics recorder is one per test process.
@@ -84,8 +69,8 @@ async fn admins_list_counts_and_remove_members(app: &TestApp, queue: &str) {
     )
     .await;
     assert_eq!(status, 200);
-    let first = wait_until_ready(app, queue, "m-1").await;
-    let third = wait_until_ready(app, queue, "m-3").await;
+    let first = app.position_when_ready(queue, "m-1").await;
+    let third = app.position_when_ready(queue, "m-3").await;
     assert_eq!(
         app.get_json("/v1/admin/queues").await["counts"][queue]["ready"],
         2
