@@ -329,5 +329,5 @@ pub async fn rank_reply(
 /// as the router's `Path` extractor would give it. `None` for every other path.
 pub fn direct_rank_product(path: &str) -> Option<&str> {
     let product = path.strip_prefix("/v1/products/")?.strip_suffix("/rank")?;
-    (!product.is_empty() && !product.contains(['/', '%'])).then_some(product)
+    crate::direct_reply::plain_segment(product).then_some(product)
 }

@@ -121,3 +121,49 @@ impl RateLimiter for EmbeddedStore {
             .try_acquire(key, self.clock.now_millis(), limit, kind))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys_with_prefix(limiter: &EmbeddedLimiter, prefix: &str) -> usize {
+        limiter
+            .shards
+            .iter()
+            .map(|shard| {
+                shard
+                    .lock()
+                    .entries
+                    .keys()
+                    .filter(|key| key.starts_with(prefix))
+                    .count()
+            })
+            .sum()
+    }
+
+    #[test]
+    fn idle_keys_are_swept_from_every_shard_while_live_ones_stay() {
+        let limiter = EmbeddedLimiter::default();
+        let limit = RateLimit {
+            limit: 1,
+            window_ms: 1_000,
+        };
+        for i in 0..5_000 {
+            limiter.try_acquire(&format!("idle-{i}"), 0, limit, RateLimiterKind::SlidingLog);
+        }
+        assert_eq!(keys_with_prefix(&limiter, "idle-"), 5_000);
+        // Long after their window: enough calls on fresh keys that every shard reaches its sweep (on
+        // average four times over).
+        let calls = 4 * SHARDS as u64 * SWEEP_EVERY_CALLS;
+        for i in 0..calls {
+            limiter.try_acquire(&format!("live-{i}"), 60_000, limit, RateLimiterKind::SlidingLog);
+        }
+        assert_eq!(
+            keys_with_prefix(&limiter, "idle-"),
+            0,
+            "idle keys outlived their sweeps"
+        );
+        // Nothing live was swept: the last calls are inside their window.
+        assert_eq!(keys_with_prefix(&limiter, "live-"), calls as usize);
+    }
+}
