@@ -306,6 +306,8 @@ mod tests {
                     Just("/".to_owned()),
                     Just("%2F".to_owned()),
                     Just("é".to_owned()),
+                    Just("\u{1}\t\u{7f}".to_owned()),
+                    Just("x".repeat(300)),
                     "[a-z0-9._-]{0,6}",
                 ],
                 0..7,
