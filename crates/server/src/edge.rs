@@ -213,7 +213,7 @@ async fn wait_after_accept_error(error: &std::io::Error) {
 /// The edge around the router as one service: the body deadline, then the router, then the JSON error
 /// shape. Written out rather than as two `middleware::from_fn` layers under a wrapping `Router`: those
 /// cost four allocations and a second route lookup per request, 0.8 µs of the 6.3 µs an empty handler
-/// costs (BENCHMARKS.md, "Issue 10").
+/// costs (bench/results/2026-12-01-issues10-14.md, "Issue 10").
 #[derive(Clone)]
 pub struct Edge {
     router: Router,

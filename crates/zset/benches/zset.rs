@@ -6,7 +6,8 @@
 //!
 //! The 1M-member set is built once; each benchmark mutates it in a way that keeps its size (score changes,
 //! pop and re-add), so iterations measure a steady state. For reference, Redis 7 on this kind of machine
-//! serves ~65k ZREVRANK/s and ~42k `ZREVRANGE 0 49`/s over the network (BENCHMARKS.md, section 3).
+//! serves ~65k ZREVRANK/s and ~42k `ZREVRANGE 0 49`/s over the network
+//! (bench/results/2026-11-30-issues2-3-4.md, section 3).
 
 #![allow(missing_docs, reason = "criterion_group! generates an undocumented pub fn")]
 

@@ -14,7 +14,7 @@
 //!   eight when it creates metric rows; see `commit_once`), never one statement per event: new ids go in
 //!   with binary `COPY`, everything else as multi-row statements over `unnest($arrays)`. The commit's
 //!   statements are prepared once per connection. A 2,000-event batch commits in ~20 ms on a 2-core
-//!   machine (BENCHMARKS.md, "PostgreSQL source of truth: commit throughput").
+//!   machine (bench/results/2026-11-30-issues2-3-4.md, "PostgreSQL source of truth: commit throughput").
 //! - **The database arbitrates duplicates** ([`SourceOfTruth::commit_deduped`]). An id is counted once,
 //!   ever, whatever its event time, but a unique index on a time-partitioned table must include the
 //!   partition key, so `(hour, id)` alone cannot catch the same id at two different hours, and probing

@@ -1,6 +1,7 @@
 //! The embedded source of truth: one SQLite database (bundled, WAL) in the data directory.
 //!
-//! Layout choices, measured on this kind of machine (BENCHMARKS.md, "Durable ingest" and "HTTP ingest"):
+//! Layout choices, measured on this kind of machine (bench/results/2026-11-30-issues2-3-4.md, "Durable
+//! ingest" and "HTTP ingest"):
 //! - The raw event log doubles as the processed-id set, and is written **one row per (batch, hour)**, not
 //!   one per event: `event_log` is keyed by `(hour, seq)` and a row holds the ids and canonical bodies of
 //!   every event of that batch in that hour, each length-prefixed ([`super::packed`]; rows written
