@@ -17,13 +17,14 @@ use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
 use rankgate::app::{router, Application};
 use rankgate::config::Config;
-use rankgate::edge::Edge;
+use rankgate::app::direct::DirectRoutesOfApp;
+use rankgate::http::edge::Edge;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
 struct Harness {
     runtime: tokio::runtime::Runtime,
-    router: Edge,
+    router: Edge<DirectRoutesOfApp>,
 }
 
 fn harness() -> &'static Harness {

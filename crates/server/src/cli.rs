@@ -1,24 +1,20 @@
 //! The command line: `rankgate serve | ingest | verify | rebuild | replay | demo | relay | catalog load |
 //! queue verify-draw`.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 
-use rankgate_core::event::{split_body, BodyFormat, Event, ParseLimits};
-use rankgate_core::ids::ProductId;
-use rankgate_core::period::Hour;
-use rankgate_store::ranking::recompute::BatchModel;
-
-use crate::app::Application;
+use crate::app::{lock_data_dir, Application};
 use crate::config::{Config, Overrides};
-use crate::rankings::{lock_data_dir, IngestCounts, RankingService};
-use crate::verify::{read_event_log, verify_data_dir};
+use crate::rankings::catalog::read_catalog_csv;
+use crate::rankings::ingest::file::ingest_file;
+use crate::rankings::replay::replay_metrics;
+use crate::rankings::verify::verify_data_dir;
+use crate::rankings::RankingService;
 
 /// rankgate: exact, fresh product rankings and a fair waiting room, in one service.
 ///
@@ -94,7 +90,7 @@ enum Command {
     /// rankgate's POST /v1/events, marking rows published only once acknowledged
     Relay {
         #[command(flatten)]
-        args: crate::relay::RelayArgs,
+        args: crate::rankings::relay::RelayArgs,
     },
     /// Catalogue enrichment
     Catalog {
@@ -204,8 +200,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let config = Config::load(&overrides)?;
             let _lock = lock_data_dir(&config.data_dir)?;
-            let (service, _writer) = RankingService::open(&config)?;
-            let summary = ingest_file(&service, &file, batch_size, &config, true)?;
+            let (service, _writer) = RankingService::open(&config.rankings, &config.rankings_storage())?;
+            let summary = ingest_file(&service, &file, batch_size, &config.rankings, true)?;
             println!(
                 "ingested {} lines in {:.2}s ({:.0} events/s): accepted {}, duplicates {}, tooOld {}, rejected {}",
                 summary.lines,
@@ -232,7 +228,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     members,
                 },
         } => {
-            use crate::draw_verify::{
+            use crate::waiting_room::draw_verify::{
                 check_and_report, fetch_published_draw, hex_argument, read_members_file,
             };
             let draw = match (url, seed, commitment, members) {
@@ -240,11 +236,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     let queue = queue.context("--queue is required with --url")?;
                     runtime()?.block_on(fetch_published_draw(&url, &queue, key.as_deref()))?
                 }
-                (None, Some(seed), Some(commitment), Some(members)) => crate::draw_verify::PublishedDraw {
-                    seed: rankgate_core::queue::DrawSeed(hex_argument("--seed", &seed)?),
-                    commitment: hex_argument("--commitment", &commitment)?,
-                    members: read_members_file(&members)?,
-                },
+                (None, Some(seed), Some(commitment), Some(members)) => {
+                    crate::waiting_room::draw_verify::PublishedDraw {
+                        seed: rankgate_core::queue::DrawSeed(hex_argument("--seed", &seed)?),
+                        commitment: hex_argument("--commitment", &commitment)?,
+                        members: read_members_file(&members)?,
+                    }
+                }
                 _ => anyhow::bail!("give --url and --queue, or --seed, --commitment and --members"),
             };
             Ok(if check_and_report(&draw) {
@@ -256,10 +254,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify { url, overrides } => {
             let config = Config::load(&overrides)?;
             let report = match url {
-                Some(url) => runtime()?.block_on(crate::verify::verify_server(&config, &url, &|step| {
+                Some(url) => runtime()?.block_on(crate::rankings::verify::verify_server(
+                    &config.rankings,
+                    &config.rankings_storage(),
+                    &url,
+                    &|step| eprintln!("verify: {step}"),
+                ))?,
+                None => verify_data_dir(&config.rankings, &config.rankings_storage(), &|step| {
                     eprintln!("verify: {step}")
-                }))?,
-                None => verify_data_dir(&config, &|step| eprintln!("verify: {step}"))?,
+                })?,
             };
             print_verify(&report);
             Ok(if report.ok() {
@@ -272,17 +275,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = Config::load(&overrides)?;
             let _lock = lock_data_dir(&config.data_dir)?;
             let started = Instant::now();
-            let (service, _writer) = RankingService::open(&config)?;
+            let (service, _writer) = RankingService::open(&config.rankings, &config.rankings_storage())?;
             let products = service.engine().read().product_count();
             println!(
                 "rebuilt serving state for {products} products in {:.2}s",
                 started.elapsed().as_secs_f64()
             );
-            let report = verify_data_dir(&config, &|step| eprintln!("rebuild: {step}"))?;
+            let report = verify_data_dir(&config.rankings, &config.rankings_storage(), &|step| {
+                eprintln!("rebuild: {step}")
+            })?;
             print_verify(&report);
             if report.ok() && !config.redis.is_empty() {
                 let generation = runtime()?.block_on(async {
-                    let serving = crate::rankings::serving::Serving::connect(&config).await?;
+                    let serving = crate::rankings::serving::Serving::connect(
+                        &config.rankings,
+                        &config.rankings_storage(),
+                    )
+                    .await?;
                     crate::rankings::serving::rebuild_now(
                         &service,
                         &serving,
@@ -303,7 +312,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = Config::load(&overrides)?;
             let _lock = lock_data_dir(&config.data_dir)?;
             let started = Instant::now();
-            let rows = replay_metrics(&config)?;
+            let rows = replay_metrics(&config.rankings, &config.rankings_storage())?;
             println!(
                 "replayed the raw event log into {rows} hourly metric rows in {:.2}s",
                 started.elapsed().as_secs_f64()
@@ -332,20 +341,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate { overrides } => {
             let config = Config::load(&overrides)?;
             let url = config
+                .rankings
                 .database
                 .as_deref()
                 .context("migrate needs --database postgres://… (SQLite migrates itself)")?;
-            let mut source =
-                rankgate_store::ranking::postgres::PostgresSource::connect(url, &config.database_schema)?;
+            let mut source = rankgate_store::ranking::postgres::PostgresSource::connect(
+                url,
+                &config.rankings.database_schema,
+            )?;
             let applied = source.migrate()?;
             println!(
                 "schema `{}` is up to date (applied now: {applied:?})",
-                config.database_schema
+                config.rankings.database_schema
             );
             Ok(ExitCode::SUCCESS)
         }
         Command::Relay { args } => {
-            let summary = runtime()?.block_on(crate::relay::run(args))?;
+            let summary = runtime()?.block_on(crate::rankings::relay::run(args))?;
             println!(
                 "relayed {} rows in {:.2}s ({:.0} rows/s)",
                 summary.rows,
@@ -360,7 +372,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = Config::load(&overrides)?;
             let _lock = lock_data_dir(&config.data_dir)?;
             let entries = read_catalog_csv(&file)?;
-            let mut source = crate::rankings::open_source(&config)?;
+            let mut source = crate::rankings::open_source(&config.rankings, &config.rankings_storage())?;
             source.put_catalog(&entries)?;
             println!("loaded {} catalogue entries", entries.len());
             Ok(ExitCode::SUCCESS)
@@ -368,7 +380,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn print_verify(report: &crate::verify::VerifyReport) {
+fn print_verify(report: &crate::rankings::verify::VerifyReport) {
     println!(
         "verify: {} raw events, {} hourly rows, {} rankings, {} ranked items compared",
         report.events, report.hourly_rows, report.rankings, report.items
@@ -381,182 +393,4 @@ fn print_verify(report: &crate::verify::VerifyReport) {
             println!("  {mismatch}");
         }
     }
-}
-
-/// What `rankgate ingest` did.
-#[derive(Debug, Default)]
-pub struct IngestSummary {
-    /// Lines read.
-    pub lines: usize,
-    /// Outcomes.
-    pub counts: IngestCounts,
-    /// Wall time.
-    pub seconds: f64,
-    /// The first few rejections, with line numbers.
-    pub first_rejections: Vec<String>,
-}
-
-/// Streams an NDJSON file through the ingest pipeline in batches, validating like `POST /v1/events`.
-pub fn ingest_file(
-    service: &RankingService,
-    file: &std::path::Path,
-    batch_size: usize,
-    config: &Config,
-    show_progress: bool,
-) -> anyhow::Result<IngestSummary> {
-    let (reader, total_bytes): (Box<dyn Read>, u64) = if file.as_os_str() == "-" {
-        (Box::new(std::io::stdin()), 0)
-    } else {
-        let opened = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
-        let size = opened.metadata().map(|m| m.len()).unwrap_or(0);
-        (Box::new(opened), size)
-    };
-    let progress = if show_progress && total_bytes > 0 {
-        let bar = ProgressBar::new(total_bytes);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({eta}) {msg}",
-            )
-            .expect("valid template"),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
-    let mut reader = BufReader::with_capacity(1 << 20, progress.wrap_read(reader));
-    let started = Instant::now();
-    let mut summary = IngestSummary::default();
-    let mut chunk = Vec::with_capacity(batch_size * 160);
-    let mut chunk_lines = 0;
-    let mut first_line_of_chunk = 1;
-    let mut line = Vec::new();
-    // One batch commits on the writer thread while the next one is parsed here.
-    let mut in_flight: Option<crate::rankings::writer::PendingOutcomes> = None;
-    loop {
-        line.clear();
-        let read = reader.read_until(b'\n', &mut line)?;
-        if read > 0 {
-            chunk.extend_from_slice(&line);
-            if !line.ends_with(b"\n") {
-                chunk.push(b'\n');
-            }
-            chunk_lines += 1;
-        }
-        if chunk_lines >= batch_size || (read == 0 && chunk_lines > 0) {
-            let pending = submit_chunk(service, &chunk, first_line_of_chunk, config, &mut summary)?;
-            if let Some(previous) = in_flight.replace(pending) {
-                previous
-                    .wait()?
-                    .iter()
-                    .for_each(|outcome| summary.counts.count(outcome));
-            }
-            summary.lines += chunk_lines;
-            first_line_of_chunk += chunk_lines;
-            progress.set_message(format!("{} accepted", summary.counts.accepted));
-            chunk.clear();
-            chunk_lines = 0;
-        }
-        if read == 0 {
-            break;
-        }
-    }
-    if let Some(last) = in_flight {
-        last.wait()?
-            .iter()
-            .for_each(|outcome| summary.counts.count(outcome));
-    }
-    progress.finish_and_clear();
-    summary.seconds = started.elapsed().as_secs_f64();
-    Ok(summary)
-}
-
-fn submit_chunk(
-    service: &RankingService,
-    chunk: &[u8],
-    first_line: usize,
-    config: &Config,
-    summary: &mut IngestSummary,
-) -> anyhow::Result<crate::rankings::writer::PendingOutcomes> {
-    let now = jiff::Timestamp::now().as_millisecond();
-    let limits = ParseLimits {
-        max_future_millis: config.max_future_millis,
-        ..ParseLimits::at(now)
-    };
-    let items = split_body(chunk, BodyFormat::Ndjson).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut events: Vec<Event> = Vec::with_capacity(items.len());
-    for (index, item) in items.iter().enumerate() {
-        match item.to_event(&limits) {
-            Ok(event) => events.push(event),
-            Err(error) => {
-                summary.counts.rejected += 1;
-                if summary.first_rejections.len() < 10 {
-                    summary
-                        .first_rejections
-                        .push(format!("event {}: {error}", first_line + index));
-                }
-            }
-        }
-    }
-    service.writer().submit(events, now)
-}
-
-/// Recomputes every hourly metric row from the raw event log and replaces the stored rows.
-pub fn replay_metrics(config: &Config) -> anyhow::Result<usize> {
-    let mut source = crate::rankings::open_source(config)?;
-    let policy = source
-        .load_policies(rankgate_core::ranker::RankerName::Popular)?
-        .map(|p| p.active)
-        .unwrap_or_default();
-    let events = read_event_log(source.as_mut())?;
-    let model = BatchModel::from_accepted(events, config.zone.clone(), policy.weights);
-    let rows: Vec<(Hour, ProductId, rankgate_core::metrics::Metrics)> = model.hourly_rows();
-    source.replace_metrics(&rows)?;
-    Ok(rows.len())
-}
-
-fn read_catalog_csv(
-    file: &std::path::Path,
-) -> anyhow::Result<Vec<(ProductId, rankgate_store::ranking::catalog::CatalogUpdate)>> {
-    let mut reader = csv::Reader::from_path(file).with_context(|| format!("opening {}", file.display()))?;
-    let headers = reader.headers()?.clone();
-    let id_column = headers
-        .iter()
-        .position(|h| h == "id" || h == "product_id" || h == "productId")
-        .context("the CSV needs an `id` (or `product_id`) column")?;
-    let mut entries = Vec::new();
-    for (line, record) in reader.records().enumerate() {
-        let record = record.with_context(|| format!("reading CSV record {}", line + 2))?;
-        let product = ProductId::parse(record.get(id_column).unwrap_or(""))
-            .map_err(|e| anyhow::anyhow!("line {}: id: {e}", line + 2))?;
-        let mut entry = serde_json::Map::new();
-        for (i, header) in headers.iter().enumerate() {
-            if i == id_column {
-                continue;
-            }
-            let value = record.get(i).unwrap_or("");
-            let value = match header {
-                "price" if !value.is_empty() => serde_json::Value::from(
-                    value
-                        .parse::<u64>()
-                        .map_err(|_| anyhow::anyhow!("line {}: price: must be an integer", line + 2))?,
-                ),
-                // An optional column: an empty cell leaves the flag as stored (a new product is listed).
-                "listed" if value.is_empty() => continue,
-                "listed" => match value.to_ascii_lowercase().as_str() {
-                    "true" | "1" | "yes" => serde_json::Value::Bool(true),
-                    "false" | "0" | "no" => serde_json::Value::Bool(false),
-                    _ => anyhow::bail!(
-                        "line {}: listed: must be true or false (or 1/0, yes/no), got {value:?}",
-                        line + 2
-                    ),
-                },
-                _ => serde_json::Value::from(value),
-            };
-            entry.insert(header.to_string(), value);
-        }
-        let entry = crate::routes::catalog::parse_update(&serde_json::Value::Object(entry))
-            .map_err(|e| anyhow::anyhow!("line {}: {e}", line + 2))?;
-        entries.push((product, entry));
-    }
-    Ok(entries)
 }

@@ -10,14 +10,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use rankgate_core::period::Zone;
 use rankgate_store::synchronous::Synchronous;
 
+pub use crate::http::auth::BearerKeys;
+use crate::rankings::config::{RankingsConfig, TopStreamConfig};
+use crate::rankings::ingest::kafka::{KafkaConfig, KafkaFile, KafkaOverrides, FILE_KEYS as KAFKA_FILE_KEYS};
+use crate::rankings::webhooks::config::{webhooks_from_file, WebhookFile};
 use crate::waiting_room::{GateConfig, WaitingRoomConfig};
-use crate::webhooks::config::{webhooks_from_file, WebhookConfig, WebhookFile};
 
 /// The settings of a running service, after every layer is merged.
 #[derive(Clone)]
@@ -26,84 +27,27 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Directory of the embedded stores.
     pub data_dir: PathBuf,
-    /// Time zone of calendar periods.
-    pub zone: Zone,
-    /// Events stamped further than this in the future of the server clock are rejected.
-    pub max_future_millis: i64,
-    /// Events older than this behind the watermark are dropped (`tooOld`).
-    pub max_lateness_millis: i64,
-    /// How long raw events and processed ids are kept behind the watermark.
-    pub event_retention_millis: i64,
-    /// How long hourly metric rows are kept behind the watermark.
-    pub metric_retention_millis: i64,
-    /// Largest number of events in one ingest request.
-    pub max_batch: usize,
     /// Largest request body.
     pub max_body_bytes: usize,
-    /// An acknowledged event is visible in reads within this time.
-    pub freshness_millis: u64,
-    /// `Cache-Control: public, max-age=` of ranking reads (SPEC 1.5): how long a CDN or browser may reuse
-    /// an answer unasked. Default: the freshness bound rounded up to whole seconds, so a cached answer is
-    /// never older than the freshness the service promises by more than that bound again.
-    pub cache_max_age_seconds: u64,
-    /// Upper bound on product entries across cached ranking spans.
-    pub max_cached_members: usize,
     /// SHA-256 of each admin key; empty means admin endpoints are open.
     pub admin_keys: BearerKeys,
     /// SHA-256 of each ingest key; empty means ingest is open. Admin keys may ingest too.
     pub ingest_keys: BearerKeys,
     /// Waiting-room defaults and `[[gate]]` routes.
     pub waiting_room: WaitingRoomConfig,
-    /// `redis://host:port/<stream key>`: also ingest from this Redis stream (consumer group).
-    pub stream: Option<String>,
-    /// Stream entries pending this long with another consumer (a dead instance) are reclaimed.
-    pub stream_claim_idle_millis: u64,
-    /// `postgres://…`: PostgreSQL as the rankings source of truth instead of SQLite in the data dir.
-    pub database: Option<String>,
-    /// PostgreSQL schema holding rankgate's tables.
-    pub database_schema: String,
     /// Redis URL(s) (one URL, or several Cluster nodes) for waiting-room state and the rankings serving store;
     /// embedded when empty.
     pub redis: Vec<String>,
     /// Key prefix of every Redis key rankgate writes.
     pub redis_prefix: String,
-    /// Top-N-only serving (SPEC 1.7): Redis holds the top K of each ranking; `None` keeps every member.
-    pub serving_depth: Option<usize>,
-    /// How long serving keys outlive their span, and a replaced version stays readable.
-    pub serving_grace_millis: i64,
     /// Async runtime worker threads of `rankgate serve`; `None` = one per core.
     pub worker_threads: Option<usize>,
     /// Listener bounds: header and body deadlines, connection limit.
     pub http: HttpConfig,
     /// `synchronous` level of the embedded SQLite databases (`rankings.sqlite3`, `queue.sqlite3`).
     pub sqlite_synchronous: Synchronous,
-    /// Ranking change streams (`GET …/top/events`): how many, how much buffer, how often a heartbeat.
-    pub top_streams: TopStreamConfig,
-    /// `[[webhook]]` tables, checked (secrets inside, never shown).
-    pub webhooks: Vec<WebhookConfig>,
-    /// `--kafka` / `kafka*` keys: also ingest from a Kafka topic (consumer group); `None` without brokers.
-    pub kafka: Option<crate::kafka::KafkaConfig>,
-}
-
-/// Bounds of the ranking change streams (see [`crate::rankings::top_streams`]).
-#[derive(Debug, Clone, Copy)]
-pub struct TopStreamConfig {
-    /// `max_top_streams`: streams open at once on this instance; past it, 429.
-    pub max_streams: usize,
-    /// `top_stream_buffer`: messages queued per stream; a client that lets more pile up is dropped.
-    pub buffer: usize,
-    /// `top_stream_heartbeat_millis`: between heartbeat comments.
-    pub heartbeat_millis: u64,
-}
-
-impl Default for TopStreamConfig {
-    fn default() -> Self {
-        TopStreamConfig {
-            max_streams: 10_000,
-            buffer: 8,
-            heartbeat_millis: 15_000,
-        }
-    }
+    /// The rankings' settings (SPEC Part 1).
+    pub rankings: RankingsConfig,
 }
 
 /// `value` of config key `key` within `range`, or an error naming the key.
@@ -121,7 +65,7 @@ fn bounded<T: PartialOrd + std::fmt::Display + Copy>(
     Ok(value)
 }
 
-/// The HTTP listener's bounds (issue 9, defect 6); see [`crate::edge`].
+/// The HTTP listener's bounds (issue 9, defect 6); see [`crate::http::edge`].
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct HttpConfig {
@@ -155,46 +99,10 @@ impl std::fmt::Debug for Config {
             .field("ingest_keys", &self.ingest_keys.len())
             .field(
                 "database",
-                &self.database.as_ref().map(|_| "postgres (url hidden)"),
+                &self.rankings.database.as_ref().map(|_| "postgres (url hidden)"),
             )
             .field("redis", &self.redis.len())
             .finish_non_exhaustive()
-    }
-}
-
-/// Hashed bearer keys, compared in constant time.
-#[derive(Clone, Default)]
-pub struct BearerKeys(Vec<[u8; 32]>);
-
-impl BearerKeys {
-    /// Hashes each key; the plain keys are dropped.
-    pub fn from_plain<S: AsRef<str>>(keys: &[S]) -> BearerKeys {
-        BearerKeys(
-            keys.iter()
-                .map(|k| k.as_ref().trim())
-                .filter(|k| !k.is_empty())
-                .map(|k| Sha256::digest(k).into())
-                .collect(),
-        )
-    }
-
-    /// Number of keys configured.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// True when no key is configured (the endpoints are open).
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Whether `presented` is one of the keys. Compares every stored hash in constant time.
-    pub fn accepts(&self, presented: &str) -> bool {
-        let digest: [u8; 32] = Sha256::digest(presented).into();
-        self.0
-            .iter()
-            .fold(subtle::Choice::from(0), |found, key| found | key.ct_eq(&digest))
-            .into()
     }
 }
 
@@ -241,7 +149,7 @@ pub struct FileConfig {
     #[serde(default)]
     webhook: Vec<WebhookFile>,
     #[serde(flatten)]
-    kafka: crate::kafka::KafkaFile,
+    kafka: KafkaFile,
 }
 
 /// Values given on the command line or in `RANKGATE_*` variables.
@@ -301,9 +209,9 @@ pub struct Overrides {
     /// freshness bound rounded up to whole seconds]
     #[arg(long, env = "RANKGATE_CACHE_MAX_AGE_SECONDS")]
     pub cache_max_age_seconds: Option<u64>,
-    /// `--kafka`, `--kafka-topic`, `--kafka-group` (see [`crate::kafka`]).
+    /// `--kafka`, `--kafka-topic`, `--kafka-group` (see [`crate::rankings::ingest::kafka`]).
     #[command(flatten)]
-    pub kafka: crate::kafka::KafkaOverrides,
+    pub kafka: KafkaOverrides,
 }
 
 const HOUR_MILLIS: i64 = 3_600_000;
@@ -394,7 +302,7 @@ impl Config {
             )?,
         };
         let webhooks = webhooks_from_file(file.webhook, &zone, metric_retention_millis)?;
-        let kafka = crate::kafka::KafkaConfig::merge(&overrides.kafka, file.kafka)?;
+        let kafka = KafkaConfig::merge(&overrides.kafka, file.kafka)?;
         let freshness_millis = file.freshness_millis.unwrap_or(1000);
         let cache_max_age_seconds = match overrides.cache_max_age_seconds.or(file.cache_max_age_seconds) {
             Some(seconds) if seconds > MAX_CACHE_MAX_AGE_SECONDS => anyhow::bail!(
@@ -414,62 +322,74 @@ impl Config {
                 .clone()
                 .or(file.data_dir)
                 .unwrap_or_else(|| "./rankgate-data".into()),
-            zone,
-            // Bounded to a week: `trending` weighs an hour after its span's end hour by 2^(hours / half-life),
-            // so events far in the future with a short half-life would overflow a score to infinity.
-            max_future_millis: millis_of(
-                "max_future_seconds",
-                bounded(
-                    "max_future_seconds",
-                    file.max_future_seconds.unwrap_or(300),
-                    0..=MAX_FUTURE_SECONDS,
-                )?,
-                1000,
-            )?,
-            max_lateness_millis,
-            event_retention_millis,
-            metric_retention_millis,
-            max_batch: file.max_batch.unwrap_or(10_000),
             max_body_bytes: file.max_body_bytes.unwrap_or(16 * 1024 * 1024),
-            freshness_millis,
-            cache_max_age_seconds,
-            max_cached_members: file.max_cached_members.unwrap_or(5_000_000),
             admin_keys: BearerKeys::from_plain(overrides.admin_keys.as_deref().unwrap_or(&file.admin_keys)),
             ingest_keys: BearerKeys::from_plain(
                 overrides.ingest_keys.as_deref().unwrap_or(&file.ingest_keys),
             ),
             waiting_room,
-            stream: overrides.stream.clone().or(file.stream),
-            stream_claim_idle_millis: file.stream_claim_idle_millis.unwrap_or(30_000).max(1),
-            database: overrides.database.clone().or(file.database),
-            database_schema: overrides
-                .database_schema
-                .clone()
-                .or(file.database_schema)
-                .unwrap_or_else(|| "rankgate".into()),
             redis: overrides.redis.clone().unwrap_or(file.redis),
             redis_prefix: file.redis_prefix.unwrap_or_else(|| "rankgate:".into()),
-            serving_depth: match file.serving_depth {
-                Some(0) => {
-                    anyhow::bail!("serving_depth must be at least 1 (leave it out to serve every member)")
-                }
-                depth => depth,
-            },
-            serving_grace_millis: millis_of(
-                "serving_grace_seconds",
-                file.serving_grace_seconds.unwrap_or(3600).max(1),
-                1000,
-            )?,
             worker_threads: match file.worker_threads {
                 Some(0) => anyhow::bail!("worker_threads must be at least 1 (leave it out for one per core)"),
                 threads => threads,
             },
             http: file.http,
             sqlite_synchronous,
-            top_streams,
-            webhooks,
-            kafka,
+            rankings: RankingsConfig {
+                zone,
+                // Bounded to a week: `trending` weighs an hour after its span's end hour by 2^(hours / half-life),
+                // so events far in the future with a short half-life would overflow a score to infinity.
+                max_future_millis: millis_of(
+                    "max_future_seconds",
+                    bounded(
+                        "max_future_seconds",
+                        file.max_future_seconds.unwrap_or(300),
+                        0..=MAX_FUTURE_SECONDS,
+                    )?,
+                    1000,
+                )?,
+                max_lateness_millis,
+                event_retention_millis,
+                metric_retention_millis,
+                max_batch: file.max_batch.unwrap_or(10_000),
+                freshness_millis,
+                cache_max_age_seconds,
+                max_cached_members: file.max_cached_members.unwrap_or(5_000_000),
+                stream: overrides.stream.clone().or(file.stream),
+                stream_claim_idle_millis: file.stream_claim_idle_millis.unwrap_or(30_000).max(1),
+                database: overrides.database.clone().or(file.database),
+                database_schema: overrides
+                    .database_schema
+                    .clone()
+                    .or(file.database_schema)
+                    .unwrap_or_else(|| "rankgate".into()),
+                serving_depth: match file.serving_depth {
+                    Some(0) => {
+                        anyhow::bail!("serving_depth must be at least 1 (leave it out to serve every member)")
+                    }
+                    depth => depth,
+                },
+                serving_grace_millis: millis_of(
+                    "serving_grace_seconds",
+                    file.serving_grace_seconds.unwrap_or(3600).max(1),
+                    1000,
+                )?,
+                top_streams,
+                webhooks,
+                kafka,
+            },
         })
+    }
+
+    /// Where the rankings keep their data: the data dir, SQLite's durability, Redis.
+    pub fn rankings_storage(&self) -> crate::rankings::Storage {
+        crate::rankings::Storage {
+            data_dir: self.data_dir.clone(),
+            sqlite_synchronous: self.sqlite_synchronous,
+            redis: self.redis.clone(),
+            redis_prefix: self.redis_prefix.clone(),
+        }
     }
 
     /// Defaults for tests and tools: everything embedded under `data_dir`, listening on port 0.
@@ -537,7 +457,7 @@ fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
         std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
     let table: toml::Table =
         toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))?;
-    let known = |key: &str| KNOWN_KEYS.contains(&key) || crate::kafka::FILE_KEYS.contains(&key);
+    let known = |key: &str| KNOWN_KEYS.contains(&key) || KAFKA_FILE_KEYS.contains(&key);
     for key in table.keys().filter(|key| !known(key.as_str())) {
         tracing::warn!(key = key.as_str(), file = %path.display(), "unknown config key ignored");
     }
@@ -547,15 +467,6 @@ fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_are_hashed_and_matched_exactly() {
-        let keys = BearerKeys::from_plain(&["s3cret", " other "]);
-        assert!(keys.accepts("s3cret"));
-        assert!(keys.accepts("other"));
-        assert!(!keys.accepts("s3cre"));
-        assert!(!keys.accepts(""));
-    }
 
     #[test]
     fn flags_win_over_the_file() {
@@ -587,7 +498,7 @@ mod tests {
     #[test]
     fn cache_max_age_defaults_to_the_freshness_bound_rounded_up_and_is_bounded() {
         let config = |text: &str, overrides: &Overrides| {
-            Config::merge(toml::from_str(text).unwrap(), overrides).map(|c| c.cache_max_age_seconds)
+            Config::merge(toml::from_str(text).unwrap(), overrides).map(|c| c.rankings.cache_max_age_seconds)
         };
         let none = Overrides::default();
         assert_eq!(config("", &none).unwrap(), 1);
@@ -733,13 +644,14 @@ mod tests {
     #[test]
     fn top_stream_bounds_come_from_the_file_and_a_bad_one_is_refused_naming_its_key() {
         let parse = |text: &str| Config::merge(toml::from_str(text).unwrap(), &Overrides::default());
-        let defaults = parse("").unwrap().top_streams;
+        let defaults = parse("").unwrap().rankings.top_streams;
         assert_eq!(
             (defaults.max_streams, defaults.buffer, defaults.heartbeat_millis),
             (10_000, 8, 15_000)
         );
         let set = parse("max_top_streams = 5\ntop_stream_buffer = 2\ntop_stream_heartbeat_millis = 500\n")
             .unwrap()
+            .rankings
             .top_streams;
         assert_eq!((set.max_streams, set.buffer, set.heartbeat_millis), (5, 2, 500));
         for (text, key) in [

@@ -1,43 +1,26 @@
 //! The `rankgate` service: configuration, HTTP API, background workers and the command line.
 //!
 //! # Layout
+//! A small HTTP core and one folder per product, composed by the application:
+//! - [`http`]: the HTTP core, which knows no product: the edge (accept loop, limits, deadlines, JSON
+//!   errors), the fast path and its direct replies, the route table, auth, Server-Sent Events, errors.
+//! - [`rankings`]: events → source of truth → serving → reads (SPEC Part 1): its routes, reader, writer,
+//!   policy driver, streams, webhooks, ingest sources (Redis Streams, Kafka), the outbox relay, verify.
+//! - [`waiting_room`]: entry → admission → token → claim → consume (SPEC Part 2): its routes, service,
+//!   gate, page, streams, admission, openings.
+//! - [`app`]: composes them: `Application::build` / `run_until_stopped`, the route table of the whole
+//!   service, the fast path's routes, and the operations endpoints (`/healthz`, `/readyz`, `/metrics`).
 //! - [`config`]: defaults → TOML file → `RANKGATE_*` variables → flags; bearer keys hashed on load.
-//! - [`app`]: `Application::build` / `run_until_stopped`, the router and the background refresher.
-//! - [`rankings`]: the rankings service (engine, writer thread with group commit, policies, catalogue).
-//! - [`edge`]: the listener and the edge of the router: connection limit, header and body deadlines,
-//!   every error answered as JSON.
-//! - [`fast_lane`]: plain rank reads answered ahead of hyper; anything else hands the connection over.
-//! - [`routes`]: one module per route group; thin handlers.
-//! - [`auth`]: bearer-key middleware for admin and ingest.
-//! - [`error`]: the one `ApiError` every handler returns.
-//! - [`json_writer`]: hand-written JSON for the hottest bodies, byte for byte serde_json's.
-//! - [`waiting_room`]: the waiting room's HTTP API, admission scheduler and order gate (SPEC 2).
-//! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, catalog.
-//! - [`relay`]: `rankgate relay`, the transactional outbox relay (PostgreSQL/MySQL → Kafka or HTTP).
-//! - [`stream`]: the Redis Streams consumer group (`--stream`).
-//! - [`kafka`]: the Kafka consumer group (`--kafka`), with dead letters and backpressure.
-//! - [`verify`]: batch recompute vs served rankings.
-//! - [`demo`]: the seed lesson's workload end to end.
-//! - [`draw_verify`]: `rankgate queue verify-draw`, the check of a scheduled opening's published draw.
-//! - [`webhooks`]: `[[webhook]]`: top-N changes posted, signed, retried through the job queue.
+//! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, catalog, queue.
+//! - [`demo`]: `rankgate demo`, the seed lesson's workload and the flash sale end to end.
+//!
+//! `rankings` and `waiting_room` never import each other; what both need lives in `http` or in a
+//! lower crate.
 
 pub mod app;
-pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod demo;
-pub mod direct_reply;
-pub mod draw_verify;
-pub mod edge;
-pub mod error;
-pub mod fast_lane;
-pub mod json_writer;
-pub mod kafka;
+pub mod http;
 pub mod rankings;
-pub mod relay;
-pub mod route_table;
-pub mod routes;
-pub mod stream;
-pub mod verify;
 pub mod waiting_room;
-pub mod webhooks;

@@ -520,7 +520,7 @@ async fn hostile_adaptive_settings_get_400_naming_the_field() {
 async fn the_adaptive_demo_backs_off_while_the_order_service_is_degraded_and_recovers() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut out = Vec::new();
-    let report = waiting_room::run_adaptive_admission_demo(dir.path(), &[], &mut out)
+    let report = rankgate::demo::adaptive_admission::run_adaptive_admission_demo(dir.path(), &[], &mut out)
         .await
         .expect("demo runs");
     let printed = String::from_utf8(out).expect("utf-8");
@@ -530,7 +530,7 @@ async fn the_adaptive_demo_backs_off_while_the_order_service_is_degraded_and_rec
     let recovered = report.last_rate("recovered").expect("recovered phase");
     assert!(healthy >= 38.0, "healthy climbs to the maximum\n{printed}");
     assert!(
-        degraded <= waiting_room::DEGRADED_CAPACITY as f64 * 1.5,
+        degraded <= rankgate::demo::adaptive_admission::DEGRADED_CAPACITY as f64 * 1.5,
         "backed off near what the service takes\n{printed}"
     );
     assert!(recovered >= 30.0, "recovered\n{printed}");

@@ -892,7 +892,7 @@ async fn gate_fails_closed_when_the_store_is_unreachable_and_open_when_configure
 async fn flash_sale_demo_admits_at_the_configured_rate_and_retries_failed_orders() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut out = Vec::new();
-    let report = waiting_room::run_flash_sale_demo(dir.path(), 600, &[], &mut out)
+    let report = rankgate::demo::flash_sale::run_flash_sale_demo(dir.path(), 600, &[], &mut out)
         .await
         .expect("demo");
     assert_flash_sale_succeeded(&report, out);
@@ -905,7 +905,7 @@ async fn flash_sale_demo_runs_on_redis_and_cleans_up() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut out = Vec::new();
     let redis = ["redis://127.0.0.1:6379".to_string()];
-    let report = waiting_room::run_flash_sale_demo(dir.path(), 600, &redis, &mut out)
+    let report = rankgate::demo::flash_sale::run_flash_sale_demo(dir.path(), 600, &redis, &mut out)
         .await
         .expect("demo on redis");
     let text = String::from_utf8(out.clone()).expect("utf-8");
@@ -922,7 +922,7 @@ async fn flash_sale_demo_runs_on_redis_and_cleans_up() {
     assert!(left.is_empty(), "the demo deleted its keys: {left:?}");
 }
 
-fn assert_flash_sale_succeeded(report: &waiting_room::FlashSaleReport, out: Vec<u8>) {
+fn assert_flash_sale_succeeded(report: &rankgate::demo::flash_sale::FlashSaleReport, out: Vec<u8>) {
     let text = String::from_utf8(out).expect("utf-8");
     assert_eq!(report.admitted, 600, "{text}");
     assert_eq!(report.orders_committed, 600, "one order per member: {text}");

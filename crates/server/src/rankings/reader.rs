@@ -25,7 +25,7 @@
 //! lookup). Rank answers only when they came from Redis (a round trip saved) or from the blocking pool: a
 //! rank read of a warm span costs less to compute than to cache, and random-product rank reads would fill
 //! the cache with entries that are seldom asked again. Sorts never (a POST; product lists vary). The entity
-//! tag is made with the body and cached beside it ([`super::entity_tag`]); the span's echo (`at`, the
+//! tag is made with the body and cached beside it ([`crate::http::entity_tag`]); the span's echo (`at`, the
 //! bounds) is formatted once per span ([`EchoMemo`]), not per read.
 //!
 //! **Numbers.** `percentile` is [`rankgate_core::read::percentile`]: rank / total in percent, rounded up to
@@ -51,10 +51,10 @@ use rankgate_store::ranking::serving_store::{
     EngineRead, EngineReadError, EngineServing, ServingStore, SortedProducts,
 };
 
-use super::entity_tag::EntityTag;
 use super::serving::Serving;
 use super::RankingService;
-use crate::json_writer::JsonWriter;
+use crate::http::entity_tag::EntityTag;
+use crate::http::json_writer::JsonWriter;
 
 /// `GET /v1/categories/{category}/top`, parsed.
 #[derive(Debug, Clone)]
@@ -796,7 +796,7 @@ struct CategoryRank<'a> {
 impl RankResponse<'_> {
     /// The body, written field by field: exactly `serde_json::to_vec(self)` (a test compares them), at a
     /// fraction of the cost, since a warm rank read is otherwise mostly serialization
-    /// ([`crate::json_writer`]). A field added to the struct goes here too, in the same place.
+    /// ([`crate::http::json_writer`]). A field added to the struct goes here too, in the same place.
     fn to_json(&self) -> Bytes {
         let mut json = JsonWriter::with_capacity(384);
         json.raw("{\"asOf\":");

@@ -42,8 +42,9 @@ use rankgate_store::ranking::redis_serving::{
     span_field, Active, Published, RedisServing, ServingOptions, Stamped,
 };
 
+use super::config::RankingsConfig;
 use super::RankingService;
-use crate::config::Config;
+use super::Storage;
 
 /// What this instance knows of the shared pointer, as a read sees it.
 #[derive(Debug, Clone)]
@@ -87,11 +88,11 @@ impl std::fmt::Debug for Serving {
 
 impl Serving {
     /// Connects to Redis (standalone or Cluster).
-    pub async fn connect(config: &Config) -> anyhow::Result<Arc<Serving>> {
+    pub async fn connect(config: &RankingsConfig, storage: &Storage) -> anyhow::Result<Arc<Serving>> {
         let store = RedisServing::connect(
-            &config.redis,
+            &storage.redis,
             ServingOptions {
-                prefix: config.redis_prefix.clone(),
+                prefix: storage.redis_prefix.clone(),
                 grace_millis: config.serving_grace_millis,
                 ..ServingOptions::default()
             },

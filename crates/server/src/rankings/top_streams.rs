@@ -33,14 +33,13 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use axum::response::sse::Event;
 use bytes::Bytes;
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -51,6 +50,7 @@ use rankgate_store::clock::Clock;
 use rankgate_store::ranking::engine::RankingQuery;
 
 use super::reader::{RankingsReader, ReadError, TopRequest};
+use crate::http::sse::{Delivery, Outlet, Push, StreamShape, StreamSlots};
 
 /// How many streams, how much buffer, how often.
 #[derive(Debug, Clone, Copy)]
@@ -76,15 +76,6 @@ pub enum OpenError {
     Read(#[from] ReadError),
 }
 
-/// What a watcher sends a stream.
-#[derive(Debug, Clone)]
-enum Message {
-    /// A changed top page (the JSON body of `GET …/top`).
-    Top(Bytes),
-    /// Nothing changed for a heartbeat interval.
-    Heartbeat,
-}
-
 /// A watched ranking as the client asked for it: `at` absent means "the current one", so the key keeps
 /// the canonical query (re-parsed on every read) rather than a resolved span.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -97,41 +88,11 @@ struct WatchKey {
 /// One subscribed stream, as its watcher sees it.
 struct Subscriber {
     id: u64,
-    sender: mpsc::Sender<Message>,
+    outlet: Outlet,
     /// Fingerprint of the last page this stream got.
     fingerprint: u64,
     /// When it got it.
     sent_at: Instant,
-    /// Set when the watcher drops the stream (too slow), so the stream ends at its next poll.
-    dropped: Arc<AtomicBool>,
-    slot: Arc<Slot>,
-}
-
-/// A stream's place under its instance limit (`max_top_streams`, `max_member_streams`), given back by
-/// whichever comes first: the stream ending, or its watcher dropping it. Shared by every SSE stream kind
-/// (`crate::waiting_room`'s member streams too): `gauge` counts the open ones.
-pub(crate) struct Slot {
-    permit: Mutex<Option<OwnedSemaphorePermit>>,
-    gauge: &'static str,
-}
-
-impl Slot {
-    /// Takes a place from `slots`, or `None` when every place is taken.
-    pub(crate) fn try_take(slots: &Arc<Semaphore>, gauge: &'static str) -> Option<Arc<Slot>> {
-        let permit = Arc::clone(slots).try_acquire_owned().ok()?;
-        metrics::gauge!(gauge).increment(1.0);
-        Some(Arc::new(Slot {
-            permit: Mutex::new(Some(permit)),
-            gauge,
-        }))
-    }
-
-    /// Gives the place back (once; later calls do nothing).
-    pub(crate) fn free(&self) {
-        if self.permit.lock().take().is_some() {
-            metrics::gauge!(self.gauge).decrement(1.0);
-        }
-    }
 }
 
 /// The one reader of a watched ranking, and its streams.
@@ -151,7 +112,7 @@ struct Inner {
     zone: Zone,
     metric_retention_millis: i64,
     limits: TopStreamLimits,
-    slots: Arc<Semaphore>,
+    slots: StreamSlots,
     watchers: Mutex<HashMap<WatchKey, Arc<Watcher>>>,
     next_id: AtomicU64,
     shutdown: CancellationToken,
@@ -173,7 +134,11 @@ impl TopStreams {
                 clock,
                 zone,
                 metric_retention_millis,
-                slots: Arc::new(Semaphore::new(limits.max_streams)),
+                slots: StreamSlots::new(
+                    limits.max_streams,
+                    "rankgate_top_streams_open",
+                    "rankgate_top_streams_dropped_total",
+                ),
                 limits,
                 watchers: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(0),
@@ -184,7 +149,7 @@ impl TopStreams {
 
     /// Streams open now.
     pub fn open_streams(&self) -> usize {
-        self.inner.limits.max_streams - self.inner.slots.available_permits()
+        self.inner.slots.open_streams()
     }
 
     /// Rankings watched now (one watcher each, however many streams).
@@ -201,24 +166,19 @@ impl TopStreams {
         at_given: bool,
     ) -> Result<impl futures_util::Stream<Item = Result<Event, std::io::Error>>, OpenError> {
         let inner = &self.inner;
-        let slot = Slot::try_take(&inner.slots, "rankgate_top_streams_open")
+        let (outlet, inlet) = inner
+            .slots
+            .try_open(inner.limits.buffer)
             .ok_or(OpenError::Full(inner.limits.max_streams))?;
         let key = WatchKey {
             query: canonical_query(parsed, at_given, &inner.zone),
             category,
         };
         let request = top_request(&key.category, parsed);
-        let first = match inner.reader.top(&request).await {
-            Ok(body) => body,
-            Err(error) => {
-                slot.free();
-                return Err(error.into());
-            }
-        };
+        // A failing first read drops the inlet, which frees the slot.
+        let first = inner.reader.top(&request).await?;
         // Parsed outside the registry lock: a 1,000-item page takes about a millisecond.
         let first_fingerprint = fingerprint(&first);
-        let (sender, receiver) = mpsc::channel(inner.limits.buffer.max(1));
-        let dropped = Arc::new(AtomicBool::new(false));
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let watcher = {
             let mut watchers = inner.watchers.lock();
@@ -236,23 +196,18 @@ impl TopStreams {
             });
             watcher.subscribers.lock().push(Subscriber {
                 id,
-                sender,
+                outlet,
                 fingerprint: first_fingerprint,
                 sent_at: Instant::now(),
-                dropped: Arc::clone(&dropped),
-                slot: Arc::clone(&slot),
             });
             Arc::downgrade(watcher)
         };
-        let state = StreamState {
-            first: Some(first),
-            receiver,
-            dropped,
-            ended: false,
+        let shape = StreamShape {
+            event: "top",
+            dropped_message: "the client read too slowly (top_stream_buffer); stream dropped",
             shutdown: inner.shutdown.clone(),
-            _subscription: Subscription { watcher, id, slot },
         };
-        Ok(futures_util::stream::unfold(state, next_event))
+        Ok(inlet.into_events(first, shape, Subscription { watcher, id }))
     }
 }
 
@@ -356,7 +311,7 @@ async fn run_watcher_until_unwatched(inner: Arc<Inner>, watcher: Arc<Watcher>, f
         }
         if Instant::now() >= heartbeat_due {
             heartbeat_due = Instant::now() + inner.limits.heartbeat;
-            send_to_all(&watcher, |_| Some(Message::Heartbeat));
+            send_to_all(&watcher, |_| Some(Push::Heartbeat));
         }
     }
     metrics::gauge!("rankgate_top_stream_watchers").decrement(1.0);
@@ -399,37 +354,26 @@ fn fan_out(watcher: &Watcher, latest: &Bytes, latest_fingerprint: u64, spacing: 
         }
         subscriber.fingerprint = latest_fingerprint;
         subscriber.sent_at = now;
-        Some(Message::Top(latest.clone()))
+        Some(Push::Data(latest.clone()))
     });
     waiting
 }
 
-/// Offers each stream the message `message_for` picks (if any); a stream whose channel is full is
-/// dropped, one whose receiver is gone is forgotten.
-fn send_to_all(watcher: &Watcher, mut message_for: impl FnMut(&mut Subscriber) -> Option<Message>) {
+/// Offers each stream the message `message_for` picks (if any); a stream dropped for its full buffer,
+/// or whose client is gone, is forgotten.
+fn send_to_all(watcher: &Watcher, mut message_for: impl FnMut(&mut Subscriber) -> Option<Push>) {
     watcher.subscribers.lock().retain_mut(|subscriber| {
-        let Some(message) = message_for(subscriber) else {
+        let Some(push) = message_for(subscriber) else {
             return true;
         };
-        match subscriber.sender.try_send(message) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                subscriber.dropped.store(true, Ordering::Release);
-                subscriber.slot.free();
-                metrics::counter!("rankgate_top_streams_dropped_total", "reason" => "slow_client")
-                    .increment(1);
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-        }
+        subscriber.outlet.offer(push) == Delivery::Sent
     });
 }
 
-/// Removes its stream from the watcher and frees the slot when the stream ends (client gone, shutdown).
+/// Removes its stream from the watcher when the stream ends (client gone, dropped, shutdown).
 struct Subscription {
     watcher: Weak<Watcher>,
     id: u64,
-    slot: Arc<Slot>,
 }
 
 impl Drop for Subscription {
@@ -437,48 +381,7 @@ impl Drop for Subscription {
         if let Some(watcher) = self.watcher.upgrade() {
             watcher.subscribers.lock().retain(|s| s.id != self.id);
         }
-        self.slot.free();
     }
-}
-
-/// What the stream holds between items.
-struct StreamState {
-    first: Option<Bytes>,
-    receiver: mpsc::Receiver<Message>,
-    dropped: Arc<AtomicBool>,
-    /// Set after the error that ends a dropped stream.
-    ended: bool,
-    shutdown: CancellationToken,
-    _subscription: Subscription,
-}
-
-/// The next SSE item: the first page, then what the watcher sends; an error when the watcher dropped
-/// the stream (hyper then closes the connection instead of trying to flush it); the end at shutdown.
-async fn next_event(mut state: StreamState) -> Option<(Result<Event, std::io::Error>, StreamState)> {
-    if let Some(first) = state.first.take() {
-        return Some((Ok(top_event(&first)), state));
-    }
-    if state.ended {
-        return None;
-    }
-    let message = tokio::select! {
-        _ = state.shutdown.cancelled() => return None,
-        message = state.receiver.recv() => message,
-    };
-    if state.dropped.load(Ordering::Acquire) {
-        state.ended = true;
-        let error = std::io::Error::other("the client read too slowly (top_stream_buffer); stream dropped");
-        return Some((Err(error), state));
-    }
-    match message? {
-        Message::Top(body) => Some((Ok(top_event(&body)), state)),
-        Message::Heartbeat => Some((Ok(Event::default().comment("heartbeat")), state)),
-    }
-}
-
-fn top_event(body: &Bytes) -> Event {
-    // The reader's bodies are compact JSON: never a newline, so one `data:` line.
-    Event::default().event("top").data(String::from_utf8_lossy(body))
 }
 
 #[cfg(test)]

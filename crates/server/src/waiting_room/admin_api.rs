@@ -18,8 +18,8 @@ use serde_json::{json, Value};
 use super::member_api::json_object;
 use super::opening::{parse_draw_page_query, DrawPage, DrawReader};
 use super::service::WaitingRoom;
-use crate::error::{ApiError, ApiResult};
-use crate::route_table::{self, Endpoint};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::route_table::{self, Endpoint};
 
 pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
     Endpoint::new(Method::GET, "/v1/admin/queues", |m| on(m, list)),

@@ -36,7 +36,7 @@ use super::config::GateConfig;
 use super::page::cookies;
 use super::service::WaitingRoom;
 use super::telemetry::gate_outcome;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus the ones we set ourselves.
 const HOP_BY_HOP: &[&str] = &[
@@ -126,7 +126,7 @@ fn gate_from(config: &GateConfig) -> Option<Gate> {
 }
 
 fn error_response(status: StatusCode, message: &str) -> Response {
-    crate::error::json_error(status, message)
+    crate::http::error::json_error(status, message)
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -385,7 +385,7 @@ async fn forward(
     let (upstream, upstream_body) = upstream.into_parts();
     let mut response = Response::new(Body::new(upstream_body));
     *response.status_mut() = upstream.status;
-    response.extensions_mut().insert(crate::error::PassThrough);
+    response.extensions_mut().insert(crate::http::error::PassThrough);
     for (name, value) in &upstream.headers {
         if HOP_BY_HOP.contains(&name.as_str()) && name != "content-length" {
             continue;

@@ -14,9 +14,9 @@ use axum::{Json, Router};
 use serde_json::Value;
 
 use super::service::WaitingRoom;
-use crate::direct_reply::DirectReply;
-use crate::error::{ApiError, ApiResult};
-use crate::route_table::{self, Endpoint};
+use crate::http::direct_reply::DirectReply;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::route_table::{self, Endpoint};
 
 pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
     Endpoint::new(Method::POST, "/v1/queues/{queue}/entries", |m| on(m, enter)),
@@ -161,7 +161,7 @@ fn plain_member(body: &[u8]) -> Option<&str> {
 /// other path.
 pub fn direct_enter_queue(path: &str) -> Option<&str> {
     let queue = path.strip_prefix("/v1/queues/")?.strip_suffix("/entries")?;
-    crate::direct_reply::plain_segment(queue).then_some(queue)
+    crate::http::direct_reply::plain_segment(queue).then_some(queue)
 }
 
 async fn poll(
@@ -209,7 +209,7 @@ pub fn direct_poll_target(path: &str) -> Option<(&str, &str)> {
     let queue_end = rest.bytes().position(|byte| byte == b'/')?;
     let (queue, after) = rest.split_at(queue_end);
     let member = after.strip_prefix("/entries/")?;
-    (crate::direct_reply::plain_segment(queue) && crate::direct_reply::plain_segment(member))
+    (crate::http::direct_reply::plain_segment(queue) && crate::http::direct_reply::plain_segment(member))
         .then_some((queue, member))
 }
 

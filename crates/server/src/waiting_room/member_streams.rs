@@ -5,9 +5,9 @@
 //! [`WaitingRoom`] code from the same store read, so it works on every backend and through every instance:
 //! when it opens, then whenever it changes, at most once per the member's polling tier (1 s below rank
 //! 100, 3 s below 1,000, else 5 s: the cadence the poll answer advertises), with a `: heartbeat` comment
-//! every heartbeat interval. The patterns are those of [`crate::rankings::top_streams`] (one watcher per
-//! watched thing, bounded channels, slow clients dropped, a slot per stream under an instance limit), and
-//! so is the [`Slot`] type.
+//! every heartbeat interval. One watcher per watched queue decides what to send and when; the stream
+//! itself (bounded channel, slow clients dropped, a slot per stream under an instance limit) is
+//! [`crate::http::sse`]'s, as every stream's is.
 //!
 //! ```text
 //! GET …/events ─► parse ─► slot (max_member_streams, else 429) ─► first position read (errors are JSON)
@@ -49,7 +49,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -59,13 +59,13 @@ use futures_util::StreamExt as _;
 use parking_lot::Mutex;
 use rankgate_core::ids::MemberId;
 use rankgate_core::queue::{polling_tier_seconds, QueueName};
-use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::service::{Position, WaitingRoom};
-use crate::error::{ApiError, ApiResult};
-use crate::rankings::top_streams::Slot;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::sse::{Delivery, Outlet, Push, StreamShape, StreamSlots};
 
 /// How often a watch looks at its queue's summary: a quarter of the fastest polling tier, so a change is
 /// pushed within a quarter second of the member's cadence allowing it.
@@ -100,19 +100,10 @@ pub struct MemberStreamLimits {
     pub heartbeat: Duration,
 }
 
-/// What a watch sends a stream.
-#[derive(Debug, Clone)]
-enum Message {
-    /// A changed position (the JSON body of the poll route).
-    Position(Bytes),
-    /// A heartbeat comment.
-    Heartbeat,
-}
-
 /// One open stream, as its watch sees it.
 struct Subscriber {
     member: MemberId,
-    sender: mpsc::Sender<Message>,
+    outlet: Outlet,
     /// Fingerprint of the last position this stream got (see [`fingerprint`]).
     fingerprint: u64,
     /// When the stream was last read from the store.
@@ -123,9 +114,6 @@ struct Subscriber {
     generation: u64,
     /// A local admission tick admitted this member: read it as soon as its cadence allows.
     woken: bool,
-    /// Set when the watch drops the stream (too slow), so the stream ends at its next poll.
-    dropped: Arc<AtomicBool>,
-    slot: Arc<Slot>,
 }
 
 /// The streams of one queue on this instance.
@@ -150,7 +138,7 @@ struct QueueWatch {
 /// Every member stream of this instance.
 pub(crate) struct MemberStreams {
     limits: MemberStreamLimits,
-    slots: Arc<Semaphore>,
+    slots: StreamSlots,
     watches: Mutex<HashMap<QueueName, Arc<QueueWatch>>>,
     next_id: AtomicU64,
     /// Cancelled at shutdown (by the workers' shutdown token): every stream ends.
@@ -160,7 +148,11 @@ pub(crate) struct MemberStreams {
 impl MemberStreams {
     pub(crate) fn new(limits: MemberStreamLimits) -> MemberStreams {
         MemberStreams {
-            slots: Arc::new(Semaphore::new(limits.max_streams)),
+            slots: StreamSlots::new(
+                limits.max_streams,
+                OPEN_GAUGE,
+                "rankgate_member_streams_dropped_total",
+            ),
             limits,
             watches: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
@@ -170,7 +162,7 @@ impl MemberStreams {
 
     /// Streams open now.
     pub(crate) fn open_streams(&self) -> usize {
-        self.limits.max_streams - self.slots.available_permits()
+        self.slots.open_streams()
     }
 
     /// Marks the streams of `admitted` members of `queue` due: O(admitted), never a walk of the streams.
@@ -231,15 +223,18 @@ impl WaitingRoom {
         member: MemberId,
     ) -> ApiResult<impl futures_util::Stream<Item = Result<Event, std::io::Error>>> {
         let streams = &self.member_streams;
-        let slot = Slot::try_take(&streams.slots, OPEN_GAUGE).ok_or_else(|| ApiError::TooManyRequests {
-            message: format!(
-                "max_member_streams: this instance already serves its limit of {} member streams; poll \
+        let (outlet, inlet) = streams
+            .slots
+            .try_open(BUFFER)
+            .ok_or_else(|| ApiError::TooManyRequests {
+                message: format!(
+                    "max_member_streams: this instance already serves its limit of {} member streams; poll \
                  GET /v1/queues/{{queue}}/entries/{{memberId}} instead, or retry later",
-                streams.limits.max_streams
-            ),
-            retry_after_secs: 5,
-            headers: Vec::new(),
-        })?;
+                    streams.limits.max_streams
+                ),
+                retry_after_secs: 5,
+                headers: Vec::new(),
+            })?;
         // Taken before the first read: a summary change the watch sees after it makes this stream due
         // again, so no change between the first read and the subscription is missed. (A watch that does
         // not exist yet starts at 0 and its first summary bumps it.)
@@ -248,16 +243,9 @@ impl WaitingRoom {
             .lock()
             .get(&queue)
             .map_or(0, |watch| watch.generation.load(Ordering::Acquire));
-        let first = match self.position(&queue, &member).await {
-            Ok(position) => position,
-            Err(error) => {
-                slot.free();
-                return Err(error);
-            }
-        };
+        // A failing first read drops the inlet, which frees the slot.
+        let first = self.position(&queue, &member).await?;
         let (first_body, first_fingerprint) = encoded(&first);
-        let (sender, receiver) = mpsc::channel(BUFFER);
-        let dropped = Arc::new(AtomicBool::new(false));
         let id = streams.next_id.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let watch = 'subscribed: {
@@ -285,21 +273,19 @@ impl WaitingRoom {
                 id,
                 Subscriber {
                     member,
-                    sender,
+                    outlet,
                     fingerprint: first_fingerprint,
                     read_at: now,
                     next_read_at: now + cadence_of(&first),
                     generation: generation_before_first_read,
                     woken: false,
-                    dropped: Arc::clone(&dropped),
-                    slot: Arc::clone(&slot),
                 },
             );
             drop(subscribers);
             Some(Arc::downgrade(watch))
         };
         let Some(watch) = watch else {
-            slot.free();
+            // Dropping the inlet frees the slot.
             return Err(ApiError::TooManyRequests {
                 message: format!(
                     "memberId: this member already holds {MAX_STREAMS_PER_MEMBER} streams on this \
@@ -309,15 +295,12 @@ impl WaitingRoom {
                 headers: Vec::new(),
             });
         };
-        let state = StreamState {
-            first: Some(first_body),
-            receiver,
-            dropped,
-            ended: false,
+        let shape = StreamShape {
+            event: "position",
+            dropped_message: "the client read too slowly; member stream dropped",
             shutdown: streams.shutdown.clone(),
-            _subscription: Subscription { watch, id, slot },
         };
-        Ok(futures_util::stream::unfold(state, next_event))
+        Ok(inlet.into_events(first_body, shape, Subscription { watch, id }))
     }
 }
 
@@ -412,14 +395,14 @@ async fn run_queue_watch_until_unwatched(room: Arc<WaitingRoom>, watch: Arc<Queu
                         return None;
                     }
                     subscriber.fingerprint = print;
-                    Some(Message::Position(body.clone()))
+                    Some(Push::Data(body.clone()))
                 });
             }
         }
         if Instant::now() >= heartbeat_due {
             heartbeat_due = Instant::now() + streams.limits.heartbeat;
             let ids: Vec<u64> = watch.subscribers.lock().by_id.keys().copied().collect();
-            send_to_ids(&watch, &ids, |_| Some(Message::Heartbeat));
+            send_to_ids(&watch, &ids, |_| Some(Push::Heartbeat));
         }
     }
     metrics::gauge!("rankgate_member_stream_watches").decrement(1.0);
@@ -429,7 +412,7 @@ async fn run_queue_watch_until_unwatched(room: Arc<WaitingRoom>, watch: Arc<Queu
 fn send_to_member(
     watch: &QueueWatch,
     member: &MemberId,
-    message_for: impl FnMut(&mut Subscriber) -> Option<Message>,
+    message_for: impl FnMut(&mut Subscriber) -> Option<Push>,
 ) {
     let ids = watch
         .subscribers
@@ -446,7 +429,7 @@ fn send_to_member(
 fn send_to_ids(
     watch: &QueueWatch,
     ids: &[u64],
-    mut message_for: impl FnMut(&mut Subscriber) -> Option<Message>,
+    mut message_for: impl FnMut(&mut Subscriber) -> Option<Push>,
 ) {
     let mut subscribers = watch.subscribers.lock();
     let mut gone = Vec::new();
@@ -457,16 +440,8 @@ fn send_to_ids(
         let Some(message) = message_for(subscriber) else {
             continue;
         };
-        match subscriber.sender.try_send(message) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                subscriber.dropped.store(true, Ordering::Release);
-                subscriber.slot.free();
-                metrics::counter!("rankgate_member_streams_dropped_total", "reason" => "slow_client")
-                    .increment(1);
-                gone.push(*id);
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => gone.push(*id),
+        if subscriber.outlet.offer(message) != Delivery::Sent {
+            gone.push(*id);
         }
     }
     for id in gone {
@@ -486,11 +461,10 @@ fn unsubscribe(subscribers: &mut Subscribers, id: u64) {
     }
 }
 
-/// Removes its stream from the watch and frees the slot when the stream ends (client gone, shutdown).
+/// Removes its stream from the watch when the stream ends (client gone, dropped, shutdown).
 struct Subscription {
     watch: Weak<QueueWatch>,
     id: u64,
-    slot: Arc<Slot>,
 }
 
 impl Drop for Subscription {
@@ -498,50 +472,7 @@ impl Drop for Subscription {
         if let Some(watch) = self.watch.upgrade() {
             unsubscribe(&mut watch.subscribers.lock(), self.id);
         }
-        self.slot.free();
     }
-}
-
-/// What the stream holds between items.
-struct StreamState {
-    first: Option<Bytes>,
-    receiver: mpsc::Receiver<Message>,
-    dropped: Arc<AtomicBool>,
-    /// Set after the error that ends a dropped stream.
-    ended: bool,
-    shutdown: CancellationToken,
-    _subscription: Subscription,
-}
-
-/// The next SSE item: the first position, then what the watch sends; an error when the watch dropped the
-/// stream (hyper then closes the connection instead of flushing it); the end at shutdown.
-async fn next_event(mut state: StreamState) -> Option<(Result<Event, std::io::Error>, StreamState)> {
-    if let Some(first) = state.first.take() {
-        return Some((Ok(position_event(&first)), state));
-    }
-    if state.ended {
-        return None;
-    }
-    let message = tokio::select! {
-        _ = state.shutdown.cancelled() => return None,
-        message = state.receiver.recv() => message,
-    };
-    if state.dropped.load(Ordering::Acquire) {
-        state.ended = true;
-        let error = std::io::Error::other("the client read too slowly; member stream dropped");
-        return Some((Err(error), state));
-    }
-    match message? {
-        Message::Position(body) => Some((Ok(position_event(&body)), state)),
-        Message::Heartbeat => Some((Ok(Event::default().comment("heartbeat")), state)),
-    }
-}
-
-fn position_event(body: &Bytes) -> Event {
-    // serde_json's compact output never holds a newline: one `data:` line.
-    Event::default()
-        .event("position")
-        .data(String::from_utf8_lossy(body))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! # Layout
 //! - [`config`]: [`WaitingRoomConfig`], [`GateConfig`], [`GateRoute`].
 //! - `service`: [`WaitingRoom`], the one type handlers, the gate and workers call; it maps store outcomes to
-//!   [`ApiError`](crate::error::ApiError)s and records metrics.
+//!   [`ApiError`](crate::http::error::ApiError)s and records metrics.
 //! - `member_api`, `admin_api`, `gate`: thin axum handlers, one module per route group.
 //! - `member_streams`: members' position streams (SSE), one watch per queue per instance.
 //! - `page`: the waiting page at `GET /wait/{queue}` and its visitor / entry-token cookies.
@@ -18,14 +18,13 @@
 //! - `redis_backend`: [`WaitingRoom::open_redis`], the room on Redis (standalone or Cluster).
 //! - `scheduler`: admission, expiry and metrics workers, driven by the store's clock.
 //! - `telemetry`: metric names and helpers.
-//! - `demo`: the flash-sale scene of `rankgate demo`; `demo_adaptive`: its adaptive-admission scene.
+//! - `draw_verify`: `rankgate queue verify-draw`, the check of a scheduled opening's published draw.
 //! - `adaptive`: adaptive admission: gate measurements → shared store → AIMD controller → the queue's rate.
 
 mod adaptive;
 mod admin_api;
 pub mod config;
-mod demo;
-mod demo_adaptive;
+pub mod draw_verify;
 mod gate;
 mod member_api;
 mod member_streams;
@@ -39,10 +38,6 @@ mod telemetry;
 use std::sync::Arc;
 
 pub use self::config::{GateConfig, GateRoute, WaitingRoomConfig};
-pub use self::demo::{run_flash_sale_demo, FlashSaleReport};
-pub use self::demo_adaptive::{
-    run_adaptive_admission_demo, AdaptiveDemoReport, AdaptiveDemoSecond, DEGRADED_CAPACITY,
-};
 pub use self::member_api::{direct_enter_queue, direct_poll_target, enter_reply, poll_reply};
 pub use self::service::{ClaimGranted, Position, WaitingRoom};
 pub use self::telemetry::SERIES_IDLE_TIMEOUT;
@@ -60,9 +55,9 @@ pub fn admin_routes(room: Arc<WaitingRoom>) -> axum::Router {
 
 /// The (method, path) pairs of [`member_routes`] and [`admin_routes`], from the tables they are built from.
 pub fn endpoints() -> impl Iterator<Item = (axum::http::Method, &'static str)> {
-    crate::route_table::methods_and_paths(member_api::ENDPOINTS)
-        .chain(crate::route_table::methods_and_paths(page::ENDPOINTS))
-        .chain(crate::route_table::methods_and_paths(admin_api::ENDPOINTS))
+    crate::http::route_table::methods_and_paths(member_api::ENDPOINTS)
+        .chain(crate::http::route_table::methods_and_paths(page::ENDPOINTS))
+        .chain(crate::http::route_table::methods_and_paths(admin_api::ENDPOINTS))
 }
 
 /// The reverse-proxy routes of every `[[gate]]`; `None` when none is configured.

@@ -29,7 +29,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::service::{rfc3339, store_error, Position, WaitingRoom};
-use crate::error::{ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult};
 
 /// How long an instance trusts a draw record it read. A position read just after the draw may still say
 /// `preQueue` for this long; admission never relies on it (the store checks the phase in its own step).

@@ -218,7 +218,7 @@ mod tests {
         assert!(outcomes[..3].iter().all(Result::is_ok));
         for refused in &outcomes[3..] {
             match refused {
-                Err(crate::error::ApiError::TooManyRequests {
+                Err(crate::http::error::ApiError::TooManyRequests {
                     retry_after_secs,
                     headers,
                     ..

@@ -34,8 +34,8 @@ use super::adaptive::{AdaptiveControl, ADAPTIVE_INTERVAL_MILLIS, ADAPTIVE_MIN_SA
 use super::config::WaitingRoomConfig;
 use super::member_streams::{MemberStreamLimits, MemberStreams};
 use super::telemetry;
-use crate::error::{ApiError, ApiResult};
-use crate::json_writer::JsonWriter;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::json_writer::JsonWriter;
 
 /// The position body of SPEC 2.2.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -73,7 +73,7 @@ pub struct Position {
 impl Position {
     /// The body, byte for byte what `serde_json::to_vec` writes for it (a test holds the two together),
     /// written by hand because the poll is the waiting room's hottest answer: the derived form cost a
-    /// poll about 2,800 instructions, a fifth of all it costs (see [`crate::json_writer`]).
+    /// poll about 2,800 instructions, a fifth of all it costs (see [`crate::http::json_writer`]).
     pub fn to_json(&self) -> bytes::Bytes {
         let mut out = JsonWriter::with_capacity(256);
         out.raw(match self.status {

@@ -267,13 +267,13 @@ async fn a_delisted_product_leaves_every_ranking_keeps_counting_and_stays_delist
 async fn spawn_serving(schema: &str, redis: &[String], prefix: &str, depth: Option<usize>) -> TestApp {
     let (schema, redis, prefix) = (schema.to_string(), redis.to_vec(), prefix.to_string());
     spawn_app_with(move |config| {
-        config.database = Some(POSTGRES.into());
-        config.database_schema = schema;
+        config.rankings.database = Some(POSTGRES.into());
+        config.rankings.database_schema = schema;
         config.redis = redis;
         config.redis_prefix = prefix;
         config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
-        config.freshness_millis = FRESHNESS_MILLIS;
-        config.serving_depth = depth;
+        config.rankings.freshness_millis = FRESHNESS_MILLIS;
+        config.rankings.serving_depth = depth;
     })
     .await
 }

@@ -100,7 +100,7 @@ async fn bad_events_are_rejected_by_field_and_the_rest_of_the_batch_lands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_codes_400_413_415() {
     let app = spawn_app_with(|config| {
-        config.max_batch = 3;
+        config.rankings.max_batch = 3;
         config.max_body_bytes = 64 * 1024;
     })
     .await;
@@ -140,7 +140,7 @@ async fn status_codes_400_413_415() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_older_than_max_lateness_behind_the_watermark_are_dropped_and_counted() {
-    let app = spawn_app_with(|config| config.max_lateness_millis = 2 * 3_600_000).await;
+    let app = spawn_app_with(|config| config.rankings.max_lateness_millis = 2 * 3_600_000).await;
     let now = now_millis();
     app.post_events_ok(&json!([view("new", "p1", now, &[])])).await;
     let body = app
@@ -339,7 +339,7 @@ async fn a_gzip_body_is_accepted_other_encodings_get_415_and_a_zip_bomb_gets_413
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_batch_or_an_unreadable_body_is_refused_as_a_whole() {
-    let app = spawn_app_with(|config| config.max_batch = 3).await;
+    let app = spawn_app_with(|config| config.rankings.max_batch = 3).await;
     let now = now_millis();
     let four: Vec<_> = (0..4).map(|i| view(&format!("o{i}"), "p1", now, &[])).collect();
     let response = app.post_events(&serde_json::Value::Array(four)).await;

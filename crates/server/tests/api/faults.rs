@@ -197,8 +197,8 @@ async fn a_postgres_restart_mid_ingest_loses_nothing_and_counts_nothing_twice() 
     let pg = OwnPostgres::start();
     let url = pg.url();
     let app = spawn_app_with(move |config| {
-        config.database = Some(url);
-        config.freshness_millis = 200;
+        config.rankings.database = Some(url);
+        config.rankings.freshness_millis = 200;
     })
     .await;
     let now = now_millis();
@@ -367,10 +367,10 @@ async fn entries_held_by_a_killed_instance_are_reclaimed_by_another_and_counted_
     // Instance B reclaims A's entries once they have been idle for the configured time.
     let (database, stream) = (pg.url(), stream_url.clone());
     let b = spawn_app_with(move |config| {
-        config.database = Some(database);
-        config.stream = Some(stream);
-        config.stream_claim_idle_millis = 300;
-        config.freshness_millis = 200;
+        config.rankings.database = Some(database);
+        config.rankings.stream = Some(stream);
+        config.rankings.stream_claim_idle_millis = 300;
+        config.rankings.freshness_millis = 200;
     })
     .await;
     let body = wait_for_views(&b, 300).await;

@@ -85,7 +85,7 @@ pub async fn spawn_app_with_clock(
 
 impl TestApp {
     pub fn rankings(&self) -> std::sync::Arc<rankgate::rankings::RankingService> {
-        self.state.rankings.clone()
+        self.state.rankings.service.clone()
     }
 
     /// Stops the server and waits for it, keeping the data dir.

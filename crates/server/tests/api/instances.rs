@@ -11,9 +11,9 @@ use crate::helpers::*;
 async fn spawn_instance(schema: &str) -> TestApp {
     let schema = schema.to_string();
     spawn_app_with(move |config| {
-        config.database = Some(POSTGRES.into());
-        config.database_schema = schema;
-        config.freshness_millis = 200;
+        config.rankings.database = Some(POSTGRES.into());
+        config.rankings.database_schema = schema;
+        config.rankings.freshness_millis = 200;
     })
     .await
 }

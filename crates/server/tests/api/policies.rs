@@ -67,9 +67,9 @@ impl Fleet {
         let schema = self.schema.clone();
         let prefix = self.redis_prefix.clone();
         spawn_app_with(move |config| {
-            config.database = Some(POSTGRES.into());
-            config.database_schema = schema;
-            config.freshness_millis = 200;
+            config.rankings.database = Some(POSTGRES.into());
+            config.rankings.database_schema = schema;
+            config.rankings.freshness_millis = 200;
             if let Some(prefix) = prefix {
                 config.redis = vec!["redis://127.0.0.1:6379".into()];
                 config.redis_prefix = prefix;

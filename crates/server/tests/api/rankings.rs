@@ -317,9 +317,14 @@ async fn a_restart_rebuilds_serving_state_and_answers_exactly_as_before() {
     }
     // And what the live server serves equals the batch recompute of the raw log.
     let config = rankgate::config::Config::for_data_dir(&restarted.data_dir);
-    let report = rankgate::verify::verify_server(&config, &restarted.address, &|_| {})
-        .await
-        .unwrap();
+    let report = rankgate::rankings::verify::verify_server(
+        &config.rankings,
+        &config.rankings_storage(),
+        &restarted.address,
+        &|_| {},
+    )
+    .await
+    .unwrap();
     assert!(report.rankings > 100 && report.items > 0, "{report:?}");
     assert!(report.ok(), "{:?}", report.mismatches);
     restarted.stop().await;

@@ -64,7 +64,7 @@ fn rfc3339(zoned: &jiff::Zoned) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_carry_percentile_and_span_bounds_with_the_zone_offset() {
     let app = spawn_app_with(|config| {
-        config.zone = rankgate_core::period::Zone::parse("Asia/Tokyo").unwrap();
+        config.rankings.zone = rankgate_core::period::Zone::parse("Asia/Tokyo").unwrap();
     })
     .await;
     let now = now_millis();
@@ -154,7 +154,7 @@ async fn reads_carry_percentile_and_span_bounds_with_the_zone_offset() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etags_hold_without_change_answer_304_and_move_when_an_event_changes_the_span() {
-    let app = spawn_app_with(|config| config.cache_max_age_seconds = 7).await;
+    let app = spawn_app_with(|config| config.rankings.cache_max_age_seconds = 7).await;
     let now = now_millis();
     let day = day_key(now);
     app.post_events_ok(&json!([
@@ -493,13 +493,13 @@ async fn ranks_lists_all_then_each_category_of_the_product() {
 async fn spawn_on_redis(schema: &str, redis: Vec<String>, prefix: &str, depth: Option<usize>) -> TestApp {
     let (schema, prefix) = (schema.to_string(), prefix.to_string());
     spawn_app_with(move |config| {
-        config.database = Some(POSTGRES.into());
-        config.database_schema = schema;
+        config.rankings.database = Some(POSTGRES.into());
+        config.rankings.database_schema = schema;
         config.redis = redis;
         config.redis_prefix = prefix;
         config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
-        config.freshness_millis = 200;
-        config.serving_depth = depth;
+        config.rankings.freshness_millis = 200;
+        config.rankings.serving_depth = depth;
     })
     .await
 }

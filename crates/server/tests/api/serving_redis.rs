@@ -88,14 +88,14 @@ fn wait_for<T>(limit: Duration, what: &str, mut probe: impl FnMut() -> Option<T>
 async fn spawn_serving(schema: &str, redis_url: &str, depth: Option<usize>) -> TestApp {
     let (schema, redis_url) = (schema.to_string(), redis_url.to_string());
     spawn_app_with(move |config| {
-        config.database = Some(POSTGRES.into());
-        config.database_schema = schema;
+        config.rankings.database = Some(POSTGRES.into());
+        config.rankings.database_schema = schema;
         config.redis = vec![redis_url];
         config.redis_prefix = "rgtest:serving:".into();
         // Required with Redis (defect 7): the secret never lives in Redis.
         config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
-        config.freshness_millis = 200;
-        config.serving_depth = depth;
+        config.rankings.freshness_millis = 200;
+        config.rankings.serving_depth = depth;
     })
     .await
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use serde_json::json;
 
-use rankgate::stream::{StreamConfig, StreamConsumer};
+use rankgate::rankings::ingest::redis_streams::{StreamConfig, StreamConsumer};
 use rankgate_store::clock::SystemClock;
 
 use crate::helpers::*;

@@ -131,9 +131,9 @@ const FRESHNESS_MILLIS: u64 = 200;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_top_stream_sends_the_page_on_open_and_each_change_at_most_once_per_freshness_interval() {
     let app = spawn_app_with(|config| {
-        config.freshness_millis = FRESHNESS_MILLIS;
-        config.top_streams.heartbeat_millis = 300;
-        config.top_streams.max_streams = 3;
+        config.rankings.freshness_millis = FRESHNESS_MILLIS;
+        config.rankings.top_streams.heartbeat_millis = 300;
+        config.rankings.top_streams.max_streams = 3;
     })
     .await;
     let now = now_millis();
@@ -219,10 +219,14 @@ async fn a_top_stream_sends_the_page_on_open_and_each_change_at_most_once_per_fr
 
     // Streams on one ranking share one watcher; the instance's limit holds.
     let second = SseClient::open(&app, &path).await;
-    assert_eq!(app.state.top_streams.watchers(), 1, "one watcher for one ranking");
+    assert_eq!(
+        app.state.rankings.top_streams.watchers(),
+        1,
+        "one watcher for one ranking"
+    );
     let other = SseClient::open(&app, "/v1/categories/all/top/events?limit=1").await;
-    assert_eq!(app.state.top_streams.watchers(), 2);
-    assert_eq!(app.state.top_streams.open_streams(), 3);
+    assert_eq!(app.state.rankings.top_streams.watchers(), 2);
+    assert_eq!(app.state.rankings.top_streams.open_streams(), 3);
     let refused = app.get(&path).await;
     assert_eq!(refused.status(), 429);
     assert!(refused.headers().contains_key("retry-after"));
@@ -235,7 +239,7 @@ async fn a_top_stream_sends_the_page_on_open_and_each_change_at_most_once_per_fr
     drop(second);
     drop(other);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while app.state.top_streams.open_streams() > 1 {
+    while app.state.rankings.top_streams.open_streams() > 1 {
         assert!(
             Instant::now() < deadline,
             "the closed streams' slots were not freed"
@@ -265,9 +269,9 @@ async fn a_top_stream_sends_the_page_on_open_and_each_change_at_most_once_per_fr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_dropped_not_buffered_for() {
     let app = spawn_app_with(|config| {
-        config.freshness_millis = 100;
-        config.top_streams.heartbeat_millis = 100;
-        config.top_streams.buffer = 2;
+        config.rankings.freshness_millis = 100;
+        config.rankings.top_streams.heartbeat_millis = 100;
+        config.rankings.top_streams.buffer = 2;
     })
     .await;
     let now = now_millis();
@@ -295,13 +299,13 @@ async fn a_client_that_stops_reading_is_dropped_not_buffered_for() {
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while app.state.top_streams.open_streams() == 0 {
+    while app.state.rankings.top_streams.open_streams() == 0 {
         assert!(Instant::now() < deadline, "the stream never opened");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Change the ranking every 50 ms until the server gives up on the silent client.
     let mut round = 0u32;
-    while app.state.top_streams.open_streams() > 0 {
+    while app.state.rankings.top_streams.open_streams() > 0 {
         assert!(
             Instant::now() < deadline,
             "a client that does not read was kept (and buffered for) for 60 s"
@@ -346,13 +350,13 @@ async fn streams_follow_ingest_on_another_instance(redis: Vec<String>, label: &s
     let spawn = || {
         let (schema, redis, prefix) = (schema.clone(), redis.clone(), prefix.clone());
         spawn_app_with(move |config| {
-            config.database = Some(POSTGRES.into());
-            config.database_schema = schema;
+            config.rankings.database = Some(POSTGRES.into());
+            config.rankings.database_schema = schema;
             config.redis = redis;
             config.redis_prefix = prefix;
             config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
-            config.freshness_millis = FRESHNESS_MILLIS;
-            config.top_streams.heartbeat_millis = 500;
+            config.rankings.freshness_millis = FRESHNESS_MILLIS;
+            config.rankings.top_streams.heartbeat_millis = 500;
         })
     };
     let a = spawn().await;
@@ -422,7 +426,7 @@ async fn a_stream_on_one_instance_shows_events_ingested_through_another_on_redis
 async fn many_streams_on_one_ranking_share_one_watcher_and_all_get_each_change() {
     const STREAMS: usize = 500;
     let app = spawn_app_with(|config| {
-        config.freshness_millis = FRESHNESS_MILLIS;
+        config.rankings.freshness_millis = FRESHNESS_MILLIS;
     })
     .await;
     let now = now_millis();
@@ -436,11 +440,11 @@ async fn many_streams_on_one_ranking_share_one_watcher_and_all_get_each_change()
         streams.push(stream);
     }
     assert_eq!(
-        app.state.top_streams.watchers(),
+        app.state.rankings.top_streams.watchers(),
         1,
         "{STREAMS} streams, one reader"
     );
-    assert_eq!(app.state.top_streams.open_streams(), STREAMS);
+    assert_eq!(app.state.rankings.top_streams.open_streams(), STREAMS);
     let sent = Instant::now();
     app.post_events_ok(&json!([sale("e1", "p1", now, 2, 100, &["toys"])]))
         .await;

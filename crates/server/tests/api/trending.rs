@@ -192,7 +192,7 @@ async fn put_and_rollback_trending(writer: &TestApp, readers: &[&TestApp]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trending_on_the_embedded_engine_is_the_formula_and_can_be_reweighted_and_rolled_back() {
-    let app = spawn_app_with(|config| config.freshness_millis = 200).await;
+    let app = spawn_app_with(|config| config.rankings.freshness_millis = 200).await;
     put_and_rollback_trending(&app, &[&app]).await;
     let data_dir = app.data_dir.display().to_string();
     let dir = app.stop().await;
@@ -214,9 +214,9 @@ async fn two_instances_on_postgres_and_redis(name: &str, redis_urls: Vec<String>
     let spawn = || {
         let (schema, prefix, urls) = (schema.clone(), prefix.clone(), redis_urls.clone());
         spawn_app_with(move |config| {
-            config.database = Some(POSTGRES.into());
-            config.database_schema = schema;
-            config.freshness_millis = 200;
+            config.rankings.database = Some(POSTGRES.into());
+            config.rankings.database_schema = schema;
+            config.rankings.freshness_millis = 200;
             config.redis = urls;
             config.redis_prefix = prefix;
             config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
@@ -276,7 +276,7 @@ async fn a_running_period_decays_when_the_server_clock_turns_the_hour() {
     let today = now_millis().div_euclid(24 * HOUR) * 24 * HOUR;
     let start = today + 10 * HOUR + 30 * 60_000;
     let clock = Arc::new(ManualClock::new(start));
-    let app = spawn_app_with_clock(clock.clone(), |config| config.freshness_millis = 200).await;
+    let app = spawn_app_with_clock(clock.clone(), |config| config.rankings.freshness_millis = 200).await;
     let mut events = Vec::new();
     for n in 0..4 {
         events.push(view(&format!("a-{n}"), "p-a", start, &[]));

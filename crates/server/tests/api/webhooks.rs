@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use rankgate::config::Config;
-use rankgate::webhooks::config::{WebhookConfig, WebhookFile};
+use rankgate::rankings::webhooks::config::{WebhookConfig, WebhookFile};
 use rankgate_store::queue::token::hmac_sha256;
 
 use crate::helpers::*;
@@ -114,7 +114,13 @@ async fn spawn_receiver() -> (String, Receiver) {
 /// A `[[webhook]]` table, checked as the config file's are.
 fn webhook(config: &Config, table: &str) -> WebhookConfig {
     let file: WebhookFile = toml::from_str(table).unwrap();
-    WebhookConfig::from_file(0, file, &config.zone, config.metric_retention_millis).unwrap()
+    WebhookConfig::from_file(
+        0,
+        file,
+        &config.rankings.zone,
+        config.rankings.metric_retention_millis,
+    )
+    .unwrap()
 }
 
 fn table(name: &str, url: &str, category: &str, extra: &str) -> String {
@@ -216,8 +222,8 @@ fn script() -> Vec<Step> {
 async fn webhooks_post_signed_changes_retry_on_5xx_and_dead_letter_after_the_last_attempt() {
     let (receiver_url, receiver) = spawn_receiver().await;
     let configure = |config: &mut Config| {
-        config.freshness_millis = 200;
-        config.webhooks = vec![
+        config.rankings.freshness_millis = 200;
+        config.rankings.webhooks = vec![
             webhook(
                 config,
                 &table("toys-top", &format!("{receiver_url}/ok"), "toys", ""),
@@ -395,13 +401,13 @@ async fn each_change_is_delivered_once_across_instances(redis: Vec<String>, labe
         let (schema, redis, prefix) = (schema.clone(), redis.clone(), prefix.clone());
         let url = receiver_url.clone();
         spawn_app_with(move |config| {
-            config.database = Some(POSTGRES.into());
-            config.database_schema = schema;
+            config.rankings.database = Some(POSTGRES.into());
+            config.rankings.database_schema = schema;
             config.redis = redis;
             config.redis_prefix = prefix;
             config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
-            config.freshness_millis = 200;
-            config.webhooks = vec![
+            config.rankings.freshness_millis = 200;
+            config.rankings.webhooks = vec![
                 webhook(config, &table("fleet-top", &format!("{url}/ok"), "toys", "")),
                 webhook(
                     config,

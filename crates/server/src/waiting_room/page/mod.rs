@@ -37,8 +37,8 @@ use rankgate_core::queue::MemberStatus;
 use self::config::{CookieSecure, Pages};
 use self::cookies::VisitorKey;
 use super::service::WaitingRoom;
-use crate::error::{ApiError, ApiResult};
-use crate::route_table::{self, Endpoint};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::route_table::{self, Endpoint};
 
 /// What the page handler needs: the room, the validated pages and the visitor cookie key.
 pub(crate) struct PageState {

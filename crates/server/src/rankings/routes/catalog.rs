@@ -15,8 +15,8 @@ use serde_json::{Map, Value};
 use rankgate_core::ids::ProductId;
 use rankgate_store::ranking::catalog::{CatalogEntry, CatalogUpdate};
 
-use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult};
+use crate::rankings::Rankings;
 
 /// Display fields a catalogue entry may carry; others are refused so typos are caught.
 const FIELDS: [&str; 6] = ["name", "brand", "price", "image", "imageUrl", "url"];
@@ -103,7 +103,7 @@ fn parse_product(raw: &str) -> ApiResult<ProductId> {
 /// `PUT /v1/products/{productId}`: merges the body into the stored entry and answers the entry as
 /// stored.
 pub async fn put_product(
-    State(state): State<AppState>,
+    State(state): State<Rankings>,
     Path(product): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<CatalogEntryBody>> {
@@ -117,10 +117,7 @@ pub async fn put_product(
         )
     })?;
     let update = parse_update(&body)?;
-    let written = state
-        .rankings
-        .put_catalog(vec![(product.clone(), update)])
-        .await?;
+    let written = state.service.put_catalog(vec![(product.clone(), update)]).await?;
     let entry = written
         .into_iter()
         .find(|(p, _)| *p == product)
@@ -132,10 +129,10 @@ pub async fn put_product(
 /// `GET /v1/products/{productId}`: the stored entry, listing flag included; a product never written is
 /// listed with no fields (it still ranks).
 pub async fn get_product(
-    State(state): State<AppState>,
+    State(state): State<Rankings>,
     Path(product): Path<String>,
 ) -> ApiResult<Json<CatalogEntryBody>> {
     let product = parse_product(&product)?;
-    let entry = state.rankings.catalog_record(&product).unwrap_or_default();
+    let entry = state.service.catalog_record(&product).unwrap_or_default();
     Ok(Json(CatalogEntryBody::of(&product, entry)))
 }

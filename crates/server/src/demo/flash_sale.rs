@@ -24,8 +24,8 @@ use rankgate_core::queue::{MemberStatus, QueueName};
 use rankgate_store::clock::{Clock, ManualClock};
 use rankgate_store::queue::token::TokenSecret;
 
-use super::config::{GateConfig, GateRoute, WaitingRoomConfig};
-use super::service::WaitingRoom;
+use crate::waiting_room::WaitingRoom;
+use crate::waiting_room::{GateConfig, GateRoute, WaitingRoomConfig};
 
 /// Simulated clients in flight at once, for the burst and for orders.
 const CONCURRENT_ENTRIES: usize = 64;
@@ -204,8 +204,8 @@ pub async fn run_flash_sale_demo(
     };
     // The scene, then the clean-up whatever the scene's outcome.
     let scene: anyhow::Result<FlashSaleReport> = async {
-        let mut router = super::member_routes(Arc::clone(&room));
-        if let Some(gate) = super::gate_routes(Arc::clone(&room)) {
+        let mut router = crate::waiting_room::member_routes(Arc::clone(&room));
+        if let Some(gate) = crate::waiting_room::gate_routes(Arc::clone(&room)) {
             router = router.merge(gate);
         }
         let base = format!("http://{}", serve_on_loopback(router, "the demo server").await?);
@@ -334,7 +334,7 @@ pub async fn run_flash_sale_demo(
                 let shopper = &mut shoppers[index];
                 let (position, _) = match answer {
                     Ok(answer) => answer,
-                    Err(crate::error::ApiError::TooManyRequests { retry_after_secs, .. }) => {
+                    Err(crate::http::error::ApiError::TooManyRequests { retry_after_secs, .. }) => {
                         polls_due.push(Reverse((now + retry_after_secs as i64 * 1000, index)));
                         continue;
                     }

@@ -17,8 +17,8 @@ use serde::Serialize;
 use rankgate_core::event::{parse_body_at_most, BodyError, BodyFormat, Event, ParseLimits};
 use rankgate_store::ranking::ingest::EventOutcome;
 
-use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult};
+use crate::rankings::Rankings;
 
 /// One refused event, by its position in the batch.
 #[derive(Debug, Serialize)]
@@ -157,7 +157,7 @@ fn parse_batch(
 
 /// Validates and ingests a batch; 200 means every accepted event is durable.
 pub async fn post_events(
-    State(state): State<AppState>,
+    State(state): State<Rankings>,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Json<IngestResponse>> {
@@ -167,7 +167,7 @@ pub async fn post_events(
         max_future_millis: state.config.max_future_millis,
         ..ParseLimits::at(state.clock.now_millis())
     };
-    let (max_body_bytes, max_batch) = (state.config.max_body_bytes, state.config.max_batch);
+    let (max_body_bytes, max_batch) = (state.max_body_bytes, state.config.max_batch);
     let ParsedBatch {
         valid,
         positions,
@@ -187,7 +187,7 @@ pub async fn post_events(
     if !valid.is_empty() {
         let ids: Vec<String> = valid.iter().map(|e| e.id.as_str().to_string()).collect();
         let outcomes = state
-            .rankings
+            .service
             .ingest(valid, limits.now_millis)
             .await
             .map_err(|error| {

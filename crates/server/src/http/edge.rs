@@ -14,16 +14,17 @@
 //!   rewrites any error answer that is not JSON into the one [`ApiError`] shape, keeping its status and
 //!   headers (`Allow`, `Retry-After`). Unknown routes get a JSON `404` from the router's fallback. Only
 //!   answers marked [`PassThrough`] (the gate's upstream answers) reach the client as they are.
-//! - **The rank read goes direct.** `GET /v1/products/{productId}/rank` is the hottest read (issue 10:
-//!   as fast as Redis's `ZREVRANK`), and the router's share of it — route lookup, the path-parameter
-//!   map in the request's extensions, the extractors, three boxed futures — cost more than the read
-//!   itself. A bodiless `GET` whose path is exactly that route, with a segment that needs no
-//!   percent-decoding, is answered by the same handler code ([`rankings::rank_reply`]) without the
-//!   router; any other request to that path (another method, `HEAD`, an escape, a body) goes through
-//!   the router as before, so answers are the same either way.
-//! - **Connections start in the [`fast_lane`]**, which answers plain rank reads ahead of hyper and hands
-//!   the socket (and the bytes it read) to hyper at the first other request; connections past the limit
-//!   and a traced router (DEBUG `tower_http::trace`) skip the lane and the direct path.
+//! - **The hottest reads go direct.** `GET /v1/products/{productId}/rank` is the hottest read (issue
+//!   10: as fast as Redis's `ZREVRANK`), and the router's share of it — route lookup, the
+//!   path-parameter map in the request's extensions, the extractors, three boxed futures — cost more
+//!   than the read itself. A bodiless `GET` that the [`DirectRoutes`] recognise (plain path segments
+//!   only) is answered by the route's own code without the router, `If-None-Match` included; any other
+//!   request to such a path (another method, `HEAD`, an escape, a body) goes through the router as
+//!   before, so answers are the same either way.
+//! - **Connections start in the [`fast_path`]**, which answers the requests the routes recognise ahead
+//!   of hyper and hands the socket (and the bytes it read) to hyper at the first other request;
+//!   connections past the limit and a traced router (DEBUG `tower_http::trace`) skip the lane and the
+//!   direct path.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -45,10 +46,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
-use crate::app::AppState;
-use crate::error::{json_error, ApiError, PassThrough};
-use crate::fast_lane;
-use crate::routes::rankings;
+use super::entity_tag::IfNoneMatch;
+use super::error::{json_error, ApiError, PassThrough};
+use super::fast_path::{self, DirectMethod, DirectRequest, DirectRoutes, LaneLimits};
 
 /// How long a connection past `max_connections` waits for a slot before it is answered 503.
 pub const OVERFLOW_WAIT: Duration = Duration::from_millis(100);
@@ -70,9 +70,9 @@ pub struct HttpLimits {
 
 /// Serves `router` (the [`Edge`] around the app's router) on `listener` under `limits` until `shutdown`
 /// is cancelled, then lets requests in flight finish (at most [`SHUTDOWN_GRACE`]).
-pub async fn serve_until_stopped(
+pub async fn serve_until_stopped<R: DirectRoutes>(
     listener: TcpListener,
-    router: Edge,
+    router: Edge<R>,
     limits: HttpLimits,
     shutdown: CancellationToken,
 ) {
@@ -81,7 +81,7 @@ pub async fn serve_until_stopped(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
-    let refusal = Edge::new(
+    let refusal = Edge::<R>::new(
         refusal_router(limits.max_connections),
         limits.body_timeout,
         usize::MAX,
@@ -100,9 +100,12 @@ pub async fn serve_until_stopped(
             },
         };
         if let Ok(slot) = Arc::clone(&slots).try_acquire_owned() {
-            let lane = router.direct_reads.as_ref().map(|state| Lane {
-                state: Arc::clone(state),
-                header_timeout: limits.header_timeout,
+            let lane = router.direct.as_ref().map(|routes| Lane {
+                routes: Arc::clone(routes),
+                limits: LaneLimits {
+                    header_timeout: limits.header_timeout,
+                    max_body_bytes: router.max_body_bytes,
+                },
                 shutdown: shutdown.clone(),
             });
             spawn_connection(&http, graceful.watcher(), stream, router.clone(), slot, lane);
@@ -141,32 +144,32 @@ pub async fn serve_until_stopped(
     }
 }
 
-/// What a connection's [`fast_lane`] needs.
-struct Lane {
-    state: Arc<AppState>,
-    header_timeout: Duration,
+/// What a connection's [`fast_path`] lane needs.
+struct Lane<R> {
+    routes: Arc<R>,
+    limits: LaneLimits,
     shutdown: CancellationToken,
 }
 
 /// Serves one connection on a task of its own; `permit` is held until the connection ends. With a
-/// `lane`, the connection starts in the [`fast_lane`] and goes to hyper at its first other request.
-fn spawn_connection(
+/// `lane`, the connection starts in the [`fast_path`] and goes to hyper at its first other request.
+fn spawn_connection<R: DirectRoutes>(
     http: &hyper::server::conn::http1::Builder,
     watcher: Watcher,
     stream: TcpStream,
-    router: Edge,
+    router: Edge<R>,
     permit: OwnedSemaphorePermit,
-    lane: Option<Lane>,
+    lane: Option<Lane<R>>,
 ) {
     let http = http.clone();
     tokio::spawn(async move {
         // The watcher is held through the lane too: graceful shutdown waits for the lane's answer.
         let io = match lane {
-            None => fast_lane::Prefixed::new(Bytes::new(), stream),
+            None => fast_path::Prefixed::new(Bytes::new(), stream),
             Some(lane) => {
-                match fast_lane::serve(stream, &lane.state, lane.header_timeout, &lane.shutdown).await {
-                    fast_lane::LaneEnd::Closed => return drop(permit),
-                    fast_lane::LaneEnd::ToHyper(io) => io,
+                match fast_path::serve(stream, lane.routes.as_ref(), &lane.limits, &lane.shutdown).await {
+                    fast_path::LaneEnd::Closed => return drop(permit),
+                    fast_path::LaneEnd::ToHyper(io) => io,
                 }
             }
         };
@@ -214,41 +217,57 @@ async fn wait_after_accept_error(error: &std::io::Error) {
 /// shape. Written out rather than as two `middleware::from_fn` layers under a wrapping `Router`: those
 /// cost four allocations and a second route lookup per request, 0.8 µs of the 6.3 µs an empty handler
 /// costs (bench/results/2026-12-01-issues10-14.md, "Issue 10").
-#[derive(Clone)]
-pub struct Edge {
+pub struct Edge<R> {
     router: Router,
     body_timeout: Duration,
     max_body_bytes: usize,
-    /// The state rank reads are answered from without the router (module docs); `None`: all go through it.
-    direct_reads: Option<Arc<AppState>>,
+    /// The routes answered without the router (module docs); `None`: all go through it.
+    direct: Option<Arc<R>>,
 }
 
-impl Edge {
+impl<R> Clone for Edge<R> {
+    fn clone(&self) -> Self {
+        Edge {
+            router: self.router.clone(),
+            body_timeout: self.body_timeout,
+            max_body_bytes: self.max_body_bytes,
+            direct: self.direct.clone(),
+        }
+    }
+}
+
+impl<R: DirectRoutes> Edge<R> {
     /// Wraps `router`: bodies must arrive within `body_timeout`; `max_body_bytes` words the 413.
-    pub fn new(router: Router, body_timeout: Duration, max_body_bytes: usize) -> Edge {
+    pub fn new(router: Router, body_timeout: Duration, max_body_bytes: usize) -> Edge<R> {
         Edge {
             router,
             body_timeout,
             max_body_bytes,
-            direct_reads: None,
+            direct: None,
         }
     }
 
-    /// Answers plain rank reads from `state` directly, as `router`'s rank route would (module docs).
-    /// Only for a router that serves that route from the same state, with no layer around it.
-    pub fn with_direct_reads(mut self, state: AppState) -> Edge {
-        self.direct_reads = Some(Arc::new(state));
+    /// Answers the requests `routes` recognise directly, as `router`'s routes would (module docs); also
+    /// starts each connection in the fast path. Only for a router that serves those routes with the
+    /// same code, with no layer around them.
+    pub fn with_direct_routes(mut self, routes: R) -> Edge<R> {
+        self.direct = Some(Arc::new(routes));
         self
     }
 
     async fn answer(self, request: Request) -> Response {
-        if let Some(state) = &self.direct_reads {
+        if let Some(routes) = &self.direct {
             if request.method() == Method::GET && request.body().is_end_stream() {
-                if let Some(product) = rankings::direct_rank_product(request.uri().path()) {
-                    let if_none_match = rankings::IfNoneMatch::of(request.headers());
-                    return rankings::rank_reply(state, product, request.uri().query(), &if_none_match)
-                        .await
-                        .into_response();
+                let path = request.uri().path();
+                if let Some(target) = routes.recognise(DirectMethod::Get, path) {
+                    let if_none_match = IfNoneMatch::of(request.headers());
+                    let direct = DirectRequest {
+                        path,
+                        query: request.uri().query(),
+                        body: Bytes::new(),
+                        if_none_match: &if_none_match,
+                    };
+                    return routes.answer(target, direct).await.into_response();
                 }
             }
         }
@@ -266,7 +285,7 @@ impl Edge {
     }
 }
 
-impl tower::Service<Request> for Edge {
+impl<R: DirectRoutes> tower::Service<Request> for Edge<R> {
     type Response = Response;
     type Error = std::convert::Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response, std::convert::Infallible>> + Send>>;

@@ -1,4 +1,4 @@
-//! Entity tags of ranking reads (SPEC 1.5: "an `ETag` that changes exactly when the served data does")
+//! Entity tags of cacheable reads (SPEC 1.5: "an `ETag` that changes exactly when the served data does")
 //! and the `If-None-Match` test that turns a repeated read into a `304 Not Modified`.
 //!
 //! **The tag is a hash of the response body**, made once where the body is made (and cached beside it by
@@ -16,6 +16,10 @@
 //! harmless to anyone but the client that asked for its own cached copy.
 
 use std::hash::Hasher;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue};
 
 /// A strong entity tag: `"` + 16 lowercase hex digits + `"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -103,6 +107,35 @@ impl EntityTag {
 fn trim_start(bytes: &[u8]) -> &[u8] {
     let skip = bytes.iter().take_while(|b| matches!(b, b' ' | b'\t')).count();
     &bytes[skip..]
+}
+
+/// A request's `If-None-Match` values, in order. Extracted alone rather than as a whole `HeaderMap`,
+/// which would copy every header of every read; without the header this allocates nothing.
+pub struct IfNoneMatch(Vec<HeaderValue>);
+
+impl IfNoneMatch {
+    /// The `If-None-Match` values of `headers`.
+    pub fn of(headers: &HeaderMap) -> IfNoneMatch {
+        IfNoneMatch(headers.get_all(header::IF_NONE_MATCH).iter().cloned().collect())
+    }
+
+    /// No `If-None-Match` (the fast path leaves conditional requests to hyper and the router).
+    pub const fn absent() -> IfNoneMatch {
+        IfNoneMatch(Vec::new())
+    }
+
+    /// Whether the client already holds the body tagged `tag` (it matches one of the values).
+    pub fn holds(&self, tag: &EntityTag) -> bool {
+        tag.matches_if_none_match(self.0.iter().map(HeaderValue::as_bytes))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for IfNoneMatch {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(IfNoneMatch::of(&parts.headers))
+    }
 }
 
 #[cfg(test)]

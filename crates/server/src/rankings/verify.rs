@@ -20,7 +20,8 @@ use rankgate_store::ranking::ingest::{IngestConfig, Ingestor};
 use rankgate_store::ranking::recompute::BatchModel;
 use rankgate_store::ranking::source::SourceOfTruth;
 
-use crate::config::Config;
+use super::config::RankingsConfig;
+use super::{open_source, Storage};
 
 /// What a verification found.
 #[derive(Debug, Default)]
@@ -150,8 +151,12 @@ pub fn read_event_log(source: &mut dyn SourceOfTruth) -> anyhow::Result<Vec<Even
 
 /// Verifies the data dir of `config` (a running server may keep serving meanwhile: SQLite WAL readers
 /// do not block the writer).
-pub fn verify_data_dir(config: &Config, progress: &dyn Fn(&str)) -> anyhow::Result<VerifyReport> {
-    let mut source = crate::rankings::open_source(config)?;
+pub fn verify_data_dir(
+    config: &RankingsConfig,
+    storage: &Storage,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<VerifyReport> {
+    let mut source = open_source(config, storage)?;
     let policy = active_policy(source.as_mut(), RankerName::Popular)?;
     let trending = active_policy(source.as_mut(), RankerName::Trending)?;
     let now = Hour::from_millis(SystemClock.now_millis());
@@ -260,16 +265,17 @@ fn span_query(span: &Span, zone: &rankgate_core::period::Zone) -> String {
 /// (up to the API's deepest page, rank 10,000). The server may keep ingesting meanwhile; run it on a
 /// quiet server for an exact answer.
 pub async fn verify_server(
-    config: &Config,
+    config: &RankingsConfig,
+    storage: &Storage,
     base_url: &str,
     progress: &dyn Fn(&str),
 ) -> anyhow::Result<VerifyReport> {
-    let blocking_config = config.clone();
+    let (blocking_config, storage) = (config.clone(), storage.clone());
     // The blocking stores (the PostgreSQL client has its own runtime) are read off the async runtime.
     type Loaded = (Vec<Event>, Policy, Policy, Vec<ProductId>);
     let (events, policy, trending, delisted) =
         tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {
-            let mut source = crate::rankings::open_source(&blocking_config)?;
+            let mut source = open_source(&blocking_config, &storage)?;
             let policy = active_policy(source.as_mut(), RankerName::Popular)?;
             let trending = active_policy(source.as_mut(), RankerName::Trending)?;
             let events = read_event_log(source.as_mut())?;

@@ -26,9 +26,9 @@ use rankgate_core::queue::{AdmissionMode, QueueName, SettingsPatch};
 use rankgate_store::clock::{Clock, ManualClock};
 use rankgate_store::queue::token::TokenSecret;
 
-use super::config::{GateConfig, GateRoute, WaitingRoomConfig};
-use super::demo::serve_on_loopback;
-use super::service::WaitingRoom;
+use super::flash_sale::serve_on_loopback;
+use crate::waiting_room::WaitingRoom;
+use crate::waiting_room::{GateConfig, GateRoute, WaitingRoomConfig};
 
 /// Orders per second the degraded order service takes before it slows down and fails.
 pub const DEGRADED_CAPACITY: u64 = 12;
@@ -184,8 +184,8 @@ async fn run_scene(
     service: &OrderService,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<AdaptiveDemoReport> {
-    let router = super::member_routes(Arc::clone(room))
-        .merge(super::gate_routes(Arc::clone(room)).context("the demo's gate")?);
+    let router = crate::waiting_room::member_routes(Arc::clone(room))
+        .merge(crate::waiting_room::gate_routes(Arc::clone(room)).context("the demo's gate")?);
     let base = format!("http://{}", serve_on_loopback(router, "the demo server").await?);
     let client = reqwest::Client::new();
 

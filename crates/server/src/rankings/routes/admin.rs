@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use rankgate_core::policy::PolicyError;
 use rankgate_core::ranker::{PopularWeights, RankerName};
 
-use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult};
 use crate::rankings::PolicyChangeError;
+use crate::rankings::Rankings;
 
 fn parse_ranker(name: &str) -> ApiResult<RankerName> {
     RankerName::parse(name).map_err(|e| ApiError::NotFound(e.to_string()))
@@ -63,7 +63,7 @@ pub struct Rebuilt {
     policy_version: u32,
 }
 
-fn ranker_view(state: &AppState, ranker: RankerName) -> RankerView {
+fn ranker_view(state: &Rankings, ranker: RankerName) -> RankerView {
     if !ranker.is_configurable() {
         return RankerView {
             ranker: ranker.as_str(),
@@ -82,7 +82,7 @@ fn ranker_view(state: &AppState, ranker: RankerName) -> RankerView {
         };
     }
     // The state shared by every instance (SPEC 1.3), as this instance last read or stored it.
-    let shared = state.rankings.policy_state(ranker);
+    let shared = state.service.policy_state(ranker);
     let weights: PopularWeights = shared.active.weights;
     let popular = ranker == RankerName::Popular;
     RankerView {
@@ -104,7 +104,7 @@ fn ranker_view(state: &AppState, ranker: RankerName) -> RankerView {
 
 /// `GET /v1/admin/rankers/{name}`
 pub async fn get_ranker(
-    State(state): State<AppState>,
+    State(state): State<Rankings>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<RankerView>> {
     let ranker = parse_ranker(&name)?;
@@ -133,7 +133,7 @@ pub struct WeightsBody {
 
 /// `PUT /v1/admin/rankers/{name}`: a new policy version, built off to the side, switched atomically.
 pub async fn put_ranker(
-    State(state): State<AppState>,
+    State(state): State<Rankings>,
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> ApiResult<(StatusCode, Json<PolicyAccepted>)> {
@@ -161,7 +161,7 @@ pub async fn put_ranker(
         }
         _ => {}
     }
-    let current = state.rankings.policy_state(ranker).active.weights;
+    let current = state.service.policy_state(ranker).active.weights;
     let weights_body = body.weights.unwrap_or(WeightsBody {
         view: None,
         like: None,
@@ -179,7 +179,7 @@ pub async fn put_ranker(
         .validate_for(ranker)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let version = state
-        .rankings
+        .service
         .change_weights(ranker, weights)
         .await
         .map_err(|error| policy_change_error(ranker, error))?;
@@ -195,7 +195,7 @@ pub async fn put_ranker(
 
 /// `POST /v1/admin/rankers/{name}/rollback`: back to the previous version.
 pub async fn rollback_ranker(
-    State(state): State<AppState>,
+    State(state): State<Rankings>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<RankerView>> {
     let ranker = parse_ranker(&name)?;
@@ -205,7 +205,7 @@ pub async fn rollback_ranker(
         )));
     }
     state
-        .rankings
+        .service
         .rollback(ranker)
         .await
         .map_err(|error| policy_change_error(ranker, error))?;
@@ -224,8 +224,8 @@ fn policy_change_error(ranker: RankerName, error: PolicyChangeError) -> ApiError
 }
 
 /// `POST /v1/admin/rebuild`: recompute every served ranking from the source of truth and switch.
-pub async fn rebuild(State(state): State<AppState>) -> ApiResult<Json<Rebuilt>> {
-    let version = state.rankings.rebuild().await?;
+pub async fn rebuild(State(state): State<Rankings>) -> ApiResult<Json<Rebuilt>> {
+    let version = state.service.rebuild().await?;
     Ok(Json(Rebuilt {
         status: "rebuilt",
         policy_version: version,
@@ -234,7 +234,9 @@ pub async fn rebuild(State(state): State<AppState>) -> ApiResult<Json<Rebuilt>> 
 
 /// `GET /v1/admin/webhooks`: every `[[webhook]]` (never its secret), the delivery queue's counts and
 /// the oldest dead-lettered deliveries.
-pub async fn get_webhooks(State(state): State<AppState>) -> ApiResult<Json<crate::webhooks::WebhooksView>> {
+pub async fn get_webhooks(
+    State(state): State<Rankings>,
+) -> ApiResult<Json<crate::rankings::webhooks::WebhooksView>> {
     let view = state
         .webhooks
         .view()
@@ -246,7 +248,7 @@ pub async fn get_webhooks(State(state): State<AppState>) -> ApiResult<Json<crate
 /// `POST /v1/admin/webhooks/dead/{id}/replay`: a dead-lettered delivery back in the queue, due now,
 /// with fresh attempts. 404 when no dead delivery has that id.
 pub async fn replay_webhook_delivery(
-    State(state): State<AppState>,
+    State(state): State<Rankings>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     if id.is_empty() || id.len() > 128 {

@@ -1,5 +1,9 @@
 //! `rankgate demo`: the seed lesson's workload end to end on embedded defaults, then the flash-sale
 //! waiting room. Prints top lists, the verification result and timings.
+//!
+//! - this module: the rankings' scene (the seed lesson's workload ingested, top lists, verify);
+//! - [`flash_sale`]: the waiting room's scene (a surge through the queue and the gate);
+//! - [`adaptive_admission`]: the order service degrades mid-sale and admission follows it.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,8 +17,11 @@ use rankgate_store::ranking::engine::RankingQuery;
 use rankgate_workload::{seed_lesson, SeedLessonConfig};
 
 use crate::config::Config;
+use crate::rankings::verify::verify_data_dir;
 use crate::rankings::{IngestCounts, RankingService};
-use crate::verify::verify_data_dir;
+
+pub mod adaptive_admission;
+pub mod flash_sale;
 
 /// Events per ingest call: the HTTP batch size the issue's targets are stated for.
 const BATCH: usize = 2_000;
@@ -40,7 +47,7 @@ pub fn run_demo(
     let started = Instant::now();
     let workload = seed_lesson(&SeedLessonConfig::new(42, now - 60_000).with_scale(scale));
     let limits = ParseLimits {
-        max_future_millis: config.max_future_millis,
+        max_future_millis: config.rankings.max_future_millis,
         ..ParseLimits::at(now)
     };
     let events: Vec<Event> = workload
@@ -57,7 +64,7 @@ pub fn run_demo(
         started.elapsed().as_secs_f64()
     )?;
 
-    let (service, writer_thread) = RankingService::open(&config)?;
+    let (service, writer_thread) = RankingService::open(&config.rankings, &config.rankings_storage())?;
     let started = Instant::now();
     let mut counts = IngestCounts::default();
     for batch in events.chunks(BATCH) {
@@ -77,7 +84,7 @@ pub fn run_demo(
         counts.rejected
     )?;
 
-    let zone = config.zone.clone();
+    let zone = config.rankings.zone.clone();
     let now_hour = Hour::from_millis(now);
     let today = PeriodKey::containing(PeriodKind::Daily, now_hour, &zone);
     let yesterday = today.prev(&zone);
@@ -161,7 +168,7 @@ pub fn run_demo(
     drop(service);
     let _ = writer_thread.join();
     let started = Instant::now();
-    let (restarted, restarted_writer) = RankingService::open(&config)?;
+    let (restarted, restarted_writer) = RankingService::open(&config.rankings, &config.rankings_storage())?;
     writeln!(
         out,
         "restart: serving state for {} products rebuilt from SQLite in {:.2}s",
@@ -172,7 +179,7 @@ pub fn run_demo(
     let _ = restarted_writer.join();
 
     let started = Instant::now();
-    let report = verify_data_dir(&config, &|_| {})?;
+    let report = verify_data_dir(&config.rankings, &config.rankings_storage(), &|_| {})?;
     writeln!(
         out,
         "verify: {} rankings ({} ranked items) recomputed from {} raw events in {:.2}s: {}",
@@ -194,7 +201,7 @@ pub fn run_demo(
         writeln!(out)?;
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         let flash_dir = data_dir.join("flash-sale");
-        runtime.block_on(crate::waiting_room::run_flash_sale_demo(
+        runtime.block_on(flash_sale::run_flash_sale_demo(
             &flash_dir,
             flash_sale_members,
             redis,
@@ -202,7 +209,7 @@ pub fn run_demo(
         ))?;
         // Issue 12: the order service degrades mid-sale; adaptive admission follows it.
         writeln!(out)?;
-        runtime.block_on(crate::waiting_room::run_adaptive_admission_demo(
+        runtime.block_on(adaptive_admission::run_adaptive_admission_demo(
             &data_dir.join("adaptive-sale"),
             redis,
             out,

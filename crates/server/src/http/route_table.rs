@@ -3,7 +3,7 @@
 //! axum's `Router` cannot list its routes, so a test of "every route is documented" needs the routes
 //! somewhere else; a second hand-written list would drift. Each route group is instead a `const` slice of
 //! [`Endpoint`]s, and [`router_of`] is the only way a group becomes a `Router`: the method of an entry is
-//! both what the router matches and what [`crate::app::endpoints`] reports, so the OpenAPI test
+//! both what the router matches and what the application reports as its endpoints, so the OpenAPI test
 //! (`tests/api/ops.rs`) reads exactly what is served.
 //!
 //! Not in the table: the `[[gate]]` reverse-proxy paths (the operator's own paths, any method, configured

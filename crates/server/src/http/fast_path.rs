@@ -1,26 +1,26 @@
-//! The HTTP/1.1 fast lane: a connection's plain rank reads, position polls and entries answered without
-//! hyper (issues 10 and 13).
+//! The HTTP/1.1 fast path: a connection's hottest requests answered without hyper (issues 10 and 13),
+//! through the [`DirectRoutes`] the application composes from its products (the rank read, a member's
+//! position poll and entry).
 //!
-//! With the router out of the way ([`crate::edge::Edge`]'s direct path), a warm rank read still spent
+//! With the router out of the way ([`crate::http::edge::Edge`]'s direct path), a warm rank read still spent
 //! about half of its instructions in hyper's connection machinery (head parsing into a `HeaderMap` and a
 //! `Uri`, the dispatcher, the service glue, the response encoder) — more than the read itself — and an
 //! empty handler behind hyper already cost more CPU per request than Redis's whole `ZREVRANK`. So a
 //! connection starts here: the lane reads request heads itself (httparse, as hyper does) and answers
-//! the shapes it knows, then keeps the connection alive for the next request. A waiting member's
-//! position poll is the waiting room's hottest request and had the same profile (an empty handler
-//! behind hyper cost more than Redis's `ZRANK`), so it takes the lane too:
+//! the shapes its [`DirectRoutes`] recognise, then keeps the connection alive for the next request. A
+//! waiting member's position poll is the waiting room's hottest request and had the same profile (an
+//! empty handler behind hyper cost more than Redis's `ZRANK`), so it takes the lane too:
 //!
-//! - `GET /v1/products/{productId}/rank[?query]`, answered with [`rankings::rank_reply`], and
-//!   `GET /v1/queues/{queue}/entries/{memberId}[?query]`, answered with [`waiting_room::poll_reply`]:
-//!   each the route's own code, written in the bytes hyper would write (status line, the route's
-//!   headers, `content-length`, `date`). Only over HTTP/1.1, with path segments needing no
-//!   percent-decoding, and with no header that changes the exchange (`content-length`,
-//!   `transfer-encoding`, `connection` other than `keep-alive`, `expect`, `upgrade`, conditional and
-//!   range headers).
-//! - `POST /v1/queues/{queue}/entries[?query]`, the surge's one write per member, answered with
-//!   [`waiting_room::enter_reply`] under the same conditions, except that its body is framed by one
-//!   `content-length` of plain digits, no larger than `max_body_bytes`, and already read in full with
-//!   the head: a body still on its way is hyper's to wait for, under the body timeout.
+//! - a bodiless `GET` the routes recognise (the rank read, the position poll), answered with the
+//!   route's own code ([`DirectRoutes::answer`]), written in the bytes hyper would write (status line,
+//!   the route's headers, `content-length`, `date`). Only over HTTP/1.1, with no header that changes the
+//!   exchange (`content-length`, `transfer-encoding`, `connection` other than `keep-alive`, `expect`,
+//!   `upgrade`, conditional and range headers); the routes accept only path segments needing no
+//!   percent-decoding ([`plain_segment`](super::direct_reply::plain_segment)).
+//! - a `POST` the routes recognise (an entry, the surge's one write per member), under the same
+//!   conditions, except that its body is framed by one `content-length` of plain digits, no larger than
+//!   `max_body_bytes`, and already read in full with the head: a body still on its way is hyper's to
+//!   wait for, under the body timeout.
 //!
 //! **Anything else ends the lane**: the bytes read so far go to hyper together with the socket, so hyper
 //! serves that request and every later one on the connection exactly as before (keep-alive, limits,
@@ -39,10 +39,8 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, Re
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::AppState;
-use crate::direct_reply::DirectReply;
-use crate::routes::rankings;
-use crate::waiting_room;
+use super::direct_reply::DirectReply;
+use super::entity_tag::IfNoneMatch;
 
 /// Heads longer than this are hyper's to read (and to refuse, past its own limit).
 const MAX_HEAD_BYTES: usize = 8 * 1024;
@@ -63,6 +61,55 @@ const HYPERS_HEADERS: [&str; 10] = [
     "range",
 ];
 
+/// The method of a request the fast path may answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectMethod {
+    /// A bodiless `GET`.
+    Get,
+    /// A `POST` whose body came whole with its head.
+    Post,
+}
+
+/// A request answered directly, as its route's handler would get it.
+pub struct DirectRequest<'a> {
+    /// The path as sent: the routes recognise only segments that need no percent-decoding.
+    pub path: &'a str,
+    /// The query string, if any.
+    pub query: Option<&'a str>,
+    /// A `POST`'s body (empty for a `GET`).
+    pub body: Bytes,
+    /// The request's `If-None-Match` values (none on the lane, which leaves conditional requests to
+    /// hyper and the router).
+    pub if_none_match: &'a IfNoneMatch,
+}
+
+/// The routes the fast path answers itself, composed by the application from its products. Static
+/// dispatch: the lane is generic over them, so recognising and answering cost what a `match` did.
+pub trait DirectRoutes: Send + Sync + 'static {
+    /// What a recognised path names (ranges of the path, see [`range_of`]), carried to
+    /// [`DirectRoutes::answer`] so the path is split once.
+    type Target: Send;
+
+    /// The target of `method` on `path` when it is answered directly, else `None` (hyper and the router
+    /// answer it). Cheap: every request on a lane connection asks it.
+    fn recognise(&self, method: DirectMethod, path: &str) -> Option<Self::Target>;
+
+    /// The answer to a recognised request, exactly as its route's handler gives it.
+    fn answer(
+        &self,
+        target: Self::Target,
+        request: DirectRequest<'_>,
+    ) -> impl std::future::Future<Output = DirectReply> + Send;
+}
+
+/// Where `part`, a slice of `whole`, lies in it: how a [`DirectRoutes::Target`] names a path segment
+/// without borrowing the connection's buffer.
+pub fn range_of(whole: &str, part: &str) -> std::ops::Range<usize> {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    debug_assert!(start + part.len() <= whole.len(), "part is a slice of whole");
+    start..start + part.len()
+}
+
 /// How a connection left the lane.
 pub enum LaneEnd {
     /// Closed: the client went away, the header timeout passed, or shutdown began while it was idle.
@@ -71,13 +118,24 @@ pub enum LaneEnd {
     ToHyper(Prefixed),
 }
 
-/// Serves `stream`'s plain rank reads, polls and entries until it closes or sends anything else (module docs).
-pub async fn serve(
+/// What a connection's lane needs besides its routes.
+#[derive(Clone)]
+pub struct LaneLimits {
+    /// A head must arrive within this of the previous answer (or of the connection's start).
+    pub header_timeout: Duration,
+    /// A `POST` body longer than this is the router's to refuse.
+    pub max_body_bytes: usize,
+}
+
+/// Serves `stream`'s requests that `routes` recognise until it closes or sends anything else (module
+/// docs).
+pub async fn serve<R: DirectRoutes>(
     mut stream: TcpStream,
-    state: &AppState,
-    header_timeout: Duration,
+    routes: &R,
+    limits: &LaneLimits,
     shutdown: &CancellationToken,
 ) -> LaneEnd {
+    let header_timeout = limits.header_timeout;
     let mut buffer = BytesMut::with_capacity(4096);
     let mut out = Vec::with_capacity(1024);
     let mut date = DateCache::default();
@@ -88,9 +146,10 @@ pub async fn serve(
     tokio::pin!(timer);
     let cancelled = shutdown.cancelled();
     tokio::pin!(cancelled);
+    let no_conditions = IfNoneMatch::absent();
     loop {
         let head = loop {
-            match parse_head(&buffer, state.config.max_body_bytes) {
+            match parse_head(&buffer, limits.max_body_bytes, routes) {
                 Head::Lane(head) => break head,
                 Head::Partial if buffer.len() < MAX_HEAD_BYTES => {}
                 Head::Partial | Head::Other => {
@@ -121,19 +180,13 @@ pub async fn serve(
         let text = |range: &std::ops::Range<usize>| {
             std::str::from_utf8(&head_bytes[range.clone()]).expect("httparse checks the target")
         };
-        let reply = match &head.target {
-            Target::Rank { product, query } => {
-                let query = query.as_ref().map(text);
-                rankings::rank_reply(state, text(product), query, &rankings::IfNoneMatch::absent()).await
-            }
-            Target::Poll { queue, member } => {
-                waiting_room::poll_reply(&state.waiting_room, text(queue), text(member)).await
-            }
-            Target::Enter { queue, body } => {
-                let body = head_bytes.slice(body.clone());
-                waiting_room::enter_reply(&state.waiting_room, text(queue), &body).await
-            }
+        let request = DirectRequest {
+            path: text(&head.path),
+            query: head.query.as_ref().map(text),
+            body: head_bytes.slice(head.body.clone()),
+            if_none_match: &no_conditions,
         };
+        let reply = routes.answer(head.target, request).await;
         out.clear();
         // Shutdown began while this request was in flight: it gets its answer, announced as the last.
         let last = shutdown.is_cancelled();
@@ -178,43 +231,29 @@ fn write_reply(out: &mut Vec<u8>, reply: &DirectReply, date: &[u8], last: bool) 
     out.extend_from_slice(&reply.body);
 }
 
-/// A complete head the lane answers: its length, and what it asks for.
-struct LaneHead {
+/// A complete head the lane answers: its length (body included), where its parts lie, and what the
+/// routes made of its path.
+struct LaneHead<T> {
     len: usize,
-    target: Target,
+    path: std::ops::Range<usize>,
+    query: Option<std::ops::Range<usize>>,
+    /// Empty for a `GET`.
+    body: std::ops::Range<usize>,
+    target: T,
 }
 
-/// What a lane request asks for, as ranges of its head.
-enum Target {
-    /// A rank read: the product id and the query.
-    Rank {
-        product: std::ops::Range<usize>,
-        query: Option<std::ops::Range<usize>>,
-    },
-    /// A position poll: the queue and the member id (a query is ignored, as the route ignores it).
-    Poll {
-        queue: std::ops::Range<usize>,
-        member: std::ops::Range<usize>,
-    },
-    /// An entry: the queue and the whole body (a query is ignored, as the route ignores it).
-    Enter {
-        queue: std::ops::Range<usize>,
-        body: std::ops::Range<usize>,
-    },
-}
-
-enum Head {
-    /// A plain rank read, position poll or entry the lane answers.
-    Lane(LaneHead),
+enum Head<T> {
+    /// A request the routes recognise, whole.
+    Lane(LaneHead<T>),
     /// Not complete yet.
     Partial,
     /// Anything else, or not HTTP at all: hyper's to answer.
     Other,
 }
 
-/// What `buffer` starts with; an entry's body may be at most `max_body_bytes` (past it the router's
-/// limit answers).
-fn parse_head(buffer: &[u8], max_body_bytes: usize) -> Head {
+/// What `buffer` starts with; a `POST` body may be at most `max_body_bytes` (past it the router's limit
+/// answers).
+fn parse_head<R: DirectRoutes>(buffer: &[u8], max_body_bytes: usize, routes: &R) -> Head<R::Target> {
     if buffer.is_empty() {
         return Head::Partial;
     }
@@ -225,9 +264,12 @@ fn parse_head(buffer: &[u8], max_body_bytes: usize) -> Head {
         Ok(httparse::Status::Partial) => return Head::Partial,
         Err(_) => return Head::Other,
     };
-    let (Some(method @ ("GET" | "POST")), Some(1), Some(target)) =
-        (request.method, request.version, request.path)
-    else {
+    let method = match (request.method, request.version) {
+        (Some("GET"), Some(1)) => DirectMethod::Get,
+        (Some("POST"), Some(1)) => DirectMethod::Post,
+        _ => return Head::Other,
+    };
+    let Some(target) = request.path else {
         return Head::Other;
     };
     let (path, query) = match target.split_once('?') {
@@ -242,7 +284,7 @@ fn parse_head(buffer: &[u8], max_body_bytes: usize) -> Head {
             if !header.value.eq_ignore_ascii_case(b"keep-alive") {
                 return Head::Other;
             }
-        } else if method == "POST"
+        } else if method == DirectMethod::Post
             && content_length.is_none()
             && header.name.eq_ignore_ascii_case("content-length")
         {
@@ -257,44 +299,30 @@ fn parse_head(buffer: &[u8], max_body_bytes: usize) -> Head {
             return Head::Other;
         }
     }
+    let Some(target) = routes.recognise(method, path) else {
+        return Head::Other;
+    };
     // Both are slices of `buffer`: their offsets locate them in the head the lane keeps.
     let range = |part: &str| {
         let start = part.as_ptr() as usize - buffer.as_ptr() as usize;
         start..start + part.len()
     };
-    if method == "POST" {
-        let Some(queue) = waiting_room::direct_enter_queue(path) else {
-            return Head::Other;
-        };
+    let body = match method {
+        DirectMethod::Get => len..len,
         // A body past the limit is the router's to refuse, and one not yet read in full is hyper's to
         // wait for (under the body timeout, which the lane does not keep).
-        let body = match content_length {
+        DirectMethod::Post => match content_length {
             Some(length) if length <= max_body_bytes && buffer.len() - len >= length => len..len + length,
             _ => return Head::Other,
-        };
-        let target = Target::Enter {
-            queue: range(queue),
-            body: body.clone(),
-        };
-        return Head::Lane(LaneHead {
-            len: body.end,
-            target,
-        });
-    }
-    let target = if let Some(product) = rankings::direct_rank_product(path) {
-        Target::Rank {
-            product: range(product),
-            query: query.map(range),
-        }
-    } else if let Some((queue, member)) = waiting_room::direct_poll_target(path) {
-        Target::Poll {
-            queue: range(queue),
-            member: range(member),
-        }
-    } else {
-        return Head::Other;
+        },
     };
-    Head::Lane(LaneHead { len, target })
+    Head::Lane(LaneHead {
+        len: body.end,
+        path: range(path),
+        query: query.map(range),
+        body,
+        target,
+    })
 }
 
 /// A `content-length` of ASCII digits only (hyper refuses anything else, so such a request is its to
@@ -389,110 +417,112 @@ impl AsyncWrite for Prefixed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::direct_reply::plain_segment;
+
+    /// Routes for the lane's own rules: `GET /get/{x}` and `POST /post/{x}`, each segment plain.
+    struct TestRoutes;
+
+    impl DirectRoutes for TestRoutes {
+        type Target = std::ops::Range<usize>;
+
+        fn recognise(&self, method: DirectMethod, path: &str) -> Option<Self::Target> {
+            let segment = match method {
+                DirectMethod::Get => path.strip_prefix("/get/")?,
+                DirectMethod::Post => path.strip_prefix("/post/")?,
+            };
+            plain_segment(segment).then(|| range_of(path, segment))
+        }
+
+        async fn answer(&self, target: Self::Target, request: DirectRequest<'_>) -> DirectReply {
+            DirectReply::json(Bytes::copy_from_slice(request.path[target].as_bytes()), [])
+        }
+    }
+
+    fn parse(raw: &str) -> Head<std::ops::Range<usize>> {
+        parse_head(raw.as_bytes(), 64, &TestRoutes)
+    }
+
+    /// The recognised segment, query and body of a lane request; `None` for one hyper answers.
+    fn lane(raw: &str) -> Option<(String, Option<String>, String, usize)> {
+        match parse(raw) {
+            Head::Lane(head) => Some((
+                raw[head.path][head.target].to_owned(),
+                head.query.map(|q| raw[q].to_owned()),
+                raw[head.body].to_owned(),
+                head.len,
+            )),
+            _ => None,
+        }
+    }
 
     #[test]
-    fn only_plain_rank_reads_polls_and_whole_entries_take_the_lane() {
-        let parse = |raw: &str| parse_head(raw.as_bytes(), 64);
-        let rank = |raw: &str| {
-            matches!(
-                parse(raw),
-                Head::Lane(LaneHead {
-                    target: Target::Rank { .. },
-                    ..
-                })
-            )
-        };
-        let poll = |raw: &str| match parse(raw) {
-            Head::Lane(LaneHead {
-                target: Target::Poll { queue, member },
-                ..
-            }) => Some((raw[queue].to_owned(), raw[member].to_owned())),
-            _ => None,
-        };
+    fn plain_gets_take_the_lane_with_their_query() {
         assert_eq!(
-            poll("GET /v1/queues/drop/entries/m-1 HTTP/1.1\r\nHost: x\r\n\r\n"),
-            Some(("drop".into(), "m-1".into()))
+            lane("GET /get/p1?window=7d HTTP/1.1\r\nHost: x\r\n\r\n").map(|l| (l.0, l.1)),
+            Some(("p1".into(), Some("window=7d".into())))
         );
-        assert_eq!(
-            poll("GET /v1/queues/q/entries/m?x=1 HTTP/1.1\r\n\r\n"),
-            Some(("q".into(), "m".into()))
-        );
+        assert!(lane("GET /get/p1 HTTP/1.1\r\n\r\n").is_some());
+        assert!(lane("GET /get/p1 HTTP/1.1\r\nConnection: Keep-Alive\r\n\r\n").is_some());
         for other in [
-            "GET /v1/queues/q/entries/m/events HTTP/1.1\r\n\r\n",
-            "GET /v1/queues/q/entries/ HTTP/1.1\r\n\r\n",
-            "GET /v1/queues//entries/m HTTP/1.1\r\n\r\n",
-            "GET /v1/queues/q/entries/m%31 HTTP/1.1\r\n\r\n",
-            "GET /v1/queues/q/draw HTTP/1.1\r\n\r\n",
-            "DELETE /v1/queues/q/entries/m HTTP/1.1\r\n\r\n",
-            "GET /v1/queues/q/entries/m HTTP/1.1\r\nConnection: close\r\n\r\n",
-        ] {
-            assert!(matches!(parse(other), Head::Other), "{other:?}");
-        }
-        assert!(rank(
-            "GET /v1/products/p1/rank?window=7d HTTP/1.1\r\nHost: x\r\n\r\n"
-        ));
-        assert!(rank("GET /v1/products/p1/rank HTTP/1.1\r\n\r\n"));
-        assert!(rank(
-            "GET /v1/products/p1/rank HTTP/1.1\r\nConnection: Keep-Alive\r\n\r\n"
-        ));
-        for other in [
-            "HEAD /v1/products/p1/rank HTTP/1.1\r\n\r\n",
-            "GET /v1/products/p1/rank HTTP/1.0\r\n\r\n",
-            "GET /v1/products/p%31/rank HTTP/1.1\r\n\r\n",
-            "GET /v1/products/p1/rank/ HTTP/1.1\r\n\r\n",
+            "HEAD /get/p1 HTTP/1.1\r\n\r\n",
+            "GET /get/p1 HTTP/1.0\r\n\r\n",
+            "GET /get/p%31 HTTP/1.1\r\n\r\n",
+            "GET /get/ HTTP/1.1\r\n\r\n",
             "GET /healthz HTTP/1.1\r\n\r\n",
-            "GET /v1/products/p1/rank HTTP/1.1\r\nConnection: close\r\n\r\n",
-            "GET /v1/products/p1/rank HTTP/1.1\r\ncontent-length: 3\r\n\r\nabc",
-            "GET /v1/products/p1/rank HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
-            "POST /v1/products/p1/rank HTTP/1.1\r\n\r\n",
-            "GET /v1/products/p1/rank HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",
-            "GET /v1/products/p1/rank HTTP/1.1\r\nIf-None-Match: \"x\"\r\n\r\n",
-            "GET /v1/products/p1/rank HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
+            "GET /get/p1 HTTP/1.1\r\nConnection: close\r\n\r\n",
+            "GET /get/p1 HTTP/1.1\r\ncontent-length: 3\r\n\r\nabc",
+            "GET /get/p1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /get/p1 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            "GET /get/p1 HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",
+            "GET /get/p1 HTTP/1.1\r\nIf-None-Match: \"x\"\r\n\r\n",
+            "GET /get/p1 HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
             "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
             "\x16\x03\x01 not http",
         ] {
             assert!(matches!(parse(other), Head::Other), "{other:?}");
         }
-        assert!(matches!(parse("GET /v1/products/p1/ra"), Head::Partial));
+        assert!(matches!(parse("GET /get/p1"), Head::Partial));
         assert!(matches!(parse(""), Head::Partial));
-        let enter = |raw: &str| match parse(raw) {
-            Head::Lane(LaneHead {
-                len,
-                target: Target::Enter { queue, body },
-            }) => Some((len, raw[queue].to_owned(), raw[body].to_owned())),
-            _ => None,
-        };
-        let head = "POST /v1/queues/drop/entries HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n";
+    }
+
+    #[test]
+    fn only_whole_bodies_framed_by_one_plain_length_take_the_lane() {
+        let head = "POST /post/drop HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n";
         let whole = format!("{head}{{\"memberId\":\"m\"}}");
         assert_eq!(
-            enter(&format!("{whole}GET /next HTTP/1.1\r\n\r\n")),
-            Some((whole.len(), "drop".into(), "{\"memberId\":\"m\"}".into()))
+            lane(&format!("{whole}GET /next HTTP/1.1\r\n\r\n")),
+            Some(("drop".into(), None, "{\"memberId\":\"m\"}".into(), whole.len()))
         );
         assert_eq!(
-            enter("POST /v1/queues/q/entries?x=1 HTTP/1.1\r\ncontent-length: 0\r\n\r\n").map(|e| e.2),
+            lane("POST /post/q?x=1 HTTP/1.1\r\ncontent-length: 0\r\n\r\n").map(|l| l.2),
             Some(String::new())
         );
         for other in [
             // The body not read in full yet, or past the limit (64 here).
-            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 15\r\n\r\n{\"memberId\"",
-            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 65\r\n\r\n",
+            "POST /post/q HTTP/1.1\r\nContent-Length: 15\r\n\r\n{\"memberId\"",
+            "POST /post/q HTTP/1.1\r\nContent-Length: 65\r\n\r\n",
             // No length, a second one, one hyper refuses, or another framing.
-            "POST /v1/queues/q/entries HTTP/1.1\r\n\r\n",
-            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
-            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: +2\r\n\r\n{}",
-            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
-            "POST /v1/queues/q/entries HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
-            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n{}",
-            "POST /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+            "POST /post/q HTTP/1.1\r\n\r\n",
+            "POST /post/q HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+            "POST /post/q HTTP/1.1\r\nContent-Length: +2\r\n\r\n{}",
+            "POST /post/q HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            "POST /post/q HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+            "POST /post/q HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n{}",
+            "POST /post/q HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
             // Another path or method.
-            "POST /v1/queues/q%31/entries HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
-            "POST /v1/queues//entries HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
-            "POST /v1/queues/q/entries/ HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
-            "POST /v1/queues/q/tokens/claim HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
-            "PUT /v1/queues/q/entries HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
-            "POST /v1/queues/q/entries HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}",
+            "POST /post/q%31 HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+            "POST /get/q HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+            "PUT /post/q HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+            "POST /post/q HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}",
         ] {
             assert!(matches!(parse(other), Head::Other), "{other:?}");
         }
+    }
+
+    #[test]
+    fn a_range_of_names_a_slice_of_its_whole() {
+        let path = "/v1/queues/q/entries/m";
+        let member = &path[path.len() - 1..];
+        assert_eq!(&path[range_of(path, member)], "m");
     }
 }

@@ -6,7 +6,7 @@ use axum::response::{Html, IntoResponse};
 use axum::Json;
 use serde_json::json;
 
-use crate::app::AppState;
+use super::AppState;
 
 /// Liveness: the process answers.
 pub async fn healthz() -> Json<serde_json::Value> {
@@ -19,12 +19,12 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         Ok(()) => {
             let mut body = json!({ "status": "ready" });
             // Stale serving is still ready: reads answer from memory, marked `stale: true`.
-            if let Some(serving) = state.rankings.serving() {
+            if let Some(serving) = state.rankings.service.serving() {
                 body["serving"] = serving.status();
             }
             // Ready without an assignment too: reads are served, and a group may have more members than
             // partitions. `kafka.assigned` says whether this one consumes.
-            if let Some(kafka) = &state.kafka {
+            if let Some(kafka) = &state.rankings.kafka {
                 body["kafka"] = kafka.to_json();
             }
             (StatusCode::OK, Json(body))
@@ -39,7 +39,7 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 /// Prometheus text exposition.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let (engine_products, as_of) = {
-        let engine = state.rankings.engine().read();
+        let engine = state.rankings.service.engine().read();
         (engine.product_count(), engine.as_of_millis())
     };
     metrics::gauge!("rankgate_products").set(engine_products as f64);

@@ -12,9 +12,8 @@
 //! `If-None-Match` matches gets `304 Not Modified` with the same two headers and no body. The sort is a
 //! POST, `Cache-Control: no-store`.
 
-use axum::extract::{FromRequestParts, Path, RawQuery, State};
-use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -26,16 +25,17 @@ use rankgate_core::read::{
 };
 use rankgate_store::ranking::engine::RankingQuery;
 
-use crate::app::AppState;
-use crate::direct_reply::DirectReply;
-use crate::error::{ApiError, ApiResult};
+use crate::http::direct_reply::DirectReply;
+use crate::http::entity_tag::IfNoneMatch;
+use crate::http::error::{ApiError, ApiResult};
 use crate::rankings::reader::{
     RankRequest, RanksRequest, ReadError, Served, SortRequest, TopRequest, MAX_SORT_PRODUCTS,
 };
 use crate::rankings::top_streams::OpenError;
+use crate::rankings::Rankings;
 
 /// What reads are checked against: the zone, the server clock, retention.
-fn read_context(state: &AppState) -> ReadContext<'_> {
+fn read_context(state: &Rankings) -> ReadContext<'_> {
     ReadContext {
         zone: &state.config.zone,
         now_millis: state.clock.now_millis(),
@@ -44,40 +44,9 @@ fn read_context(state: &AppState) -> ReadContext<'_> {
 }
 
 /// Parses a read's query string with the one read-parameter parser, against the server clock.
-fn parse_query(state: &AppState, endpoint: ReadEndpoint, query: Option<&str>) -> ApiResult<ReadRequest> {
+fn parse_query(state: &Rankings, endpoint: ReadEndpoint, query: Option<&str>) -> ApiResult<ReadRequest> {
     parse_read_query(endpoint, query.unwrap_or(""), &read_context(state))
         .map_err(|e| ApiError::BadRequest(e.to_string()))
-}
-
-/// The request's `If-None-Match` values, in order. Extracted alone rather than as a whole `HeaderMap`,
-/// which would copy every header of every read; without the header this allocates nothing.
-pub struct IfNoneMatch(Vec<HeaderValue>);
-
-impl IfNoneMatch {
-    /// The `If-None-Match` values of `headers`.
-    pub fn of(headers: &HeaderMap) -> IfNoneMatch {
-        IfNoneMatch(headers.get_all(header::IF_NONE_MATCH).iter().cloned().collect())
-    }
-
-    /// No `If-None-Match` (the fast lane leaves conditional requests to hyper and the router).
-    pub const fn absent() -> IfNoneMatch {
-        IfNoneMatch(Vec::new())
-    }
-
-    /// Whether the client already holds `served` (its tag matches one of the values).
-    fn holds(&self, served: &Served) -> bool {
-        served
-            .etag
-            .matches_if_none_match(self.0.iter().map(HeaderValue::as_bytes))
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for IfNoneMatch {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        Ok(IfNoneMatch::of(&parts.headers))
-    }
 }
 
 /// The `Cache-Control` value of cacheable reads.
@@ -87,8 +56,8 @@ pub fn cache_control(max_age_seconds: u64) -> HeaderValue {
 
 /// A cacheable read's answer: 200 with the body, or 304 when the client already holds it. Both carry the
 /// `ETag` and `Cache-Control` (RFC 9110 §15.4.5: a 304 sends what a 200 would have in those).
-fn cacheable_response(state: &AppState, if_none_match: &IfNoneMatch, served: Served) -> Response {
-    let not_modified = if_none_match.holds(&served);
+fn cacheable_response(state: &Rankings, if_none_match: &IfNoneMatch, served: Served) -> Response {
+    let not_modified = if_none_match.holds(&served.etag);
     let headers = [
         (header::ETAG, served.etag_header),
         (header::CACHE_CONTROL, state.cache_control.clone()),
@@ -112,7 +81,7 @@ impl From<ReadError> for ApiError {
 
 /// `GET /v1/categories/{category}/top`
 pub async fn top(
-    State(state): State<AppState>,
+    State(state): State<Rankings>,
     Path(category): Path<String>,
     RawQuery(query): RawQuery,
     if_none_match: IfNoneMatch,
@@ -151,7 +120,7 @@ impl From<OpenError> for ApiError {
 /// `GET /v1/categories/{category}/top/events`: the top page as Server-Sent Events, sent when the stream
 /// opens and whenever it changes (see [`crate::rankings::top_streams`]). Parameters as `…/top`.
 pub async fn top_events(
-    State(state): State<AppState>,
+    State(state): State<Rankings>,
     Path(category): Path<String>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
@@ -165,7 +134,7 @@ pub async fn top_events(
 
 /// `GET /v1/products/{productId}/rank`
 pub async fn rank(
-    State(state): State<AppState>,
+    State(state): State<Rankings>,
     Path(product): Path<String>,
     RawQuery(query): RawQuery,
     if_none_match: IfNoneMatch,
@@ -177,7 +146,7 @@ pub async fn rank(
 
 /// The rank read itself, from the decoded `productId` path segment and the raw query string: the body
 /// and its entity tag.
-async fn rank_served(state: &AppState, product: &str, query: Option<&str>) -> ApiResult<Served> {
+async fn rank_served(state: &Rankings, product: &str, query: Option<&str>) -> ApiResult<Served> {
     let product = ProductId::parse(product).map_err(|e| ApiError::bad_field("productId", e))?;
     let parsed = parse_query(state, ReadEndpoint::Rank, query)?;
     let request = RankRequest {
@@ -193,7 +162,7 @@ async fn rank_served(state: &AppState, product: &str, query: Option<&str>) -> Ap
 
 /// `GET /v1/products/{productId}/ranks`: the product's place in `all` and in each of its categories.
 pub async fn ranks(
-    State(state): State<AppState>,
+    State(state): State<Rankings>,
     Path(product): Path<String>,
     RawQuery(query): RawQuery,
     if_none_match: IfNoneMatch,
@@ -228,7 +197,7 @@ pub struct SortBody {
 }
 
 /// Parses a sort body into a [`SortRequest`]: every field checked, each error naming its field.
-pub fn parse_sort_body(state: &AppState, body: &[u8]) -> ApiResult<SortRequest> {
+pub fn parse_sort_body(state: &Rankings, body: &[u8]) -> ApiResult<SortRequest> {
     if body.len() > MAX_SORT_BODY_BYTES {
         return Err(ApiError::PayloadTooLarge(format!(
             "body: a sort request may be at most {MAX_SORT_BODY_BYTES} bytes ({MAX_SORT_PRODUCTS} productIds)"
@@ -281,7 +250,7 @@ pub fn parse_sort_body(state: &AppState, body: &[u8]) -> ApiResult<SortRequest> 
 }
 
 /// `POST /v1/rankings/sort`: the products in the ranking's order, unranked ones last in the order asked.
-pub async fn sort(State(state): State<AppState>, body: axum::body::Bytes) -> ApiResult<Response> {
+pub async fn sort(State(state): State<Rankings>, body: axum::body::Bytes) -> ApiResult<Response> {
     let request = parse_sort_body(&state, &body)?;
     let body = state.reader.sort(&request).await?;
     Ok((
@@ -296,14 +265,14 @@ pub async fn sort(State(state): State<AppState>, body: axum::body::Bytes) -> Api
 
 /// The rank read, answered (see [`DirectReply`]).
 pub async fn rank_reply(
-    state: &AppState,
+    state: &Rankings,
     product: &str,
     query: Option<&str>,
     if_none_match: &IfNoneMatch,
 ) -> DirectReply {
     match rank_served(state, product, query).await {
         // The same headers, in the same order, as `cacheable_response` gives the other reads.
-        Ok(served) if if_none_match.holds(&served) => DirectReply {
+        Ok(served) if if_none_match.holds(&served.etag) => DirectReply {
             status: StatusCode::NOT_MODIFIED,
             headers: vec![
                 (header::ETAG, served.etag_header),
@@ -329,5 +298,5 @@ pub async fn rank_reply(
 /// as the router's `Path` extractor would give it. `None` for every other path.
 pub fn direct_rank_product(path: &str) -> Option<&str> {
     let product = path.strip_prefix("/v1/products/")?.strip_suffix("/rank")?;
-    crate::direct_reply::plain_segment(product).then_some(product)
+    crate::http::direct_reply::plain_segment(product).then_some(product)
 }

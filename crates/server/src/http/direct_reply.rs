@@ -1,5 +1,5 @@
 //! Answers written whole, for the routes that more than one path serves: the router's handler, the
-//! edge's direct path ([`crate::edge::Edge`]) and the fast lane ([`crate::fast_lane`]), which skip the
+//! edge's direct path ([`crate::http::edge::Edge`]) and the fast lane ([`crate::http::fast_path`]), which skip the
 //! router's and hyper's per-request work on the hottest requests (the rank read, a member's position
 //! poll). Every path writes exactly a route's [`DirectReply`], so a header added to it (`Cache-Control`,
 //! `ETag`, `RateLimit`, …) reaches every one of them.
@@ -8,7 +8,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// An answer: status, headers (but `content-length` and `date`, which whoever writes the answer adds)
 /// and body.

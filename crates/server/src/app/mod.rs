@@ -1,0 +1,295 @@
+//! The application: the two products composed into one service, and startup you can test.
+//!
+//! [`Application::build`] locks the data directory, opens the waiting room and the rankings (each
+//! restoring its state), binds the listener (port 0 in tests) and assembles the router inside the
+//! [`Edge`](crate::http::edge::Edge); [`Application::run_until_stopped`] serves until shutdown.
+//!
+//! - this module: the composition, and the route table of the whole service ([`endpoints`]);
+//! - [`direct`]: the fast path's routes, the rank read and the member's poll and entry;
+//! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, `/openapi.json` and the dashboard, which report on
+//!   both products.
+//!
+//! This is the one place that knows both products: the rankings' webhooks deliver through the waiting
+//! room's job store, handed over here.
+
+pub mod direct;
+pub mod ops;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::extract::DefaultBodyLimit;
+use axum::http::Method;
+use axum::routing::on;
+use axum::{middleware, Router};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_http::trace::TraceLayer;
+
+use rankgate_store::clock::{Clock, SystemClock};
+
+use crate::config::Config;
+use crate::http::auth::{require_admin, require_ingest, AccessKeys};
+use crate::http::edge::{self, Edge, HttpLimits};
+use crate::http::route_table::{self, Endpoint};
+use crate::rankings::Rankings;
+use crate::waiting_room::{self, WaitingRoom};
+use direct::DirectRoutesOfApp;
+
+/// What the operations endpoints reach, and what tests and tools running in process inspect.
+#[derive(Clone)]
+pub struct AppState {
+    /// Merged configuration.
+    pub config: Arc<Config>,
+    /// The rankings.
+    pub rankings: Rankings,
+    /// The waiting room.
+    pub waiting_room: Arc<WaitingRoom>,
+    /// Server clock (a manual one in tests).
+    pub clock: Arc<dyn Clock>,
+    /// Renders `/metrics`.
+    pub prometheus: PrometheusHandle,
+}
+
+/// The process-wide Prometheus recorder; installed once even when tests start many apps.
+pub fn prometheus_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            // Series idle this long are dropped, so those of deleted and forgotten queues do not pile up
+            // (defect 4; see waiting_room::telemetry).
+            let recorder = PrometheusBuilder::new()
+                .idle_timeout(
+                    metrics_util::MetricKindMask::ALL,
+                    Some(waiting_room::SERIES_IDLE_TIMEOUT),
+                )
+                .build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (e.g. by an embedding test); keep serving ours.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+/// Operations endpoints, open to anyone.
+const OPS_ENDPOINTS: &[Endpoint<AppState>] = &[
+    Endpoint::new(Method::GET, "/healthz", |m| on(m, ops::healthz)),
+    Endpoint::new(Method::GET, "/readyz", |m| on(m, ops::readyz)),
+    Endpoint::new(Method::GET, "/metrics", |m| on(m, ops::metrics)),
+    Endpoint::new(Method::GET, "/openapi.json", |m| on(m, ops::openapi)),
+    Endpoint::new(Method::GET, "/", |m| on(m, ops::dashboard)),
+    Endpoint::new(Method::GET, "/dashboard", |m| on(m, ops::dashboard)),
+];
+
+/// Every (method, path) [`router`] serves, from the same tables it is built from (the `[[gate]]` paths
+/// aside: see [`crate::http::route_table`]). The OpenAPI test compares this with `openapi.json`.
+pub fn endpoints() -> Vec<(Method, &'static str)> {
+    route_table::methods_and_paths(OPS_ENDPOINTS)
+        .chain(Rankings::endpoints())
+        .chain(waiting_room::endpoints())
+        .collect()
+}
+
+/// The router with every route group, auth and limits, inside the [`Edge`].
+pub fn router(state: AppState) -> Edge<DirectRoutesOfApp> {
+    let keys = Arc::new(AccessKeys {
+        admin: state.config.admin_keys.clone(),
+        ingest: state.config.ingest_keys.clone(),
+    });
+    let admin_routes = state
+        .rankings
+        .admin_routes()
+        .merge(waiting_room::admin_routes(state.waiting_room.clone()))
+        .route_layer(middleware::from_fn_with_state(keys.clone(), require_admin));
+    let ingest_routes = state
+        .rankings
+        .ingest_routes()
+        .route_layer(middleware::from_fn_with_state(keys, require_ingest));
+    let mut app = Router::new()
+        .merge(route_table::router_of(OPS_ENDPOINTS).with_state(state.clone()))
+        .merge(state.rankings.public_routes())
+        .merge(ingest_routes)
+        .merge(admin_routes)
+        .merge(waiting_room::member_routes(state.waiting_room.clone()));
+    if let Some(gate) = waiting_room::gate_routes(state.waiting_room.clone()) {
+        app = app.merge(gate);
+    }
+    let app = app
+        .fallback(edge::unknown_route)
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes));
+    // The per-request spans and events of `TraceLayer::new_for_http` are DEBUG: leave the layer out unless
+    // that level is on (decided once, at start), as it costs ~10% of a cheap request for records nobody
+    // receives. Its one louder record, an ERROR line per 5xx answer, goes with it: internal errors are
+    // still logged by `ApiError`, while a store outage (503s) shows in `/readyz`, in the background
+    // workers' warnings and in the gate's outcome counters rather than as one line per refused request.
+    let traced = tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG);
+    let app = if traced {
+        app.layer(TraceLayer::new_for_http())
+    } else {
+        app
+    };
+    // The edge wraps the router as one service rather than each route (`Router::layer`): it must see the
+    // answers the router makes itself, such as a 405 with its `Allow` header.
+    let edge = Edge::new(
+        app,
+        Duration::from_millis(state.config.http.body_timeout_millis.max(1)),
+        state.config.max_body_bytes,
+    );
+    // The hottest requests skip the router (see `edge`), unless it is traced: then every request must
+    // pass the layer.
+    if traced {
+        edge
+    } else {
+        edge.with_direct_routes(DirectRoutesOfApp::new(&state))
+    }
+}
+
+/// A built, bound, not yet serving rankgate.
+pub struct Application {
+    listener: TcpListener,
+    router: Edge<DirectRoutesOfApp>,
+    state: AppState,
+    shutdown: CancellationToken,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    _data_dir_lock: std::fs::File,
+}
+
+impl Application {
+    /// Opens the embedded stores under `config.data_dir`, restores their state, and binds `config.listen`.
+    pub async fn build(config: Config) -> anyhow::Result<Application> {
+        Application::build_with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// [`Application::build`] with a chosen clock.
+    pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Application> {
+        let lock = lock_data_dir(&config.data_dir)?;
+        let waiting_room = if config.redis.is_empty() {
+            WaitingRoom::open_embedded(&config.data_dir, config.waiting_room.clone(), clock.clone()).await?
+        } else {
+            WaitingRoom::open_redis(
+                &config.redis,
+                &config.redis_prefix,
+                config.waiting_room.clone(),
+                clock.clone(),
+            )
+            .await
+            .context("opening the waiting room on Redis (check --redis)")?
+        };
+        let shutdown = CancellationToken::new();
+        let rankings = Rankings::open(
+            config.rankings.clone(),
+            &config.rankings_storage(),
+            waiting_room.jobs(),
+            config.max_body_bytes,
+            clock.clone(),
+            &shutdown,
+        )
+        .await?;
+        let listener = TcpListener::bind(config.listen).await.with_context(|| {
+            format!(
+                "binding {}; is another process using that address?",
+                config.listen
+            )
+        })?;
+        let state = AppState {
+            config: Arc::new(config),
+            rankings,
+            waiting_room,
+            clock,
+            prometheus: prometheus_handle(),
+        };
+        let mut workers = state.waiting_room.spawn_workers(shutdown.clone());
+        workers.extend(state.rankings.spawn_workers(&shutdown));
+        Ok(Application {
+            listener,
+            router: router(state.clone()),
+            state,
+            shutdown,
+            workers,
+            _data_dir_lock: lock,
+        })
+    }
+
+    /// The bound address (the real port when asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    /// The shared state, for tests and tools that run in process.
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// A token that stops the server when cancelled.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Serves until the shutdown token is cancelled or SIGTERM / Ctrl-C arrives.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let shutdown = self.shutdown.clone();
+        let signal_shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            signal_shutdown.cancel();
+        });
+        let http = &self.state.config.http;
+        let limits = HttpLimits {
+            header_timeout: Duration::from_millis(http.header_timeout_millis.max(1)),
+            body_timeout: Duration::from_millis(http.body_timeout_millis.max(1)),
+            max_connections: http.max_connections.max(1),
+        };
+        edge::serve_until_stopped(self.listener, self.router, limits, shutdown).await;
+        for worker in self.workers {
+            let _ = worker.await;
+        }
+        self.state.rankings.barrier().await?;
+        Ok(())
+    }
+}
+
+/// Opens a data dir for exclusive use by one process: the embedded stores are single-writer.
+pub fn lock_data_dir(data_dir: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    let path = data_dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    file.try_lock().map_err(|_| {
+        anyhow::anyhow!(
+            "{} is in use by another rankgate process; stop it, or use --url to talk to it",
+            data_dir.display()
+        )
+    })?;
+    Ok(file)
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

@@ -1,0 +1,127 @@
+//! Bearer keys for admin and ingest endpoints.
+//!
+//! When no key is configured for a scope, that scope is open (the embedded quick start needs no setup).
+//! Keys are stored as SHA-256 hashes and compared in constant time ([`BearerKeys`]); a presented key is
+//! never logged. The guards take their keys as their own state ([`AccessKeys`]), so a product's routes
+//! are guarded without the guard knowing the product.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap};
+use axum::middleware::Next;
+use axum::response::Response;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::http::error::ApiError;
+
+/// Hashed bearer keys, compared in constant time.
+#[derive(Clone, Default)]
+pub struct BearerKeys(Vec<[u8; 32]>);
+
+impl BearerKeys {
+    /// Hashes each key; the plain keys are dropped.
+    pub fn from_plain<S: AsRef<str>>(keys: &[S]) -> BearerKeys {
+        BearerKeys(
+            keys.iter()
+                .map(|k| k.as_ref().trim())
+                .filter(|k| !k.is_empty())
+                .map(|k| Sha256::digest(k).into())
+                .collect(),
+        )
+    }
+
+    /// Number of keys configured.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when no key is configured (the endpoints are open).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `presented` is one of the keys. Compares every stored hash in constant time.
+    pub fn accepts(&self, presented: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(presented).into();
+        self.0
+            .iter()
+            .fold(subtle::Choice::from(0), |found, key| found | key.ct_eq(&digest))
+            .into()
+    }
+}
+
+/// The keys of both guarded scopes, the state of [`require_admin`] and [`require_ingest`].
+#[derive(Clone, Default)]
+pub struct AccessKeys {
+    /// Admin keys; empty means admin endpoints are open.
+    pub admin: BearerKeys,
+    /// Ingest keys; empty means ingest is open (when admin keys are empty too). Admin keys ingest too.
+    pub ingest: BearerKeys,
+}
+
+/// The key of an `Authorization: Bearer <key>` header, if the request carries one.
+pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, key) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
+}
+
+/// Requires an admin key, when admin keys are configured.
+pub async fn require_admin(
+    State(keys): State<Arc<AccessKeys>>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let admin = &keys.admin;
+    if admin.is_empty() || presented_key(request.headers()).is_some_and(|key| admin.accepts(key)) {
+        return Ok(next.run(request).await);
+    }
+    Err(ApiError::Unauthorized(
+        "admin endpoints need `Authorization: Bearer <admin key>`".into(),
+    ))
+}
+
+/// Requires an ingest (or admin) key, when ingest keys are configured.
+pub async fn require_ingest(
+    State(keys): State<Arc<AccessKeys>>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let (ingest, admin) = (&keys.ingest, &keys.admin);
+    if ingest.is_empty() && admin.is_empty() {
+        return Ok(next.run(request).await);
+    }
+    if presented_key(request.headers()).is_some_and(|key| ingest.accepts(key) || admin.accepts(key)) {
+        return Ok(next.run(request).await);
+    }
+    Err(ApiError::Unauthorized(
+        "ingest needs `Authorization: Bearer <ingest key>`".into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_hashed_and_matched_exactly() {
+        let keys = BearerKeys::from_plain(&["s3cret", " other "]);
+        assert!(keys.accepts("s3cret"));
+        assert!(keys.accepts("other"));
+        assert!(!keys.accepts("s3cre"));
+        assert!(!keys.accepts(""));
+    }
+
+    #[test]
+    fn only_a_bearer_scheme_presents_a_key() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, "Bearer  k-1 ".parse().unwrap());
+        assert_eq!(presented_key(&headers), Some("k-1"));
+        headers.insert(header::AUTHORIZATION, "bearer k-2".parse().unwrap());
+        assert_eq!(presented_key(&headers), Some("k-2"));
+        headers.insert(header::AUTHORIZATION, "Basic azE6azI=".parse().unwrap());
+        assert_eq!(presented_key(&headers), None);
+    }
+}
