@@ -4,34 +4,63 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse};
 use axum::Json;
-use serde_json::json;
+use serde::Serialize;
 
 use super::AppState;
+use crate::rankings::ingest::kafka::status::KafkaView;
+use crate::rankings::serving::ServingStatus;
+
+/// The body of `/healthz`.
+#[derive(Debug, Serialize)]
+pub struct Health {
+    /// Always `ok`: the process answers.
+    pub status: &'static str,
+}
 
 /// Liveness: the process answers.
-pub async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({ "status": "ok" }))
+pub async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// The body of `/readyz`.
+#[derive(Debug, Serialize)]
+pub struct Readiness {
+    /// `ready` or `unavailable`.
+    pub status: &'static str,
+    /// Why not ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Redis serving, when configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serving: Option<ServingStatus>,
+    /// The Kafka consumer, when configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaView>,
 }
 
 /// Readiness: serving state is loaded and the writer accepts work; with Redis serving, also its state.
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match state.rankings.barrier().await {
         Ok(()) => {
-            let mut body = json!({ "status": "ready" });
-            // Stale serving is still ready: reads answer from memory, marked `stale: true`.
-            if let Some(serving) = state.rankings.service.serving() {
-                body["serving"] = serving.status();
-            }
-            // Ready without an assignment too: reads are served, and a group may have more members than
-            // partitions. `kafka.assigned` says whether this one consumes.
-            if let Some(kafka) = &state.rankings.kafka {
-                body["kafka"] = kafka.to_json();
-            }
+            let body = Readiness {
+                status: "ready",
+                error: None,
+                // Stale serving is still ready: reads answer from memory, marked `stale: true`.
+                serving: state.rankings.serving_status(),
+                // Ready without an assignment too: reads are served, and a group may have more members
+                // than partitions. `kafka.assigned` says whether this one consumes.
+                kafka: state.rankings.kafka.as_ref().map(|kafka| kafka.view()),
+            };
             (StatusCode::OK, Json(body))
         }
         Err(error) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "unavailable", "error": error.to_string() })),
+            Json(Readiness {
+                status: "unavailable",
+                error: Some(error.to_string()),
+                serving: None,
+                kafka: None,
+            }),
         ),
     }
 }
@@ -43,6 +72,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         (engine.product_count(), engine.as_of_millis())
     };
     metrics::gauge!("rankgate_products").set(engine_products as f64);
+    // Sets `rankgate_serving_stale` by the same rule reads and `/readyz` follow.
+    let _ = state.rankings.serving_status();
     if let Some(as_of) = as_of {
         // Age of the newest ingest the served rankings include: ingest is applied before it is
         // acknowledged, so this is the time since the last batch, not a processing backlog.

@@ -149,7 +149,6 @@ impl Rankings {
             service.clone(),
             clock.clone(),
             config.zone.clone(),
-            config.freshness_millis,
         ));
         let top_streams = Arc::new(TopStreams::new(
             reader.clone(),
@@ -286,6 +285,12 @@ impl Rankings {
     /// The product id of a rank read the fast path may answer (see [`routes::reads::direct_rank_product`]).
     pub fn direct_rank_product(path: &str) -> Option<&str> {
         routes::reads::direct_rank_product(path)
+    }
+
+    /// Redis serving's state by the one staleness rule (see [`serving`]), when Redis serves.
+    pub fn serving_status(&self) -> Option<serving::ServingStatus> {
+        let serving = self.service.serving()?;
+        Some(serving.status(self.service.engine().read().as_of_millis()))
     }
 
     /// Waits for the writer to drain (every earlier command has been applied): whether ingest works.

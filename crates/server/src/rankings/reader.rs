@@ -51,7 +51,7 @@ use rankgate_store::ranking::serving_store::{
     EngineRead, EngineReadError, EngineServing, ServingStore, SortedProducts,
 };
 
-use super::serving::Serving;
+use super::serving::{Serving, ServingState};
 use super::RankingService;
 use crate::http::entity_tag::EntityTag;
 use crate::http::json_writer::JsonWriter;
@@ -187,7 +187,6 @@ pub struct RankingsReader {
     zone: Zone,
     /// How far Redis's data may trail this instance's newest ingest before reads stop trusting it:
     /// twice the freshness bound, which a normal publication round never trails by.
-    max_redis_lag_millis: i64,
     responses: ResponseCache,
     /// Formatted `at` of recently read spans and the latest formatted `asOf`: formatting them (zone
     /// arithmetic, RFC 3339) took about 7% of a warm rank read's instructions, and both change rarely.
@@ -196,18 +195,12 @@ pub struct RankingsReader {
 
 impl RankingsReader {
     /// A reader over `rankings` (its engine, its Redis serving if attached, its catalogue).
-    pub fn new(
-        rankings: Arc<RankingService>,
-        clock: Arc<dyn Clock>,
-        zone: Zone,
-        freshness_millis: u64,
-    ) -> Self {
+    pub fn new(rankings: Arc<RankingService>, clock: Arc<dyn Clock>, zone: Zone) -> Self {
         RankingsReader {
             engine: EngineServing::new(rankings.engine().clone()),
             rankings,
             clock,
             zone,
-            max_redis_lag_millis: 2 * freshness_millis as i64,
             responses: ResponseCache::default(),
             echoes: EchoMemo::default(),
         }
@@ -344,21 +337,9 @@ impl RankingsReader {
         {
             return Route::Engine(Freshness::Fresh);
         }
-        let pointer = serving.pointer();
-        match pointer.active {
-            _ if pointer.unreachable => Route::Engine(Freshness::Stale),
-            None => Route::Engine(Freshness::Stale),
-            Some(active) => {
-                let engine_as_of = self.rankings.engine().read().as_of_millis();
-                if lags(active.as_of_millis, engine_as_of, self.max_redis_lag_millis) {
-                    Route::Engine(Freshness::Stale)
-                } else {
-                    Route::Redis {
-                        active,
-                        stamp: pointer.stamp,
-                    }
-                }
-            }
+        match serving.state(|| self.rankings.engine().read().as_of_millis()) {
+            ServingState::Current { active, stamp } => Route::Redis { active, stamp },
+            ServingState::Stale(_) => Route::Engine(Freshness::Stale),
         }
     }
 
@@ -627,15 +608,6 @@ impl RankingsReader {
             window: echo.window,
         };
         serialize(&response, 256 + 96 * response.ranks.len())
-    }
-}
-
-/// Whether served data as of `served` trails the newest ingest `newest` by more than `limit` ms.
-fn lags(served: Option<i64>, newest: Option<i64>, limit: i64) -> bool {
-    match (served, newest) {
-        (_, None) => false,
-        (None, Some(_)) => true,
-        (Some(served), Some(newest)) => newest - served > limit,
     }
 }
 
@@ -1098,27 +1070,6 @@ impl ResponseCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redis_data_lags_only_beyond_the_limit() {
-        assert!(
-            !lags(Some(1_000), None, 2_000),
-            "nothing ingested here: nothing to trail"
-        );
-        assert!(!lags(Some(1_000), Some(3_000), 2_000), "within the limit");
-        assert!(
-            lags(Some(1_000), Some(3_001), 2_000),
-            "a publisher that stopped publishing"
-        );
-        assert!(
-            lags(None, Some(1), 2_000),
-            "a pointer with no data behind ingested data"
-        );
-        assert!(
-            !lags(Some(5_000), Some(4_000), 2_000),
-            "redis ahead (another instance ingested)"
-        );
-    }
 
     fn any_f64() -> impl proptest::strategy::Strategy<Value = f64> {
         use proptest::prelude::*;

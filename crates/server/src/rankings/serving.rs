@@ -20,11 +20,15 @@
 //! hour, for `all` and every category. Older spans are answered by each instance's engine, which is
 //! built from the source of truth ("computed on first read, cached after").
 //!
-//! # Reads
-//! [`Serving::pointer`] is what this instance knows of the pointer; the
-//! [`RankingsReader`](super::reader::RankingsReader) routes each read by it. If Redis cannot be reached
-//! or holds no pointer, reads are answered from the in-process engine with `stale: true` until the
-//! publisher has rebuilt Redis; ingest never waits for Redis.
+//! # Reads, and the one staleness rule
+//! [`Serving::state`] decides whether hot reads are served from Redis now, and if not, why: Redis holds
+//! no pointer (nothing published yet, or lost), a read or poll failed to reach it since the last
+//! successful poll, or the served generation lags this instance's newest ingest by more than twice the
+//! freshness bound (its publisher died and the lease has not moved yet, or a rebuild is under way). The
+//! [`RankingsReader`](super::reader::RankingsReader) routes each read by it (answering from the
+//! in-process engine with `stale: true` while it is stale), `/readyz` reports it, and the gauge
+//! `rankgate_serving_stale` is set from it whenever `/metrics` is rendered, so the three never disagree.
+//! Ingest never waits for Redis.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,15 +50,47 @@ use super::config::RankingsConfig;
 use super::RankingService;
 use super::Storage;
 
-/// What this instance knows of the shared pointer, as a read sees it.
+/// Whether hot reads are served from Redis now (module docs: the one staleness rule).
 #[derive(Debug, Clone)]
-pub struct PointerView {
-    /// The pointer as last polled; `None` when Redis holds none (nothing published yet, or lost).
-    pub active: Option<Active>,
+pub enum ServingState {
+    /// Redis serves `active`; `stamp` changes whenever the served data may have, so answers cached
+    /// under an older one are not served.
+    Current {
+        /// The served generation.
+        active: Active,
+        /// The view's stamp when it was read.
+        stamp: u64,
+    },
+    /// Reads are the engine's, marked stale.
+    Stale(StaleReason),
+}
+
+/// Why hot reads are stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StaleReason {
+    /// Redis holds no pointer: nothing published yet, or the data was lost (restarted empty, flushed).
+    NoPointer,
     /// A read or a poll failed to reach Redis since the last successful poll.
-    pub unreachable: bool,
-    /// Changes whenever the served data may have, so answers cached under an older one are not served.
-    pub stamp: u64,
+    Unreachable,
+    /// The served generation lags this instance's newest ingest by more than twice the freshness bound.
+    Lagging,
+}
+
+/// What `/readyz` shows of Redis serving.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ServingStatus {
+    /// `redis` or `redis-cluster`.
+    pub store: &'static str,
+    /// Whether hot reads are answered stale now.
+    pub stale: bool,
+    /// Why, when they are.
+    #[serde(rename = "staleReason", skip_serializing_if = "Option::is_none")]
+    pub stale_reason: Option<StaleReason>,
+    /// The served generation, if any.
+    pub generation: Option<u64>,
+    /// Top-N-only depth.
+    pub depth: Option<usize>,
 }
 
 /// What this instance knows of the shared pointer.
@@ -70,6 +106,8 @@ pub struct Serving {
     owner: String,
     depth: Option<usize>,
     zone: Zone,
+    /// The lag past which the served generation is stale: twice the freshness bound.
+    max_lag_millis: i64,
     view: RwLock<View>,
     /// Bumped whenever the view changes, so cached responses made under an older pointer are never served.
     stamp: AtomicU64,
@@ -108,6 +146,7 @@ impl Serving {
             owner,
             depth: config.serving_depth,
             zone: config.zone.clone(),
+            max_lag_millis: 2 * config.freshness_millis as i64,
             view: RwLock::default(),
             stamp: AtomicU64::new(1),
             unreachable: AtomicBool::new(false),
@@ -124,26 +163,41 @@ impl Serving {
         self.depth
     }
 
-    /// What this instance knows of the shared pointer now, for routing a read
-    /// ([`RankingsReader`](super::reader::RankingsReader) decides).
-    pub fn pointer(&self) -> PointerView {
-        PointerView {
-            active: self.view.read().active.clone(),
-            unreachable: self.unreachable.load(Ordering::Acquire),
-            stamp: self.stamp.load(Ordering::Acquire),
+    /// The one staleness rule (module docs), given this instance's newest ingest (`engine_as_of`, asked
+    /// only when it matters: it takes the engine's lock).
+    pub fn state(&self, engine_as_of: impl FnOnce() -> Option<i64>) -> ServingState {
+        if self.unreachable.load(Ordering::Acquire) {
+            return ServingState::Stale(StaleReason::Unreachable);
         }
+        let stamp = self.stamp.load(Ordering::Acquire);
+        let Some(active) = self.view.read().active.clone() else {
+            return ServingState::Stale(StaleReason::NoPointer);
+        };
+        if lags(active.as_of_millis, engine_as_of(), self.max_lag_millis) {
+            return ServingState::Stale(StaleReason::Lagging);
+        }
+        ServingState::Current { active, stamp }
     }
 
-    /// What `/readyz` reports: whether hot reads are stale, and the served generation.
-    pub fn status(&self) -> serde_json::Value {
-        let view = self.view.read();
-        let stale = view.active.is_none() || self.unreachable.load(Ordering::Acquire);
-        serde_json::json!({
-            "store": if self.store.is_cluster() { "redis-cluster" } else { "redis" },
-            "stale": stale,
-            "generation": view.active.as_ref().map(|a| a.generation),
-            "depth": self.depth,
-        })
+    /// What `/readyz` reports, by [`Serving::state`]; also sets the gauge `rankgate_serving_stale`.
+    pub fn status(&self, engine_as_of: Option<i64>) -> ServingStatus {
+        let state = self.state(|| engine_as_of);
+        let stale_reason = match &state {
+            ServingState::Current { .. } => None,
+            ServingState::Stale(reason) => Some(*reason),
+        };
+        metrics::gauge!("rankgate_serving_stale").set(if stale_reason.is_some() { 1.0 } else { 0.0 });
+        ServingStatus {
+            store: if self.store.is_cluster() {
+                "redis-cluster"
+            } else {
+                "redis"
+            },
+            stale: stale_reason.is_some(),
+            stale_reason,
+            generation: self.view.read().active.as_ref().map(|a| a.generation),
+            depth: self.depth,
+        }
     }
 
     /// A read could not reach Redis: serve stale until the next successful poll.
@@ -164,12 +218,6 @@ impl Serving {
             view.active = active;
             self.stamp.fetch_add(1, Ordering::AcqRel);
         }
-        metrics::gauge!("rankgate_serving_stale").set(if view.active.is_some() { 0.0 } else { 1.0 });
-    }
-
-    fn set_unreachable(&self, error: &dyn std::fmt::Display) {
-        self.note_unreachable(error);
-        metrics::gauge!("rankgate_serving_stale").set(1.0);
     }
 }
 
@@ -211,7 +259,7 @@ pub async fn run_until_stopped(
         }
         if let Err(error) = tick_once(&service, &serving, clock.as_ref(), lease_millis, &mut publisher).await
         {
-            serving.set_unreachable(&error);
+            serving.note_unreachable(&error);
             if publisher.leader {
                 tracing::warn!(
                     error = format!("{error:#}"),
@@ -490,5 +538,40 @@ pub async fn rebuild_now(
             "the publishing instance did not rebuild within 10 minutes; check its log"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+/// Whether a generation as of `served` lags the newest ingest (`newest`) by more than `limit`. Nothing
+/// ingested here: nothing to lag behind.
+fn lags(served: Option<i64>, newest: Option<i64>, limit: i64) -> bool {
+    match (served, newest) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(served), Some(newest)) => newest - served > limit,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_data_lags_only_beyond_the_limit() {
+        assert!(
+            !lags(Some(1_000), None, 2_000),
+            "nothing ingested here: nothing to trail"
+        );
+        assert!(!lags(Some(1_000), Some(3_000), 2_000), "within the limit");
+        assert!(
+            lags(Some(1_000), Some(3_001), 2_000),
+            "a publisher that stopped publishing"
+        );
+        assert!(
+            lags(None, Some(1), 2_000),
+            "a pointer with no data behind ingested data"
+        );
+        assert!(
+            !lags(Some(5_000), Some(4_000), 2_000),
+            "redis ahead (another instance ingested)"
+        );
     }
 }

@@ -11,12 +11,12 @@ use axum::http::{Method, StatusCode};
 use axum::routing::on;
 use axum::{Json, Router};
 use futures_util::StreamExt as _;
-use rankgate_core::queue::{AdmissionMode, FailMode, SettingsPatch};
+use rankgate_core::queue::{AdmissionMode, FailMode, QueueSettings, SettingsPatch};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::member_api::json_object;
-use super::opening::{parse_draw_page_query, DrawPage, DrawReader};
+use super::opening::{parse_draw_page_query, DrawPage, DrawReader, OpeningView};
 use super::service::WaitingRoom;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::route_table::{self, Endpoint};
@@ -102,11 +102,20 @@ fn parse_patch(map: &serde_json::Map<String, Value>) -> ApiResult<SettingsPatch>
     Ok(patch)
 }
 
+/// The answer of `PUT /v1/admin/queues/{queue}`: the settings, and the opening when one is scheduled.
+#[derive(Debug, Serialize)]
+struct SettingsView {
+    #[serde(flatten)]
+    settings: QueueSettings,
+    #[serde(flatten)]
+    opening: Option<OpeningView>,
+}
+
 async fn update(
     State(room): State<Arc<WaitingRoom>>,
     Path(queue): Path<String>,
     body: Bytes,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<SettingsView>> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let object = json_object(&body)?;
     let patch = parse_patch(&object)?;
@@ -119,11 +128,10 @@ async fn update(
     if let Some(opens_at) = opens_at {
         room.schedule_opening(&queue, opens_at).await?;
     }
-    let mut body = serde_json::to_value(settings).map_err(|e| ApiError::Internal(e.into()))?;
-    if let (Value::Object(map), Some(opening)) = (&mut body, room.opening_view(&queue).await?) {
-        opening.insert_into(map);
-    }
-    Ok(Json(body))
+    Ok(Json(SettingsView {
+        settings,
+        opening: room.opening_view(&queue).await?,
+    }))
 }
 
 /// `GET /v1/admin/queues/{queue}/draw?offset&limit`: the published draw with member ids.
@@ -139,38 +147,48 @@ async fn draw(
     ))
 }
 
-async fn show(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -> ApiResult<Json<Value>> {
+/// `GET /v1/admin/queues/{queue}` (SPEC 2.1): the settings, the live counts, the upstream's last
+/// control interval and the opening when one is scheduled.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct QueueView {
+    #[serde(flatten)]
+    settings: QueueSettings,
+    waiting: u64,
+    ready: u64,
+    claimed: u64,
+    admitted_last_minute: u64,
+    oldest_wait_seconds: u64,
+    measured_admit_per_second: Option<f64>,
+    abandoned: u64,
+    /// Adaptive admission (issue 12): the rate the budget spends.
+    effective_admit_per_second: f64,
+    #[serde(flatten)]
+    upstream: UpstreamView,
+    #[serde(flatten)]
+    opening: Option<OpeningView>,
+}
+
+async fn show(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -> ApiResult<Json<QueueView>> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let stats = room.stats(&queue).await?;
-    let mut body = serde_json::to_value(&stats.settings).map_err(|e| ApiError::Internal(e.into()))?;
-    if let Value::Object(map) = &mut body {
-        map.insert("waiting".into(), json!(stats.waiting));
-        map.insert("ready".into(), json!(stats.ready));
-        map.insert("claimed".into(), json!(stats.claimed));
-        map.insert("admittedLastMinute".into(), json!(stats.admitted_last_minute));
-        map.insert("oldestWaitSeconds".into(), json!(stats.oldest_wait_seconds));
-        map.insert("measuredAdmitPerSecond".into(), json!(stats.measured_rate));
-        map.insert("abandoned".into(), json!(stats.abandoned));
-        // Adaptive admission (issue 12): the rate the budget spends, and the last control interval.
-        map.insert(
-            "effectiveAdmitPerSecond".into(),
-            json!(stats.settings.effective_admit_per_second()),
-        );
-        let upstream = room
-            .last_upstream_summary(&queue)
-            .await
-            .map_err(ApiError::Internal)?;
-        let view = UpstreamView::from(upstream.as_ref());
-        if let Value::Object(fields) =
-            serde_json::to_value(&view).map_err(|e| ApiError::Internal(e.into()))?
-        {
-            map.extend(fields);
-        }
-        if let Some(opening) = room.opening_view(&queue).await? {
-            opening.insert_into(map);
-        }
-    }
-    Ok(Json(body))
+    let upstream = room
+        .last_upstream_summary(&queue)
+        .await
+        .map_err(ApiError::Internal)?;
+    Ok(Json(QueueView {
+        effective_admit_per_second: stats.settings.effective_admit_per_second(),
+        waiting: stats.waiting,
+        ready: stats.ready,
+        claimed: stats.claimed,
+        admitted_last_minute: stats.admitted_last_minute,
+        oldest_wait_seconds: stats.oldest_wait_seconds,
+        measured_admit_per_second: stats.measured_rate,
+        abandoned: stats.abandoned,
+        upstream: UpstreamView::from(upstream.as_ref()),
+        opening: room.opening_view(&queue).await?,
+        settings: stats.settings,
+    }))
 }
 
 /// `DELETE /v1/admin/queues/{queue}`: 204, or 404 for a queue that does not exist.

@@ -63,7 +63,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::service::{Position, WaitingRoom};
+use super::position::Position;
+use super::service::WaitingRoom;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::sse::{Delivery, Outlet, Push, StreamShape, StreamSlots};
 

@@ -8,8 +8,9 @@
 //!
 //! # Layout
 //! - [`config`]: [`WaitingRoomConfig`], [`GateConfig`], [`GateRoute`].
-//! - `service`: [`WaitingRoom`], the one type handlers, the gate and workers call; it maps store outcomes to
-//!   [`ApiError`](crate::http::error::ApiError)s and records metrics.
+//! - `service`: [`WaitingRoom`], the one type handlers, the gate and workers call; `position`: the
+//!   bodies it answers (the position, written by hand for the hot path); `errors`: store outcomes as
+//!   [`ApiError`](crate::http::error::ApiError)s; `secret`: the token secret.
 //! - `member_api`, `admin_api`, `gate`: thin axum handlers, one module per route group.
 //! - `member_streams`: members' position streams (SSE), one watch per queue per instance.
 //! - `page`: the waiting page at `GET /wait/{queue}` and its visitor / entry-token cookies.
@@ -25,13 +26,16 @@ mod adaptive;
 mod admin_api;
 pub mod config;
 pub mod draw_verify;
+mod errors;
 mod gate;
 mod member_api;
 mod member_streams;
 mod opening;
 mod page;
+mod position;
 mod redis_backend;
 mod scheduler;
+mod secret;
 mod service;
 mod telemetry;
 
@@ -39,7 +43,8 @@ use std::sync::Arc;
 
 pub use self::config::{GateConfig, GateRoute, WaitingRoomConfig};
 pub use self::member_api::{direct_enter_queue, direct_poll_target, enter_reply, poll_reply};
-pub use self::service::{ClaimGranted, Position, WaitingRoom};
+pub use self::position::{ClaimGranted, Position};
+pub use self::service::WaitingRoom;
 pub use self::telemetry::SERIES_IDLE_TIMEOUT;
 
 /// `/v1/queues/...`: member endpoints (SPEC 2.2) and the token service (SPEC 2.4); and the waiting page,

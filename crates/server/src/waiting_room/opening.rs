@@ -28,7 +28,9 @@ use rankgate_store::queue::MemberView;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::service::{rfc3339, store_error, Position, WaitingRoom};
+use super::errors::store_error;
+use super::position::Position;
+use super::service::{rfc3339, WaitingRoom};
 use crate::http::error::{ApiError, ApiResult};
 
 /// How long an instance trusts a draw record it read. A position read just after the draw may still say
@@ -84,13 +86,6 @@ impl OpeningView {
             draw_seed: record.revealed_seed().map(|seed| to_hex(&seed.0)),
             pre_queue_size: record.pre_queue_size,
             drawn_count: record.drawn,
-        }
-    }
-
-    /// The fields as JSON, to merge into the admin view.
-    pub(crate) fn insert_into(&self, map: &mut serde_json::Map<String, Value>) {
-        if let Ok(Value::Object(fields)) = serde_json::to_value(self) {
-            map.extend(fields);
         }
     }
 }

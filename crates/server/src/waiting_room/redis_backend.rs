@@ -15,7 +15,8 @@ use rankgate_store::clock::Clock;
 use rankgate_store::queue::redis::{RedisOptions, RedisStore, RedisTime};
 
 use super::config::WaitingRoomConfig;
-use super::service::{configured_token_secret, WaitingRoom};
+use super::secret::configured_token_secret;
+use super::service::WaitingRoom;
 
 /// What a start on Redis without a token secret is told.
 pub(crate) const MISSING_SECRET: &str = "the waiting room on Redis needs a token secret shared by every \

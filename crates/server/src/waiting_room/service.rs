@@ -3,15 +3,14 @@
 //!
 //! It holds the stores behind their traits (`Arc<dyn QueueStore>` etc.), so the same code runs on the
 //! embedded backend or Redis; turns raw credentials into digests (raw tokens never go further, and are never
-//! logged); maps store outcomes to [`ApiError`]s; and records metrics.
+//! logged); answers in the shapes of [`super::position`], with store outcomes mapped by
+//! [`super::errors`]; and records metrics.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
 use parking_lot::Mutex;
 use rand::Rng as _;
 use rankgate_core::ids::MemberId;
@@ -26,135 +25,17 @@ use rankgate_store::queue::redis::RedisStore;
 use rankgate_store::queue::token::{digest_of, new_claim_id, TokenSecret};
 use rankgate_store::queue::{
     AdmitOutcome, ClaimOutcome, ConsumeOutcome, JobStore, LastOutcome, LeaveOutcome, MemberView, QueueStats,
-    QueueStore, RateLimiter, RateLimiterKind, ReleaseOutcome, StoreError,
+    QueueStore, RateLimiter, RateLimiterKind, ReleaseOutcome,
 };
-use serde::Serialize;
 
 use super::adaptive::{AdaptiveControl, ADAPTIVE_INTERVAL_MILLIS, ADAPTIVE_MIN_SAMPLES};
 use super::config::WaitingRoomConfig;
+pub(crate) use super::errors::store_error;
 use super::member_streams::{MemberStreamLimits, MemberStreams};
+use super::position::{poll_limit_key, rate_limit_value, ClaimGranted, PollLimitHeaders, Position};
+use super::secret::load_or_create_secret;
 use super::telemetry;
 use crate::http::error::{ApiError, ApiResult};
-use crate::http::json_writer::JsonWriter;
-
-/// The position body of SPEC 2.2.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Position {
-    /// `NOT_ENTERED`, `WAITING`, `READY` or `CLAIMED`.
-    pub status: MemberStatus,
-    /// 0-based rank while WAITING, else `null`.
-    pub rank: Option<u64>,
-    /// Members waiting in the queue.
-    pub current_total_waiting_count: u64,
-    /// Seconds until admission at the measured rate, while WAITING (`null` if paused).
-    pub estimated_wait_seconds: Option<u64>,
-    /// The wait admitted within nine times in ten (from the measured spread of admissions), while
-    /// WAITING (`null` if paused); never below `estimatedWaitSeconds`.
-    pub estimated_wait_seconds_p90: Option<u64>,
-    /// When to poll next: 1/3/5 s by rank plus up to 20% jitter.
-    pub polling_interval_seconds: f64,
-    /// The entry token, only while READY.
-    pub entry_token: Option<String>,
-    /// When the token expires (RFC 3339), only while READY.
-    pub token_expires_at: Option<String>,
-    /// `CONSUMED` while a consumed member is remembered; omitted otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_outcome: Option<&'static str>,
-    /// `true` while the member waits in a scheduled opening's pre-queue (rank `null` until the draw);
-    /// omitted otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pre_queue: Option<bool>,
-    /// The opening's time (RFC 3339) while in the pre-queue; omitted otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub opens_at: Option<String>,
-}
-
-impl Position {
-    /// The body, byte for byte what `serde_json::to_vec` writes for it (a test holds the two together),
-    /// written by hand because the poll is the waiting room's hottest answer: the derived form cost a
-    /// poll about 2,800 instructions, a fifth of all it costs (see [`crate::http::json_writer`]).
-    pub fn to_json(&self) -> bytes::Bytes {
-        let mut out = JsonWriter::with_capacity(256);
-        out.raw(match self.status {
-            MemberStatus::NotEntered => r#"{"status":"NOT_ENTERED","rank":"#,
-            MemberStatus::Waiting => r#"{"status":"WAITING","rank":"#,
-            MemberStatus::Ready => r#"{"status":"READY","rank":"#,
-            MemberStatus::Claimed => r#"{"status":"CLAIMED","rank":"#,
-        });
-        out.opt_u64(self.rank);
-        out.raw(r#","currentTotalWaitingCount":"#);
-        out.u64(self.current_total_waiting_count);
-        out.raw(r#","estimatedWaitSeconds":"#);
-        out.opt_u64(self.estimated_wait_seconds);
-        out.raw(r#","estimatedWaitSecondsP90":"#);
-        out.opt_u64(self.estimated_wait_seconds_p90);
-        out.raw(r#","pollingIntervalSeconds":"#);
-        out.f64(self.polling_interval_seconds);
-        out.raw(r#","entryToken":"#);
-        out.opt_str(self.entry_token.as_deref());
-        out.raw(r#","tokenExpiresAt":"#);
-        out.opt_str(self.token_expires_at.as_deref());
-        if let Some(outcome) = self.last_outcome {
-            out.raw(r#","lastOutcome":"#);
-            out.str(outcome);
-        }
-        if let Some(pre_queue) = self.pre_queue {
-            out.raw(r#","preQueue":"#);
-            out.bool(pre_queue);
-        }
-        if let Some(opens_at) = &self.opens_at {
-            out.raw(r#","opensAt":"#);
-            out.str(opens_at);
-        }
-        out.raw("}");
-        out.into_bytes()
-    }
-}
-
-/// A granted claim (SPEC 2.4).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClaimGranted {
-    /// Present it to consume or release. Shown once; only its hash is stored.
-    pub claim_id: String,
-    /// When the claim is released automatically (RFC 3339).
-    pub expires_at: String,
-}
-
-/// The embedded limiter's key of a member's poll limit. Built by hand, as are the two header values
-/// below: `format!` was ~2,100 of a poll's ~15,200 instructions (callgrind, `WHAT=position
-/// bench/queue_callgrind.sh`).
-fn poll_limit_key(queue: &QueueName, member: &MemberId) -> String {
-    let (queue, member) = (queue.as_str(), member.as_str());
-    let mut key = String::with_capacity("poll:".len() + queue.len() + 1 + member.len());
-    key.push_str("poll:");
-    key.push_str(queue);
-    key.push(':');
-    key.push_str(member);
-    key
-}
-
-/// `{first}{a}{second}{b}`: a `RateLimit-Policy` or `RateLimit` value such as `"poll";q=3;w=3`.
-fn rate_limit_value(first: &str, a: u64, second: &str, b: u64) -> String {
-    let (mut a_digits, mut b_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
-    let (a, b) = (a_digits.format(a), b_digits.format(b));
-    let mut value = String::with_capacity(first.len() + a.len() + second.len() + b.len());
-    value.push_str(first);
-    value.push_str(a);
-    value.push_str(second);
-    value.push_str(b);
-    value
-}
-
-/// Headers describing the poll limit (IETF `RateLimit-Policy` / `RateLimit`, draft-ietf-httpapi-ratelimit-headers).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PollLimitHeaders {
-    /// `RateLimit-Policy` value.
-    pub policy: String,
-    /// `RateLimit` value.
-    pub limit: String,
-}
 
 /// The waiting room.
 pub struct WaitingRoom {
@@ -192,25 +73,6 @@ impl std::fmt::Debug for WaitingRoom {
     }
 }
 
-pub(crate) fn store_error(error: StoreError) -> ApiError {
-    match error {
-        StoreError::Unavailable(message) => {
-            tracing::warn!(error = %message, "queue store unavailable; failing closed");
-            ApiError::Unavailable("the waiting room is unavailable; try again shortly".into())
-        }
-        StoreError::Corrupt(message) => ApiError::Internal(anyhow::anyhow!(message)),
-        StoreError::TooManyQueues { max_queues } => ApiError::TooManyRequests {
-            message: format!(
-                "max_queues: this waiting room already has {max_queues} queues, the most an entry may \
-                 create; enter an existing queue, or ask an admin to configure this one (PUT \
-                 /v1/admin/queues/{{queue}}) or delete an unused one"
-            ),
-            retry_after_secs: 60,
-            headers: Vec::new(),
-        },
-    }
-}
-
 /// Most tokens one admission call is offered: each call is one bounded store step (one script on Redis,
 /// one lock hold in the embedded store), so a tick of 100,000 admissions is a hundred short steps with
 /// everyone else's requests served in between, and a shutdown is honoured between them.
@@ -221,91 +83,6 @@ pub(crate) fn rfc3339(ms: i64) -> String {
     jiff::Timestamp::from_millisecond(ms)
         .map(|t| t.to_string())
         .unwrap_or_default()
-}
-
-/// The token secret the config gives (`token_secret` or `token_secret_file`), if any. Errors name the
-/// setting and never show the secret.
-pub(crate) fn configured_token_secret(config: &WaitingRoomConfig) -> anyhow::Result<Option<TokenSecret>> {
-    let (encoded, source) = match (&config.token_secret, &config.token_secret_file) {
-        (Some(_), Some(_)) => anyhow::bail!(
-            "waiting_room.token_secret and waiting_room.token_secret_file are both set; keep one"
-        ),
-        (Some(inline), None) => (inline.clone(), "waiting_room.token_secret".to_string()),
-        (None, Some(path)) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("waiting_room.token_secret_file: reading {}", path.display()))?;
-            (
-                text,
-                format!("waiting_room.token_secret_file ({})", path.display()),
-            )
-        }
-        (None, None) => return Ok(None),
-    };
-    let bytes = URL_SAFE_NO_PAD
-        .decode(encoded.trim().trim_end_matches('='))
-        .map_err(|_| {
-            anyhow::anyhow!(
-                "{source}: not URL-safe base64 (make one with `openssl rand 32 | basenc --base64url`)"
-            )
-        })?;
-    let bytes: [u8; 32] = bytes
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("{source}: must decode to exactly 32 bytes"))?;
-    Ok(Some(TokenSecret::from_bytes(bytes)))
-}
-
-/// The embedded backend's secret: the configured one, else `<data_dir>/queue.secret` (generated on the
-/// first start, so a single instance starts with no configuration). That file sits next to the store it
-/// protects, so a backup of the data directory holds both (SPEC 2.3): a warning says so at every start.
-fn load_or_create_secret(config: &WaitingRoomConfig, data_dir: &Path) -> anyhow::Result<TokenSecret> {
-    if let Some(secret) = configured_token_secret(config)? {
-        if let Some(path) = &config.token_secret_file {
-            if let (Ok(file), Ok(dir)) = (path.canonicalize(), data_dir.canonicalize()) {
-                if file.starts_with(&dir) {
-                    tracing::warn!(
-                        file = %path.display(),
-                        "waiting_room.token_secret_file is inside the data directory: a backup of the \
-                         data directory then holds the secret with the tokens it protects; move it out"
-                    );
-                }
-            }
-        }
-        return Ok(secret);
-    }
-    let path = data_dir.join("queue.secret");
-    tracing::warn!(
-        file = %path.display(),
-        "waiting_room.token_secret_file is not set: entry tokens are derived from a secret kept in the data \
-         directory, next to the queue store; set token_secret_file to a file outside it for production"
-    );
-    if let Ok(existing) = std::fs::read(&path) {
-        let bytes: [u8; 32] = existing
-            .try_into()
-            .map_err(|_| anyhow::anyhow!("{} is not 32 bytes", path.display()))?;
-        return Ok(TokenSecret::from_bytes(bytes));
-    }
-    let secret = TokenSecret::generate().context("reading the OS random number generator")?;
-    std::fs::create_dir_all(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
-    write_private_file(&path, &secret.to_bytes()).with_context(|| format!("writing {}", path.display()))?;
-    Ok(secret)
-}
-
-#[cfg(unix)]
-fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
-#[cfg(not(unix))]
-fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::write(path, bytes)
 }
 
 impl WaitingRoom {
@@ -445,13 +222,9 @@ impl WaitingRoom {
         QueueName::parse(raw).map_err(|e| ApiError::bad_field("queue", e))
     }
 
-    /// The key of the waiting page's visitor cookies: derived from the token secret, so instances sharing
-    /// a store verify each other's cookies, and never the token key itself.
+    /// The key of the waiting page's visitor cookies ([`super::page::cookies::VisitorKey::derived_from`] the token secret).
     pub(crate) fn visitor_key(&self) -> super::page::cookies::VisitorKey {
-        super::page::cookies::VisitorKey::new(rankgate_store::queue::token::hmac_sha256(
-            &self.secret.to_bytes(),
-            super::page::cookies::VISITOR_KEY_LABEL,
-        ))
+        super::page::cookies::VisitorKey::derived_from(&self.secret)
     }
 
     pub(crate) fn parse_member(field: &str, raw: &str) -> ApiResult<MemberId> {
@@ -886,81 +659,5 @@ impl WaitingRoom {
             telemetry::redis_coalescing(redis.coalescing());
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    proptest! {
-        #[test]
-        fn the_poll_limit_strings_are_what_format_wrote(
-            queue in "[a-z0-9_-]{1,16}", member in "[!-~]{1,32}", a in any::<u64>(), b in any::<u64>(),
-        ) {
-            let (Ok(queue_name), Ok(member_id)) = (QueueName::parse(&queue), MemberId::parse(&member)) else {
-                return Ok(());
-            };
-            prop_assert_eq!(poll_limit_key(&queue_name, &member_id), format!("poll:{queue}:{member}"));
-            prop_assert_eq!(rate_limit_value("\"poll\";q=", a, ";w=", b), format!("\"poll\";q={a};w={b}"));
-        }
-    }
-
-    fn status() -> impl Strategy<Value = MemberStatus> {
-        prop_oneof![
-            Just(MemberStatus::NotEntered),
-            Just(MemberStatus::Waiting),
-            Just(MemberStatus::Ready),
-            Just(MemberStatus::Claimed),
-        ]
-    }
-
-    /// Strings as a position may hold them, and ones that need escaping.
-    fn text() -> impl Strategy<Value = String> {
-        prop_oneof![
-            Just("2026-12-01T23:40:00Z".to_owned()),
-            "[a-zA-Z0-9_-]{0,40}",
-            "\\PC{0,8}",
-            Just("quote \" backslash \\ newline \n nul \u{0}".to_owned()),
-        ]
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2_000))]
-
-        #[test]
-        fn the_hand_written_position_body_is_serde_jsons(
-            status in status(),
-            rank in proptest::option::of(any::<u64>()),
-            waiting in any::<u64>(),
-            estimate in proptest::option::of(any::<u64>()),
-            p90 in proptest::option::of(any::<u64>()),
-            interval in prop_oneof![0.8f64..7.0, any::<f64>()],
-            token in proptest::option::of(text()),
-            expires in proptest::option::of(text()),
-            consumed in any::<bool>(),
-            pre_queue in proptest::option::of(any::<bool>()),
-            opens_at in proptest::option::of(text()),
-        ) {
-            let position = Position {
-                status,
-                rank,
-                current_total_waiting_count: waiting,
-                estimated_wait_seconds: estimate,
-                estimated_wait_seconds_p90: p90,
-                polling_interval_seconds: interval,
-                entry_token: token,
-                token_expires_at: expires,
-                last_outcome: consumed.then_some("CONSUMED"),
-                pre_queue,
-                opens_at,
-            };
-            prop_assert_eq!(
-                String::from_utf8(position.to_json().to_vec()).unwrap(),
-                serde_json::to_string(&position).unwrap()
-            );
-        }
     }
 }

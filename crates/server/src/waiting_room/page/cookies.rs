@@ -48,10 +48,14 @@ impl std::fmt::Debug for VisitorKey {
 }
 
 impl VisitorKey {
-    /// The key, already derived from the token secret.
+    /// The key derived from the token secret: instances sharing a store verify each other's cookies,
+    /// and the token key itself never signs a cookie.
     #[must_use]
-    pub fn new(key: [u8; 32]) -> VisitorKey {
-        VisitorKey(key)
+    pub fn derived_from(secret: &rankgate_store::queue::token::TokenSecret) -> VisitorKey {
+        VisitorKey(rankgate_store::queue::token::hmac_sha256(
+            &secret.to_bytes(),
+            VISITOR_KEY_LABEL,
+        ))
     }
 
     fn signature(&self, member: &str) -> String {
@@ -163,7 +167,7 @@ mod tests {
 
     #[test]
     fn a_tampered_visitor_cookie_does_not_verify() {
-        let key = VisitorKey::new([7; 32]);
+        let key = VisitorKey([7; 32]);
         let (id, value) = key.issue();
         assert_eq!(key.verify(&value).as_ref(), Some(&id));
         let (raw_id, signature) = value.rsplit_once('.').unwrap();
@@ -178,7 +182,7 @@ mod tests {
             "changed signature"
         );
         assert_eq!(key.verify(raw_id), None, "no signature");
-        assert_eq!(VisitorKey::new([8; 32]).verify(&value), None, "another key");
+        assert_eq!(VisitorKey([8; 32]).verify(&value), None, "another key");
         assert_eq!(
             key.verify(&format!("m-1.{}", key.signature("m-1"))),
             None,

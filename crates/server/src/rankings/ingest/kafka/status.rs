@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
-use serde_json::{json, Value};
 
 /// One partition's offsets as librdkafka last saw them (`-1`: not known).
 #[derive(Debug, Clone, Copy)]
@@ -144,7 +143,7 @@ impl KafkaStatus {
     }
 
     /// The `kafka` object of `/readyz`.
-    pub fn to_json(&self) -> Value {
+    pub fn view(&self) -> KafkaView {
         let partitions = self.assigned();
         // `null` until every owned partition has been measured once, so a fresh assignment never reads as
         // "caught up".
@@ -155,17 +154,39 @@ impl KafkaStatus {
                 .all(|p| lag.contains_key(p))
                 .then(|| lag.values().sum::<i64>())
         };
-        json!({
-            "topic": self.topic,
-            "group": self.group,
-            "assigned": !partitions.is_empty(),
-            "partitions": partitions,
-            "lag": lag,
-            "paused": self.paused.load(Ordering::Relaxed),
-            "inFlight": self.in_flight.load(Ordering::Relaxed),
-            "records": self.records.load(Ordering::Relaxed),
-        })
+        KafkaView {
+            topic: self.topic.clone(),
+            group: self.group.clone(),
+            assigned: !partitions.is_empty(),
+            partitions,
+            lag,
+            paused: self.paused.load(Ordering::Relaxed),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            records: self.records.load(Ordering::Relaxed),
+        }
     }
+}
+
+/// The `kafka` object of `/readyz`.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaView {
+    /// The consumed topic.
+    pub topic: String,
+    /// The consumer group.
+    pub group: String,
+    /// Whether this instance owns any partition (a group may have more members than partitions).
+    pub assigned: bool,
+    /// The owned partitions.
+    pub partitions: Vec<i32>,
+    /// Records behind the high watermark over the owned partitions; `null` until each was measured once.
+    pub lag: Option<i64>,
+    /// Whether the owned partitions are paused for backpressure.
+    pub paused: bool,
+    /// Records read but not yet durable.
+    pub in_flight: usize,
+    /// Records taken since start.
+    pub records: u64,
 }
 
 #[cfg(test)]
@@ -186,7 +207,7 @@ mod tests {
             "partition 1 has nothing durable"
         );
         assert!(status.assigned().is_empty());
-        assert_eq!(status.to_json()["assigned"], false);
+        assert!(!status.view().assigned);
         assert!(status.made_durable(&BTreeMap::from([(0, 20)])).is_empty());
     }
 
@@ -194,7 +215,7 @@ mod tests {
     fn lag_counts_from_the_durable_offset_then_the_committed_one_then_the_oldest_record() {
         let status = KafkaStatus::new("events", "g");
         status.assign(&[0, 1, 2]);
-        assert_eq!(status.to_json()["lag"], Value::Null, "not measured yet");
+        assert_eq!(status.view().lag, None, "not measured yet");
         status.made_durable(&BTreeMap::from([(0, 90)]));
         let offsets = |partition, high, low, committed| PartitionOffsets {
             partition,
@@ -208,11 +229,11 @@ mod tests {
             offsets(2, 100, 40, -1),
             offsets(3, 100, 0, 0),
         ]);
-        assert_eq!(status.to_json()["lag"], 10 + 30 + 60, "partition 3 is not ours");
+        assert_eq!(status.view().lag, Some(10 + 30 + 60), "partition 3 is not ours");
         status.measure_lag(&[offsets(0, -1, -1, -1)]);
         assert_eq!(
-            status.to_json()["lag"],
-            100,
+            status.view().lag,
+            Some(100),
             "an unknown watermark keeps the last measurement"
         );
     }
