@@ -100,7 +100,7 @@ impl Serving {
         let owner = {
             use rand::Rng;
             let bytes: [u8; 16] = rand::rng().random();
-            bytes.iter().map(|b| format!("{b:02x}")).collect()
+            hex::encode(bytes)
         };
         Ok(Arc::new(Serving {
             store,

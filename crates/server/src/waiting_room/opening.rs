@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rankgate_core::ids::MemberId;
-use rankgate_core::queue::draw::{draw_key, parse_opens_at, to_hex};
+use rankgate_core::queue::draw::{draw_key, parse_opens_at};
 use rankgate_core::queue::{DrawPhase, DrawSeed, MemberStatus, QueueName};
 use rankgate_store::queue::draw::{run_draw, DrawRecord, DrawRun, ScheduleOutcome};
 use rankgate_store::queue::MemberView;
@@ -53,7 +53,7 @@ impl OpeningCache {
 
     fn drawer(&self) -> &str {
         self.drawer
-            .get_or_init(|| format!("drawer-{}", to_hex(&rand::random::<[u8; 12]>())))
+            .get_or_init(|| format!("drawer-{}", hex::encode(rand::random::<[u8; 12]>())))
     }
 }
 
@@ -80,8 +80,8 @@ impl OpeningView {
         OpeningView {
             opens_at: rfc3339(record.opens_at_ms),
             draw_phase: record.phase.as_str(),
-            draw_commitment: to_hex(&record.commitment()),
-            draw_seed: record.revealed_seed().map(|seed| to_hex(&seed.0)),
+            draw_commitment: hex::encode(record.commitment()),
+            draw_seed: record.revealed_seed().map(|seed| hex::encode(seed.0)),
             pre_queue_size: record.pre_queue_size,
             drawn_count: record.drawn,
         }
@@ -260,7 +260,7 @@ impl WaitingRoom {
                 tracing::info!(
                     queue = %queue,
                     opens_at = %rfc3339(record.opens_at_ms),
-                    commitment = %to_hex(&record.commitment()),
+                    commitment = %hex::encode(record.commitment()),
                     "opening scheduled"
                 );
                 Ok(())
@@ -294,7 +294,7 @@ impl WaitingRoom {
                     .drawn_members(queue, offset, limit)
                     .await
                     .map_err(store_error)?;
-                let keys = members.iter().map(|m| to_hex(&draw_key(&seed, m))).collect();
+                let keys = members.iter().map(|m| hex::encode(draw_key(&seed, m))).collect();
                 (keys, members)
             }
         };

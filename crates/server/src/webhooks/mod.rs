@@ -256,8 +256,7 @@ pub fn signature_header(secret: &[u8], unix_seconds: i64, body: &[u8]) -> String
     let mut message = format!("{unix_seconds}.").into_bytes();
     message.extend_from_slice(body);
     let mac = hmac_sha256(secret, &message);
-    let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
-    format!("t={unix_seconds},v1={hex}")
+    format!("t={unix_seconds},v1={}", hex::encode(mac))
 }
 
 impl Webhooks {
@@ -283,7 +282,7 @@ impl Webhooks {
         let owner = {
             use rand::Rng;
             let bytes: [u8; 16] = rand::rng().random();
-            bytes.iter().map(|b| format!("{b:02x}")).collect()
+            hex::encode(bytes)
         };
         Ok(Webhooks {
             hooks,

@@ -138,12 +138,12 @@ mod phase_code {
 }
 
 mod seed_hex {
-    use rankgate_core::queue::draw::{from_hex_32, to_hex};
+    use rankgate_core::queue::draw::from_hex_32;
     use rankgate_core::queue::DrawSeed;
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(seed: &DrawSeed, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&to_hex(&seed.0))
+        s.serialize_str(&hex::encode(seed.0))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DrawSeed, D::Error> {

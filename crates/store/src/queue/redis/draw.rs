@@ -4,7 +4,7 @@
 //! itself is computed in Rust by the shared driver: Redis Lua has no HMAC, and a sort of a million members
 //! inside one script would stall Redis for everyone.
 
-use rankgate_core::queue::draw::{from_hex_32, to_hex};
+use rankgate_core::queue::draw::from_hex_32;
 use rankgate_core::queue::{DrawPhase, DrawSeed, QueueName};
 use redis::{Script, ScriptInvocation};
 
@@ -39,7 +39,7 @@ impl RedisStore {
         self.register(queue).await?;
         let mut call = self.draw_call(&self.scripts.draw_schedule, queue);
         call.arg(opens_at_ms.map_or_else(String::new, |ms| ms.to_string()))
-            .arg(to_hex(&fresh_seed.0));
+            .arg(hex::encode(fresh_seed.0));
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         Ok(match reply.int()? {
             0 => match self.draw_record_redis(queue).await? {

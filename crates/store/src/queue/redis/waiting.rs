@@ -16,7 +16,7 @@ use rankgate_core::queue::{
     SettingsPatch, ThroughputEstimator,
 };
 
-use super::{hex, settings_args, unhex, RedisStore, Reply};
+use super::{settings_args, unhex, RedisStore, Reply};
 use crate::queue::draw::{BeginDraw, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
 use crate::queue::waiting::{
     AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome,
@@ -458,7 +458,8 @@ impl QueueStore for RedisStore {
         self.check()?;
         let mut call = self.queue_call(&self.scripts.admit, queue);
         for token in &tokens {
-            call.arg(hex(&token.nonce)).arg(hex(&token.digest.0));
+            call.arg(hex::encode(token.nonce))
+                .arg(hex::encode(token.digest.0));
         }
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         let mut members = reply.array()?;
@@ -508,7 +509,9 @@ impl QueueStore for RedisStore {
     ) -> Result<ClaimOutcome, StoreError> {
         self.check()?;
         let mut call = self.queue_call(&self.scripts.claim, queue);
-        call.arg(member.as_str()).arg(hex(&token.0)).arg(hex(&claim.0));
+        call.arg(member.as_str())
+            .arg(hex::encode(token.0))
+            .arg(hex::encode(claim.0));
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         Ok(match reply.int()? {
             0 => ClaimOutcome::Claimed {
@@ -530,7 +533,7 @@ impl QueueStore for RedisStore {
     ) -> Result<ConsumeOutcome, StoreError> {
         self.check()?;
         let mut call = self.queue_call(&self.scripts.consume, queue);
-        call.arg(member.as_str()).arg(hex(&claim.0));
+        call.arg(member.as_str()).arg(hex::encode(claim.0));
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         Ok(match reply.int()? {
             0 => ConsumeOutcome::Consumed,
@@ -547,7 +550,7 @@ impl QueueStore for RedisStore {
     ) -> Result<ReleaseOutcome, StoreError> {
         self.check()?;
         let mut call = self.queue_call(&self.scripts.release, queue);
-        call.arg(member.as_str()).arg(hex(&claim.0));
+        call.arg(member.as_str()).arg(hex::encode(claim.0));
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         Ok(match reply.int()? {
             0 => ReleaseOutcome::Released(ReleasedTo::Ready),
