@@ -39,7 +39,7 @@ use rankgate_core::period::{Hour, Span, Zone};
 use rankgate_store::clock::Clock;
 use rankgate_store::ranking::publication::{self, PublicationScope};
 use rankgate_store::ranking::redis_serving::{
-    span_field, Active, Published, RedisServing, ServingOptions, Stamped,
+    span_field, Active, Published, RedisServing, ServingOptions, StampKind, Stamped,
 };
 
 use super::RankingService;
@@ -331,7 +331,11 @@ async fn publish_changes(
         depth: serving.depth,
         rebuild_requested: false,
     };
-    match serving.store.stamp(&serving.owner, &active, false).await? {
+    match serving
+        .store
+        .stamp(&serving.owner, &active, StampKind::NewerDataInCurrent)
+        .await?
+    {
         Stamped::Done(_) => {
             publisher.as_of_millis = as_of;
             Ok(())
@@ -412,7 +416,10 @@ async fn rebuild(
         rebuild_requested: false,
     };
     store.hold_lease(&serving.owner, lease_millis).await?;
-    match store.stamp(&serving.owner, &active, true).await? {
+    match store
+        .stamp(&serving.owner, &active, StampKind::SwitchGeneration)
+        .await?
+    {
         Stamped::Done(_) => {}
         Stamped::NotLeader | Stamped::Lost => {
             publisher.leader = false;
