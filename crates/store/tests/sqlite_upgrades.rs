@@ -688,7 +688,7 @@ async fn every_older_queue_database_is_brought_to_the_current_schema_with_its_ro
                 "{build:?}"
             );
             assert_eq!(store.counts("mail").await.unwrap().ready, 1, "{build:?}: the job");
-            let draw = store.draw_record(&q).await.unwrap();
+            let draw = store.draws().draw_record(&q).await.unwrap();
             if matches!(build, QueueBuild::Draws | QueueBuild::Abandoned) {
                 assert_eq!(draw, Some(scheduled_draw()), "{build:?}: the draw");
             } else {

@@ -128,7 +128,12 @@ impl WaitingRoom {
                 return Ok(record.clone());
             }
         }
-        let record = self.queues.draw_record(queue).await.map_err(store_error)?;
+        let record = self
+            .queues
+            .draws()
+            .draw_record(queue)
+            .await
+            .map_err(store_error)?;
         let mut records = self.openings.records.lock();
         // Bounded like the queues themselves: one entry per queue this instance was asked about.
         if records.len() > self.config.max_queues.saturating_mul(2) {
@@ -210,7 +215,7 @@ impl WaitingRoom {
             return Ok(true);
         }
         let started = Instant::now();
-        let run = run_draw(self.queues.as_ref(), queue, self.openings.drawer()).await?;
+        let run = run_draw(self.queues.draws(), queue, self.openings.drawer()).await?;
         if let DrawRun::Done(Some(drawn)) = run {
             tracing::info!(
                 queue = %queue,
@@ -248,6 +253,7 @@ impl WaitingRoom {
         getrandom_seed(&mut seed)?;
         let outcome = self
             .queues
+            .draws()
             .schedule_opening(queue, opens_at_ms, DrawSeed(seed))
             .await
             .map_err(store_error)?;
@@ -291,6 +297,7 @@ impl WaitingRoom {
             Some(seed) => {
                 let members = self
                     .queues
+                    .draws()
                     .drawn_members(queue, offset, limit)
                     .await
                     .map_err(store_error)?;

@@ -17,13 +17,12 @@ use rankgate_core::queue::{
 };
 
 use super::{settings_args, unhex, RedisStore, Reply};
-use crate::queue::draw::{BeginDraw, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
+use crate::queue::draw::DrawStore;
 use crate::queue::waiting::{
     AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome,
     LeaveOutcome, MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
 use crate::queue::StoreError;
-use rankgate_core::queue::DrawSeed;
 
 fn status_of(code: i64) -> Result<MemberStatus, StoreError> {
     Ok(match code {
@@ -762,68 +761,8 @@ impl QueueStore for RedisStore {
         }
     }
 
-    async fn schedule_opening(
-        &self,
-        queue: &QueueName,
-        opens_at_ms: Option<i64>,
-        fresh_seed: DrawSeed,
-    ) -> Result<ScheduleOutcome, StoreError> {
-        self.check()?;
-        self.schedule_opening_redis(queue, opens_at_ms, fresh_seed).await
-    }
-
-    async fn draw_record(&self, queue: &QueueName) -> Result<Option<DrawRecord>, StoreError> {
-        self.check()?;
-        self.draw_record_redis(queue).await
-    }
-
-    async fn begin_draw(
-        &self,
-        queue: &QueueName,
-        owner: &str,
-        lease_ms: i64,
-    ) -> Result<BeginDraw, StoreError> {
-        self.check()?;
-        self.begin_draw_redis(queue, owner, lease_ms).await
-    }
-
-    async fn pre_queue_page(
-        &self,
-        queue: &QueueName,
-        from_score: u64,
-        below: u64,
-        limit: usize,
-    ) -> Result<Vec<(String, u64)>, StoreError> {
-        self.check()?;
-        self.pre_queue_page_redis(queue, from_score, below, limit).await
-    }
-
-    async fn write_draw_chunk(
-        &self,
-        queue: &QueueName,
-        owner: &str,
-        lease_ms: i64,
-        first_index: u64,
-        members: &[String],
-    ) -> Result<DrawStep, StoreError> {
-        self.check()?;
-        self.write_draw_chunk_redis(queue, owner, lease_ms, first_index, members)
-            .await
-    }
-
-    async fn finish_draw(&self, queue: &QueueName, owner: &str) -> Result<FinishDraw, StoreError> {
-        self.check()?;
-        self.finish_draw_redis(queue, owner).await
-    }
-
-    async fn drawn_members(
-        &self,
-        queue: &QueueName,
-        offset: u64,
-        limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
-        self.check()?;
-        self.drawn_members_redis(queue, offset, limit).await
+    fn draws(&self) -> &dyn DrawStore {
+        self
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
