@@ -1229,7 +1229,9 @@ mod counting {
     use super::*;
     use rankgate_core::ids::MemberId;
     use rankgate_core::queue::{Digest, DrawSeed, QueueName, QueueSettings, SettingsError, SettingsPatch};
-    use rankgate_store::queue::draw::{BeginDraw, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
+    use rankgate_store::queue::draw::{
+        BeginDraw, DrawRecord, DrawStep, DrawStore, FinishDraw, ScheduleOutcome,
+    };
     use rankgate_store::queue::{
         AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome,
         LeaveOutcome, MemberView, QueueStats, QueueStore, ReleaseOutcome, StoreError, TokenCandidate,
@@ -1315,6 +1317,14 @@ mod counting {
         async fn ping(&self) -> Result<(), StoreError> {
             counted!(self, self.inner.ping())
         }
+        fn draws(&self) -> &dyn DrawStore {
+            self
+        }
+    }
+
+    /// Draw steps are store calls too.
+    #[async_trait::async_trait]
+    impl DrawStore for CountingStore {
         async fn schedule_opening(
             &self,
             q: &QueueName,

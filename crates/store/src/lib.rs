@@ -11,11 +11,14 @@
 //! - [`watch_ledger`]: the webhook watches' lease and last reported snapshots (embedded, Redis).
 //! - `redis_connection`: one connection type over standalone Redis and Redis Cluster, shared by the Redis
 //!   backends.
+//! - `sqlite_migration`: numbered `.sql` migrations for both embedded SQLite databases, versioned by
+//!   `PRAGMA user_version`.
 
 pub mod clock;
 pub mod queue;
 pub mod ranking;
 pub mod redact;
 mod redis_connection;
+mod sqlite_migration;
 pub mod synchronous;
 pub mod watch_ledger;

@@ -126,25 +126,16 @@ fn password_value_spans(text: &str) -> Vec<(usize, usize)> {
     spans
 }
 
-/// Percent-decodes `s` when it holds an escape and decodes to UTF-8.
+/// Percent-decodes `s` when it holds an escape and decodes to UTF-8. (A `%` not followed by two hex
+/// digits stays as it is, so a password such as `50%off%40` still yields its decoded form to hide.)
 fn percent_decode(s: &str) -> Option<String> {
     if !s.contains('%') {
         return None;
     }
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(std::borrow::Cow::into_owned)
 }
 
 #[cfg(test)]

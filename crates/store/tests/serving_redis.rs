@@ -24,7 +24,7 @@ use rankgate_store::ranking::engine::{RankedItem, RankingEngine, RankingQuery};
 use rankgate_store::ranking::publication::{take_publication, PublicationScope};
 use rankgate_store::ranking::recompute::BatchModel;
 use rankgate_store::ranking::redis_serving::{
-    Active, Published, RedisServing, ServingOptions, Stamped, PUBLISHED_RANKERS,
+    Active, Published, RedisServing, ServingOptions, StampKind, Stamped, PUBLISHED_RANKERS,
 };
 use rankgate_store::ranking::sqlite::SqliteSource;
 use redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
@@ -401,9 +401,12 @@ async fn the_pointer_is_fenced_by_the_lease(urls: Vec<String>) {
         depth: Some(100),
         rebuild_requested: false,
     };
-    assert_eq!(b.stamp("b", &first, true).await.unwrap(), Stamped::NotLeader);
+    assert_eq!(
+        b.stamp("b", &first, StampKind::SwitchGeneration).await.unwrap(),
+        Stamped::NotLeader
+    );
     assert!(b.active().await.unwrap().is_none());
-    let Stamped::Done(seq) = a.stamp("a", &first, true).await.unwrap() else {
+    let Stamped::Done(seq) = a.stamp("a", &first, StampKind::SwitchGeneration).await.unwrap() else {
         panic!("the holder switches");
     };
     let active = b
@@ -417,17 +420,19 @@ async fn the_pointer_is_fenced_by_the_lease(urls: Vec<String>) {
         ..first.clone()
     };
     assert_eq!(
-        a.stamp("a", &other, false).await.unwrap(),
+        a.stamp("a", &other, StampKind::NewerDataInCurrent).await.unwrap(),
         Stamped::Lost,
         "not the current generation"
     );
-    assert!(matches!(a.stamp("a", &first, false).await.unwrap(), Stamped::Done(n) if n > seq));
+    assert!(
+        matches!(a.stamp("a", &first, StampKind::NewerDataInCurrent).await.unwrap(), Stamped::Done(n) if n > seq)
+    );
     b.request_rebuild().await.unwrap();
     assert!(
         a.active().await.unwrap().unwrap().rebuild_requested,
         "any instance may ask"
     );
-    a.stamp("a", &first, true).await.unwrap();
+    a.stamp("a", &first, StampKind::SwitchGeneration).await.unwrap();
     assert!(
         !a.active().await.unwrap().unwrap().rebuild_requested,
         "a switch answers the request"

@@ -16,7 +16,9 @@ mod workload;
 
 use rankgate_core::period::Zone;
 use rankgate_store::ranking::publication::{take_publication, PublicationScope};
-use rankgate_store::ranking::redis_serving::{Active, Published, RedisServing, ServingOptions, Stamped};
+use rankgate_store::ranking::redis_serving::{
+    Active, Published, RedisServing, ServingOptions, StampKind, Stamped,
+};
 use rankgate_store::ranking::serving_store::{EngineServing, ServingStore};
 use redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
 use serving_conformance::{check_store, requests, ServingFixture};
@@ -41,7 +43,7 @@ async fn the_engine_answers_what_the_recompute_ranks() {
     assert_eq!(check_store(&store, &fixture).await, vec![]);
 }
 
-/// Publishes everything (`everything`) or what changed since the last publication of `fixture`'s engine
+/// Publishes everything or what changed (`scope`) since the last publication of `fixture`'s engine
 /// into `generation`, and stamps the pointer as the lease holder `owner` does; returns the pointer as
 /// Redis now holds it.
 async fn publish_and_point(
@@ -50,16 +52,17 @@ async fn publish_and_point(
     owner: &str,
     generation: u64,
     depth: Option<usize>,
-    everything: bool,
+    scope: PublicationScope,
 ) -> Active {
+    // A round of everything goes into a fresh generation, which the pointer then switches to; a round of
+    // changes updates the generation already pointed at.
+    let stamp_kind = match scope {
+        PublicationScope::Everything => StampKind::SwitchGeneration,
+        PublicationScope::Changes => StampKind::NewerDataInCurrent,
+    };
     let zone = Zone::utc();
     let (publications, as_of, popular_version) = {
         let mut engine = fixture.engine.write();
-        let scope = if everything {
-            PublicationScope::Everything
-        } else {
-            PublicationScope::Changes
-        };
         let publications = take_publication(&mut engine, &requests(&zone), depth, scope);
         (publications, engine.as_of_millis(), engine.policy().version)
     };
@@ -78,7 +81,7 @@ async fn publish_and_point(
         rebuild_requested: false,
     };
     let stamped = store
-        .stamp(owner, &active, everything)
+        .stamp(owner, &active, stamp_kind)
         .await
         .expect("redis answers");
     assert!(matches!(stamped, Stamped::Done(_)), "{stamped:?}");
@@ -107,23 +110,55 @@ async fn redis_answers_what_the_recompute_ranks(urls: Vec<String>, depth: Option
     assert_eq!(store.is_cluster(), urls.len() > 1, "the intended topology");
     let mut fixture = ServingFixture::new();
     let generation = store.new_generation().await.expect("redis answers");
-    let active = publish_and_point(&store, &fixture, "suite", generation, depth, true).await;
+    let active = publish_and_point(
+        &store,
+        &fixture,
+        "suite",
+        generation,
+        depth,
+        PublicationScope::Everything,
+    )
+    .await;
     assert_eq!(active.depth, depth);
     // Redis declines `trending` (not published: each engine answers it), and serves the rest.
     let trending = vec![rankgate_core::ranker::RankerName::Trending];
     assert_eq!(check_store(&store.at(&active), &fixture).await, trending);
     fixture.ingest_batch(1);
-    let active = publish_and_point(&store, &fixture, "suite", generation, depth, false).await;
+    let active = publish_and_point(
+        &store,
+        &fixture,
+        "suite",
+        generation,
+        depth,
+        PublicationScope::Changes,
+    )
+    .await;
     assert_eq!(check_store(&store.at(&active), &fixture).await, trending);
     // A delisting travels as changes too: removed members, forgotten details, the next product moved
     // into a Top-N cut.
     let leader = fixture.leader();
     fixture.set_listed(leader, false);
     fixture.set_listed(7, false);
-    let active = publish_and_point(&store, &fixture, "suite", generation, depth, false).await;
+    let active = publish_and_point(
+        &store,
+        &fixture,
+        "suite",
+        generation,
+        depth,
+        PublicationScope::Changes,
+    )
+    .await;
     assert_eq!(check_store(&store.at(&active), &fixture).await, trending);
     fixture.set_listed(leader, true);
-    let active = publish_and_point(&store, &fixture, "suite", generation, depth, false).await;
+    let active = publish_and_point(
+        &store,
+        &fixture,
+        "suite",
+        generation,
+        depth,
+        PublicationScope::Changes,
+    )
+    .await;
     assert_eq!(check_store(&store.at(&active), &fixture).await, trending);
 }
 

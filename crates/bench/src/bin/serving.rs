@@ -45,7 +45,9 @@ use rankgate_store::ranking::postgres::PostgresSource;
 use rankgate_store::ranking::publication::{
     hot_requests, take_publication, take_publication_in_slices, PublicationScope,
 };
-use rankgate_store::ranking::redis_serving::{Active, Published, RedisServing, ServingOptions, Stamped};
+use rankgate_store::ranking::redis_serving::{
+    Active, Published, RedisServing, ServingOptions, StampKind, Stamped,
+};
 use rankgate_store::ranking::source::SourceOfTruth;
 use rankgate_store::ranking::sqlite::SqliteSource;
 use rankgate_workload::{flash_sale, seed_lesson, FlashSaleConfig, SeedLessonConfig, DAY_MS};
@@ -437,7 +439,9 @@ async fn rebuild(args: &Args, prefix: &str) -> anyhow::Result<()> {
         rebuild_requested: false,
     };
     anyhow::ensure!(matches!(
-        store.stamp("servingbench", &active, true).await?,
+        store
+            .stamp("servingbench", &active, StampKind::SwitchGeneration)
+            .await?,
         Stamped::Done(_)
     ));
     let elapsed = started.elapsed();

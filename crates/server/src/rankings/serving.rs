@@ -43,7 +43,7 @@ use rankgate_core::period::{Hour, Span, Zone};
 use rankgate_store::clock::Clock;
 use rankgate_store::ranking::publication::{self, PublicationScope};
 use rankgate_store::ranking::redis_serving::{
-    span_field, Active, Published, RedisServing, ServingOptions, Stamped,
+    span_field, Active, Published, RedisServing, ServingOptions, StampKind, Stamped,
 };
 
 use super::config::RankingsConfig;
@@ -139,7 +139,7 @@ impl Serving {
         let owner = {
             use rand::Rng;
             let bytes: [u8; 16] = rand::rng().random();
-            bytes.iter().map(|b| format!("{b:02x}")).collect()
+            hex::encode(bytes)
         };
         Ok(Arc::new(Serving {
             store,
@@ -380,7 +380,11 @@ async fn publish_changes(
         depth: serving.depth,
         rebuild_requested: false,
     };
-    match serving.store.stamp(&serving.owner, &active, false).await? {
+    match serving
+        .store
+        .stamp(&serving.owner, &active, StampKind::NewerDataInCurrent)
+        .await?
+    {
         Stamped::Done(_) => {
             publisher.as_of_millis = as_of;
             Ok(())
@@ -461,7 +465,10 @@ async fn rebuild(
         rebuild_requested: false,
     };
     store.hold_lease(&serving.owner, lease_millis).await?;
-    match store.stamp(&serving.owner, &active, true).await? {
+    match store
+        .stamp(&serving.owner, &active, StampKind::SwitchGeneration)
+        .await?
+    {
         Stamped::Done(_) => {}
         Stamped::NotLeader | Stamped::Lost => {
             publisher.leader = false;

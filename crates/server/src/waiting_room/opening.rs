@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rankgate_core::ids::MemberId;
-use rankgate_core::queue::draw::{draw_key, parse_opens_at, to_hex};
+use rankgate_core::queue::draw::{draw_key, parse_opens_at};
 use rankgate_core::queue::{DrawPhase, DrawSeed, MemberStatus, QueueName};
 use rankgate_store::queue::draw::{run_draw, DrawRecord, DrawRun, ScheduleOutcome};
 use rankgate_store::queue::MemberView;
@@ -55,7 +55,7 @@ impl OpeningCache {
 
     fn drawer(&self) -> &str {
         self.drawer
-            .get_or_init(|| format!("drawer-{}", to_hex(&rand::random::<[u8; 12]>())))
+            .get_or_init(|| format!("drawer-{}", hex::encode(rand::random::<[u8; 12]>())))
     }
 }
 
@@ -82,8 +82,8 @@ impl OpeningView {
         OpeningView {
             opens_at: rfc3339(record.opens_at_ms),
             draw_phase: record.phase.as_str(),
-            draw_commitment: to_hex(&record.commitment()),
-            draw_seed: record.revealed_seed().map(|seed| to_hex(&seed.0)),
+            draw_commitment: hex::encode(record.commitment()),
+            draw_seed: record.revealed_seed().map(|seed| hex::encode(seed.0)),
             pre_queue_size: record.pre_queue_size,
             drawn_count: record.drawn,
         }
@@ -123,7 +123,12 @@ impl WaitingRoom {
                 return Ok(record.clone());
             }
         }
-        let record = self.queues.draw_record(queue).await.map_err(store_error)?;
+        let record = self
+            .queues
+            .draws()
+            .draw_record(queue)
+            .await
+            .map_err(store_error)?;
         let mut records = self.openings.records.lock();
         // Bounded like the queues themselves: one entry per queue this instance was asked about.
         if records.len() > self.config.max_queues.saturating_mul(2) {
@@ -205,7 +210,7 @@ impl WaitingRoom {
             return Ok(true);
         }
         let started = Instant::now();
-        let run = run_draw(self.queues.as_ref(), queue, self.openings.drawer()).await?;
+        let run = run_draw(self.queues.draws(), queue, self.openings.drawer()).await?;
         if let DrawRun::Done(Some(drawn)) = run {
             tracing::info!(
                 queue = %queue,
@@ -243,6 +248,7 @@ impl WaitingRoom {
         getrandom_seed(&mut seed)?;
         let outcome = self
             .queues
+            .draws()
             .schedule_opening(queue, opens_at_ms, DrawSeed(seed))
             .await
             .map_err(store_error)?;
@@ -255,7 +261,7 @@ impl WaitingRoom {
                 tracing::info!(
                     queue = %queue,
                     opens_at = %rfc3339(record.opens_at_ms),
-                    commitment = %to_hex(&record.commitment()),
+                    commitment = %hex::encode(record.commitment()),
                     "opening scheduled"
                 );
                 Ok(())
@@ -286,10 +292,11 @@ impl WaitingRoom {
             Some(seed) => {
                 let members = self
                     .queues
+                    .draws()
                     .drawn_members(queue, offset, limit)
                     .await
                     .map_err(store_error)?;
-                let keys = members.iter().map(|m| to_hex(&draw_key(&seed, m))).collect();
+                let keys = members.iter().map(|m| hex::encode(draw_key(&seed, m))).collect();
                 (keys, members)
             }
         };

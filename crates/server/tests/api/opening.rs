@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use rankgate_core::queue::draw::{commitment_of, draw_key, from_hex_32, sort_in_draw_order, to_hex};
+use rankgate_core::queue::draw::{commitment_of, draw_key, from_hex_32, sort_in_draw_order};
 use rankgate_core::queue::DrawSeed;
 use serde_json::{json, Value};
 
@@ -139,7 +139,7 @@ async fn a_scheduled_opening_draws_the_pre_queue_verifiably_ahead_of_later_arriv
     assert_eq!(drawn["drawPhase"], "done", "{drawn}");
     let seed = DrawSeed(from_hex_32(drawn["drawSeed"].as_str().unwrap()).unwrap());
     assert_eq!(
-        to_hex(&commitment_of(&seed)),
+        hex::encode(commitment_of(&seed)),
         commitment,
         "SHA-256(seed) is the commitment"
     );
@@ -171,7 +171,7 @@ async fn a_scheduled_opening_draws_the_pre_queue_verifiably_ahead_of_later_arriv
         keys,
         expected
             .iter()
-            .map(|m| to_hex(&draw_key(&seed, m)))
+            .map(|m| hex::encode(draw_key(&seed, m)))
             .collect::<Vec<_>>()
     );
     let mut sorted = keys.clone();
@@ -210,7 +210,7 @@ async fn a_scheduled_opening_draws_the_pre_queue_verifiably_ahead_of_later_arriv
     let files = tempfile::tempdir().unwrap();
     let members_file = files.path().join("members.txt");
     std::fs::write(&members_file, expected.join("\n")).unwrap();
-    let seed_hex = to_hex(&seed.0);
+    let seed_hex = hex::encode(seed.0);
     let members_arg = members_file.to_str().unwrap();
     let ok = verify(&[
         "--seed",
@@ -240,7 +240,7 @@ async fn a_scheduled_opening_draws_the_pre_queue_verifiably_ahead_of_later_arriv
     assert_eq!(bad_order.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad_order.stdout).contains("does NOT verify"));
     std::fs::write(&members_file, expected.join("\n")).unwrap();
-    let other_seed = to_hex(&[9u8; 32]);
+    let other_seed = hex::encode([9u8; 32]);
     let bad_seed = verify(&[
         "--seed",
         &other_seed,
@@ -309,7 +309,7 @@ async fn two_instances_on_redis_draw_once_and_agree() {
     assert_eq!(drawn["drawPhase"], "done", "{drawn}");
     assert_eq!(drawn["drawnCount"], 30, "drawn once: nobody twice");
     let seed = DrawSeed(from_hex_32(drawn["drawSeed"].as_str().unwrap()).unwrap());
-    assert_eq!(to_hex(&commitment_of(&seed)), commitment);
+    assert_eq!(hex::encode(commitment_of(&seed)), commitment);
     let late = enter(&two, queue, "r-late").await;
     assert_eq!(late["rank"], 30, "{late}");
     let mut expected = early.clone();

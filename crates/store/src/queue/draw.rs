@@ -1,24 +1,24 @@
 //! Scheduled openings: the pre-queue and its draw, as every queue backend stores them, and
-//! [`run_draw`], the one driver that performs a draw on any backend through [`QueueStore`]'s draw steps.
+//! [`run_draw`], the one driver that performs a draw on any backend through its [`DrawStore`] steps.
 //!
 //! # The draw, step by step (each step one atomic store operation)
-//! 1. **Schedule** ([`QueueStore::schedule_opening`]): `opensAt` and a fresh secret seed are stored (a
+//! 1. **Schedule** ([`DrawStore::schedule_opening`]): `opensAt` and a fresh secret seed are stored (a
 //!    queue already `Scheduled` keeps its seed, so the commitment a member noted stays valid when an admin
 //!    moves the time). From then on every waiting member is in the pre-queue and admission holds.
-//! 2. **Begin** ([`QueueStore::begin_draw`], at the first admission tick at or after `opensAt`): the store
+//! 2. **Begin** ([`DrawStore::begin_draw`], at the first admission tick at or after `opensAt`): the store
 //!    freezes the pre-queue: `B` = the next arrival sequence, `K0` = members waiting (all have a sequence
 //!    below `B`), and moves the queue's next sequence to `L = B + K0`, so every later arrival queues behind
 //!    whatever the draw writes. It grants a **lease** to one drawer: the store's atomic step decides who
 //!    draws, once across instances.
-//! 3. **Read** ([`QueueStore::pre_queue_page`]): the drawer reads the waiting members scored below `L` in
+//! 3. **Read** ([`DrawStore::pre_queue_page`]): the drawer reads the waiting members scored below `L` in
 //!    bounded pages, keyed by score (a member leaving meanwhile shifts nothing).
 //! 4. **Sort** in the drawer's memory by `HMAC-SHA-256(seed, memberId)` (Redis Lua has no HMAC; the sort of
 //!    up to `max_pre_queue` members is no script's business either).
-//! 5. **Write** ([`QueueStore::write_draw_chunk`]) in chunks of [`DRAW_WRITE_CHUNK`]: drawn position `i`
+//! 5. **Write** ([`DrawStore::write_draw_chunk`]) in chunks of [`DRAW_WRITE_CHUNK`]: drawn position `i`
 //!    gets the sequence `B + i` (still below `L`), and the chunk is appended to the published drawn list.
 //!    A chunk is applied at most once (the list's length is its idempotency key) and only by the lease
 //!    holder; a member that left and came back since (a sequence ≥ `L`) is not moved.
-//! 6. **Finish** ([`QueueStore::finish_draw`]): refused while any member is still scored below `B` (a pass
+//! 6. **Finish** ([`DrawStore::finish_draw`]): refused while any member is still scored below `B` (a pass
 //!    that missed somebody); otherwise `Done`, the seed becomes public and admission resumes.
 //!
 //! # Why a crash mid-draw loses and duplicates nobody
@@ -34,7 +34,9 @@ use std::collections::HashSet;
 use rankgate_core::queue::draw::{commitment_of, sort_in_draw_order};
 use rankgate_core::queue::{DrawPhase, DrawSeed, QueueName};
 
-use super::{QueueStore, StoreError};
+use async_trait::async_trait;
+
+use super::StoreError;
 
 /// Members per pre-queue read page.
 pub const DRAW_READ_PAGE: usize = 5_000;
@@ -138,12 +140,12 @@ mod phase_code {
 }
 
 mod seed_hex {
-    use rankgate_core::queue::draw::{from_hex_32, to_hex};
+    use rankgate_core::queue::draw::from_hex_32;
     use rankgate_core::queue::DrawSeed;
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(seed: &DrawSeed, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&to_hex(&seed.0))
+        s.serialize_str(&hex::encode(seed.0))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DrawSeed, D::Error> {
@@ -154,7 +156,72 @@ mod seed_hex {
     }
 }
 
-/// Result of [`QueueStore::schedule_opening`].
+/// The storage of scheduled openings: a queue's `opensAt`, its secret seed and the steps of its draw
+/// (module doc), each one atomic step on the store with the store's clock, like [`QueueStore`]'s.
+///
+/// Apart from [`QueueStore`] because it is a capability of its own, with its own conformance suite
+/// (`draw_conformance`), that most callers of the waiting room never touch. Yet on every backend it
+/// lives in the same store as the queue (the draw rescores waiting members, and admission holds while
+/// a draw is pending), so it is reached from the queue store through [`QueueStore::draws`] rather than
+/// built and passed around as a second handle that could name another store.
+///
+/// [`QueueStore`]: super::QueueStore
+/// [`QueueStore::draws`]: super::QueueStore::draws
+#[async_trait]
+pub trait DrawStore: Send + Sync + 'static {
+    /// Sets (`Some`, epoch ms, validated by the caller) or clears (`None`) the queue's `opensAt`, creating
+    /// the queue (as admin-configured) if needed. `fresh_seed` is used unless the queue is already
+    /// scheduled (its seed, and so its commitment, stay).
+    async fn schedule_opening(
+        &self,
+        queue: &QueueName,
+        opens_at_ms: Option<i64>,
+        fresh_seed: DrawSeed,
+    ) -> Result<ScheduleOutcome, StoreError>;
+
+    /// The queue's draw record; `None` when it has no `opensAt` (or does not exist).
+    async fn draw_record(&self, queue: &QueueName) -> Result<Option<DrawRecord>, StoreError>;
+
+    /// Step 2 of the draw: when due, freeze the pre-queue and lease the draw to `owner` for `lease_ms`.
+    async fn begin_draw(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<BeginDraw, StoreError>;
+
+    /// Step 3: up to `limit` waiting members scored in `[from_score, below)`, by score then member bytes.
+    async fn pre_queue_page(
+        &self,
+        queue: &QueueName,
+        from_score: u64,
+        below: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// Step 5: places `members` (drawn positions `first_index..`) and appends them to the drawn list.
+    async fn write_draw_chunk(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+        first_index: u64,
+        members: &[String],
+    ) -> Result<DrawStep, StoreError>;
+
+    /// Step 6: completes the draw if every pre-queue member was placed.
+    async fn finish_draw(&self, queue: &QueueName, owner: &str) -> Result<FinishDraw, StoreError>;
+
+    /// The published drawn list (pre-queue member ids in drawn order), `offset..offset + limit`.
+    async fn drawn_members(
+        &self,
+        queue: &QueueName,
+        offset: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError>;
+}
+
+/// Result of [`DrawStore::schedule_opening`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScheduleOutcome {
     /// Scheduled (or moved); the record as stored.
@@ -167,7 +234,7 @@ pub enum ScheduleOutcome {
     DrawRunning,
 }
 
-/// Result of [`QueueStore::begin_draw`].
+/// Result of [`DrawStore::begin_draw`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BeginDraw {
     /// No `opensAt` on this queue (or no queue).
@@ -193,7 +260,7 @@ pub struct DrawPass {
     pub late_from: u64,
 }
 
-/// Result of [`QueueStore::write_draw_chunk`].
+/// Result of [`DrawStore::write_draw_chunk`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DrawStep {
     /// Applied (or already applied by an earlier try of the same call).
@@ -202,7 +269,7 @@ pub enum DrawStep {
     LostLease,
 }
 
-/// Result of [`QueueStore::finish_draw`].
+/// Result of [`DrawStore::finish_draw`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishDraw {
     /// Done; this many members were drawn.
@@ -234,7 +301,7 @@ const PASSES_PER_RUN: usize = 3;
 /// instance at every tick: the store grants one drawer at a time, and any pass can be cut off at any
 /// point without losing or duplicating a member (module doc). `owner` must be unique per call site
 /// (a random id per instance).
-pub async fn run_draw(store: &dyn QueueStore, queue: &QueueName, owner: &str) -> Result<DrawRun, StoreError> {
+pub async fn run_draw(store: &dyn DrawStore, queue: &QueueName, owner: &str) -> Result<DrawRun, StoreError> {
     for _ in 0..PASSES_PER_RUN {
         let pass = match store.begin_draw(queue, owner, DRAW_LEASE_MS).await? {
             BeginDraw::NotScheduled | BeginDraw::NotDue | BeginDraw::HeldElsewhere => {
@@ -269,7 +336,7 @@ pub async fn run_draw(store: &dyn QueueStore, queue: &QueueName, owner: &str) ->
 /// seen, inclusive, skipping the members already read at that score: scores left by a dead pass may tie,
 /// and an exclusive start would skip the second of a tie.
 async fn read_pre_queue(
-    store: &dyn QueueStore,
+    store: &dyn DrawStore,
     queue: &QueueName,
     late_from: u64,
 ) -> Result<Vec<String>, StoreError> {

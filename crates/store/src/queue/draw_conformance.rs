@@ -1,6 +1,8 @@
 //! The conformance suite of scheduled openings (the pre-queue and its draw), run against every queue
 //! backend like [`super::conformance`]: [`draw_conformance_suite!`] expands to one `#[tokio::test]` per
-//! check. Kept apart from the main suite so the draw's checks read as one story.
+//! check. Kept apart from the main suite so the draw's checks read as one story. The draw steps go
+//! through each backend's [`DrawStore`] (reached as production reaches it, `QueueStore::draws`); entries,
+//! positions and admissions through its [`QueueStore`].
 //!
 //! [`draw_conformance_suite!`]: crate::draw_conformance_suite
 
@@ -11,7 +13,7 @@ use rankgate_core::queue::draw::{commitment_of, sort_in_draw_order, verify_draw}
 use rankgate_core::queue::{DrawPhase, DrawSeed, MemberStatus, QueueName};
 
 use super::conformance::Backend;
-use super::draw::{run_draw, BeginDraw, DrawRun, DrawStep, ScheduleOutcome, DRAW_LEASE_MS};
+use super::draw::{run_draw, BeginDraw, DrawRun, DrawStep, DrawStore, ScheduleOutcome, DRAW_LEASE_MS};
 use super::token::TokenSecret;
 use super::waiting::QueueStore;
 use crate::clock::Clock;
@@ -45,8 +47,8 @@ fn member(name: &str) -> MemberId {
     MemberId::parse(name).expect("valid member id")
 }
 
-async fn schedule_in(store: &dyn QueueStore, q: &QueueName, now_ms: i64, ahead_ms: i64) -> DrawSeed {
-    match store
+async fn schedule_in(draws: &dyn DrawStore, q: &QueueName, now_ms: i64, ahead_ms: i64) -> DrawSeed {
+    match draws
         .schedule_opening(q, Some(now_ms + ahead_ms), DrawSeed(rand::random()))
         .await
         .unwrap()
@@ -83,9 +85,10 @@ async fn ranks_of(store: &dyn QueueStore, q: &QueueName, members: &[String]) -> 
 /// follows the drawn order.
 pub async fn the_pre_queue_admits_nobody_and_is_drawn_by_hmac_ahead_of_later_arrivals(backend: Backend) {
     let store = backend.queues.as_ref();
+    let draws = store.draws();
     let q = queue("opening");
     let now = backend.clock.now_millis();
-    let seed = schedule_in(store, &q, now, 60_000).await;
+    let seed = schedule_in(draws, &q, now, 60_000).await;
     let early: Vec<String> = (0..40).map(|i| format!("early-{i:02}")).collect();
     for m in &early {
         store.enter(&q, &member(m)).await.unwrap();
@@ -99,7 +102,7 @@ pub async fn the_pre_queue_admits_nobody_and_is_drawn_by_hmac_ahead_of_later_arr
     let outcome = store.admit(&q, tokens(10)).await.unwrap();
     assert!(outcome.admitted.is_empty(), "nobody is admitted before opensAt");
     assert_eq!(
-        run_draw(store, &q, "drawer-a").await.unwrap(),
+        run_draw(draws, &q, "drawer-a").await.unwrap(),
         DrawRun::Idle,
         "not due yet"
     );
@@ -108,10 +111,10 @@ pub async fn the_pre_queue_admits_nobody_and_is_drawn_by_hmac_ahead_of_later_arr
     // Due, but not drawn yet: still nobody is admitted by an admission step.
     assert!(store.admit(&q, tokens(10)).await.unwrap().admitted.is_empty());
     assert_eq!(
-        run_draw(store, &q, "drawer-a").await.unwrap(),
+        run_draw(draws, &q, "drawer-a").await.unwrap(),
         DrawRun::Done(Some(40))
     );
-    let record = store.draw_record(&q).await.unwrap().expect("a record");
+    let record = draws.draw_record(&q).await.unwrap().expect("a record");
     assert_eq!(record.phase, DrawPhase::Done);
     assert_eq!(record.revealed_seed(), Some(seed));
     assert_eq!(record.drawn, 40);
@@ -136,10 +139,10 @@ pub async fn the_pre_queue_admits_nobody_and_is_drawn_by_hmac_ahead_of_later_arr
         expected,
         "early members in HMAC order, then later arrivals in arrival order"
     );
-    let published = store.drawn_members(&q, 0, 1_000).await.unwrap();
+    let published = draws.drawn_members(&q, 0, 1_000).await.unwrap();
     assert_eq!(published, expected[..40]);
     assert_eq!(verify_draw(&seed, &record.commitment(), &published), Ok(()));
-    assert_eq!(store.drawn_members(&q, 38, 10).await.unwrap(), expected[38..40]);
+    assert_eq!(draws.drawn_members(&q, 38, 10).await.unwrap(), expected[38..40]);
 
     // Admission now follows the drawn order.
     backend.clock.advance(1_000);
@@ -148,7 +151,7 @@ pub async fn the_pre_queue_admits_nobody_and_is_drawn_by_hmac_ahead_of_later_arr
     assert_eq!(admitted, expected[..admitted.len()]);
     assert!(!admitted.is_empty());
     assert_eq!(
-        run_draw(store, &q, "drawer-b").await.unwrap(),
+        run_draw(draws, &q, "drawer-b").await.unwrap(),
         DrawRun::Done(None),
         "a draw happens once"
     );
@@ -157,9 +160,10 @@ pub async fn the_pre_queue_admits_nobody_and_is_drawn_by_hmac_ahead_of_later_arr
 /// A pre-queue larger than one read page and several write chunks: everyone is drawn exactly once.
 pub async fn a_draw_beyond_one_page_and_one_chunk_keeps_everyone_once(backend: Backend) {
     let store = backend.queues.as_ref();
+    let draws = store.draws();
     let q = queue("big-opening");
     let now = backend.clock.now_millis();
-    let seed = schedule_in(store, &q, now, 1_000).await;
+    let seed = schedule_in(draws, &q, now, 1_000).await;
     let count = super::draw::DRAW_READ_PAGE + 700;
     let members: Vec<String> = (0..count).map(|i| format!("m-{i:05}")).collect();
     let mut tasks = Vec::new();
@@ -177,14 +181,14 @@ pub async fn a_draw_beyond_one_page_and_one_chunk_keeps_everyone_once(backend: B
     }
     backend.clock.advance(1_000);
     assert_eq!(
-        run_draw(store, &q, "drawer").await.unwrap(),
+        run_draw(draws, &q, "drawer").await.unwrap(),
         DrawRun::Done(Some(count as u64))
     );
     let mut expected = members.clone();
     sort_in_draw_order(&seed, &mut expected);
     let mut published = Vec::new();
     while published.len() < count {
-        let page = store
+        let page = draws
             .drawn_members(&q, published.len() as u64, 1_000)
             .await
             .unwrap();
@@ -204,35 +208,36 @@ pub async fn a_draw_beyond_one_page_and_one_chunk_keeps_everyone_once(backend: B
 /// exactly the seed's. A member who leaves during the draw and comes back queues behind.
 pub async fn one_drawer_at_a_time_and_a_lost_lease_is_redrawn_whole(backend: Backend) {
     let store = backend.queues.as_ref();
+    let draws = store.draws();
     let q = queue("crashed-draw");
     let now = backend.clock.now_millis();
-    let seed = schedule_in(store, &q, now, 1_000).await;
+    let seed = schedule_in(draws, &q, now, 1_000).await;
     let members: Vec<String> = (0..30).map(|i| format!("m-{i:02}")).collect();
     for m in &members {
         store.enter(&q, &member(m)).await.unwrap();
     }
     backend.clock.advance(1_000);
-    let BeginDraw::Begun(pass) = store.begin_draw(&q, "dies", DRAW_LEASE_MS).await.unwrap() else {
+    let BeginDraw::Begun(pass) = draws.begin_draw(&q, "dies", DRAW_LEASE_MS).await.unwrap() else {
         panic!("the first drawer gets the draw");
     };
     assert_eq!(pass.seed, seed);
     assert_eq!(
-        store.begin_draw(&q, "other", DRAW_LEASE_MS).await.unwrap(),
+        draws.begin_draw(&q, "other", DRAW_LEASE_MS).await.unwrap(),
         BeginDraw::HeldElsewhere
     );
-    assert_eq!(run_draw(store, &q, "other").await.unwrap(), DrawRun::Idle);
+    assert_eq!(run_draw(draws, &q, "other").await.unwrap(), DrawRun::Idle);
     // The first drawer writes a third of a wrong order (as if its pass had read a different set), then dies.
     let mut wrong = members.clone();
     wrong.reverse();
     assert_eq!(
-        store
+        draws
             .write_draw_chunk(&q, "dies", DRAW_LEASE_MS, 0, &wrong[..10])
             .await
             .unwrap(),
         DrawStep::Written
     );
     assert_eq!(
-        store
+        draws
             .write_draw_chunk(&q, "dies", DRAW_LEASE_MS, 0, &wrong[..10])
             .await
             .unwrap(),
@@ -240,7 +245,7 @@ pub async fn one_drawer_at_a_time_and_a_lost_lease_is_redrawn_whole(backend: Bac
         "a retried chunk is a no-op"
     );
     assert_eq!(
-        store
+        draws
             .write_draw_chunk(&q, "other", DRAW_LEASE_MS, 10, &wrong[10..20])
             .await
             .unwrap(),
@@ -262,11 +267,11 @@ pub async fn one_drawer_at_a_time_and_a_lost_lease_is_redrawn_whole(backend: Bac
     );
     backend.clock.advance(DRAW_LEASE_MS + 1);
     assert_eq!(
-        run_draw(store, &q, "other").await.unwrap(),
+        run_draw(draws, &q, "other").await.unwrap(),
         DrawRun::Done(Some(29))
     );
     assert_eq!(
-        store
+        draws
             .write_draw_chunk(&q, "dies", DRAW_LEASE_MS, 10, &wrong[10..20])
             .await
             .unwrap(),
@@ -275,7 +280,7 @@ pub async fn one_drawer_at_a_time_and_a_lost_lease_is_redrawn_whole(backend: Bac
     );
     let mut expected: Vec<String> = members.iter().filter(|m| *m != "m-05").cloned().collect();
     sort_in_draw_order(&seed, &mut expected);
-    assert_eq!(store.drawn_members(&q, 0, 100).await.unwrap(), expected);
+    assert_eq!(draws.drawn_members(&q, 0, 100).await.unwrap(), expected);
     expected.push("m-05".into());
     let ranked = ranks_of(store, &q, &members).await;
     assert_eq!(
@@ -292,25 +297,26 @@ pub async fn one_drawer_at_a_time_and_a_lost_lease_is_redrawn_whole(backend: Bac
 /// queue an ordinary FIFO queue again, admitting in arrival order; a running draw cannot be moved.
 pub async fn an_opening_can_be_moved_keeping_its_seed_and_cleared(backend: Backend) {
     let store = backend.queues.as_ref();
+    let draws = store.draws();
     let q = queue("moved-opening");
     let now = backend.clock.now_millis();
-    let seed = schedule_in(store, &q, now, 60_000).await;
-    let moved = schedule_in(store, &q, now, 120_000).await;
+    let seed = schedule_in(draws, &q, now, 60_000).await;
+    let moved = schedule_in(draws, &q, now, 120_000).await;
     assert_eq!(moved, seed, "moving keeps the seed");
     assert_eq!(
-        store.draw_record(&q).await.unwrap().unwrap().opens_at_ms,
+        draws.draw_record(&q).await.unwrap().unwrap().opens_at_ms,
         now + 120_000
     );
     for i in 0..5 {
         store.enter(&q, &member(&format!("m-{i}"))).await.unwrap();
     }
     assert_eq!(
-        store.schedule_opening(&q, None, DrawSeed([0; 32])).await.unwrap(),
+        draws.schedule_opening(&q, None, DrawSeed([0; 32])).await.unwrap(),
         ScheduleOutcome::Cleared
     );
-    assert_eq!(store.draw_record(&q).await.unwrap(), None);
+    assert_eq!(draws.draw_record(&q).await.unwrap(), None);
     assert_eq!(
-        store.schedule_opening(&q, None, DrawSeed([0; 32])).await.unwrap(),
+        draws.schedule_opening(&q, None, DrawSeed([0; 32])).await.unwrap(),
         ScheduleOutcome::NothingToClear
     );
     let secret = TokenSecret::generate().unwrap();
@@ -328,22 +334,22 @@ pub async fn an_opening_can_be_moved_keeping_its_seed_and_cleared(backend: Backe
 
     let q = queue("running-draw");
     let now = backend.clock.now_millis();
-    schedule_in(store, &q, now, 1_000).await;
+    schedule_in(draws, &q, now, 1_000).await;
     store.enter(&q, &member("a")).await.unwrap();
     backend.clock.advance(1_000);
     assert!(matches!(
-        store.begin_draw(&q, "drawer", DRAW_LEASE_MS).await.unwrap(),
+        draws.begin_draw(&q, "drawer", DRAW_LEASE_MS).await.unwrap(),
         BeginDraw::Begun(_)
     ));
     assert_eq!(
-        store
+        draws
             .schedule_opening(&q, Some(now + 50_000), DrawSeed([1; 32]))
             .await
             .unwrap(),
         ScheduleOutcome::DrawRunning
     );
     assert_eq!(
-        store.schedule_opening(&q, None, DrawSeed([1; 32])).await.unwrap(),
+        draws.schedule_opening(&q, None, DrawSeed([1; 32])).await.unwrap(),
         ScheduleOutcome::DrawRunning
     );
 }
@@ -379,7 +385,7 @@ mod embedded {
     /// lapses the draw completes with everyone once, in the seed's order.
     #[tokio::test]
     async fn a_restart_before_and_during_the_draw_keeps_the_pre_queue_and_its_seed() {
-        use crate::queue::draw::{run_draw, BeginDraw, DrawRun, DrawStep, DRAW_LEASE_MS};
+        use crate::queue::draw::{run_draw, BeginDraw, DrawRun, DrawStep, DrawStore as _, DRAW_LEASE_MS};
         use crate::queue::waiting::QueueStore;
         use rankgate_core::queue::draw::sort_in_draw_order;
         use rankgate_core::queue::{DrawPhase, DrawSeed};

@@ -18,7 +18,8 @@
 //!
 //! # Layout
 //! - [`waiting`]: [`QueueStore`]: entries, the server-side sequence, tokens, claims, the admission budget.
-//! - [`draw`]: scheduled openings: the pre-queue draw's records, steps and its one driver, [`draw::run_draw`].
+//! - [`draw`]: [`DrawStore`]: scheduled openings, the pre-queue draw's records and steps (reached through
+//!   [`QueueStore::draws`]), and its one driver, [`draw::run_draw`].
 //! - [`jobs`]: [`JobStore`]: delayed/retry jobs with claims, a reaper, backoff and a dead set.
 //! - [`limiter`]: [`RateLimiter`]: sliding log and sliding-window counter.
 //! - [`token`]: how entry tokens and claim ids are made and hashed.
@@ -26,8 +27,8 @@
 //!   interval, for adaptive admission (issue 12).
 //! - [`embedded`]: the in-process backend (sorted sets from `rankgate-zset`, SQLite group commit).
 //! - [`redis`]: the Redis backend, standalone or Cluster (one Lua script per step, one slot per queue).
-//! - `conformance`: the shared test suite, run against every backend (test code, behind the `testsuite`
-//!   feature).
+//! - `conformance` and `draw_conformance`: the shared test suites, run against every backend (test code,
+//!   behind the `testsuite` feature).
 //!
 //! [`Clock`]: crate::clock::Clock
 
@@ -44,6 +45,7 @@ pub mod token;
 pub mod upstream;
 pub mod waiting;
 
+pub use draw::DrawStore;
 pub use jobs::{ClaimedJob, DeadJob, JobCounts, JobStore, NackOutcome, NewJob};
 pub use limiter::{RateLimiter, RateLimiterKind};
 pub use upstream::{InMemoryUpstreamObservations, UpstreamObservationStore};

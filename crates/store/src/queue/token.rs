@@ -89,33 +89,11 @@ pub fn new_claim_id() -> Result<(String, Digest), rand::rand_core::OsError> {
     Ok((id, digest))
 }
 
-/// HMAC-SHA256 (RFC 2104), written out because it is a dozen lines on top of `sha2`. Used for entry
-/// tokens (32-byte keys) and for webhook signatures (operator-chosen secrets of any length: a key longer
-/// than SHA-256's 64-byte block is hashed first, as the RFC says).
-pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    let hashed;
-    let key = if key.len() > 64 {
-        hashed = Sha256::digest(key);
-        hashed.as_slice()
-    } else {
-        key
-    };
-    let mut inner_key = [0x36u8; 64];
-    let mut outer_key = [0x5cu8; 64];
-    for (i, byte) in key.iter().enumerate() {
-        inner_key[i] ^= byte;
-        outer_key[i] ^= byte;
-    }
-    let inner = Sha256::new()
-        .chain_update(inner_key)
-        .chain_update(message)
-        .finalize();
-    Sha256::new()
-        .chain_update(outer_key)
-        .chain_update(inner)
-        .finalize()
-        .into()
-}
+/// HMAC-SHA256 (RFC 2104), from core (the `hmac` crate underneath): used for entry tokens (32-byte keys),
+/// visitor cookies and webhook signatures (operator-chosen secrets of any length: a key longer than
+/// SHA-256's 64-byte block is hashed first, as the RFC says). Re-exported here so the server's callers of
+/// tokens and signatures need not know the draw module.
+pub use rankgate_core::queue::draw::hmac_sha256;
 
 #[cfg(test)]
 mod tests {

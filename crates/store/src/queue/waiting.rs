@@ -11,9 +11,7 @@ use rankgate_core::queue::{
     ReleaseRejection, ReleasedTo, SettingsError, SettingsPatch,
 };
 
-use rankgate_core::queue::DrawSeed;
-
-use super::draw::{BeginDraw, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
+use super::draw::DrawStore;
 use super::token::PreparedToken;
 use super::StoreError;
 
@@ -279,57 +277,8 @@ pub trait QueueStore: Send + Sync + 'static {
     /// Checks the store can be reached.
     async fn ping(&self) -> Result<(), StoreError>;
 
-    // Scheduled openings (`opensAt`) and the pre-queue draw: see [`super::draw`] for the protocol these
-    // steps make together and [`super::draw::run_draw`] for the one driver that runs them.
-
-    /// Sets (`Some`, epoch ms, validated by the caller) or clears (`None`) the queue's `opensAt`, creating
-    /// the queue (as admin-configured) if needed. `fresh_seed` is used unless the queue is already
-    /// scheduled (its seed, and so its commitment, stay).
-    async fn schedule_opening(
-        &self,
-        queue: &QueueName,
-        opens_at_ms: Option<i64>,
-        fresh_seed: DrawSeed,
-    ) -> Result<ScheduleOutcome, StoreError>;
-
-    /// The queue's draw record; `None` when it has no `opensAt` (or does not exist).
-    async fn draw_record(&self, queue: &QueueName) -> Result<Option<DrawRecord>, StoreError>;
-
-    /// Step 2 of the draw: when due, freeze the pre-queue and lease the draw to `owner` for `lease_ms`.
-    async fn begin_draw(
-        &self,
-        queue: &QueueName,
-        owner: &str,
-        lease_ms: i64,
-    ) -> Result<BeginDraw, StoreError>;
-
-    /// Step 3: up to `limit` waiting members scored in `[from_score, below)`, by score then member bytes.
-    async fn pre_queue_page(
-        &self,
-        queue: &QueueName,
-        from_score: u64,
-        below: u64,
-        limit: usize,
-    ) -> Result<Vec<(String, u64)>, StoreError>;
-
-    /// Step 5: places `members` (drawn positions `first_index..`) and appends them to the drawn list.
-    async fn write_draw_chunk(
-        &self,
-        queue: &QueueName,
-        owner: &str,
-        lease_ms: i64,
-        first_index: u64,
-        members: &[String],
-    ) -> Result<DrawStep, StoreError>;
-
-    /// Step 6: completes the draw if every pre-queue member was placed.
-    async fn finish_draw(&self, queue: &QueueName, owner: &str) -> Result<FinishDraw, StoreError>;
-
-    /// The published drawn list (pre-queue member ids in drawn order), `offset..offset + limit`.
-    async fn drawn_members(
-        &self,
-        queue: &QueueName,
-        offset: u64,
-        limit: usize,
-    ) -> Result<Vec<String>, StoreError>;
+    /// The same store's scheduled openings and pre-queue draws ([`DrawStore`]). Every backend keeps a
+    /// queue's pre-queue beside its waiting members (a draw step rescores them atomically with the
+    /// queue's other state), so a queue store always has one, and one handle reaches both.
+    fn draws(&self) -> &dyn DrawStore;
 }

@@ -227,7 +227,7 @@ impl PostgresSource {
     /// versions applied by this call.
     pub fn migrate(&mut self) -> Result<Vec<i32>, SourceError> {
         let schema = self.schema.clone();
-        self.with_reconnect(true, |client, _| {
+        self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
             let mut transaction = client.transaction()?;
             transaction.batch_execute(&format!(
                 "SELECT pg_advisory_xact_lock({MIGRATE_LOCK_CLASS}, hashtext('{schema}'));
@@ -269,7 +269,7 @@ impl PostgresSource {
 
     /// Days (UTC hour / 24) that currently have a raw event log partition, ascending.
     pub fn partition_days(&mut self) -> Result<Vec<i64>, SourceError> {
-        self.with_reconnect(true, |client, _| {
+        self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
             let mut transaction = client.transaction()?;
             let mut days = partitions(&mut transaction, "event_log")?
                 .into_iter()
@@ -282,7 +282,7 @@ impl PostgresSource {
 
     /// The server process id of the current connection (operations, and tests that kill it).
     pub fn backend_pid(&mut self) -> Result<i32, SourceError> {
-        self.with_reconnect(true, |client, _| {
+        self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
             Ok(client.query_one("SELECT pg_backend_pid()", &[])?.get(0))
         })
     }
@@ -290,7 +290,7 @@ impl PostgresSource {
     /// Drops this source's whole schema and everything in it (tests, decommissioning). Irreversible.
     pub fn drop_schema(mut self) -> Result<(), SourceError> {
         let schema = self.schema.clone();
-        self.with_reconnect(true, |client, _| {
+        self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
             client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))?;
             Ok(())
         })
@@ -302,18 +302,20 @@ impl PostgresSource {
         Ok(())
     }
 
-    /// Runs `op`; a connection known dead is replaced first, and with `retry`, a connection error
-    /// reconnects once and runs `op` again from the start (it must be one whole transaction).
+    /// Runs `op`; a connection known dead is replaced first, and a connection error is handled as
+    /// `on_loss` says.
     fn with_reconnect<T>(
         &mut self,
-        retry: bool,
+        on_loss: OnConnectionLoss,
         mut op: impl FnMut(&mut Client, &mut Statements) -> Result<T, SourceError>,
     ) -> Result<T, SourceError> {
         if self.client.is_closed() {
             self.reconnect()?;
         }
         match op(&mut self.client, &mut self.statements) {
-            Err(error) if retry && is_connection_error(&error, &self.client) => {
+            Err(error)
+                if on_loss == OnConnectionLoss::RetryOnce && is_connection_error(&error, &self.client) =>
+            {
                 tracing::warn!(%error, schema = %self.schema, "postgres connection lost; reconnecting and retrying once");
                 self.reconnect()?;
                 op(&mut self.client, &mut self.statements)
@@ -328,6 +330,18 @@ impl PostgresSource {
             self.schema
         )
     }
+}
+
+/// What [`PostgresSource::with_reconnect`] does when its operation fails because the connection was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnConnectionLoss {
+    /// Reconnect and run the operation once more from the start. Only for an operation that is one
+    /// whole transaction: the lost attempt either committed nothing, or committed and is recognised
+    /// (the per-call token of a commit), so running it again is safe.
+    RetryOnce,
+    /// Return the error (the next call reconnects). For an operation with effects outside the
+    /// database: `scan_event_log`'s visitor may already have seen rows, which a rerun would repeat.
+    Fail,
 }
 
 /// (day, table name) of each partition of `parent`.
@@ -773,7 +787,7 @@ impl SourceOfTruth for PostgresSource {
         let token: i64 = rand::random();
         let lock = self.write_lock();
         let mut known = self.known.take();
-        let result = self.with_reconnect(true, |client, statements| {
+        let result = self.with_reconnect(OnConnectionLoss::RetryOnce, |client, statements| {
             commit_once(client, statements, &mut known, &lock, batch, token)
         });
         self.known = known;
@@ -781,7 +795,7 @@ impl SourceOfTruth for PostgresSource {
     }
 
     fn load(&mut self) -> Result<LoadedState, SourceError> {
-        let (state, known) = self.with_reconnect(true, |client, _| {
+        let (state, known) = self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
             let mut transaction = client.build_transaction().read_only(true).isolation_level(::postgres::IsolationLevel::RepeatableRead).start()?;
             let mut state = LoadedState::default();
             for row in transaction.query(
@@ -842,7 +856,7 @@ impl SourceOfTruth for PostgresSource {
     }
 
     fn changes_since(&mut self, cursor: i64) -> Result<Option<Changes>, SourceError> {
-        self.with_reconnect(true, |client, _| {
+        self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
             // One snapshot for every query: commits draw change_seq values under the write lock, so
             // every value below the snapshot's maximum is already visible and the cursor skips nothing.
             let mut transaction = client
@@ -898,7 +912,7 @@ impl SourceOfTruth for PostgresSource {
 
     fn scan_event_log(&mut self, visit: &mut dyn FnMut(Hour, &[u8])) -> Result<(), SourceError> {
         // No retry: `visit` may already have seen rows when a connection drops.
-        self.with_reconnect(false, |client, _| {
+        self.with_reconnect(OnConnectionLoss::Fail, |client, _| {
             let mut transaction = client.build_transaction().read_only(true).start()?;
             let mut rows = transaction.query_raw(
                 "SELECT hour, body FROM event_log ORDER BY hour, seq",
@@ -919,7 +933,7 @@ impl SourceOfTruth for PostgresSource {
 
     fn replace_metrics(&mut self, rows: &[(Hour, ProductId, Metrics)]) -> Result<(), SourceError> {
         let lock = self.write_lock();
-        self.with_reconnect(true, |client, _| {
+        self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
             let mut transaction = client.transaction()?;
             transaction.batch_execute(&lock)?;
             transaction.execute("DELETE FROM metrics_hourly", &[])?;
@@ -931,7 +945,7 @@ impl SourceOfTruth for PostgresSource {
 
     fn evict(&mut self, events_before: Hour, metrics_before: Hour) -> Result<Vec<EventId>, SourceError> {
         let lock = self.write_lock();
-        let (mut forgotten, kept) = self.with_reconnect(true, |client, _| {
+        let (mut forgotten, kept) = self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
             let mut transaction = client.transaction()?;
             transaction.batch_execute(&lock)?;
             let expired = |day: i64| (day + 1) * PARTITION_HOURS <= events_before.0;
@@ -978,7 +992,7 @@ impl SourceOfTruth for PostgresSource {
     }
 
     fn load_policies(&mut self, ranker: RankerName) -> Result<Option<PolicyState>, SourceError> {
-        self.with_reconnect(true, |client, _| {
+        self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
             let mut transaction = client.build_transaction().read_only(true).start()?;
             let state = read_policy_states(&mut transaction, Some(ranker))?.pop();
             transaction.commit()?;
@@ -991,7 +1005,7 @@ impl SourceOfTruth for PostgresSource {
         ranker: RankerName,
         transition: &mut dyn FnMut(&mut PolicyState) -> Result<(), PolicyError>,
     ) -> Result<PolicyState, SourceError> {
-        self.with_reconnect(true, |client, _| {
+        self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
             let mut transaction = client.transaction()?;
             // The row every transition of this ranker locks; created once, by whoever comes first.
             let initial = PolicyState::initial_for(ranker);
@@ -1044,7 +1058,7 @@ impl SourceOfTruth for PostgresSource {
         updates: &[(ProductId, CatalogUpdate)],
     ) -> Result<Vec<(ProductId, CatalogEntry)>, SourceError> {
         let lock = self.write_lock();
-        self.with_reconnect(true, |client, _| {
+        self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
             let mut transaction = client.transaction()?;
             // Under the write lock: the merge reads what the last writer stored, and `change_seq` values
             // become visible in the order they were drawn (see `changes_since`).
@@ -1075,7 +1089,7 @@ impl SourceOfTruth for PostgresSource {
     }
 
     fn load_catalog(&mut self) -> Result<Vec<(ProductId, CatalogEntry)>, SourceError> {
-        self.with_reconnect(true, |client, _| {
+        self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
             let mut transaction = client.build_transaction().read_only(true).start()?;
             let entries = read_catalog(&mut transaction, None)?;
             transaction.commit()?;

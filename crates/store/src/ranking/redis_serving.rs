@@ -185,6 +185,26 @@ pub enum Published {
     Lost,
 }
 
+/// What [`RedisServing::stamp`] does to the active-version pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StampKind {
+    /// Point at `active.generation`, a generation just built in full (and clear a rebuild request).
+    SwitchGeneration,
+    /// Say that the generation the pointer names got newer data (`asOf`, policy version, depth); only if
+    /// it is still the one pointed at, else [`Stamped::Lost`].
+    NewerDataInCurrent,
+}
+
+impl StampKind {
+    /// The mode argument of `serving_stamp.lua`.
+    fn script_mode(self) -> &'static str {
+        match self {
+            StampKind::SwitchGeneration => "switch",
+            StampKind::NewerDataInCurrent => "stamp",
+        }
+    }
+}
+
 /// Result of moving the pointer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stamped {
@@ -617,8 +637,14 @@ impl RedisServing {
         Ok(())
     }
 
-    /// Moves the pointer to `active.generation` (`switch`), or records newer data in the current one.
-    pub async fn stamp(&self, owner: &str, active: &Active, switch: bool) -> Result<Stamped, ServingError> {
+    /// Moves the pointer to `active.generation`, or records newer data in the current one, as `kind`
+    /// says.
+    pub async fn stamp(
+        &self,
+        owner: &str,
+        active: &Active,
+        kind: StampKind,
+    ) -> Result<Stamped, ServingError> {
         let ttl_millis = 2 * self.options.grace_millis.max(60_000);
         let seq: i64 = self
             .connection
@@ -633,7 +659,7 @@ impl RedisServing {
                     .arg(active.popular_version)
                     .arg(active.depth.map(|d| d.to_string()).unwrap_or_default())
                     .arg(ttl_millis)
-                    .arg(if switch { "switch" } else { "stamp" }),
+                    .arg(kind.script_mode()),
             )
             .await?;
         Ok(match seq {

@@ -18,6 +18,9 @@
 //! - Retention drops whole hour ranges, which are contiguous key ranges in the raw log and the hour
 //!   blobs; a batch blob goes once its newest cell is below the cut (`meta.metrics_floor_hour` drops
 //!   the older cells of one that straddles it).
+//! - The schema is **numbered migrations** in `sqlite_migrations/*.sql`, applied on open in one
+//!   transaction and versioned by `PRAGMA user_version` ([`crate::sqlite_migration`]); a database from
+//!   before versioning is dated by the column probes that used to guard each change.
 //! - WAL mode, with `synchronous` as configured ([`Synchronous`]): `FULL` (the default) fsyncs every commit,
 //!   so an acknowledged batch survives a power loss; `NORMAL` survives a process crash (SIGKILL) only. One
 //!   commit per ingest batch, so the fsync is paid per batch, not per event.
@@ -35,68 +38,58 @@ use rankgate_core::ranker::{Policy, PopularWeights, RankerName};
 use super::catalog::{merge_updates, CatalogEntry, CatalogUpdate};
 use super::metric_cells::{self, CellSums};
 use super::packed::{self, RowFormat};
+use crate::sqlite_migration::{self, LegacyProbe, Migration};
 use crate::synchronous::Synchronous;
 
 use super::source::{CommitBatch, LoadedState, SourceError, SourceOfTruth};
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS event_log (
-    hour   INTEGER NOT NULL,
-    seq    INTEGER NOT NULL,
-    ids    TEXT    NOT NULL,
-    bodies BLOB    NOT NULL,
-    format INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (hour, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS metrics_hourly (
-    hour    INTEGER NOT NULL,
-    product TEXT    NOT NULL,
-    views   INTEGER NOT NULL,
-    likes   INTEGER NOT NULL,
-    units   INTEGER NOT NULL,
-    sales   INTEGER NOT NULL,
-    PRIMARY KEY (hour, product)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS metric_deltas (
-    seq      INTEGER PRIMARY KEY,
-    max_hour INTEGER NOT NULL,
-    cells    INTEGER NOT NULL,
-    blob     BLOB    NOT NULL
-);
-CREATE TABLE IF NOT EXISTS metrics_packed (
-    hour  INTEGER PRIMARY KEY,
-    cells INTEGER NOT NULL,
-    blob  BLOB    NOT NULL
-);
-CREATE TABLE IF NOT EXISTS product_categories (
-    product  TEXT NOT NULL,
-    category TEXT NOT NULL,
-    PRIMARY KEY (product, category)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS policies (
-    ranker  TEXT    NOT NULL,
-    version INTEGER NOT NULL,
-    weights TEXT    NOT NULL,
-    PRIMARY KEY (ranker, version)
-);
-CREATE TABLE IF NOT EXISTS ranker_state (
-    ranker           TEXT PRIMARY KEY,
-    active_version   INTEGER NOT NULL,
-    previous_version INTEGER,
-    latest_version   INTEGER NOT NULL,
-    building_version INTEGER,
-    state_seq        INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS catalog (
-    product TEXT PRIMARY KEY,
-    body    TEXT NOT NULL,
-    listed  INTEGER NOT NULL DEFAULT 1
-);
-CREATE TABLE IF NOT EXISTS meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-";
+/// The schema as numbered files under `sqlite_migrations/`, versioned by `PRAGMA user_version`
+/// ([`crate::sqlite_migration`] says why, and how databases from before versioning are dated). Each
+/// probe is the one the inline schema of older builds used to decide whether to apply the change.
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: include_str!("sqlite_migrations/0001_initial.sql"),
+        legacy_probe: Some(LegacyProbe::Tables(&[
+            "event_log",
+            "metrics_hourly",
+            "product_categories",
+            "policies",
+            "ranker_state",
+            "catalog",
+            "meta",
+        ])),
+    },
+    Migration {
+        version: 2,
+        sql: include_str!("sqlite_migrations/0002_event_log_format.sql"),
+        legacy_probe: Some(LegacyProbe::Column {
+            table: "event_log",
+            column: "format",
+        }),
+    },
+    Migration {
+        version: 3,
+        sql: include_str!("sqlite_migrations/0003_policy_state.sql"),
+        legacy_probe: Some(LegacyProbe::Column {
+            table: "ranker_state",
+            column: "state_seq",
+        }),
+    },
+    Migration {
+        version: 4,
+        sql: include_str!("sqlite_migrations/0004_catalog_listing.sql"),
+        legacy_probe: Some(LegacyProbe::Column {
+            table: "catalog",
+            column: "listed",
+        }),
+    },
+    Migration {
+        version: 5,
+        sql: include_str!("sqlite_migrations/0005_packed_metrics.sql"),
+        legacy_probe: Some(LegacyProbe::Tables(&["metric_deltas", "metrics_packed"])),
+    },
+];
 
 /// Rows per multi-row `INSERT` of a commit, and the shapes it uses: a batch of n rows is written as
 /// statements of the largest power of two rows that fits, so a commit needs at most
@@ -217,8 +210,8 @@ impl MetricTables {
 }
 
 impl SqliteSource {
-    /// Opens (creating if needed) `rankings.sqlite3` in `data_dir` and applies the schema, with the
-    /// default [`Synchronous`] level.
+    /// Opens (creating if needed) `rankings.sqlite3` in `data_dir` and brings its schema to the current
+    /// version, with the default [`Synchronous`] level.
     pub fn open(data_dir: &Path) -> Result<SqliteSource, SourceError> {
         SqliteSource::open_with(data_dir, Synchronous::default())
     }
@@ -241,11 +234,8 @@ impl SqliteSource {
         connection.pragma_update(None, "wal_autocheckpoint", 8192)?;
         // Room for every statement shape a commit uses (see `ROWS_PER_STATEMENT`) and the rest.
         connection.set_prepared_statement_cache_capacity(64);
-        connection.execute_batch(SCHEMA)?;
-        add_event_log_format_column(&connection)?;
-        add_policy_state_columns(&connection)?;
-        add_catalog_listed_column(&connection)?;
         let mut connection = connection;
+        sqlite_migration::migrate(&mut connection, MIGRATIONS)?;
         pack_metric_rows(&mut connection)?;
         let metrics = MetricTables::read(&connection)?;
         // Past every batch number in use: retention can empty the raw log while a batch blob of
@@ -285,46 +275,6 @@ impl SqliteSource {
             .map(|v| v.parse::<i64>().map_err(|e| corrupt(&format!("meta.{key}"), e)))
             .transpose()
     }
-}
-
-/// Gives a database created before packed rows were length-prefixed its `format` column. Its rows get
-/// the default 0 ([`RowFormat::NewlineJoined`]), and so do rows an older binary inserts later, since it
-/// names no `format`: whoever wrote a row, its marker is right.
-fn add_event_log_format_column(connection: &Connection) -> Result<(), SourceError> {
-    let has_format = connection
-        .prepare("SELECT 1 FROM pragma_table_info('event_log') WHERE name = 'format'")?
-        .exists([])?;
-    if !has_format {
-        connection.execute_batch("ALTER TABLE event_log ADD COLUMN format INTEGER NOT NULL DEFAULT 0")?;
-    }
-    Ok(())
-}
-
-/// Gives a database created before policy states were versioned (SPEC 1.3, fleet state) the columns of
-/// the version being built and the state's sequence number: nothing building, sequence 0.
-fn add_policy_state_columns(connection: &Connection) -> Result<(), SourceError> {
-    let has_seq = connection
-        .prepare("SELECT 1 FROM pragma_table_info('ranker_state') WHERE name = 'state_seq'")?
-        .exists([])?;
-    if !has_seq {
-        connection.execute_batch(
-            "ALTER TABLE ranker_state ADD COLUMN building_version INTEGER;
-             ALTER TABLE ranker_state ADD COLUMN state_seq INTEGER NOT NULL DEFAULT 0;",
-        )?;
-    }
-    Ok(())
-}
-
-/// Gives a database created before products could be delisted (SPEC 1.5) the `listed` flag: every
-/// product it knows stays listed.
-fn add_catalog_listed_column(connection: &Connection) -> Result<(), SourceError> {
-    let has_listed = connection
-        .prepare("SELECT 1 FROM pragma_table_info('catalog') WHERE name = 'listed'")?
-        .exists([])?;
-    if !has_listed {
-        connection.execute_batch("ALTER TABLE catalog ADD COLUMN listed INTEGER NOT NULL DEFAULT 1")?;
-    }
-    Ok(())
 }
 
 /// Moves the rows of `metrics_hourly` (a row per (hour, product), how metrics were stored before the

@@ -179,7 +179,7 @@ impl Webhooks {
         let owner = {
             use rand::Rng;
             let bytes: [u8; 16] = rand::rng().random();
-            bytes.iter().map(|b| format!("{b:02x}")).collect()
+            hex::encode(bytes)
         };
         Ok(Webhooks {
             hooks,

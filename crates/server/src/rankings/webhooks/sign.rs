@@ -14,8 +14,7 @@ pub fn signature_header(secret: &[u8], unix_seconds: i64, body: &[u8]) -> String
     let mut message = format!("{unix_seconds}.").into_bytes();
     message.extend_from_slice(body);
     let mac = hmac_sha256(secret, &message);
-    let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
-    format!("t={unix_seconds},v1={hex}")
+    format!("t={unix_seconds},v1={}", hex::encode(mac))
 }
 
 #[cfg(test)]

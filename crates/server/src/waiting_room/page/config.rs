@@ -314,12 +314,12 @@ fn check_text(value: &str) -> Result<(), String> {
 
 /// A `#rrggbb` colour as its three channels.
 pub fn parse_colour(value: &str) -> anyhow::Result<[u8; 3]> {
-    let hex = value
+    let mut channels = [0u8; 3];
+    value
         .strip_prefix('#')
-        .filter(|hex| hex.len() == 6 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .and_then(|digits| hex::decode_to_slice(digits, &mut channels).ok())
         .ok_or_else(|| anyhow::anyhow!("{:?} is not a #rrggbb colour", truncated(value)))?;
-    let channel = |i: usize| u8::from_str_radix(&hex[i..i + 2], 16).expect("checked hex digits");
-    Ok([channel(0), channel(2), channel(4)])
+    Ok(channels)
 }
 
 /// WCAG 2.x contrast ratio of two sRGB colours, 1 to 21.

@@ -5,12 +5,13 @@
 //! chunks, so a million-member pre-queue never holds the lock (and every entry and poll behind it) for
 //! more than a chunk's worth of sorted-set updates.
 
+use async_trait::async_trait;
 use rankgate_core::queue::{DrawPhase, DrawSeed, QueueName};
 use rankgate_zset::ScoreBound;
 
 use super::persist::{committed, MemberRow, Write};
 use super::{Creation, EmbeddedStore};
-use crate::queue::draw::{BeginDraw, DrawPass, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
+use crate::queue::draw::{BeginDraw, DrawPass, DrawRecord, DrawStep, DrawStore, FinishDraw, ScheduleOutcome};
 use crate::queue::StoreError;
 
 impl EmbeddedStore {
@@ -281,5 +282,81 @@ impl EmbeddedStore {
         };
         committed(pending).await?;
         Ok(outcome)
+    }
+}
+
+#[async_trait]
+impl DrawStore for EmbeddedStore {
+    async fn schedule_opening(
+        &self,
+        queue: &QueueName,
+        opens_at_ms: Option<i64>,
+        fresh_seed: DrawSeed,
+    ) -> Result<ScheduleOutcome, StoreError> {
+        self.check()?;
+        self.schedule_opening_embedded(queue, opens_at_ms, fresh_seed)
+            .await
+    }
+
+    async fn draw_record(&self, queue: &QueueName) -> Result<Option<DrawRecord>, StoreError> {
+        self.check()?;
+        Ok(self.existing(queue).and_then(|q| q.lock().draw.clone()))
+    }
+
+    async fn begin_draw(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<BeginDraw, StoreError> {
+        self.check()?;
+        self.begin_draw_embedded(queue, owner, lease_ms).await
+    }
+
+    async fn pre_queue_page(
+        &self,
+        queue: &QueueName,
+        from_score: u64,
+        below: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        self.check()?;
+        Ok(self.pre_queue_page_embedded(queue, from_score, below, limit))
+    }
+
+    async fn write_draw_chunk(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+        first_index: u64,
+        members: &[String],
+    ) -> Result<DrawStep, StoreError> {
+        self.check()?;
+        self.write_draw_chunk_embedded(queue, owner, lease_ms, first_index, members)
+            .await
+    }
+
+    async fn finish_draw(&self, queue: &QueueName, owner: &str) -> Result<FinishDraw, StoreError> {
+        self.check()?;
+        self.finish_draw_embedded(queue, owner).await
+    }
+
+    async fn drawn_members(
+        &self,
+        queue: &QueueName,
+        offset: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        self.check()?;
+        Ok(self.existing(queue).map_or_else(Vec::new, |q| {
+            let q = q.lock();
+            q.drawn
+                .iter()
+                .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+                .take(limit)
+                .map(|m| m.to_string())
+                .collect()
+        }))
     }
 }

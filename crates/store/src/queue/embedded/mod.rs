@@ -33,14 +33,13 @@ use rusqlite::Connection;
 use self::persist::{committed, MemberRow, Writer};
 use self::waiting::QueueState;
 use crate::clock::Clock;
-use crate::queue::draw::{BeginDraw, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
+use crate::queue::draw::DrawStore;
 use crate::queue::waiting::{
     AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LeaveOutcome,
     MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
 use crate::queue::StoreError;
 use crate::synchronous::Synchronous;
-use rankgate_core::queue::DrawSeed;
 
 /// File name of the queue database inside the data directory.
 pub const DATABASE_FILE: &str = "queue.sqlite3";
@@ -774,77 +773,8 @@ impl QueueStore for EmbeddedStore {
         self.check()
     }
 
-    async fn schedule_opening(
-        &self,
-        queue: &QueueName,
-        opens_at_ms: Option<i64>,
-        fresh_seed: DrawSeed,
-    ) -> Result<ScheduleOutcome, StoreError> {
-        self.check()?;
-        self.schedule_opening_embedded(queue, opens_at_ms, fresh_seed)
-            .await
-    }
-
-    async fn draw_record(&self, queue: &QueueName) -> Result<Option<DrawRecord>, StoreError> {
-        self.check()?;
-        Ok(self.existing(queue).and_then(|q| q.lock().draw.clone()))
-    }
-
-    async fn begin_draw(
-        &self,
-        queue: &QueueName,
-        owner: &str,
-        lease_ms: i64,
-    ) -> Result<BeginDraw, StoreError> {
-        self.check()?;
-        self.begin_draw_embedded(queue, owner, lease_ms).await
-    }
-
-    async fn pre_queue_page(
-        &self,
-        queue: &QueueName,
-        from_score: u64,
-        below: u64,
-        limit: usize,
-    ) -> Result<Vec<(String, u64)>, StoreError> {
-        self.check()?;
-        Ok(self.pre_queue_page_embedded(queue, from_score, below, limit))
-    }
-
-    async fn write_draw_chunk(
-        &self,
-        queue: &QueueName,
-        owner: &str,
-        lease_ms: i64,
-        first_index: u64,
-        members: &[String],
-    ) -> Result<DrawStep, StoreError> {
-        self.check()?;
-        self.write_draw_chunk_embedded(queue, owner, lease_ms, first_index, members)
-            .await
-    }
-
-    async fn finish_draw(&self, queue: &QueueName, owner: &str) -> Result<FinishDraw, StoreError> {
-        self.check()?;
-        self.finish_draw_embedded(queue, owner).await
-    }
-
-    async fn drawn_members(
-        &self,
-        queue: &QueueName,
-        offset: u64,
-        limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
-        self.check()?;
-        Ok(self.existing(queue).map_or_else(Vec::new, |q| {
-            let q = q.lock();
-            q.drawn
-                .iter()
-                .skip(usize::try_from(offset).unwrap_or(usize::MAX))
-                .take(limit)
-                .map(|m| m.to_string())
-                .collect()
-        }))
+    fn draws(&self) -> &dyn DrawStore {
+        self
     }
 }
 

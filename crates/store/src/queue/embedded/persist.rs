@@ -13,6 +13,9 @@
 //! order, and a unit is never split across transactions: an admission (pop + token issue) is either wholly
 //! on disk or not at all, which is what makes a crash between "pop" and "issue" impossible (limitation 2).
 //!
+//! The schema is numbered migrations in `migrations/*.sql`, applied on open and versioned by
+//! `PRAGMA user_version` ([`crate::sqlite_migration`]).
+//!
 //! If a commit fails the store is *poisoned*: memory may be ahead of disk, so every later operation answers
 //! [`StoreError::Unavailable`] until the process restarts and reloads from disk (the gate fails closed).
 
@@ -26,6 +29,7 @@ use rusqlite::{params, Connection};
 use rankgate_core::queue::{AdmissionBudget, QueueSettings, ThroughputEstimator};
 
 use crate::queue::StoreError;
+use crate::sqlite_migration::{self, LegacyProbe, Migration};
 use crate::synchronous::Synchronous;
 
 /// The most units one transaction carries; bounds commit latency under a flood.
@@ -128,64 +132,52 @@ pub(crate) struct Writer {
     thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS queues (
-    name TEXT PRIMARY KEY, settings TEXT NOT NULL, next_seq INTEGER NOT NULL,
-    budget TEXT NOT NULL, estimator TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS members (
-    queue TEXT NOT NULL, member TEXT NOT NULL, kind INTEGER NOT NULL, seq INTEGER NOT NULL,
-    at_ms INTEGER NOT NULL, digest BLOB, nonce BLOB, expires_ms INTEGER NOT NULL,
-    claim_digest BLOB, claim_expires_ms INTEGER NOT NULL,
-    PRIMARY KEY (queue, member)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS queue_draws (queue TEXT PRIMARY KEY, record TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS queue_drawn_members (
-    queue TEXT NOT NULL, position INTEGER NOT NULL, member TEXT NOT NULL,
-    PRIMARY KEY (queue, position)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS jobs (
-    queue TEXT NOT NULL, id TEXT NOT NULL, record TEXT NOT NULL, payload BLOB NOT NULL,
-    PRIMARY KEY (queue, id)
-) WITHOUT ROWID;
-";
+/// The schema as numbered files under `migrations/`, versioned by `PRAGMA user_version`
+/// ([`crate::sqlite_migration`] says why, and how databases from before versioning are dated). Each
+/// probe is the one the inline schema of older builds used to decide whether to apply the change.
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: include_str!("migrations/0001_initial.sql"),
+        legacy_probe: Some(LegacyProbe::Tables(&["queues", "members", "jobs"])),
+    },
+    Migration {
+        version: 2,
+        sql: include_str!("migrations/0002_managed_queues.sql"),
+        legacy_probe: Some(LegacyProbe::Column {
+            table: "queues",
+            column: "managed",
+        }),
+    },
+    Migration {
+        version: 3,
+        sql: include_str!("migrations/0003_draws.sql"),
+        legacy_probe: Some(LegacyProbe::Tables(&["queue_draws", "queue_drawn_members"])),
+    },
+    Migration {
+        version: 4,
+        sql: include_str!("migrations/0004_abandoned_count.sql"),
+        legacy_probe: Some(LegacyProbe::Column {
+            table: "queues",
+            column: "abandoned",
+        }),
+    },
+];
 
-/// Adds the columns a database written by an older build lacks. `managed`: queues that existed before
-/// queues could be forgotten are marked managed, since nothing told us whether an admin configured them,
-/// and forgetting one that an admin did configure would be worse than keeping an idle one. `abandoned`:
-/// the count starts at 0, as it did at every start before it was stored.
-fn migrate_queue_columns(connection: &Connection) -> rusqlite::Result<()> {
-    let has_column = |name: &str| {
-        connection
-            .prepare("SELECT 1 FROM pragma_table_info('queues') WHERE name = ?1")?
-            .exists([name])
-    };
-    if !has_column("managed")? {
-        connection.execute_batch(
-            "ALTER TABLE queues ADD COLUMN managed INTEGER NOT NULL DEFAULT 0; UPDATE queues SET managed = 1;",
-        )?;
-    }
-    if !has_column("abandoned")? {
-        connection.execute_batch("ALTER TABLE queues ADD COLUMN abandoned INTEGER NOT NULL DEFAULT 0;")?;
-    }
-    Ok(())
-}
-
-/// Opens (creating) the database with the schema and pragmas; answers the `synchronous` level SQLite
-/// reports once it is set.
+/// Opens (creating) the database, sets its pragmas and brings its schema to the current version; answers
+/// the `synchronous` level SQLite reports once it is set.
 pub(crate) fn open_database(
     path: &Path,
     synchronous: Synchronous,
 ) -> Result<(Connection, Synchronous), StoreError> {
-    let connection = Connection::open(path)
+    let mut connection = Connection::open(path)
         .map_err(|e| StoreError::Unavailable(format!("open {}: {e}", path.display())))?;
     let prepare = |e: rusqlite::Error| StoreError::Unavailable(format!("prepare {}: {e}", path.display()));
     connection
         .execute_batch("PRAGMA journal_mode=WAL; PRAGMA busy_timeout=5000;")
         .map_err(prepare)?;
     let applied = synchronous.apply(&connection).map_err(prepare)?;
-    connection.execute_batch(SCHEMA).map_err(prepare)?;
-    migrate_queue_columns(&connection)
+    sqlite_migration::migrate(&mut connection, MIGRATIONS)
         .map_err(|e| StoreError::Unavailable(format!("migrate {}: {e}", path.display())))?;
     Ok((connection, applied))
 }

@@ -4,12 +4,13 @@
 //! itself is computed in Rust by the shared driver: Redis Lua has no HMAC, and a sort of a million members
 //! inside one script would stall Redis for everyone.
 
-use rankgate_core::queue::draw::{from_hex_32, to_hex};
+use async_trait::async_trait;
+use rankgate_core::queue::draw::from_hex_32;
 use rankgate_core::queue::{DrawPhase, DrawSeed, QueueName};
 use redis::{Script, ScriptInvocation};
 
 use super::{RedisStore, Reply};
-use crate::queue::draw::{BeginDraw, DrawPass, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
+use crate::queue::draw::{BeginDraw, DrawPass, DrawRecord, DrawStep, DrawStore, FinishDraw, ScheduleOutcome};
 use crate::queue::StoreError;
 
 /// The meta fields of a draw, in the order [`RedisStore::draw_record_redis`] reads them.
@@ -39,7 +40,7 @@ impl RedisStore {
         self.register(queue).await?;
         let mut call = self.draw_call(&self.scripts.draw_schedule, queue);
         call.arg(opens_at_ms.map_or_else(String::new, |ms| ms.to_string()))
-            .arg(to_hex(&fresh_seed.0));
+            .arg(hex::encode(fresh_seed.0));
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         Ok(match reply.int()? {
             0 => match self.draw_record_redis(queue).await? {
@@ -215,5 +216,72 @@ impl RedisStore {
                     .arg(stop),
             )
             .await
+    }
+}
+
+#[async_trait]
+impl DrawStore for RedisStore {
+    async fn schedule_opening(
+        &self,
+        queue: &QueueName,
+        opens_at_ms: Option<i64>,
+        fresh_seed: DrawSeed,
+    ) -> Result<ScheduleOutcome, StoreError> {
+        self.check()?;
+        self.schedule_opening_redis(queue, opens_at_ms, fresh_seed).await
+    }
+
+    async fn draw_record(&self, queue: &QueueName) -> Result<Option<DrawRecord>, StoreError> {
+        self.check()?;
+        self.draw_record_redis(queue).await
+    }
+
+    async fn begin_draw(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<BeginDraw, StoreError> {
+        self.check()?;
+        self.begin_draw_redis(queue, owner, lease_ms).await
+    }
+
+    async fn pre_queue_page(
+        &self,
+        queue: &QueueName,
+        from_score: u64,
+        below: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        self.check()?;
+        self.pre_queue_page_redis(queue, from_score, below, limit).await
+    }
+
+    async fn write_draw_chunk(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+        first_index: u64,
+        members: &[String],
+    ) -> Result<DrawStep, StoreError> {
+        self.check()?;
+        self.write_draw_chunk_redis(queue, owner, lease_ms, first_index, members)
+            .await
+    }
+
+    async fn finish_draw(&self, queue: &QueueName, owner: &str) -> Result<FinishDraw, StoreError> {
+        self.check()?;
+        self.finish_draw_redis(queue, owner).await
+    }
+
+    async fn drawn_members(
+        &self,
+        queue: &QueueName,
+        offset: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        self.check()?;
+        self.drawn_members_redis(queue, offset, limit).await
     }
 }

@@ -530,23 +530,9 @@ fn fail_mode_str(mode: FailMode) -> &'static str {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        out.push_str(&format!("{byte:02x}"));
-    }
-    out
-}
-
 fn unhex<const N: usize>(raw: &str) -> Result<[u8; N], StoreError> {
-    let corrupt = || StoreError::Corrupt(format!("bad hex field {raw:?}"));
-    if raw.len() != N * 2 {
-        return Err(corrupt());
-    }
     let mut out = [0u8; N];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&raw[i * 2..i * 2 + 2], 16).map_err(|_| corrupt())?;
-    }
+    hex::decode_to_slice(raw, &mut out).map_err(|_| StoreError::Corrupt(format!("bad hex field {raw:?}")))?;
     Ok(out)
 }
 
@@ -558,7 +544,7 @@ mod tests {
     fn escaping_keeps_the_hash_tag_and_hex_round_trips() {
         assert_eq!(escape("poll:q:{m}%"), "poll:q:%7Bm%7D%25");
         let bytes = [0u8, 1, 0xab, 0xff];
-        assert_eq!(hex(&bytes), "0001abff");
+        assert_eq!(hex::encode(bytes), "0001abff");
         assert_eq!(unhex::<4>("0001abff").unwrap(), bytes);
         assert!(unhex::<4>("0001abf").is_err());
         let args = settings_args(&QueueSettings {

@@ -16,14 +16,13 @@ use rankgate_core::queue::{
     SettingsPatch, ThroughputEstimator,
 };
 
-use super::{hex, settings_args, unhex, RedisStore, Reply};
-use crate::queue::draw::{BeginDraw, DrawRecord, DrawStep, FinishDraw, ScheduleOutcome};
+use super::{settings_args, unhex, RedisStore, Reply};
+use crate::queue::draw::DrawStore;
 use crate::queue::waiting::{
     AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome,
     LeaveOutcome, MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
 use crate::queue::StoreError;
-use rankgate_core::queue::DrawSeed;
 
 fn status_of(code: i64) -> Result<MemberStatus, StoreError> {
     Ok(match code {
@@ -458,7 +457,8 @@ impl QueueStore for RedisStore {
         self.check()?;
         let mut call = self.queue_call(&self.scripts.admit, queue);
         for token in &tokens {
-            call.arg(hex(&token.nonce)).arg(hex(&token.digest.0));
+            call.arg(hex::encode(token.nonce))
+                .arg(hex::encode(token.digest.0));
         }
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         let mut members = reply.array()?;
@@ -508,7 +508,9 @@ impl QueueStore for RedisStore {
     ) -> Result<ClaimOutcome, StoreError> {
         self.check()?;
         let mut call = self.queue_call(&self.scripts.claim, queue);
-        call.arg(member.as_str()).arg(hex(&token.0)).arg(hex(&claim.0));
+        call.arg(member.as_str())
+            .arg(hex::encode(token.0))
+            .arg(hex::encode(claim.0));
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         Ok(match reply.int()? {
             0 => ClaimOutcome::Claimed {
@@ -530,7 +532,7 @@ impl QueueStore for RedisStore {
     ) -> Result<ConsumeOutcome, StoreError> {
         self.check()?;
         let mut call = self.queue_call(&self.scripts.consume, queue);
-        call.arg(member.as_str()).arg(hex(&claim.0));
+        call.arg(member.as_str()).arg(hex::encode(claim.0));
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         Ok(match reply.int()? {
             0 => ConsumeOutcome::Consumed,
@@ -547,7 +549,7 @@ impl QueueStore for RedisStore {
     ) -> Result<ReleaseOutcome, StoreError> {
         self.check()?;
         let mut call = self.queue_call(&self.scripts.release, queue);
-        call.arg(member.as_str()).arg(hex(&claim.0));
+        call.arg(member.as_str()).arg(hex::encode(claim.0));
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         Ok(match reply.int()? {
             0 => ReleaseOutcome::Released(ReleasedTo::Ready),
@@ -759,68 +761,8 @@ impl QueueStore for RedisStore {
         }
     }
 
-    async fn schedule_opening(
-        &self,
-        queue: &QueueName,
-        opens_at_ms: Option<i64>,
-        fresh_seed: DrawSeed,
-    ) -> Result<ScheduleOutcome, StoreError> {
-        self.check()?;
-        self.schedule_opening_redis(queue, opens_at_ms, fresh_seed).await
-    }
-
-    async fn draw_record(&self, queue: &QueueName) -> Result<Option<DrawRecord>, StoreError> {
-        self.check()?;
-        self.draw_record_redis(queue).await
-    }
-
-    async fn begin_draw(
-        &self,
-        queue: &QueueName,
-        owner: &str,
-        lease_ms: i64,
-    ) -> Result<BeginDraw, StoreError> {
-        self.check()?;
-        self.begin_draw_redis(queue, owner, lease_ms).await
-    }
-
-    async fn pre_queue_page(
-        &self,
-        queue: &QueueName,
-        from_score: u64,
-        below: u64,
-        limit: usize,
-    ) -> Result<Vec<(String, u64)>, StoreError> {
-        self.check()?;
-        self.pre_queue_page_redis(queue, from_score, below, limit).await
-    }
-
-    async fn write_draw_chunk(
-        &self,
-        queue: &QueueName,
-        owner: &str,
-        lease_ms: i64,
-        first_index: u64,
-        members: &[String],
-    ) -> Result<DrawStep, StoreError> {
-        self.check()?;
-        self.write_draw_chunk_redis(queue, owner, lease_ms, first_index, members)
-            .await
-    }
-
-    async fn finish_draw(&self, queue: &QueueName, owner: &str) -> Result<FinishDraw, StoreError> {
-        self.check()?;
-        self.finish_draw_redis(queue, owner).await
-    }
-
-    async fn drawn_members(
-        &self,
-        queue: &QueueName,
-        offset: u64,
-        limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
-        self.check()?;
-        self.drawn_members_redis(queue, offset, limit).await
+    fn draws(&self) -> &dyn DrawStore {
+        self
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
