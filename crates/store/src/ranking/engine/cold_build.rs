@@ -95,6 +95,16 @@ impl ScoringInput {
     }
 }
 
+/// How much of a cold build one step may do under the write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BuildPace {
+    /// One slice of hours or a couple of carry days, so ingest waits for no more than that.
+    InSteps,
+    /// The whole span at once: the fallback for a build that keeps being restarted or undone, which would
+    /// otherwise never finish.
+    InOneHold,
+}
+
 /// Where a cold build stands after one step; see [`RankingEngine::build_span_in_steps`].
 enum BuildStep {
     /// The span is cached: answer from it.
@@ -155,9 +165,12 @@ impl RankingEngine {
         };
         let (mut restarts, mut steps) = (0, 0);
         loop {
-            let step = engine
-                .write()
-                .build_step(key, restarts >= MAX_RESTARTS || steps > MAX_STEPS);
+            let pace = if restarts >= MAX_RESTARTS || steps > MAX_STEPS {
+                BuildPace::InOneHold
+            } else {
+                BuildPace::InSteps
+            };
+            let step = engine.write().build_step(key, pace);
             match step {
                 BuildStep::Cached => return,
                 BuildStep::Continue => {
@@ -179,14 +192,13 @@ impl RankingEngine {
         }
     }
 
-    /// One step of a cold build, under the write lock. `in_one_hold` finishes the span at once (the
-    /// fallback after repeated restarts).
-    fn build_step(&mut self, key: SpanKey, in_one_hold: bool) -> BuildStep {
+    /// One step of a cold build, under the write lock; [`BuildPace::InOneHold`] finishes the span at once.
+    fn build_step(&mut self, key: SpanKey, pace: BuildPace) -> BuildStep {
         if self.spans.contains_key(&key) {
             self.builds.remove(&key);
             return BuildStep::Cached;
         }
-        if in_one_hold {
+        if pace == BuildPace::InOneHold {
             self.builds.remove(&key);
             self.ensure_span(key);
             return BuildStep::Cached;
