@@ -366,3 +366,200 @@ impl RankingEngine {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use parking_lot::RwLock;
+    use rankgate_core::ids::CategoryOrAll;
+    use rankgate_core::ranker::{PopularWeights, RankerName};
+
+    use super::super::test_support::{
+        apply_events, apply_in_batches, assert_all_match_model, cached_by_ids, day, engine, hour, model_of,
+        product, queries_over, query, workload, workload_spans,
+    };
+    use super::*;
+
+    /// The (category, span) pairs of the workload's queries, once each.
+    fn spans_to_build() -> Vec<RankingQuery> {
+        let mut seen = BTreeSet::new();
+        queries_over(&workload_spans())
+            .into_iter()
+            .filter(|q| seen.insert(format!("{} {:?}", q.category, q.span)))
+            .collect()
+    }
+
+    #[test]
+    fn a_build_in_steps_equals_a_build_in_one_hold() {
+        let events = workload(41, 900, 72);
+        let (mut stepwise, mut one_hold) = (engine(), engine());
+        for engine in [&mut stepwise, &mut one_hold] {
+            apply_in_batches(engine, &events, 100);
+            engine.advance_to_hour(hour(50));
+        }
+        stepwise.set_build_cells_per_step(1);
+        let stepwise = RwLock::new(stepwise);
+        let mut steps = 0;
+        for q in spans_to_build() {
+            RankingEngine::build_span_in_steps_observed(&stepwise, &q, |phase| {
+                if phase == BuildPhase::Between {
+                    steps += 1;
+                }
+            });
+            one_hold.top(&q, 0, 1);
+            let stepwise = stepwise.read();
+            assert_eq!(
+                cached_by_ids(&stepwise, &q.category, q.span),
+                cached_by_ids(&one_hold, &q.category, q.span),
+                "{} {:?}",
+                q.category,
+                q.span
+            );
+            assert!(stepwise.builds.is_empty());
+        }
+        assert!(steps > 200, "one hour per step: {steps} steps");
+    }
+
+    #[test]
+    fn a_build_in_steps_with_batches_landing_between_steps_equals_a_build_in_one_hold_of_everything() {
+        let events = workload(42, 1_000, 72);
+        let (before, during) = events.split_at(300);
+        let batches: Vec<&[rankgate_core::event::Event]> = during.chunks(20).collect();
+        let delisted = product("p2");
+        let stepwise = RwLock::new(engine());
+        {
+            let mut engine = stepwise.write();
+            apply_events(&mut engine, before);
+            engine.advance_to_hour(hour(50));
+            engine.set_build_cells_per_step(1);
+        }
+        // Every step lets one batch land (late events, new memberships and all), and one a listing flip.
+        let mut landed = 0;
+        let mut land_next = |_: BuildPhase| {
+            let mut engine = stepwise.write();
+            if landed == 7 {
+                engine.set_listed(&[(delisted.clone(), false)]);
+            }
+            if let Some(batch) = batches.get(landed) {
+                apply_events(&mut engine, batch);
+            }
+            landed += 1;
+        };
+        for q in spans_to_build() {
+            RankingEngine::build_span_in_steps_observed(&stepwise, &q, &mut land_next);
+        }
+        assert!(
+            landed > batches.len(),
+            "every batch landed during a build ({landed} steps)"
+        );
+
+        let mut one_hold = engine();
+        apply_events(&mut one_hold, &events);
+        one_hold.set_listed(&[(delisted.clone(), false)]);
+        one_hold.advance_to_hour(hour(50));
+        let mut stepwise = stepwise.into_inner();
+        stepwise.flush_all();
+        for q in spans_to_build() {
+            one_hold.top(&q, 0, 1);
+            assert_eq!(
+                cached_by_ids(&stepwise, &q.category, q.span),
+                cached_by_ids(&one_hold, &q.category, q.span),
+                "{} {:?}",
+                q.category,
+                q.span
+            );
+        }
+        let model = model_of(&events, PopularWeights::default())
+            .at_hour(hour(50))
+            .with_delisted([delisted]);
+        assert!(assert_all_match_model(&mut stepwise, &model, &queries_over(&workload_spans())) > 1_000);
+    }
+
+    #[test]
+    fn a_step_at_the_in_one_hold_pace_finishes_the_span() {
+        let events = workload(43, 400, 24);
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 100);
+        engine.set_build_cells_per_step(1);
+        let q = query(RankerName::Popular, CategoryOrAll::All, day(0));
+        let key = engine.span_key(&q).unwrap();
+
+        assert!(matches!(
+            engine.build_step(key, BuildPace::InSteps),
+            BuildStep::Continue
+        ));
+        assert!(!engine.is_span_cached(&q.category, q.span));
+        assert_eq!(engine.builds[&key].scanned_until, hour(1), "one hour read");
+
+        assert!(matches!(
+            engine.build_step(key, BuildPace::InOneHold),
+            BuildStep::Cached
+        ));
+        assert!(engine.is_span_cached(&q.category, q.span));
+        assert!(engine.builds.is_empty(), "the partial build is superseded");
+        let mut fresh = super::super::test_support::engine();
+        apply_in_batches(&mut fresh, &events, 100);
+        fresh.top(&q, 0, 1);
+        assert_eq!(
+            cached_by_ids(&engine, &q.category, q.span),
+            cached_by_ids(&fresh, &q.category, q.span)
+        );
+    }
+
+    #[test]
+    fn a_build_dropped_while_it_is_scored_starts_over_and_still_equals_a_build_in_one_hold() {
+        let events = workload(44, 600, 72);
+        let stepwise = RwLock::new(engine());
+        apply_in_batches(&mut stepwise.write(), &events, 100);
+        stepwise.write().set_build_cells_per_step(8);
+        let q = query(RankerName::Trending, CategoryOrAll::All, day(1));
+        let mut scorings = 0;
+        RankingEngine::build_span_in_steps_observed(&stepwise, &q, |phase| {
+            if phase == BuildPhase::Scoring {
+                scorings += 1;
+                if scorings == 1 {
+                    // What retention or a policy rebuild does to a build in progress.
+                    stepwise.write().evict_cached_spans();
+                }
+            }
+        });
+        assert_eq!(
+            scorings, 2,
+            "the first scoring was dropped, the build started over"
+        );
+        let mut one_hold = engine();
+        apply_in_batches(&mut one_hold, &events, 100);
+        one_hold.top(&q, 0, 1);
+        assert_eq!(
+            cached_by_ids(&stepwise.read(), &q.category, q.span),
+            cached_by_ids(&one_hold, &q.category, q.span)
+        );
+    }
+
+    #[test]
+    fn a_batch_that_lands_while_the_span_is_scored_is_rescored_at_install() {
+        let events = workload(45, 500, 48);
+        let (before, during) = events.split_at(450);
+        let stepwise = RwLock::new(engine());
+        apply_events(&mut stepwise.write(), before);
+        let q = query(RankerName::Popular, CategoryOrAll::All, day(1));
+        let mut scorings = 0;
+        RankingEngine::build_span_in_steps_observed(&stepwise, &q, |phase| {
+            if phase == BuildPhase::Scoring {
+                scorings += 1;
+                apply_events(&mut stepwise.write(), during);
+            }
+        });
+        assert_eq!(scorings, 1);
+        let mut stepwise = stepwise.into_inner();
+        stepwise.flush_all();
+        let mut one_hold = engine();
+        apply_events(&mut one_hold, &events);
+        one_hold.top(&q, 0, 1);
+        assert_eq!(
+            cached_by_ids(&stepwise, &q.category, q.span),
+            cached_by_ids(&one_hold, &q.category, q.span)
+        );
+    }
+}

@@ -325,3 +325,262 @@ impl RankingEngine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rankgate_core::ids::CategoryOrAll;
+    use rankgate_core::period::WindowLen;
+    use rankgate_core::ranker::{PopularWeights, RankerName};
+
+    use super::super::test_support::{
+        apply_events, apply_in_batches, assert_all_match_model, by_ids, cached_by_ids, category, day, engine,
+        hour, hourly, in_category, model_of, product, queries_over, query, views, window, workload,
+        workload_spans,
+    };
+    use super::*;
+
+    #[test]
+    fn apply_adds_to_the_hour_and_only_to_the_cached_spans_that_contain_it() {
+        let mut engine = engine();
+        let (p1, p2) = (product("p1"), product("p2"));
+        engine.apply(
+            &[(hour(2), p1.clone(), views(1)), (hour(26), p2.clone(), views(1))],
+            &[(p1.clone(), category("c1")), (p2.clone(), category("c2"))],
+            Some(1),
+        );
+        // (span, whether a delta of p1 at hour 5 belongs in it)
+        let spans = [
+            (CategoryOrAll::All, day(0), true),
+            (CategoryOrAll::All, hourly(5), true),
+            (CategoryOrAll::All, window(WindowLen::D7, 47), true),
+            (in_category("c1"), day(0), true),
+            (CategoryOrAll::All, day(1), false),
+            (CategoryOrAll::All, hourly(6), false),
+            (in_category("c2"), day(0), false),
+        ];
+        for (category, span, _) in &spans {
+            engine.top(&query(RankerName::Popular, category.clone(), *span), 0, 10);
+        }
+        let before: Vec<_> = spans
+            .iter()
+            .map(|(c, s, _)| cached_by_ids(&engine, c, *s))
+            .collect();
+
+        engine.apply(&[(hour(5), p1.clone(), views(3))], &[], Some(2));
+
+        assert_eq!(engine.hourly_metrics(hour(5), &p1), views(3));
+        assert_eq!(engine.hourly_metrics(hour(2), &p1), views(1));
+        let p1_idx = engine.products.index["p1"];
+        assert_eq!(engine.products.cells[p1_idx as usize][&hour(5)], views(3));
+        for ((category, span, contains), before) in spans.iter().zip(before) {
+            let key = engine
+                .span_key(&query(RankerName::Popular, category.clone(), *span))
+                .unwrap();
+            let state = &engine.spans[&key];
+            let label = format!("{category} {span:?}");
+            if *contains {
+                let old = before.metrics.get("p1").copied().unwrap_or_default();
+                assert_eq!(state.metrics[&p1_idx].views, old.views + 3, "{label}");
+                assert!(state.dirty.contains(&p1_idx), "{label}");
+                assert_eq!(state.applied, engine.generation(), "{label}");
+            } else {
+                assert_eq!(by_ids(&engine, state).metrics, before.metrics, "{label}");
+                assert!(state.dirty.is_empty(), "{label}");
+            }
+        }
+        // Day 1's carry comes from day 0, which moved; no later day exists.
+        let day1 = engine
+            .span_key(&query(RankerName::Popular, CategoryOrAll::All, day(1)))
+            .unwrap();
+        assert!(engine.spans[&day1].carry_stale);
+        assert_eq!(engine.as_of_millis(), Some(2));
+    }
+
+    #[test]
+    fn cached_spans_kept_current_by_apply_equal_the_recompute() {
+        let events = workload(1, 900, 72);
+        let queries = queries_over(&workload_spans());
+        let mut engine = engine();
+        apply_events(&mut engine, &events[..100]);
+        // Every span cached early, so the rest arrives through `apply` into cached spans, with reads (and
+        // so flushes) of some of them between batches.
+        for query in &queries {
+            engine.top(query, 0, 5);
+        }
+        for (i, batch) in events[100..].chunks(40).enumerate() {
+            apply_events(&mut engine, batch);
+            engine.top(&queries[i * 7 % queries.len()], 0, 5);
+        }
+        let cached = engine.cached_span_count();
+        let listed = assert_all_match_model(
+            &mut engine,
+            &model_of(&events, PopularWeights::default()),
+            &queries,
+        );
+        assert!(listed > 1_000, "{listed}");
+        assert_eq!(
+            engine.cached_span_count(),
+            cached,
+            "reads were answered from the spans kept by apply"
+        );
+    }
+
+    #[test]
+    fn a_product_whose_total_comes_back_to_zero_leaves_the_span() {
+        let mut engine = engine();
+        let p1 = product("p1");
+        let like = Metrics {
+            likes: 1,
+            ..Metrics::default()
+        };
+        let unlike = Metrics {
+            likes: -1,
+            ..Metrics::default()
+        };
+        engine.apply(&[(hour(1), p1.clone(), like)], &[], None);
+        let popular = query(RankerName::Popular, CategoryOrAll::All, day(0));
+        assert_eq!(engine.top(&popular, 0, 10).total, 1);
+        engine.apply(&[(hour(1), p1.clone(), unlike)], &[], None);
+        let key = engine.span_key(&popular).unwrap();
+        assert!(engine.spans[&key].metrics.is_empty());
+        for ranker in RankerName::ALL {
+            let answer = engine.rank(&query(ranker, CategoryOrAll::All, day(0)), &p1);
+            assert_eq!((answer.rank, answer.total), (None, 0), "{ranker}");
+        }
+        assert_eq!(engine.hourly_metrics(hour(1), &p1), Metrics::default());
+    }
+
+    #[test]
+    fn apply_absolute_applies_only_the_difference_from_what_the_engine_holds() {
+        let events = workload(2, 400, 48);
+        let memberships: Vec<(ProductId, Category)> = events
+            .iter()
+            .flat_map(|e| e.categories.iter().map(|c| (e.product.clone(), c.clone())))
+            .collect();
+        let rows = |engine: &RankingEngine| -> Vec<(Hour, ProductId, Metrics)> {
+            let mut rows: Vec<_> = engine.hourly_rows().map(|(h, p, m)| (h, p.clone(), *m)).collect();
+            rows.sort_by(|a, b| (a.0, a.1.as_str()).cmp(&(b.0, b.1.as_str())));
+            rows
+        };
+        let (mut writer, mut follower) = (engine(), engine());
+        apply_events(&mut writer, &events[..200]);
+        follower.apply_absolute(&rows(&writer), &memberships, writer.as_of_millis());
+        assert_eq!(rows(&follower), rows(&writer));
+
+        // The same rows again change nothing, not even the generation response caches key on.
+        let generation = follower.generation();
+        follower.apply_absolute(&rows(&writer), &memberships, writer.as_of_millis());
+        assert_eq!(follower.generation(), generation);
+
+        let spans = workload_spans();
+        for query in queries_over(&spans) {
+            writer.top(&query, 0, 1);
+            follower.top(&query, 0, 1);
+        }
+        apply_events(&mut writer, &events[200..]);
+        follower.apply_absolute(&rows(&writer), &memberships, writer.as_of_millis());
+        assert_eq!(rows(&follower), rows(&writer));
+        for query in queries_over(&spans) {
+            assert_eq!(
+                writer.full_ranking(&query),
+                follower.full_ranking(&query),
+                "{query:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_new_membership_brings_the_products_past_into_the_category() {
+        let (p1, p2) = (product("p1"), product("p2"));
+        let deltas = [
+            (hour(1), p1.clone(), views(2)),
+            (hour(2), p1.clone(), views(5)),
+            (hour(1), p2.clone(), views(1)),
+        ];
+        let mut engine = engine();
+        engine.apply(&deltas, &[(p2.clone(), category("c1"))], None);
+        let c1_day = query(RankerName::Popular, in_category("c1"), day(0));
+        assert_eq!(engine.top(&c1_day, 0, 10).total, 1);
+
+        engine.apply(&[], &[(p1.clone(), category("c1"))], None);
+        let page = engine.top(&c1_day, 0, 10);
+        assert_eq!(page.items[0].product, p1);
+        assert_eq!(page.items[0].metrics, views(7));
+
+        let mut told_first = super::super::test_support::engine();
+        told_first.apply(&deltas, &[(p1, category("c1")), (p2, category("c1"))], None);
+        told_first.top(&c1_day, 0, 10);
+        assert_eq!(
+            cached_by_ids(&engine, &in_category("c1"), day(0)),
+            cached_by_ids(&told_first, &in_category("c1"), day(0))
+        );
+    }
+
+    #[test]
+    fn a_delisted_product_leaves_every_ranking_and_comes_back_when_listed() {
+        let events = workload(3, 700, 72);
+        let queries = queries_over(&workload_spans());
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 50);
+        for query in &queries {
+            engine.top(query, 0, 1);
+        }
+        let delisted = product("p3");
+        engine.set_listed(&[(delisted.clone(), false)]);
+        assert!(engine.is_delisted(&delisted));
+        let model = model_of(&events, PopularWeights::default());
+        let listed = assert_all_match_model(
+            &mut engine,
+            &model.clone().with_delisted([delisted.clone()]),
+            &queries,
+        );
+        assert!(listed > 1_000, "{listed}");
+        let anywhere = query(RankerName::Units, CategoryOrAll::All, window(WindowLen::D7, 71));
+        let answer = engine.rank(&anywhere, &delisted);
+        assert_eq!(answer.rank, None);
+        assert_ne!(answer.metrics, Metrics::default(), "its metrics still count");
+
+        // The same flag again is no change.
+        let generation = engine.generation();
+        engine.set_listed(&[(delisted.clone(), false)]);
+        assert_eq!(engine.generation(), generation);
+
+        engine.set_listed(&[(delisted.clone(), true)]);
+        assert!(!engine.is_delisted(&delisted));
+        assert_all_match_model(&mut engine, &model, &queries);
+    }
+
+    #[test]
+    fn evict_before_drops_older_hours_and_the_spans_and_carry_built_on_them() {
+        let events = workload(4, 700, 72);
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 100);
+        for span in [day(0), day(1), day(2)] {
+            engine.top(&query(RankerName::Popular, CategoryOrAll::All, span), 0, 1);
+        }
+        assert!(!engine.carry_cache.is_empty());
+
+        engine.evict_before(hour(24));
+
+        assert_eq!(engine.hour_range().map(|r| r.start), Some(hour(24)));
+        assert!(engine.hourly_rows().all(|(h, _, _)| h >= hour(24)));
+        assert!(engine
+            .products
+            .cells
+            .iter()
+            .all(|cells| cells.keys().all(|h| *h >= hour(24))));
+        assert!(!engine.is_span_cached(&CategoryOrAll::All, day(0)));
+        assert!(engine.is_span_cached(&CategoryOrAll::All, day(1)));
+        assert!(engine.carry_cache.is_empty());
+        // What is left ranks as if the older events had never been: day 1 now starts the carry chain.
+        // (`all` only: memberships outlive retention, the recompute of the kept events alone would not
+        // know them.)
+        let kept: Vec<_> = events.iter().filter(|e| e.hour() >= hour(24)).cloned().collect();
+        let model = model_of(&kept, PopularWeights::default());
+        let all_only: Vec<_> = queries_over(&[day(1), day(2), window(WindowLen::D1, 60)])
+            .into_iter()
+            .filter(|q| q.category == CategoryOrAll::All)
+            .collect();
+        assert!(assert_all_match_model(&mut engine, &model, &all_only) > 0);
+    }
+}

@@ -123,3 +123,84 @@ impl RankingEngine {
         self.products.categories[p as usize].contains(&c)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{category, engine, hour, in_category, product, views};
+    use super::*;
+
+    #[test]
+    fn interning_a_product_again_gives_its_first_index_and_stores_it_once() {
+        let mut table = ProductTable::default();
+        let ids = ["p1", "p2", "p1", "p3", "p2", "p1"].map(product);
+        let indexes: Vec<ProductIdx> = ids.iter().map(|p| table.intern(p)).collect();
+        assert_eq!(indexes, [0, 1, 0, 2, 1, 0]);
+        assert_eq!(table.ids, ["p1", "p2", "p3"].map(product));
+        // The per-product columns grow with the ids, so every index has its row.
+        assert_eq!(table.categories.len(), 3);
+        assert_eq!(table.cells.len(), 3);
+        for (idx, id) in table.ids.iter().enumerate() {
+            assert_eq!(table.index[id.as_str()] as usize, idx);
+        }
+    }
+
+    #[test]
+    fn category_table_holds_all_at_zero_and_finds_only_categories_it_has_seen() {
+        let mut table = CategoryTable::new();
+        assert_eq!(table.lookup(&CategoryOrAll::All), Some(ALL));
+        assert_eq!(table.lookup(&in_category("shoes")), None);
+        let shoes = table.intern(&category("shoes"));
+        let hats = table.intern(&category("hats"));
+        assert_eq!((shoes, hats), (1, 2));
+        assert_eq!(table.intern(&category("shoes")), shoes);
+        assert_eq!(table.lookup(&in_category("shoes")), Some(shoes));
+        assert_eq!(table.lookup(&in_category("hats")), Some(hats));
+        assert_eq!(
+            table.names,
+            [None, Some(category("shoes")), Some(category("hats"))]
+        );
+    }
+
+    #[test]
+    fn memberships_are_kept_once_each_way_however_often_they_are_applied() {
+        let mut engine = engine();
+        let (p1, p2) = (product("p1"), product("p2"));
+        let (shoes, hats) = (category("shoes"), category("hats"));
+        let membership = [(p1.clone(), shoes.clone())];
+        engine.apply(&[], &membership, None);
+        engine.apply(&[(hour(0), p2.clone(), views(1))], &membership, None);
+        assert!(engine.has_membership(&p1, &shoes));
+        assert!(!engine.has_membership(&p1, &hats));
+        assert!(!engine.has_membership(&p2, &shoes));
+        assert_eq!(engine.product_count(), 2);
+
+        let (p1, shoes) = (
+            engine.products.index["p1"],
+            engine.categories.lookup(&in_category("shoes")).unwrap(),
+        );
+        let p2 = engine.products.index["p2"];
+        assert_eq!(engine.products.categories[p1 as usize], [shoes]);
+        assert_eq!(engine.products.members[&shoes], [p1]);
+        assert!(engine.products.in_category(p1, shoes) && engine.products.in_category(p1, ALL));
+        assert!(!engine.products.in_category(p2, shoes) && engine.products.in_category(p2, ALL));
+    }
+
+    #[test]
+    fn indexes_never_move_as_products_and_categories_come_and_retention_drops_hours() {
+        let mut engine = engine();
+        let first: Vec<ProductId> = (0..50).map(|i| product(&format!("p{i}"))).collect();
+        let deltas: Vec<_> = first
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (hour(i as i64), p.clone(), views(1)))
+            .collect();
+        engine.apply(&deltas, &[(first[7].clone(), category("c"))], None);
+        let before: Vec<ProductIdx> = first.iter().map(|p| engine.products.index[p.as_str()]).collect();
+        engine.evict_before(hour(40));
+        engine.apply(&[(hour(45), product("new"), views(1))], &[], None);
+        let after: Vec<ProductIdx> = first.iter().map(|p| engine.products.index[p.as_str()]).collect();
+        assert_eq!(before, after);
+        assert_eq!(engine.product_count(), 51);
+        assert!(engine.has_membership(&first[7], &category("c")));
+    }
+}

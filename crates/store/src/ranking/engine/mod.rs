@@ -93,6 +93,8 @@ mod policy;
 mod reads;
 mod scoring;
 mod span_cache;
+#[cfg(test)]
+mod test_support;
 
 pub use change_log::{CachedSpan, SpanChanges};
 pub use cold_build::BuildPhase;

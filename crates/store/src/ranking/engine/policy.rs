@@ -205,3 +205,178 @@ impl RankingEngine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use parking_lot::RwLock;
+    use rankgate_core::ranker::PopularWeights;
+
+    use super::super::test_support::{
+        apply_events, apply_in_batches, assert_all_match_model, engine, engine_with, hour, model_of, product,
+        queries_over, workload, workload_spans,
+    };
+    use super::*;
+
+    fn new_popular() -> Policy {
+        Policy {
+            version: 2,
+            weights: PopularWeights {
+                view: 0.3,
+                like: 0.05,
+                sales: 1.1,
+                carry_ratio: 0.2,
+                carry_top_n: 5,
+                ..PopularWeights::default()
+            },
+        }
+    }
+
+    fn new_trending() -> Policy {
+        Policy {
+            version: 2,
+            weights: PopularWeights {
+                view: 0.5,
+                like: 0.1,
+                sales: 0.9,
+                half_life_hours: 6.0,
+                ..PopularWeights::trending_default()
+            },
+        }
+    }
+
+    /// An engine of `events` with every workload query's span cached, its clock at hour 50.
+    fn served(events: &[rankgate_core::event::Event]) -> RankingEngine {
+        let mut engine = engine();
+        apply_in_batches(&mut engine, events, 100);
+        engine.advance_to_hour(hour(50));
+        for q in queries_over(&workload_spans()) {
+            engine.top(&q, 0, 1);
+        }
+        engine
+    }
+
+    /// Asserts `engine` serves every workload query exactly as `fresh` does.
+    fn assert_serves_like(engine: &mut RankingEngine, fresh: &mut RankingEngine) {
+        for q in queries_over(&workload_spans()) {
+            assert_eq!(engine.full_ranking(&q), fresh.full_ranking(&q), "{q:?}");
+        }
+    }
+
+    #[test]
+    fn a_new_popular_policy_rebuilt_and_installed_equals_a_fresh_engine_with_it() {
+        let events = workload(61, 900, 72);
+        let engine = RwLock::new(served(&events));
+        let rebuilt = RankingEngine::rebuild_in_steps(&engine, RankerName::Popular, new_popular());
+        assert_eq!(
+            (rebuilt.ranker(), rebuilt.policy()),
+            (RankerName::Popular, new_popular())
+        );
+        let mut engine = engine.into_inner();
+        assert_eq!(
+            engine.policy_version(RankerName::Popular),
+            1,
+            "nothing served changes before install"
+        );
+        let epoch = engine.policy_epoch();
+
+        engine.install(rebuilt);
+
+        assert_eq!(engine.policy_epoch(), epoch + 1);
+        assert_eq!(engine.policy(), new_popular());
+        assert_eq!(engine.policy_of(RankerName::Popular), new_popular());
+        assert_eq!(
+            engine.policy_of(RankerName::Trending),
+            Policy::initial_for(RankerName::Trending)
+        );
+        assert_eq!(engine.policy_version(RankerName::Popular), 2);
+        let mut fresh = engine_with(new_popular(), 1_000_000);
+        apply_events(&mut fresh, &events);
+        fresh.advance_to_hour(hour(50));
+        assert_serves_like(&mut engine, &mut fresh);
+        let model = model_of(&events, new_popular().weights).at_hour(hour(50));
+        assert!(assert_all_match_model(&mut engine, &model, &queries_over(&workload_spans())) > 1_000);
+    }
+
+    #[test]
+    fn a_new_trending_policy_rebuilt_and_installed_equals_a_fresh_engine_with_it() {
+        let events = workload(62, 900, 72);
+        let engine = RwLock::new(served(&events));
+        let rebuilt = RankingEngine::rebuild_in_steps(&engine, RankerName::Trending, new_trending());
+        assert_eq!(rebuilt.policy(), new_trending());
+        let mut engine = engine.into_inner();
+        engine.install(rebuilt);
+
+        assert_eq!(engine.policy_of(RankerName::Trending), new_trending());
+        assert_eq!(engine.policy(), Policy::default(), "popular's policy stays");
+        assert_eq!(engine.policy_version(RankerName::Trending), 2);
+        let mut fresh = super::super::test_support::engine();
+        fresh.set_trending_policy(new_trending());
+        apply_events(&mut fresh, &events);
+        fresh.advance_to_hour(hour(50));
+        assert_serves_like(&mut engine, &mut fresh);
+        let model = model_of(&events, PopularWeights::default())
+            .with_trending(new_trending().weights)
+            .at_hour(hour(50));
+        assert!(assert_all_match_model(&mut engine, &model, &queries_over(&workload_spans())) > 1_000);
+    }
+
+    /// Rebuilds `popular` under [`new_popular`], one span per step, calling `between` after each step
+    /// with the engine's write lock; returns the engine with the rebuild installed.
+    fn rebuild_one_span_per_step(
+        engine: RankingEngine,
+        mut between: impl FnMut(&mut RankingEngine, usize),
+    ) -> RankingEngine {
+        let engine = RwLock::new(engine);
+        engine.write().set_rebuild_spans_per_step(1);
+        let spans = engine.read().cached_span_count();
+        let mut steps = 0;
+        let rebuilt =
+            RankingEngine::rebuild_in_steps_observed(&engine, RankerName::Popular, new_popular(), || {
+                between(&mut engine.write(), steps);
+                steps += 1;
+            });
+        assert_eq!(steps, spans, "one step per span");
+        let mut engine = engine.into_inner();
+        engine.install(rebuilt);
+        engine
+    }
+
+    fn fresh_under_new_popular(events: &[rankgate_core::event::Event]) -> RankingEngine {
+        let mut fresh = engine_with(new_popular(), 1_000_000);
+        apply_events(&mut fresh, events);
+        fresh.advance_to_hour(hour(50));
+        fresh
+    }
+
+    #[test]
+    fn batches_that_land_during_a_rebuild_are_kept_at_install() {
+        let events = workload(63, 1_000, 72);
+        let (before, during) = events.split_at(400);
+        let batches: Vec<_> = during.chunks(30).collect();
+        let served = served(before);
+        assert!(
+            served.cached_span_count() > batches.len(),
+            "every batch lands during the rebuild"
+        );
+        let mut engine = rebuild_one_span_per_step(served, |engine, step| {
+            if let Some(batch) = batches.get(step) {
+                apply_events(engine, batch);
+            }
+        });
+        assert_serves_like(&mut engine, &mut fresh_under_new_popular(&events));
+    }
+
+    #[test]
+    fn a_listing_flip_during_a_rebuild_is_honoured_at_install() {
+        let events = workload(64, 800, 72);
+        let mut engine = rebuild_one_span_per_step(served(&events), |engine, step| {
+            if step == 3 {
+                engine.set_listed(&[(product("p4"), false)]);
+            }
+        });
+        assert!(engine.is_delisted(&product("p4")));
+        let mut fresh = fresh_under_new_popular(&events);
+        fresh.set_listed(&[(product("p4"), false)]);
+        assert_serves_like(&mut engine, &mut fresh);
+    }
+}

@@ -221,3 +221,259 @@ impl RankingEngine {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rankgate_core::ranker::{popular_score, ranking_order, Policy, PopularWeights};
+
+    use super::super::test_support::{
+        apply_in_batches, category, day, engine, engine_with, hour, in_category, product, queries_over,
+        query, views, workload, workload_spans,
+    };
+    use super::*;
+
+    fn popular_day0() -> RankingQuery {
+        query(RankerName::Popular, CategoryOrAll::All, day(0))
+    }
+
+    #[test]
+    fn a_page_follows_score_descending_then_product_id_bytes_ascending_with_offset_and_limit() {
+        let weights = PopularWeights::default();
+        let mut engine = engine_with(Policy { version: 7, weights }, 1_000_000);
+        // Four products tie; their order is by id bytes ("B" < "a" < "ab" < "b"), not by anything else.
+        let viewed = [("b", 5), ("z", 9), ("a", 5), ("Z9", 1), ("ab", 5), ("B", 5)];
+        let deltas: Vec<_> = viewed
+            .iter()
+            .map(|(p, n)| (hour(2), product(p), views(*n)))
+            .collect();
+        engine.apply(&deltas, &[], Some(42));
+
+        let full = engine.top(&popular_day0(), 0, usize::MAX);
+        let order: Vec<&str> = full.items.iter().map(|i| i.product.as_str()).collect();
+        assert_eq!(order, ["z", "B", "a", "ab", "b", "Z9"]);
+        assert_eq!(
+            full.items.iter().map(|i| i.rank).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5, 6]
+        );
+        for item in &full.items {
+            let n = viewed
+                .iter()
+                .find(|(p, _)| *p == item.product.as_str())
+                .unwrap()
+                .1;
+            assert_eq!(item.score, popular_score(0.0, &views(n), &weights));
+            assert_eq!(item.metrics, views(n));
+        }
+        assert_eq!(
+            (full.total, full.policy_version, full.as_of_millis),
+            (6, 7, Some(42))
+        );
+
+        for offset in 0..8 {
+            for limit in 0..8 {
+                let page = engine.top(&popular_day0(), offset, limit);
+                let expected: Vec<RankedItem> = full.items.iter().skip(offset).take(limit).cloned().collect();
+                assert_eq!(page.items, expected, "offset {offset} limit {limit}");
+                assert_eq!(page.total, 6);
+                assert_eq!(engine.top_cached(&popular_day0(), offset, limit), Some(page));
+            }
+        }
+        let units = engine.top(&query(RankerName::Units, CategoryOrAll::All, day(0)), 0, 10);
+        assert_eq!((units.total, units.policy_version), (0, 1), "views are no units");
+    }
+
+    #[test]
+    fn every_ranking_is_in_ranking_order_and_its_pages_tile_it() {
+        let events = workload(51, 900, 72);
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 100);
+        let mut listed = 0;
+        for q in queries_over(&workload_spans()) {
+            let full = engine.full_ranking(&q);
+            for pair in full.windows(2) {
+                let (a, b) = (&pair[0], &pair[1]);
+                assert_eq!(
+                    ranking_order(
+                        a.score,
+                        a.product.as_str().as_bytes(),
+                        b.score,
+                        b.product.as_str().as_bytes()
+                    ),
+                    std::cmp::Ordering::Less,
+                    "{q:?}"
+                );
+                assert_eq!(b.rank, a.rank + 1);
+            }
+            let tiled: Vec<RankedItem> = (0..full.len().div_ceil(7))
+                .flat_map(|page| engine.top(&q, page * 7, 7).items)
+                .collect();
+            assert_eq!(tiled, full, "{q:?}");
+            listed += full.len();
+        }
+        assert!(listed > 1_000, "{listed}");
+    }
+
+    #[test]
+    fn a_rank_answer_agrees_with_the_page() {
+        let events = workload(52, 900, 72);
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 100);
+        for q in queries_over(&workload_spans()) {
+            let full = engine.full_ranking(&q);
+            for item in &full {
+                let answer = engine.rank(&q, &item.product);
+                assert_eq!(answer.rank, Some(item.rank), "{q:?}");
+                assert_eq!(answer.score.map(f64::to_bits), Some(item.score.to_bits()));
+                assert_eq!(
+                    (answer.metrics, answer.carry.to_bits()),
+                    (item.metrics, item.carry.to_bits())
+                );
+                assert_eq!(answer.total, full.len());
+                assert_eq!(engine.rank_cached(&q, &item.product), Some(answer));
+            }
+            let unknown = engine.rank(&q, &product("never-seen"));
+            assert_eq!(
+                (unknown.rank, unknown.score, unknown.metrics),
+                (None, None, Metrics::default())
+            );
+            assert_eq!(unknown.total, full.len());
+        }
+        // Metrics are answered for a product its ranker does not list: views but no units.
+        let mut engine = super::super::test_support::engine();
+        engine.apply(&[(hour(1), product("p"), views(3))], &[], None);
+        let answer = engine.rank(
+            &query(RankerName::Units, CategoryOrAll::All, day(0)),
+            &product("p"),
+        );
+        assert_eq!(
+            (answer.rank, answer.score, answer.metrics, answer.total),
+            (None, None, views(3), 0)
+        );
+    }
+
+    #[test]
+    fn rank_many_answers_each_product_in_the_order_asked() {
+        let events = workload(53, 600, 48);
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 100);
+        let asked = ["p3", "never-seen", "p1", "p3", "p11"].map(product);
+        for q in queries_over(&[day(0), day(1)]) {
+            let one_by_one: Vec<RankAnswer> = asked.iter().map(|p| engine.rank(&q, p)).collect();
+            assert!(one_by_one.iter().any(|a| a.rank.is_some()), "{q:?}");
+            assert_eq!(engine.rank_many(&q, &asked), one_by_one);
+            assert_eq!(engine.rank_many_cached(&q, &asked), Some(one_by_one));
+        }
+        engine.apply(&[(hour(1), product("p1"), views(1))], &[], None);
+        assert_eq!(
+            engine.rank_many_cached(&popular_day0(), &asked),
+            None,
+            "the span is dirty"
+        );
+    }
+
+    #[test]
+    fn a_category_never_seen_reads_as_empty_and_caches_nothing() {
+        let events = workload(54, 200, 24);
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 100);
+        let q = query(RankerName::Popular, in_category("never-seen"), day(0));
+        let empty = TopPage {
+            policy_version: 1,
+            total: 0,
+            items: Vec::new(),
+            as_of_millis: engine.as_of_millis(),
+        };
+        assert_eq!(engine.top_cached(&q, 0, 10), Some(empty.clone()));
+        assert_eq!(engine.top(&q, 0, 10), empty);
+        let unlisted = engine.rank(&q, &product("p1"));
+        assert_eq!(
+            (unlisted.rank, unlisted.total, unlisted.metrics),
+            (None, 0, Metrics::default())
+        );
+        assert_eq!(engine.rank_cached(&q, &product("p1")), Some(unlisted.clone()));
+        assert_eq!(
+            engine.rank_many(&q, &[product("p1"), product("p2")]),
+            [unlisted.clone(), unlisted]
+        );
+        assert_eq!(engine.cached_span_count(), 0);
+        assert!(engine.is_span_cached(&q.category, q.span), "nothing to build");
+    }
+
+    #[test]
+    fn a_zero_score_reads_as_positive_zero() {
+        let weights = PopularWeights {
+            view: 0.0,
+            like: 0.0,
+            sales: 0.0,
+            ..PopularWeights::default()
+        };
+        let mut engine = engine_with(Policy { version: 2, weights }, 1_000_000);
+        engine.apply(&[(hour(1), product("p"), views(3))], &[], None);
+        let page = engine.top(&popular_day0(), 0, 1);
+        assert_eq!(page.items[0].score.to_bits(), 0.0_f64.to_bits());
+        let answer = engine.rank(&popular_day0(), &product("p"));
+        assert_eq!(answer.score.map(f64::to_bits), Some(0.0_f64.to_bits()));
+    }
+
+    #[test]
+    fn carry_is_shown_under_popular_only() {
+        let mut engine = engine();
+        let p = product("p");
+        let sale = Metrics {
+            units: 1,
+            sales: 500,
+            ..Metrics::default()
+        };
+        engine.apply(
+            &[(hour(2), p.clone(), sale), (hour(26), p.clone(), sale)],
+            &[],
+            None,
+        );
+        let popular = engine.top(&query(RankerName::Popular, CategoryOrAll::All, day(1)), 0, 1);
+        assert!(popular.items[0].carry > 0.0);
+        for ranker in [RankerName::Units, RankerName::Revenue, RankerName::Trending] {
+            let q = query(ranker, CategoryOrAll::All, day(1));
+            assert_eq!(engine.top(&q, 0, 1).items[0].carry, 0.0, "{ranker}");
+            assert_eq!(engine.rank(&q, &p).carry, 0.0, "{ranker}");
+        }
+    }
+
+    #[test]
+    fn categories_are_listed_all_first_then_by_name_for_a_product_and_by_first_sight_overall() {
+        let mut engine = engine();
+        let p = product("p");
+        engine.apply(
+            &[(hour(1), p.clone(), views(1))],
+            &[
+                (p.clone(), category("b")),
+                (p.clone(), category("a")),
+                (p.clone(), category("B")),
+            ],
+            None,
+        );
+        engine.apply(&[], &[(product("q"), category("c"))], None);
+        assert_eq!(
+            engine.product_categories(&p),
+            [
+                CategoryOrAll::All,
+                in_category("B"),
+                in_category("a"),
+                in_category("b")
+            ]
+        );
+        assert_eq!(
+            engine.product_categories(&product("never-seen")),
+            [CategoryOrAll::All]
+        );
+        assert_eq!(
+            engine.categories(),
+            [
+                CategoryOrAll::All,
+                in_category("b"),
+                in_category("a"),
+                in_category("B"),
+                in_category("c")
+            ]
+        );
+    }
+}

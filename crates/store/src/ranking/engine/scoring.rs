@@ -306,3 +306,229 @@ fn weights_for<'a>(ranker: RankerName, popular: &'a Policy, trending: &'a Policy
         RankerName::Popular | RankerName::Units | RankerName::Revenue => &popular.weights,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rankgate_core::ids::CategoryOrAll;
+    use rankgate_core::ranker::PopularWeights;
+
+    use super::super::test_support::{
+        apply_events, apply_in_batches, by_ids, engine, hour, in_category, model_of, queries_over,
+        view_event, workload, workload_categories, workload_spans,
+    };
+    use super::*;
+    use crate::ranking::recompute::BatchModel;
+
+    /// Asserts every ranker's sorted set of `state` holds the recompute's ranking: same products in the
+    /// same order, keys equal to the bit to the recompute's scores negated, and the span's metric totals
+    /// of each. Returns the members compared.
+    fn assert_state_ranks_like(
+        engine: &RankingEngine,
+        state: &SpanState,
+        model: &BatchModel,
+        category: &CategoryOrAll,
+        span: &Span,
+    ) -> usize {
+        let mut compared = 0;
+        for ranker in RankerName::ALL {
+            let expected = model.ranking(ranker, category, span);
+            let served: Vec<(&str, u64, Metrics)> = state.rankings[ranker.index()]
+                .iter_from_rank(0)
+                .map(|(member, key)| {
+                    let member = std::str::from_utf8(member).unwrap();
+                    let idx = engine.products.index[member];
+                    (
+                        member,
+                        key.to_bits(),
+                        state.metrics.get(&idx).copied().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            let expected: Vec<(&str, u64, Metrics)> = expected
+                .iter()
+                .map(|item| {
+                    (
+                        item.product.as_str(),
+                        ascending_key(item.score).to_bits(),
+                        item.metrics,
+                    )
+                })
+                .collect();
+            assert_eq!(served, expected, "{ranker} {category} {span:?}");
+            compared += served.len();
+        }
+        compared
+    }
+
+    #[test]
+    fn a_span_built_in_one_hold_ranks_like_the_recompute() {
+        let events = workload(21, 900, 72);
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 75);
+        // A clock inside day 2, so running periods decay `trending` from the current hour.
+        engine.advance_to_hour(hour(50));
+        let model = model_of(&events, PopularWeights::default()).at_hour(hour(50));
+        let mut cache = CarryCache::new();
+        let mut compared = 0;
+        for span in workload_spans() {
+            for category in workload_categories() {
+                let key = SpanKey {
+                    category: engine.categories.lookup(&category).unwrap(),
+                    span,
+                };
+                let state = engine.inputs().build_span(&mut cache, key);
+                assert_eq!(state.trending_end, span.trending_end(&Zone::utc(), hour(50)));
+                compared += assert_state_ranks_like(&engine, &state, &model, &category, &span);
+            }
+        }
+        assert!(compared > 1_000, "{compared}");
+    }
+
+    #[test]
+    fn rescoring_dirty_products_equals_building_the_span_again() {
+        let events = workload(22, 1_000, 72);
+        let queries = queries_over(&workload_spans());
+        let mut engine = engine();
+        apply_events(&mut engine, &events[..200]);
+        for query in &queries {
+            engine.top(query, 0, 1);
+        }
+        for (i, batch) in events[200..].chunks(50).enumerate() {
+            apply_events(&mut engine, batch);
+            if i % 3 == 0 {
+                engine.flush_all();
+            }
+        }
+        engine.flush_all();
+        let mut compared = 0;
+        let keys: Vec<SpanKey> = engine.spans.keys().copied().collect();
+        for key in keys {
+            let kept = &engine.spans[&key];
+            assert!(kept.is_clean());
+            let built = engine.inputs().build_span(&mut CarryCache::new(), key);
+            let kept = by_ids(&engine, kept);
+            compared += kept.rankings.iter().map(Vec::len).sum::<usize>();
+            assert_eq!(kept, by_ids(&engine, &built), "{key:?}");
+        }
+        assert!(compared > 1_000, "{compared}");
+    }
+
+    #[test]
+    fn trending_sums_a_products_hours_in_ascending_order_however_they_arrived() {
+        // Many hours of one product, with counts whose decayed sum depends on the order of addition.
+        let events: Vec<_> = (0..160)
+            .map(|i| view_event(&format!("e{i}"), hour(i % 47), &format!("p{}", i % 3), &["c1"]))
+            .collect();
+        let span = Span::Window {
+            len: rankgate_core::period::WindowLen::D7,
+            end: hour(47),
+        };
+        let trending = |category| super::super::test_support::query(RankerName::Trending, category, span);
+        let mut ascending = engine();
+        let mut descending = engine();
+        let mut sorted = events.clone();
+        sorted.sort_by_key(|e| e.ts_millis);
+        // Cache the span first, so every later event goes through `apply` and a flush's re-score.
+        apply_events(&mut ascending, &sorted[..1]);
+        apply_events(&mut descending, &sorted[sorted.len() - 1..]);
+        ascending.top(&trending(CategoryOrAll::All), 0, 1);
+        descending.top(&trending(CategoryOrAll::All), 0, 1);
+        for (i, event) in sorted[1..].iter().enumerate() {
+            apply_events(&mut ascending, std::slice::from_ref(event));
+            if i % 10 == 0 {
+                ascending.flush_all();
+            }
+        }
+        for (i, event) in sorted[..sorted.len() - 1].iter().rev().enumerate() {
+            apply_events(&mut descending, std::slice::from_ref(event));
+            if i % 10 == 0 {
+                descending.flush_all();
+            }
+        }
+        let model = model_of(&events, PopularWeights::default());
+        for category in [CategoryOrAll::All, in_category("c1")] {
+            let (a, d) = (
+                ascending.full_ranking(&trending(category.clone())),
+                descending.full_ranking(&trending(category.clone())),
+            );
+            assert_eq!(a.len(), 3);
+            assert_eq!(a, d, "{category}");
+            let expected = model.ranking(RankerName::Trending, &category, &span);
+            let bits = |items: &[crate::ranking::engine::RankedItem]| -> Vec<(String, u64)> {
+                items
+                    .iter()
+                    .map(|i| (i.product.as_str().to_string(), i.score.to_bits()))
+                    .collect()
+            };
+            assert_eq!(bits(&a), bits(&expected), "{category}");
+        }
+    }
+
+    #[test]
+    fn reading_a_span_in_slices_of_cells_equals_reading_it_at_once() {
+        let events = workload(23, 900, 72);
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 100);
+        let inputs = engine.inputs();
+        let (hours, end) = (hour(0)..hour(72), hour(60));
+        for category in workload_categories() {
+            let category = engine.categories.lookup(&category).unwrap();
+            let (mut whole, mut whole_decayed) = (HashMap::new(), HashMap::new());
+            let done = inputs.aggregate_into(
+                &mut whole,
+                &mut whole_decayed,
+                end,
+                category,
+                hours.clone(),
+                usize::MAX,
+            );
+            assert_eq!(done, hours.end);
+
+            let (mut sliced, mut sliced_decayed) = (HashMap::new(), HashMap::new());
+            let (mut from, mut slices) = (hours.start, 0);
+            while from < hours.end {
+                let next = inputs.aggregate_into(
+                    &mut sliced,
+                    &mut sliced_decayed,
+                    end,
+                    category,
+                    from..hours.end,
+                    5,
+                );
+                assert!(next > from, "every slice reads at least one hour");
+                from = next;
+                slices += 1;
+            }
+            assert!(slices > 10, "{slices}");
+            assert_eq!(sliced, whole);
+            assert_eq!(
+                sliced_decayed, whole_decayed,
+                "same hours in the same order give the same bits"
+            );
+            assert_eq!(inputs.aggregate(category, hours.clone()), whole);
+            assert!(!whole.is_empty());
+            for (product, decayed) in &whole_decayed {
+                assert_eq!(*decayed, inputs.decayed_of(*product, hours.clone(), end));
+            }
+        }
+    }
+
+    #[test]
+    fn a_delisted_product_keeps_its_metrics_in_the_span_but_is_scored_into_no_ranking() {
+        let events = workload(24, 300, 24);
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 100);
+        engine.set_listed(&[(ProductId::parse("p5").unwrap(), false)]);
+        let p5 = engine.products.index["p5"];
+        let key = SpanKey {
+            category: ALL,
+            span: super::super::test_support::day(0),
+        };
+        let state = engine.inputs().build_span(&mut CarryCache::new(), key);
+        assert!(state.metrics.contains_key(&p5));
+        for ranking in &state.rankings {
+            assert_eq!(ranking.zscore(b"p5"), None);
+            assert!(!ranking.is_empty());
+        }
+    }
+}

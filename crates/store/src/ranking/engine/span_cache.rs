@@ -317,3 +317,216 @@ impl RankingEngine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use rankgate_core::ids::ProductId;
+    use rankgate_core::period::WindowLen;
+
+    use super::super::test_support::{
+        apply_in_batches, day, engine, engine_with, hour, hourly, in_category, product, query, views, window,
+        workload, workload_categories,
+    };
+    use super::*;
+    use rankgate_core::ranker::Policy;
+
+    fn popular(category: CategoryOrAll, span: Span) -> RankingQuery {
+        query(RankerName::Popular, category, span)
+    }
+
+    /// The index `apply` walks holds exactly the cached spans.
+    fn assert_index_matches_spans(engine: &RankingEngine) {
+        let indexed: BTreeSet<String> = engine
+            .spans_by_category
+            .iter()
+            .flat_map(|(category, spans)| spans.iter().map(move |span| format!("{category} {span:?}")))
+            .collect();
+        let cached: BTreeSet<String> = engine
+            .spans
+            .keys()
+            .map(|key| format!("{} {:?}", key.category, key.span))
+            .collect();
+        assert_eq!(indexed, cached);
+        let entries: usize = engine.spans_by_category.values().map(Vec::len).sum();
+        assert_eq!(entries, engine.spans.len(), "no span is indexed twice");
+    }
+
+    /// One product per hour, `p<h>` at hour `h`: every hourly span costs the overhead plus one.
+    fn engine_with_one_product_per_hour(cap: usize, hours: i64) -> RankingEngine {
+        let mut engine = engine_with(Policy::default(), cap);
+        let deltas: Vec<(Hour, ProductId, Metrics)> = (0..hours)
+            .map(|h| (hour(h), product(&format!("p{h}")), views(1 + h)))
+            .collect();
+        engine.apply(&deltas, &[], None);
+        engine
+    }
+
+    fn cached_hours(engine: &RankingEngine, hours: std::ops::Range<i64>) -> Vec<i64> {
+        hours
+            .filter(|h| engine.is_span_cached(&CategoryOrAll::All, hourly(*h)))
+            .collect()
+    }
+
+    #[test]
+    fn eviction_drops_the_least_recently_used_spans_first_down_to_seven_eighths_of_the_bound() {
+        let cost = SPAN_OVERHEAD_MEMBERS + 1;
+        let cap = 6 * cost;
+        let mut engine = engine_with_one_product_per_hour(cap, 7);
+        for h in 0..6 {
+            engine.top(&popular(CategoryOrAll::All, hourly(h)), 0, 1);
+        }
+        assert_eq!(engine.cached_cost(), cap);
+        // Reads make a span recent again, those under the shared lock too.
+        engine.top(&popular(CategoryOrAll::All, hourly(0)), 0, 1);
+        assert!(engine
+            .top_cached(&popular(CategoryOrAll::All, hourly(1)), 0, 1)
+            .is_some());
+
+        engine.top(&popular(CategoryOrAll::All, hourly(6)), 0, 1);
+
+        // Over the bound by one span: the least recently used go until at most 7/8 of it is left.
+        assert_eq!(cached_hours(&engine, 0..7), [0, 1, 4, 5, 6]);
+        assert!(engine.cached_cost() <= cap - cap / 8);
+        assert_index_matches_spans(&engine);
+    }
+
+    #[test]
+    fn what_is_cached_stays_within_the_bound_carry_days_included() {
+        let cap = 150;
+        let events = workload(31, 600, 10 * 24);
+        let mut engine = engine_with(Policy::default(), cap);
+        apply_in_batches(&mut engine, &events, 100);
+        let (mut reads, mut most_carry_days) = (0, 0);
+        for n in 0..10 {
+            for category in workload_categories() {
+                for span in [day(n), hourly(24 * n + 5), window(WindowLen::D1, 24 * n + 12)] {
+                    engine.top(&popular(category.clone(), span), 0, 1);
+                    reads += 1;
+                    assert!(engine.cached_cost() <= cap, "{} > {cap}", engine.cached_cost());
+                    assert!(engine.is_span_cached(&category, span), "the span just read stays");
+                    // The cost counts every span and every cached carry day, each with its overhead.
+                    let spans: usize = engine.spans.values().map(SpanState::cost).sum();
+                    let carry_days: Vec<usize> = engine
+                        .carry_cache
+                        .values()
+                        .flat_map(BTreeMap::values)
+                        .map(|c| c.len())
+                        .collect();
+                    let carry: usize = carry_days
+                        .iter()
+                        .map(|len| CARRY_DAY_OVERHEAD_MEMBERS + len)
+                        .sum();
+                    assert_eq!(engine.cached_cost(), spans + carry);
+                    most_carry_days = most_carry_days.max(carry_days.len());
+                }
+            }
+        }
+        assert!(most_carry_days > 0);
+        assert!(
+            engine.cached_span_count() < reads / 4,
+            "{} cached",
+            engine.cached_span_count()
+        );
+        assert_index_matches_spans(&engine);
+    }
+
+    #[test]
+    fn the_span_being_read_is_cached_even_when_it_alone_is_over_the_bound() {
+        let mut engine = engine_with_one_product_per_hour(SPAN_OVERHEAD_MEMBERS - 1, 2);
+        let page = engine.top(&popular(CategoryOrAll::All, hourly(0)), 0, 10);
+        assert_eq!(page.items[0].product, product("p0"));
+        assert_eq!(cached_hours(&engine, 0..2), [0]);
+        engine.top(&popular(CategoryOrAll::All, hourly(1)), 0, 10);
+        assert_eq!(cached_hours(&engine, 0..2), [1]);
+        assert_index_matches_spans(&engine);
+    }
+
+    #[test]
+    fn a_dirty_span_is_answered_under_the_shared_lock_only_after_a_flush() {
+        let events = workload(32, 300, 24);
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 100);
+        let q = popular(CategoryOrAll::All, day(0));
+        assert!(engine.top_cached(&q, 0, 5).is_none(), "not cached yet");
+        let built = engine.top(&q, 0, 5);
+        assert_eq!(engine.top_cached(&q, 0, 5), Some(built));
+
+        engine.apply(&[(hour(3), product("p1"), views(1_000))], &[], None);
+        assert!(engine.top_cached(&q, 0, 5).is_none(), "dirty");
+        assert!(engine.rank_cached(&q, &product("p1")).is_none(), "dirty");
+        engine.flush_all();
+        let flushed = engine.top_cached(&q, 0, 5).expect("clean after the flush");
+        assert_eq!(flushed.items[0].product, product("p1"));
+        assert_eq!(engine.top(&q, 0, 5), flushed);
+    }
+
+    #[test]
+    fn advancing_the_hour_drops_only_the_spans_whose_trending_end_moved() {
+        let events = workload(33, 400, 72);
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 100);
+        assert!(engine.advance_to_hour(hour(30)).is_empty(), "nothing cached yet");
+        let running = [(CategoryOrAll::All, day(1)), (in_category("c0"), day(1))];
+        let still = [
+            (CategoryOrAll::All, day(0)),
+            (CategoryOrAll::All, day(2)),
+            (CategoryOrAll::All, window(WindowLen::D1, 30)),
+        ];
+        for (category, span) in running.iter().chain(&still) {
+            engine.top(&popular(category.clone(), *span), 0, 1);
+        }
+        let generation = engine.generation();
+
+        let mut dropped = engine.advance_to_hour(hour(31));
+
+        dropped.sort_by_key(|q| q.category.as_str().to_string());
+        let expected: Vec<RankingQuery> = running
+            .iter()
+            .map(|(category, span)| query(RankerName::Trending, category.clone(), *span))
+            .collect();
+        assert_eq!(dropped, expected);
+        for (category, span) in &running {
+            assert!(!engine.is_span_cached(category, *span));
+        }
+        for (category, span) in &still {
+            assert!(engine.is_span_cached(category, *span), "{span:?}");
+        }
+        assert!(engine.generation() > generation);
+        assert_index_matches_spans(&engine);
+
+        let generation = engine.generation();
+        assert!(engine.advance_to_hour(hour(31)).is_empty());
+        assert_eq!(engine.generation(), generation, "the same hour changes nothing");
+    }
+
+    #[test]
+    fn spans_outside_the_readable_range_go_and_come_back_equal() {
+        let events = workload(34, 500, 72);
+        let mut engine = engine();
+        apply_in_batches(&mut engine, &events, 100);
+        let spans = [day(0), day(1), day(2), window(WindowLen::D1, 30)];
+        let before: Vec<_> = spans
+            .iter()
+            .map(|span| engine.full_ranking(&popular(CategoryOrAll::All, *span)))
+            .collect();
+        let generation = engine.generation();
+
+        engine.evict_spans_outside(hour(30)..hour(50));
+        let cached =
+            |engine: &RankingEngine| spans.map(|span| engine.is_span_cached(&CategoryOrAll::All, span));
+        assert_eq!(cached(&engine), [false, true, true, true]);
+        engine.evict_spans_outside(hour(49)..hour(60));
+        assert_eq!(cached(&engine), [false, false, true, false]);
+        assert_eq!(engine.generation(), generation, "answers do not change");
+        assert_index_matches_spans(&engine);
+
+        for (span, before) in spans.iter().zip(&before) {
+            assert_eq!(&engine.full_ranking(&popular(CategoryOrAll::All, *span)), before);
+        }
+        engine.evict_cached_spans();
+        assert_eq!(engine.cached_span_count(), 0);
+        assert_index_matches_spans(&engine);
+    }
+}
