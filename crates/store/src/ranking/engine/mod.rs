@@ -52,8 +52,8 @@
 //! starts without a log, which tells the reader it must take the span whole.
 //!
 //! # Layout
-//! One file per job; every part is an `impl RankingEngine` block (or the types it owns), so the engine
-//! stays one struct with one lock and no indirection between the parts:
+//! One file per job; every part is an `impl RankingEngine` block (and the types it owns, public ones
+//! re-exported here), so the engine stays one struct with one lock and no indirection between the parts:
 //! - `mod.rs`: [`RankingEngine`], [`EngineConfig`] and what readers ask and get ([`RankingQuery`],
 //!   [`TopPage`], [`RankAnswer`], [`RankedItem`]).
 //! - `interning`: products and categories as dense indexes, with each product's categories, cells and
@@ -65,12 +65,18 @@
 //! - `carry`: the carry chain, day to day, and which cached days a change invalidates.
 //! - `span_cache`: which spans are cached, flushing them, what they cost and which go first (LRU), and
 //!   dropping the ones whose `trending` end hour moved.
-//! - `cold_build`: [`RankingEngine::build_span_in_steps`], a cold span built in short lock holds.
+//! - `cold_build`: [`RankingEngine::build_span_in_steps`], a cold span built in short lock holds (and
+//!   [`BuildPhase`], what its observer is told).
 //! - `reads`: pages, ranks and `rank_many` (`POST /v1/rankings/sort`), cached or not, and the category
 //!   lists.
-//! - `policy`: policies, and a policy switch as [`RankingEngine::rebuild_in_steps`] then
-//!   [`RankingEngine::install`].
-//! - `change_log`: what a flush notes per followed span, and [`RankingEngine::take_span_changes`].
+//! - `policy`: policies, and a policy switch as [`RankingEngine::rebuild_in_steps`] ([`RebuiltSpans`])
+//!   then [`RankingEngine::install`].
+//! - `change_log`: what a flush notes per followed span, and [`RankingEngine::take_span_changes`], which
+//!   hands it out as [`SpanChanges`] with a [`CachedSpan`].
+//!
+//! Each part has its own unit tests; `test_support` (tests only) holds what they share: one deterministic
+//! workload fed to both the engine and the batch recompute ([`recompute`](super::recompute)), which most
+//! of them compare against.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
