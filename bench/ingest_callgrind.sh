@@ -69,7 +69,9 @@ stage 'rankgate_core::event::RawItem::to_event' "  validation of Values (Value -
 stage 'rankgate::rankings::writer::run_writer' "writer thread (the rest of the ingest)"
 stage 'rankgate_store::ranking::ingest::Ingestor::ingest' "  Ingestor::ingest: dedupe, lateness, coalescing"
 stage 'SqliteSource as rankgate_store::ranking::source::SourceOfTruth>::commit' "    SQLite commit (one transaction)"
-stage 'rankgate_store::ranking::engine::RankingEngine::apply' "    engine apply (every cached span)"
+# Since the engine became a folder, `apply` is `engine::hours::<impl …::engine::RankingEngine>::apply`; the
+# pattern matches that and the older `engine::RankingEngine::apply`, not `apply_absolute`.
+stage 'rankgate_store::ranking::engine::RankingEngine>?::apply( |$)' "    engine apply (every cached span)"
 stage 'rankgate_core::event::Event::write_json' "    raw-log body per event"
 parse=$(awk '/rankgate::routes::events::parse_batch/ { v = $1; gsub(",", "", v); if (v + 0 > b) b = v + 0 } END { print b + 0 }' "$WORK/inclusive.txt")
 writer=$(awk '/rankgate::rankings::writer::run_writer/ { v = $1; gsub(",", "", v); if (v + 0 > b) b = v + 0 } END { print b + 0 }' "$WORK/inclusive.txt")
