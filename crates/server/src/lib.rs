@@ -11,7 +11,8 @@
 //! - [`app`]: composes them: `Application::build` / `run_until_stopped`, the route table of the whole
 //!   service, the fast path's routes, and the operations endpoints (`/healthz`, `/readyz`, `/metrics`).
 //! - [`config`]: defaults → TOML file → `RANKGATE_*` variables → flags; bearer keys hashed on load.
-//! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, catalog, queue.
+//! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, migrate, relay,
+//!   catalog, queue, verify-draw.
 //! - [`demo`]: `rankgate demo`, the seed lesson's workload and the flash sale end to end.
 //!
 //! `rankings` and `waiting_room` never import each other; what both need lives in `http` or in a

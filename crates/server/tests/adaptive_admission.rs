@@ -1,25 +1,28 @@
 //! Adaptive admission (issue 12) over real HTTP, against a real test order service that slows down, fails,
 //! and recovers: the controller backs off, admissions follow the rate it sets, and it climbs back.
 //!
-//! Time is a [`ManualClock`]: each step of a scenario is one control interval (1 s of the clock), in which
-//! the test runs the control round and the admission step itself, then sends every admitted member's order
-//! through the gate. Only the upstream's latency is real (it sleeps), so the bounds checked are the
-//! controller's arithmetic on what it measured, not the machine's speed: a loaded machine can only make
-//! the healthy phase look slower, which the generous targets absorb.
+//! Each instance is the whole service (`spawn_app`: `Application::build_with_clock`, its edge, fast path
+//! and gate). Time is a [`ManualClock`]: each step of a scenario is one control interval (1 s of the
+//! clock), in which the test runs the control round and the admission step itself (the background loops'
+//! periods are longer than the test), then sends every admitted member's order through the gate. Only the
+//! upstream's latency is real (it sleeps), so the bounds checked are the controller's arithmetic on what
+//! it measured, not the machine's speed: a loaded machine can only make the healthy phase look slower,
+//! which the generous targets absorb.
+
+#[path = "support/app.rs"]
+mod app;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rankgate::waiting_room::{self, GateConfig, GateRoute, WaitingRoom, WaitingRoomConfig};
+use rankgate::waiting_room::{GateConfig, GateRoute, WaitingRoom, WaitingRoomConfig};
 use rankgate_store::clock::ManualClock;
+use rankgate_testkit::redis_servers::{unique_prefix, KeyCleanup, STANDALONE_URL};
 use serde_json::{json, Value};
 
-/// Deleting a test's keys on the shared Redis, shared with the other test binaries.
-#[path = "support/redis_keys.rs"]
-mod redis_keys;
-use redis_keys::RedisKeys;
+use app::TestApp;
 
 /// A whole second plus 600 ms: orders land 600 ms into an interval, and one step later the interval is
 /// past its grace (half an interval) and closes.
@@ -58,20 +61,16 @@ impl OrderService {
                 }
             }),
         );
-        serve(router).await
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        tokio::spawn(async move { axum::serve(listener, router).await.expect("serve") });
+        address
     }
 
     fn behave(&self, delay_ms: u64, fail_one_in: u64) {
         self.delay_ms.store(delay_ms, Ordering::SeqCst);
         self.fail_one_in.store(fail_one_in, Ordering::SeqCst);
     }
-}
-
-async fn serve(router: axum::Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let address = listener.local_addr().expect("address");
-    tokio::spawn(async move { axum::serve(listener, router).await.expect("serve") });
-    address
 }
 
 fn config_with_gate(upstream: SocketAddr) -> WaitingRoomConfig {
@@ -95,21 +94,30 @@ fn config_with_gate(upstream: SocketAddr) -> WaitingRoomConfig {
     }
 }
 
-/// One instance: its room and the address its routers (member, admin, gate) listen on.
-struct Instance {
-    room: Arc<WaitingRoom>,
-    base: String,
+/// One instance: the whole service on `clock` with `waiting_room` as its `[waiting_room]`, on the embedded
+/// store or on `redis` (URLs, key prefix). Its admission and control rounds are the test's to run.
+async fn spawn_instance(
+    clock: &ManualClock,
+    waiting_room: WaitingRoomConfig,
+    redis: Option<(Vec<String>, String)>,
+) -> TestApp {
+    TestApp::builder()
+        .clock(Arc::new(clock.clone()))
+        .configure(move |config| {
+            config.waiting_room = waiting_room;
+            if let Some((urls, prefix)) = redis {
+                config.redis = urls;
+                config.redis_prefix = prefix;
+            }
+        })
+        .admission_stepped_by_test()
+        .spawn()
+        .await
 }
 
-async fn instance(room: Arc<WaitingRoom>) -> Instance {
-    let mut router =
-        waiting_room::member_routes(room.clone()).merge(waiting_room::admin_routes(room.clone()));
-    router = router.merge(waiting_room::gate_routes(room.clone()).expect("a gate is configured"));
-    let address = serve(router).await;
-    Instance {
-        room,
-        base: format!("http://{address}"),
-    }
+/// The instance's waiting room, whose steps the test runs.
+fn room(instance: &TestApp) -> &Arc<WaitingRoom> {
+    &instance.state.waiting_room
 }
 
 /// What one step (control interval) of a scenario saw.
@@ -128,7 +136,7 @@ struct Step {
 }
 
 struct Scenario {
-    instances: Vec<Instance>,
+    instances: Vec<TestApp>,
     clock: ManualClock,
     client: reqwest::Client,
     service: OrderService,
@@ -139,7 +147,7 @@ struct Scenario {
 impl Scenario {
     async fn put(&self, body: Value) -> reqwest::Response {
         self.client
-            .put(format!("{}/v1/admin/queues/{QUEUE}", self.instances[0].base))
+            .put(format!("{}/v1/admin/queues/{QUEUE}", self.instances[0].address))
             .json(&body)
             .send()
             .await
@@ -151,7 +159,7 @@ impl Scenario {
             .client
             .get(format!(
                 "{}/v1/admin/queues/{QUEUE}",
-                self.instances[instance].base
+                self.instances[instance].address
             ))
             .send()
             .await
@@ -166,7 +174,7 @@ impl Scenario {
                 .client
                 .post(format!(
                     "{}/v1/queues/{QUEUE}/entries",
-                    self.instances[i % self.instances.len()].base
+                    self.instances[i % self.instances.len()].address
                 ))
                 .json(&json!({ "memberId": format!("m-{i}") }))
                 .send()
@@ -184,7 +192,10 @@ impl Scenario {
         // the interval is still in its grace) ...
         self.clock.advance(400);
         for instance in &self.instances {
-            let early = instance.room.run_adaptive_control().await.expect("control round");
+            let early = room(instance)
+                .run_adaptive_control()
+                .await
+                .expect("control round");
             // (The very first round closes the interval before the scenario began: it had no attempt yet.)
             assert!(
                 early.is_empty() || self.steps.is_empty(),
@@ -195,7 +206,12 @@ impl Scenario {
         self.clock.advance(600);
         let mut summaries = Vec::new();
         for instance in &self.instances {
-            summaries.extend(instance.room.run_adaptive_control().await.expect("control round"));
+            summaries.extend(
+                room(instance)
+                    .run_adaptive_control()
+                    .await
+                    .expect("control round"),
+            );
         }
         assert_eq!(
             summaries.len(),
@@ -205,12 +221,12 @@ impl Scenario {
         let summary = summaries.pop().expect("one summary").1;
         let mut admitted = Vec::new();
         for instance in &self.instances {
-            for (_, outcome) in instance.room.admit_due_queues().await.expect("admission step") {
+            for (_, outcome) in room(instance).admit_due_queues().await.expect("admission step") {
                 admitted.extend(outcome.admitted.into_iter().map(|m| m.to_string()));
             }
         }
         let orders = admitted.iter().enumerate().map(|(i, member)| {
-            let base = self.instances[i % self.instances.len()].base.clone();
+            let base = self.instances[i % self.instances.len()].address.clone();
             let client = self.client.clone();
             let member = member.clone();
             async move {
@@ -394,12 +410,8 @@ async fn adaptive_admission_backs_off_when_the_order_service_slows_or_fails_and_
     let service = OrderService::default();
     let upstream = service.spawn().await;
     let clock = ManualClock::new(START_MS);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let room = WaitingRoom::open_embedded(dir.path(), config_with_gate(upstream), Arc::new(clock.clone()))
-        .await
-        .expect("room");
     let scenario = Scenario {
-        instances: vec![instance(room).await],
+        instances: vec![spawn_instance(&clock, config_with_gate(upstream), None).await],
         clock,
         client: reqwest::Client::new(),
         service,
@@ -417,20 +429,12 @@ async fn adaptive_admission_is_global_across_two_instances_sharing_redis() {
     let service = OrderService::default();
     let upstream = service.spawn().await;
     let clock = ManualClock::new(START_MS);
-    let prefix = format!("rgtest:adaptive:{}:", std::process::id());
-    let _cleanup = RedisKeys(prefix.clone());
-    let urls = vec!["redis://127.0.0.1:6379".to_string()];
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup::standalone(prefix.clone());
+    let redis = (vec![STANDALONE_URL.to_string()], prefix);
     let mut instances = Vec::new();
     for _ in 0..2 {
-        let room = WaitingRoom::open_redis_simulated(
-            &urls,
-            &prefix,
-            config_with_gate(upstream),
-            Arc::new(clock.clone()),
-        )
-        .await
-        .expect("room on Redis");
-        instances.push(instance(room).await);
+        instances.push(spawn_instance(&clock, config_with_gate(upstream), Some(redis.clone())).await);
     }
     let scenario = Scenario {
         instances,
@@ -449,13 +453,9 @@ async fn hostile_adaptive_settings_get_400_naming_the_field() {
     let service = OrderService::default();
     let upstream = service.spawn().await;
     let clock = ManualClock::new(START_MS);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let room = WaitingRoom::open_embedded(dir.path(), config_with_gate(upstream), Arc::new(clock.clone()))
-        .await
-        .expect("room");
-    let app = instance(room).await;
+    let app = spawn_instance(&clock, config_with_gate(upstream), None).await;
     let client = reqwest::Client::new();
-    let url = format!("{}/v1/admin/queues/{QUEUE}", app.base);
+    let url = format!("{}/v1/admin/queues/{QUEUE}", app.address);
     let ok = client
         .put(&url)
         .json(&json!({"admitPerSecond": 10}))
@@ -548,17 +548,14 @@ async fn a_gate_timeout_counts_as_an_error_and_fixed_queues_are_measured_not_con
     service.behave(3_000, 0);
     let upstream = service.spawn().await;
     let clock = ManualClock::new(START_MS);
-    let dir = tempfile::tempdir().expect("temp dir");
     let mut config = config_with_gate(upstream);
     config.gates[0].timeout_millis = 200;
     config.adaptive_min_samples = 1;
-    let room = WaitingRoom::open_embedded(dir.path(), config, Arc::new(clock.clone()))
-        .await
-        .expect("room");
-    let app = instance(room.clone()).await;
+    let app = spawn_instance(&clock, config, None).await;
+    let room = room(&app);
     let client = reqwest::Client::new();
     let put = client
-        .put(format!("{}/v1/admin/queues/{QUEUE}", app.base))
+        .put(format!("{}/v1/admin/queues/{QUEUE}", app.address))
         .json(&json!({"admitPerSecond": 10}))
         .send()
         .await
@@ -566,7 +563,7 @@ async fn a_gate_timeout_counts_as_an_error_and_fixed_queues_are_measured_not_con
     assert_eq!(put.status(), 200);
     room.run_adaptive_control().await.expect("first round");
     let entered = client
-        .post(format!("{}/v1/queues/{QUEUE}/entries", app.base))
+        .post(format!("{}/v1/queues/{QUEUE}/entries", app.address))
         .json(&json!({"memberId": "m-1"}))
         .send()
         .await
@@ -574,7 +571,7 @@ async fn a_gate_timeout_counts_as_an_error_and_fixed_queues_are_measured_not_con
     assert_eq!(entered.status(), 200);
     room.admit_due_queues().await.expect("admission");
     let position: Value = client
-        .get(format!("{}/v1/queues/{QUEUE}/entries/m-1", app.base))
+        .get(format!("{}/v1/queues/{QUEUE}/entries/m-1", app.address))
         .send()
         .await
         .unwrap()
@@ -582,7 +579,7 @@ async fn a_gate_timeout_counts_as_an_error_and_fixed_queues_are_measured_not_con
         .await
         .unwrap();
     let order = client
-        .post(format!("{}/orders", app.base))
+        .post(format!("{}/orders", app.address))
         .header("x-member-id", "m-1")
         .header("x-entry-token", position["entryToken"].as_str().expect("token"))
         .send()
@@ -597,7 +594,7 @@ async fn a_gate_timeout_counts_as_an_error_and_fixed_queues_are_measured_not_con
     assert!(summary.p95_millis.unwrap() >= 200.0, "{summary:?}");
     assert_eq!(summary.decision, None, "fixed mode: measured, not controlled");
     let view: Value = client
-        .get(format!("{}/v1/admin/queues/{QUEUE}", app.base))
+        .get(format!("{}/v1/admin/queues/{QUEUE}", app.address))
         .send()
         .await
         .unwrap()

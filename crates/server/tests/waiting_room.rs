@@ -1,28 +1,44 @@
 //! Black-box tests of the waiting room over real HTTP (SPEC Part 2, issue 4).
 //!
-//! Every test starts the routers on `127.0.0.1:0` with its own data directory and a [`ManualClock`], and
-//! drives admission by calling the scheduler step directly instead of sleeping. The six `limitation_*`
-//! tests each pin one limitation of the seed's design and say why the seed's design fails them.
+//! Every test starts the whole service (`spawn_app`: `Application::build_with_clock`, its edge and fast
+//! path) on `127.0.0.1:0` with its own data directory and a [`ManualClock`], and drives admission by
+//! calling the scheduler step directly instead of sleeping: the background admission loop's period is
+//! longer than the test. The six `limitation_*` tests each pin one limitation of the seed's design and
+//! say why the seed's design fails them.
+
+#[path = "support/app.rs"]
+mod app;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rankgate::waiting_room::{self, GateConfig, GateRoute, WaitingRoom, WaitingRoomConfig};
+use rankgate::waiting_room::{GateConfig, GateRoute, WaitingRoom, WaitingRoomConfig};
 use rankgate_store::clock::{Clock, ManualClock};
 use rankgate_store::queue::embedded::{EmbeddedOptions, EmbeddedStore};
 use rankgate_store::queue::token::TokenSecret;
 use serde_json::{json, Value};
 
+use app::TestApp;
+
 const START_MS: i64 = 1_780_000_000_000;
 
-struct TestApp {
-    base: String,
-    room: Arc<WaitingRoom>,
+/// The token secret of tests that run more than one instance on one store: the bytes 0, 1, …, 31.
+const TOKEN_SECRET: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
+
+/// The whole service on a manual clock that the test moves.
+struct RoomApp {
+    app: TestApp,
     clock: ManualClock,
-    client: reqwest::Client,
-    dir: Arc<tempfile::TempDir>,
+}
+
+impl std::ops::Deref for RoomApp {
+    type Target = TestApp;
+
+    fn deref(&self) -> &TestApp {
+        &self.app
+    }
 }
 
 /// A config for tests: no poll limit unless a test wants one.
@@ -33,50 +49,50 @@ fn test_config() -> WaitingRoomConfig {
     }
 }
 
-async fn serve(router: axum::Router) -> SocketAddr {
+/// An upstream the gate forwards to (a test's own service, not rankgate).
+async fn serve_upstream(router: axum::Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let address = listener.local_addr().expect("address");
     tokio::spawn(async move { axum::serve(listener, router).await.expect("serve") });
     address
 }
 
-fn router_for(room: &Arc<WaitingRoom>) -> axum::Router {
-    let mut router =
-        waiting_room::member_routes(room.clone()).merge(waiting_room::admin_routes(room.clone()));
-    if let Some(gate) = waiting_room::gate_routes(room.clone()) {
-        router = router.merge(gate);
+/// Starts the service with `config` as its `[waiting_room]`, on `clock`, in `dir` (a fresh one if none).
+async fn start(clock: ManualClock, config: WaitingRoomConfig, dir: Option<tempfile::TempDir>) -> RoomApp {
+    let mut builder = TestApp::builder()
+        .clock(Arc::new(clock.clone()))
+        .configure(move |service| service.waiting_room = config)
+        .admission_stepped_by_test();
+    if let Some(dir) = dir {
+        builder = builder.in_temp_dir(dir);
     }
-    router
-}
-
-async fn spawn_app_in(dir: Arc<tempfile::TempDir>, clock: ManualClock, config: WaitingRoomConfig) -> TestApp {
-    let room = WaitingRoom::open_embedded(dir.path(), config, Arc::new(clock.clone()))
-        .await
-        .expect("open room");
-    let address = serve(router_for(&room)).await;
-    TestApp {
-        base: format!("http://{address}"),
-        room,
+    RoomApp {
+        app: builder.spawn().await,
         clock,
-        client: reqwest::Client::new(),
-        dir,
     }
 }
 
-async fn spawn_app(config: WaitingRoomConfig) -> TestApp {
-    spawn_app_in(
-        Arc::new(tempfile::tempdir().expect("temp dir")),
-        ManualClock::new(START_MS),
-        config,
-    )
-    .await
+async fn spawn_app(config: WaitingRoomConfig) -> RoomApp {
+    start(ManualClock::new(START_MS), config, None).await
 }
 
-impl TestApp {
+impl RoomApp {
+    fn room(&self) -> &Arc<WaitingRoom> {
+        &self.app.state.waiting_room
+    }
+
+    /// Stops the service and starts it again on the same data dir and clock.
+    async fn restart(self, config: WaitingRoomConfig) -> RoomApp {
+        let dir = self.app.stop().await.expect("the app owns its data dir");
+        start(self.clock, config, Some(dir)).await
+    }
+}
+
+impl RoomApp {
     async fn enter(&self, queue: &str, member: &str) -> Value {
         let response = self
             .client
-            .post(format!("{}/v1/queues/{queue}/entries", self.base))
+            .post(format!("{}/v1/queues/{queue}/entries", self.address))
             .json(&json!({ "memberId": member }))
             .send()
             .await
@@ -87,7 +103,7 @@ impl TestApp {
 
     async fn poll(&self, queue: &str, member: &str) -> reqwest::Response {
         self.client
-            .get(format!("{}/v1/queues/{queue}/entries/{member}", self.base))
+            .get(format!("{}/v1/queues/{queue}/entries/{member}", self.address))
             .send()
             .await
             .expect("poll")
@@ -101,7 +117,7 @@ impl TestApp {
 
     async fn put_settings(&self, queue: &str, body: Value) -> reqwest::Response {
         self.client
-            .put(format!("{}/v1/admin/queues/{queue}", self.base))
+            .put(format!("{}/v1/admin/queues/{queue}", self.address))
             .json(&body)
             .send()
             .await
@@ -111,7 +127,7 @@ impl TestApp {
     async fn queue_stats(&self, queue: &str) -> Value {
         let response = self
             .client
-            .get(format!("{}/v1/admin/queues/{queue}", self.base))
+            .get(format!("{}/v1/admin/queues/{queue}", self.address))
             .send()
             .await
             .expect("get");
@@ -121,7 +137,7 @@ impl TestApp {
 
     async fn post(&self, path: &str, body: Value) -> reqwest::Response {
         self.client
-            .post(format!("{}{path}", self.base))
+            .post(format!("{}{path}", self.address))
             .json(&body)
             .send()
             .await
@@ -131,7 +147,7 @@ impl TestApp {
     /// Runs this instance's admission step as if `millis` had passed.
     async fn tick(&self, millis: i64) {
         self.clock.advance(millis);
-        self.room.admit_due_queues().await.expect("admission step");
+        self.room().admit_due_queues().await.expect("admission step");
     }
 
     async fn token_of(&self, queue: &str, member: &str) -> String {
@@ -194,13 +210,13 @@ async fn limitation_2_a_crash_during_admission_loses_nobody() {
         app.enter("sale", &format!("m-{i}")).await;
     }
     app.tick(0).await;
-    app.room
+    app.room()
         .embedded_store()
         .expect("embedded")
         .crash_during_next_commit();
     app.clock.advance(1_000);
     assert!(
-        app.room.admit_due_queues().await.is_err(),
+        app.room().admit_due_queues().await.is_err(),
         "the crashed commit fails"
     );
     assert_eq!(
@@ -209,8 +225,7 @@ async fn limitation_2_a_crash_during_admission_loses_nobody() {
         "a crashed store fails closed"
     );
 
-    let restarted = spawn_app_in(Arc::clone(&app.dir), app.clock.clone(), test_config()).await;
-    drop(app);
+    let restarted = app.restart(test_config()).await;
     let mut ready = 0;
     let mut waiting = 0;
     for i in 0..120 {
@@ -231,27 +246,31 @@ async fn limitation_2_a_crash_during_admission_loses_nobody() {
 /// globally (± one tick). The seed's per-instance batch size let each instance pop its own 50 a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limitation_3_three_instances_share_one_global_rate() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let clock = ManualClock::new(START_MS);
-    let store =
-        EmbeddedStore::open(dir.path(), Arc::new(clock.clone()), EmbeddedOptions::default()).expect("store");
-    let secret = TokenSecret::generate().expect("secret");
-    let mut rooms = Vec::new();
-    for _ in 0..3 {
+    let app = spawn_app(WaitingRoomConfig {
+        token_secret: Some(TOKEN_SECRET.into()),
+        ..test_config()
+    })
+    .await;
+    // Two more instances on the service's own store, which they share in process as instances share
+    // Redis in production; only their admission steps matter here, so they serve no HTTP.
+    let store = app.room().embedded_store().expect("embedded").clone();
+    let secret = TokenSecret::from_bytes(std::array::from_fn(|i| i as u8));
+    let mut rooms = vec![Arc::clone(app.room())];
+    for _ in 0..2 {
         let room = WaitingRoom::from_stores(
             store.clone(),
             store.clone(),
             store.clone(),
-            Arc::new(clock.clone()),
+            Arc::new(app.clock.clone()),
             test_config(),
             secret.clone(),
         )
         .expect("room");
         rooms.push(Arc::new(room));
     }
-    let address = serve(router_for(&rooms[0])).await;
-    let client = reqwest::Client::new();
-    let base = format!("http://{address}");
+    let clock = app.clock.clone();
+    let client = app.client.clone();
+    let base = app.address.clone();
     let response = client
         .put(format!("{base}/v1/admin/queues/sale"))
         .json(&json!({ "admitPerSecond": 20, "tickMillis": 1000 }))
@@ -345,7 +364,7 @@ async fn limitation_4_fifty_concurrent_claims_exactly_one_wins() {
     let abandoned = app.claim("sale", "buyer", &token).await;
     assert_eq!(abandoned.status(), 200);
     app.clock.advance(30_000);
-    app.room.expire_due_everywhere().await.expect("expiry");
+    app.room().expire_due_everywhere().await.expect("expiry");
     assert_eq!(app.position("sale", "buyer").await["status"], "READY");
 
     let claim: Value = app
@@ -482,7 +501,7 @@ async fn position_body_follows_the_spec() {
     );
     let leave = app
         .client
-        .delete(format!("{}/v1/queues/sale/entries/m-60", app.base))
+        .delete(format!("{}/v1/queues/sale/entries/m-60", app.address))
         .send()
         .await
         .expect("delete");
@@ -538,7 +557,7 @@ async fn admin_settings_are_partial_validated_and_counted() {
     let app = spawn_app(test_config()).await;
     assert_eq!(
         app.client
-            .get(format!("{}/v1/admin/queues/none", app.base))
+            .get(format!("{}/v1/admin/queues/none", app.address))
             .send()
             .await
             .expect("get")
@@ -567,7 +586,7 @@ async fn admin_settings_are_partial_validated_and_counted() {
         app.enter("sale", &format!("m-{i}")).await;
     }
     app.clock.advance(5_000);
-    app.room.admit_due_queues().await.expect("tick");
+    app.room().admit_due_queues().await.expect("tick");
     let stats = app.queue_stats("sale").await;
     assert_eq!(stats["waiting"], 15);
     assert_eq!(stats["ready"], 5, "max_active bounds outstanding tokens");
@@ -602,8 +621,7 @@ async fn queue_state_survives_a_restart() {
         .expect("claim");
     let token_1 = app.token_of("sale", "m-1").await;
 
-    let restarted = spawn_app_in(Arc::clone(&app.dir), app.clock.clone(), test_config()).await;
-    drop(app);
+    let restarted = app.restart(test_config()).await;
     assert_eq!(restarted.position("sale", "m-0").await["status"], "CLAIMED");
     assert_eq!(
         restarted.token_of("sale", "m-1").await,
@@ -688,7 +706,7 @@ async fn spawn_order_service(hits: Arc<AtomicUsize>) -> SocketAddr {
                 }
             }),
         );
-    serve(router).await
+    serve_upstream(router).await
 }
 
 /// An upstream that reads the request and drops the connection without answering.
@@ -710,7 +728,7 @@ async fn spawn_dropping_upstream(hits: Arc<AtomicUsize>) -> SocketAddr {
     address
 }
 
-async fn spawn_gated_app(hits: Arc<AtomicUsize>) -> TestApp {
+async fn spawn_gated_app(hits: Arc<AtomicUsize>) -> RoomApp {
     let orders = spawn_order_service(Arc::clone(&hits)).await;
     let dropper = spawn_dropping_upstream(Arc::clone(&hits)).await;
     let config = WaitingRoomConfig {
@@ -743,11 +761,11 @@ async fn spawn_gated_app(hits: Arc<AtomicUsize>) -> TestApp {
     spawn_app(config).await
 }
 
-impl TestApp {
+impl RoomApp {
     async fn through_gate(&self, path: &str, member: &str, token: Option<&str>) -> reqwest::Response {
         let mut request = self
             .client
-            .post(format!("{}{path}", self.base))
+            .post(format!("{}{path}", self.address))
             .header("x-member-id", member)
             .body("{\"sku\":\"A\"}");
         if let Some(token) = token {
@@ -853,7 +871,7 @@ async fn gate_fails_closed_when_the_store_is_unreachable_and_open_when_configure
     app.enter("sale", "m-1").await;
     app.tick(0).await;
     let token = app.token_of("sale", "m-1").await;
-    let store = app.room.embedded_store().expect("embedded");
+    let store = app.room().embedded_store().expect("embedded");
 
     store.set_unreachable(true);
     assert_eq!(
@@ -963,7 +981,7 @@ async fn spawn_slow_committing_upstream(
             }
         }),
     );
-    serve(router).await
+    serve_upstream(router).await
 }
 
 /// Waits (bounded) until `counter` reaches `at_least`.
@@ -1013,7 +1031,7 @@ async fn client_hanging_up_mid_order_still_consumes_the_token_and_buys_one_order
     app.tick(0).await;
     let token = app.token_of("sale", "m-1").await;
 
-    let address = app.base.trim_start_matches("http://").to_string();
+    let address = app.address.trim_start_matches("http://").to_string();
     let mut client = tokio::net::TcpStream::connect(&address).await.expect("connect");
     let body = "{\"sku\":\"A\"}";
     let request = format!(
@@ -1042,12 +1060,12 @@ async fn client_hanging_up_mid_order_still_consumes_the_token_and_buys_one_order
 
     // Past claim_ttl nothing comes back to READY, and the token buys nothing more.
     app.clock.advance(5_000);
-    app.room.expire_due_everywhere().await.expect("expiry");
+    app.room().expire_due_everywhere().await.expect("expiry");
     app.tick(0).await;
     assert_eq!(app.position("sale", "m-1").await["status"], "NOT_ENTERED");
     let second = app
         .client
-        .post(format!("{}/orders", app.base))
+        .post(format!("{}/orders", app.address))
         .header("x-member-id", "m-1")
         .header("x-entry-token", &token)
         .body(body)
@@ -1085,7 +1103,7 @@ async fn settings_that_make_one_tick_enormous_are_refused_naming_the_field() {
     ] {
         let response = app
             .client
-            .put(format!("{}/v1/admin/queues/sale", app.base))
+            .put(format!("{}/v1/admin/queues/sale", app.address))
             .header("content-type", "application/json")
             .body(body)
             .send()
@@ -1101,7 +1119,7 @@ async fn settings_that_make_one_tick_enormous_are_refused_naming_the_field() {
     // A duplicate memberId is refused too, rather than one of the two being picked silently.
     let response = app
         .client
-        .post(format!("{}/v1/queues/sale/entries", app.base))
+        .post(format!("{}/v1/queues/sale/entries", app.address))
         .header("content-type", "application/json")
         .body(r#"{"memberId":"a","memberId":"b"}"#)
         .send()
@@ -1116,7 +1134,11 @@ async fn settings_that_make_one_tick_enormous_are_refused_naming_the_field() {
     for i in 0..3 {
         app.enter("sale", &format!("m-{i}")).await;
     }
-    let outcome = app.room.admit_queue_now(&queue_name("sale")).await.expect("tick");
+    let outcome = app
+        .room()
+        .admit_queue_now(&queue_name("sale"))
+        .await
+        .expect("tick");
     assert_eq!(outcome.admitted.len(), 3);
 }
 
@@ -1142,7 +1164,7 @@ async fn the_queue_after_max_queues_gets_429_and_admins_delete_queues() {
     assert_eq!(listed["queues"].as_array().expect("list").len(), 1_000);
     let delete = |queue: &'static str| {
         let client = app.client.clone();
-        let url = format!("{}/v1/admin/queues/{queue}", app.base);
+        let url = format!("{}/v1/admin/queues/{queue}", app.address);
         async move { client.delete(url).send().await.expect("delete").status() }
     };
     assert_eq!(delete("junk-0000").await, 204);
@@ -1377,18 +1399,5 @@ mod counting {
         ) -> Result<Vec<String>, StoreError> {
             counted!(self, self.inner.drawn_members(q, offset, limit))
         }
-    }
-}
-
-impl TestApp {
-    async fn get_json(&self, path: &str) -> Value {
-        let response = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .expect("get");
-        assert_eq!(response.status(), 200, "{path}");
-        response.json().await.expect("json")
     }
 }

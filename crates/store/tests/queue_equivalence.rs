@@ -40,9 +40,6 @@
 //! kept one clock guard for all job queues that an ack did not move
 //! (`each_job_queue_has_its_own_clock_guard_moved_by_every_step`).
 
-#[path = "support/redis_servers.rs"]
-mod redis_servers;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,20 +47,20 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, TestCaseError};
 use rankgate_core::ids::MemberId;
-use rankgate_core::limiter::{RateDecision, RateLimit};
+use rankgate_core::limiter::RateLimit;
 use rankgate_core::queue::{
-    polling_tier_seconds, AdmissionMode, Digest, FailMode, MemberStatus, QueueName, QueueSettings,
-    SettingsError, SettingsPatch,
+    AdmissionMode, Digest, FailMode, MemberStatus, QueueName, QueueSettings, SettingsError, SettingsPatch,
 };
 use rankgate_store::clock::ManualClock;
 use rankgate_store::queue::embedded::{EmbeddedOptions, EmbeddedStore};
 use rankgate_store::queue::redis::{RedisOptions, RedisStore, RedisTime};
 use rankgate_store::queue::token::{digest_of, TokenSecret};
 use rankgate_store::queue::{
-    ClaimOutcome, EnterOutcome, MemberView, QueueStore, RateLimiter, RateLimiterKind, StoreError,
+    poll_window_seconds, ClaimOutcome, EnterOutcome, MemberView, QueueStore, RateLimiter, RateLimiterKind,
+    StoreError,
 };
 use rankgate_store::synchronous::Synchronous;
-use redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
+use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
 
 const QUEUES: [&str; 3] = ["eq-a", "eq-b", "eq-c"];
 const MEMBERS: [&str; 4] = ["m-0", "m-1", "m-2", "m-3"];
@@ -302,8 +299,6 @@ fn plain(value: impl std::fmt::Debug) -> Normalized {
 struct Side {
     queues: Arc<dyn QueueStore>,
     limiter: Arc<dyn RateLimiter>,
-    /// Set for Redis: the poll is one script there (`poll.lua`), as the service runs it.
-    redis: Option<Arc<RedisStore>>,
     secret: TokenSecret,
     /// The last token this side showed each (queue, member), derived from the nonce in a view.
     tokens: HashMap<(usize, usize), String>,
@@ -336,7 +331,6 @@ impl Side {
         Side {
             queues: store.clone(),
             limiter: store,
-            redis: None,
             secret: TokenSecret::generate().expect("os rng"),
             tokens: HashMap::new(),
             statuses: HashMap::new(),
@@ -361,8 +355,7 @@ impl Side {
         assert_eq!(store.is_cluster(), urls.len() > 1, "the intended topology");
         Side {
             queues: store.clone(),
-            limiter: store.clone(),
-            redis: Some(store),
+            limiter: store,
             secret: TokenSecret::generate().expect("os rng"),
             tokens: HashMap::new(),
             statuses: HashMap::new(),
@@ -390,31 +383,23 @@ impl Side {
         }
     }
 
-    /// The member's poll, exactly as the waiting-room service runs it on each backend: on Redis one
-    /// script for the position and the limit; elsewhere the position, then the store's sliding log over
-    /// `burst` polling intervals of the tier of the rank just read.
+    /// The member's poll, exactly as the waiting-room service runs it: [`QueueStore::poll`], on Redis one
+    /// script for the position and the limit (its window checked against the tiers in debug builds),
+    /// elsewhere the position then the store's sliding log over `burst` polling intervals of the tier of
+    /// the rank just read.
     async fn poll(&mut self, q: usize, m: usize, burst: u32) -> Vec<Normalized> {
         let (queue, member) = (queue_name(q), member_id(m));
-        let answer: Result<(MemberView, i64, RateDecision), StoreError> = match &self.redis {
-            Some(redis) => redis.poll(&queue, &member, burst).await,
-            None => {
-                async {
-                    let v = self.queues.position(&queue, &member).await?;
-                    let window_ms = (polling_tier_seconds(v.rank) * u64::from(burst) * 1000) as i64;
-                    let limit = RateLimit {
-                        limit: burst,
-                        window_ms,
-                    };
-                    let key = format!("poll:{queue}:{member}");
-                    let decision = self
-                        .limiter
-                        .try_acquire(&key, limit, RateLimiterKind::SlidingLog)
-                        .await?;
-                    Ok((v, window_ms, decision))
-                }
-                .await
-            }
-        };
+        let answer = self
+            .queues
+            .poll(&queue, &member, burst, self.limiter.as_ref())
+            .await
+            .map(|(v, decision)| {
+                (
+                    v.clone(),
+                    poll_window_seconds(v.rank, burst) as i64 * 1000,
+                    decision,
+                )
+            });
         match answer {
             Ok((v, window_ms, decision)) => vec![self.seen(q, m, &v), plain((window_ms, decision))],
             Err(e) => vec![error(&e)],

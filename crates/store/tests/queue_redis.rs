@@ -10,14 +10,11 @@
 //! so each `redis-server` runs under a small `sh` watchdog that reads our stdin pipe and kills the server
 //! (and deletes its directory) when that pipe closes, which happens however this process ends.
 
-#[path = "support/redis_servers.rs"]
-mod redis_servers;
-
 use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_servers::{
+use rankgate_testkit::redis_servers::{
     cluster, spawn_watched_server, unique_prefix, wait_until, KeyCleanup, LocalRedis, STANDALONE_URL,
 };
 
@@ -255,7 +252,7 @@ async fn coalesced_entries_and_polls_answer_as_one_call_each(urls: Vec<String>) 
         let (store, q) = (Arc::clone(&store), q.clone());
         polls.spawn(async move {
             let name = format!("m-{}", i % 200);
-            let (view, _, decision) = store.poll(&q, &member(&name), 1).await.unwrap();
+            let (view, _, decision) = store.poll_in_one_script(&q, &member(&name), 1).await.unwrap();
             assert_eq!(view.status, MemberStatus::Waiting);
             (name, matches!(decision, RateDecision::Allowed { .. }))
         });
@@ -349,7 +346,9 @@ async fn a_corrupt_record_fails_only_its_own_poll_in_a_round() {
     let mut tasks = Vec::new();
     for name in &names {
         let (store, q, m) = (Arc::clone(&store), q.clone(), member(name));
-        tasks.push(tokio::spawn(async move { store.poll(&q, &m, 3).await }));
+        tasks.push(tokio::spawn(
+            async move { store.poll_in_one_script(&q, &m, 3).await },
+        ));
     }
     for (name, task) in names.iter().zip(tasks) {
         let answer = task.await.unwrap();
@@ -429,24 +428,6 @@ async fn only_token_hashes_are_stored(urls: Vec<String>) {
     assert!(!record.contains(&token), "the token itself is not");
 }
 
-/// Two instances agree on one shared value (the token secret) whoever writes first.
-async fn instances_agree_on_the_shared_secret(urls: Vec<String>) {
-    let prefix = unique_prefix();
-    let _cleanup = KeyCleanup {
-        nodes: urls.clone(),
-        prefix: prefix.clone(),
-    };
-    let a = open(&urls, &prefix, RedisTime::Server).await;
-    let b = open(&urls, &prefix, RedisTime::Server).await;
-    let (first, second) = tokio::join!(
-        a.get_or_init_shared("secret", &[1u8; 32]),
-        b.get_or_init_shared("secret", &[2u8; 32])
-    );
-    let (first, second) = (first.unwrap(), second.unwrap());
-    assert_eq!(first, second);
-    assert!(first == vec![1u8; 32] || first == vec![2u8; 32]);
-}
-
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod standalone_extra {
@@ -475,7 +456,6 @@ on_both!(
     coalesced_entries_and_polls_answer_as_one_call_each,
     server_time_orders_and_issues_tokens,
     only_token_hashes_are_stored,
-    instances_agree_on_the_shared_secret,
 );
 
 /// Fail-closed without waiting in line: when Redis hangs (SIGSTOP: connections open, nothing answers), a

@@ -24,9 +24,9 @@ use rankgate_store::ranking::engine::{RankingEngine, RankingQuery};
 use rankgate_store::ranking::ingest::{EventOutcome, Ingestor};
 use rankgate_store::ranking::recompute::BatchModel;
 use rankgate_store::ranking::sqlite::SqliteSource;
+use rankgate_testkit::postgres_schemas::{postgres_url, SchemaGuard};
 use workload::{
-    assert_engine_equals_model, categories, ingestor_over, postgres_url, raw_event, to_event, PgSchema,
-    RawEvent, BASE, HOUR,
+    assert_engine_equals_model, categories, ingestor_over, raw_event, to_event, RawEvent, BASE, HOUR,
 };
 
 fn spans(zone: &Zone) -> Vec<Span> {
@@ -419,7 +419,7 @@ fn a_delisted_product_leaves_every_ranking_and_its_carry_place_and_relisting_res
 // end). Fewer cases: every case is a few hundred round trips to a real server.
 
 fn open_postgres(
-    schema: &PgSchema,
+    schema: &SchemaGuard,
     weights: PopularWeights,
     lateness: i64,
 ) -> (Ingestor, Arc<RwLock<RankingEngine>>) {
@@ -440,7 +440,7 @@ proptest! {
     ) {
         let weights = PopularWeights { carry_top_n, ..PopularWeights::default() };
         let lateness = 72 * HOUR;
-        let schema = PgSchema::new();
+        let schema = SchemaGuard::unique("rgrecompute");
         check_incremental_equals_recompute(
             &|| open_postgres(&schema, weights, lateness),
             &raw,
@@ -571,7 +571,7 @@ proptest! {
         clock_steps in proptest::collection::vec(0i64..3, 1..10),
     ) {
         let lateness = 72 * HOUR;
-        let schema = PgSchema::new();
+        let schema = SchemaGuard::unique("rgrecompute");
         check_trending_incremental_equals_recompute(
             &|| open_postgres(&schema, PopularWeights::default(), lateness),
             &raw,

@@ -6,8 +6,6 @@
 //!
 //! Isolation: a key prefix per test (deleted by a guard, even after a panic) and a schema per PostgreSQL case.
 
-#[path = "support/redis_servers.rs"]
-mod redis_servers;
 #[path = "support/workload.rs"]
 mod workload;
 
@@ -27,10 +25,9 @@ use rankgate_store::ranking::redis_serving::{
     Active, Published, RedisServing, ServingOptions, StampKind, Stamped, PUBLISHED_RANKERS,
 };
 use rankgate_store::ranking::sqlite::SqliteSource;
-use redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
-use workload::{
-    assert_same, categories, ingestor_over, postgres_url, raw_event, to_event, PgSchema, RawEvent, BASE, HOUR,
-};
+use rankgate_testkit::postgres_schemas::{postgres_url, SchemaGuard};
+use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
+use workload::{assert_same, categories, ingestor_over, raw_event, to_event, RawEvent, BASE, HOUR};
 
 /// The spans published in these tests: every kind, including days with carry.
 fn spans(zone: &Zone) -> Vec<Span> {
@@ -472,7 +469,7 @@ proptest! {
     ) {
         let weights = PopularWeights { carry_top_n, ..PopularWeights::default() };
         let lateness = 72 * HOUR;
-        let schema = PgSchema::new();
+        let schema = SchemaGuard::unique("rgrecompute");
         let prefix = unique_prefix();
         let _cleanup = KeyCleanup { nodes: vec![STANDALONE_URL.to_string()], prefix: prefix.clone() };
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -7,8 +7,6 @@
 //! coalesced changes, and the suite runs again; so do a delisting of the leader and of another product
 //! (SPEC 1.5), and the leader's relisting.
 
-#[path = "support/redis_servers.rs"]
-mod redis_servers;
 #[path = "support/serving_conformance.rs"]
 mod serving_conformance;
 #[path = "support/workload.rs"]
@@ -20,7 +18,7 @@ use rankgate_store::ranking::redis_serving::{
     Active, Published, RedisServing, ServingOptions, StampKind, Stamped,
 };
 use rankgate_store::ranking::serving_store::{EngineServing, ServingStore};
-use redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
+use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
 use serving_conformance::{check_store, requests, ServingFixture};
 use workload::BASE;
 

@@ -4,8 +4,6 @@
 //! Plus PostgreSQL-only checks: partitions are created and dropped, migrations are idempotent, and a
 //! killed connection is replaced without losing or double counting a batch.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use rankgate_core::ids::ProductId;
 use rankgate_core::metrics::Metrics;
 use rankgate_core::period::Hour;
@@ -13,37 +11,16 @@ use rankgate_store::ranking::conformance::{self as suite, batch_of, views, DAY0}
 use rankgate_store::ranking::postgres::PostgresSource;
 use rankgate_store::ranking::source::SourceOfTruth;
 use rankgate_store::ranking::sqlite::SqliteSource;
-
-fn postgres_url() -> String {
-    std::env::var("RANKGATE_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
+use rankgate_testkit::postgres_schemas::{postgres_url, SchemaGuard};
 
 /// A fresh schema for one test, dropped (with everything in it) when the test ends, pass or fail.
-struct Schema(String);
-
-impl Schema {
-    fn new() -> Schema {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        Schema(format!(
-            "rgtest_{}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ))
-    }
-
-    fn open(&self) -> PostgresSource {
-        PostgresSource::connect(&postgres_url(), &self.0)
-            .unwrap_or_else(|e| panic!("PostgreSQL at {} must be reachable: {e}", postgres_url()))
-    }
+fn fresh_schema() -> SchemaGuard {
+    SchemaGuard::unique("rgtest")
 }
 
-impl Drop for Schema {
-    fn drop(&mut self) {
-        if let Ok(mut client) = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls) {
-            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.0));
-        }
-    }
+fn open_source(schema: &SchemaGuard) -> PostgresSource {
+    PostgresSource::connect(&postgres_url(), schema.name())
+        .unwrap_or_else(|e| panic!("PostgreSQL at {} must be reachable: {e}", postgres_url()))
 }
 
 fn with_sqlite(check: impl FnOnce(suite::Factory<'_>)) {
@@ -53,8 +30,8 @@ fn with_sqlite(check: impl FnOnce(suite::Factory<'_>)) {
 }
 
 fn with_postgres(check: impl FnOnce(suite::Factory<'_>)) {
-    let schema = Schema::new();
-    check(&|| Box::new(schema.open()) as Box<dyn SourceOfTruth>);
+    let schema = fresh_schema();
+    check(&|| Box::new(open_source(&schema)) as Box<dyn SourceOfTruth>);
 }
 
 macro_rules! both_backends {
@@ -124,14 +101,14 @@ fn postgres_failed_commit_leaves_nothing() {
         rankgate_core::ids::Category::parse("c9").unwrap(),
     )];
     failing.watermark_millis = Some(9_999);
-    let schema = Schema::new();
+    let schema = fresh_schema();
     suite::failed_commit_leaves_nothing(
-        &|| Box::new(schema.open()) as Box<dyn SourceOfTruth>,
+        &|| Box::new(open_source(&schema)) as Box<dyn SourceOfTruth>,
         &setup,
         &failing,
     );
     assert_eq!(
-        schema.open().partition_days().unwrap(),
+        open_source(&schema).partition_days().unwrap(),
         vec![DAY0 / 24],
         "the failed day partition was rolled back"
     );
@@ -168,8 +145,8 @@ fn sqlite_default_commit_deduped_reports_all_new() {
 
 #[test]
 fn postgres_partitions_are_created_per_day_and_dropped_by_retention() {
-    let schema = Schema::new();
-    let mut source = schema.open();
+    let schema = fresh_schema();
+    let mut source = open_source(&schema);
     assert!(source.partition_days().unwrap().is_empty());
     source
         .commit(&batch_of(&[
@@ -202,10 +179,10 @@ fn postgres_partitions_are_created_per_day_and_dropped_by_retention() {
 
 #[test]
 fn postgres_migrations_are_versioned_and_idempotent() {
-    let schema = Schema::new();
-    let mut source = schema.open();
+    let schema = fresh_schema();
+    let mut source = open_source(&schema);
     assert!(source.migrate().unwrap().is_empty(), "connect already migrated");
-    let mut again = schema.open();
+    let mut again = open_source(&schema);
     assert!(again.migrate().unwrap().is_empty());
     let mut client = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls).unwrap();
     let versions: Vec<i32> = client
@@ -229,8 +206,8 @@ fn postgres_migrations_are_versioned_and_idempotent() {
 
 #[test]
 fn postgres_a_killed_connection_is_replaced_and_the_batch_counted_once() {
-    let schema = Schema::new();
-    let mut source = schema.open();
+    let schema = fresh_schema();
+    let mut source = open_source(&schema);
     source.commit(&batch_of(&[(DAY0, "k1", "p1", views(1))])).unwrap();
     let pid = source.backend_pid().unwrap();
     let mut admin = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls).unwrap();
@@ -264,10 +241,10 @@ fn postgres_ids_committed_by_another_instance_are_duplicates() {
     // Each source decides duplicates against its own in-memory set, kept exact by reading what other
     // writers committed since its cursor. B loads (or first commits) before A writes, so only that feed
     // can tell B about A's ids.
-    let schema = Schema::new();
-    let mut a = schema.open();
-    let mut b = schema.open();
-    let mut lazy = schema.open(); // never loads: its set is read inside its first commit
+    let schema = fresh_schema();
+    let mut a = open_source(&schema);
+    let mut b = open_source(&schema);
+    let mut lazy = open_source(&schema); // never loads: its set is read inside its first commit
     b.load().unwrap();
     assert_eq!(
         lazy.commit_deduped(&batch_of(&[(DAY0, "l1", "p1", views(1))]))
@@ -318,7 +295,7 @@ fn postgres_ids_committed_by_another_instance_are_duplicates() {
         vec![false]
     );
     // A restart resumes from what load saw.
-    let mut restarted = schema.open();
+    let mut restarted = open_source(&schema);
     restarted.load().unwrap();
     assert_eq!(
         restarted
@@ -348,8 +325,8 @@ fn postgres_ids_committed_by_another_instance_are_duplicates() {
 #[test]
 fn postgres_upgrade_from_v2_keeps_every_id() {
     // A schema written before migration 3: its rows get seq 0 and a loaded source still knows them.
-    let schema = Schema::new();
-    let mut source = schema.open();
+    let schema = fresh_schema();
+    let mut source = open_source(&schema);
     source
         .commit(&batch_of(&[
             (DAY0, "v2a", "p1", views(1)),
@@ -365,7 +342,7 @@ fn postgres_upgrade_from_v2_keeps_every_id() {
             s = schema.0
         ))
         .unwrap();
-    let mut upgraded = schema.open();
+    let mut upgraded = open_source(&schema);
     let seqs: Vec<i64> = admin
         .query(
             &format!("SELECT seq FROM \"{}\".processed ORDER BY id", schema.0),
@@ -403,7 +380,7 @@ fn postgres_upgrade_from_v2_keeps_every_id() {
             .unwrap(),
         vec![false, true]
     );
-    let mut lazy = schema.open();
+    let mut lazy = open_source(&schema);
     assert_eq!(
         lazy.commit_deduped(&batch_of(&[
             (DAY0 + 2, "v2b", "p1", views(1)),
@@ -416,8 +393,8 @@ fn postgres_upgrade_from_v2_keeps_every_id() {
 
 #[test]
 fn postgres_event_id_with_newline_stored_before_spec_1_1_neither_stops_a_start_nor_retention() {
-    let schema = Schema::new();
-    let mut source = schema.open();
+    let schema = fresh_schema();
+    let mut source = open_source(&schema);
     source
         .commit(&batch_of(&[
             (DAY0, "e1", "p1", views(1)),
@@ -432,11 +409,10 @@ fn postgres_event_id_with_newline_stored_before_spec_1_1_neither_stops_a_start_n
             schema.0
         ))
         .expect("update");
-    let state = schema.open().load().expect("a start still loads");
+    let state = open_source(&schema).load().expect("a start still loads");
     let ids: Vec<&str> = state.processed_ids.iter().map(|id| id.as_str()).collect();
     assert_eq!(ids, ["e2"], "the id no event can carry any more needs no dedupe");
-    let forgotten = schema
-        .open()
+    let forgotten = open_source(&schema)
         .evict(Hour(DAY0 + 48), Hour(0))
         .expect("retention still runs");
     assert_eq!(forgotten.iter().map(|id| id.as_str()).collect::<Vec<_>>(), ["e2"]);
@@ -448,9 +424,9 @@ fn postgres_event_id_with_newline_stored_before_spec_1_1_neither_stops_a_start_n
 fn postgres_upgrade_to_policy_states_keeps_the_versions() {
     use rankgate_core::policy::PolicyState;
     use rankgate_core::ranker::{PopularWeights, RankerName};
-    let schema = Schema::new();
+    let schema = fresh_schema();
     let mut admin = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls).unwrap();
-    drop(schema.open());
+    drop(open_source(&schema));
     // What a binary before migration 4 stored after one switch: version 2 active, 1 previous.
     admin
         .batch_execute(&format!(
@@ -468,7 +444,7 @@ fn postgres_upgrade_to_policy_states_keeps_the_versions() {
             .unwrap(),
         ))
         .unwrap();
-    let mut upgraded = schema.open();
+    let mut upgraded = open_source(&schema);
     let state = upgraded
         .load_policies(RankerName::Popular)
         .unwrap()
@@ -535,9 +511,9 @@ fn sqlite_upgrade_to_policy_states_keeps_the_versions() {
 #[test]
 fn postgres_upgrade_to_listing_keeps_the_catalogue_listed() {
     use rankgate_store::ranking::catalog::CatalogUpdate;
-    let schema = Schema::new();
+    let schema = fresh_schema();
     let mut admin = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls).unwrap();
-    drop(schema.open());
+    drop(open_source(&schema));
     admin
         .batch_execute(&format!(
             "SET search_path TO \"{s}\";
@@ -547,12 +523,12 @@ fn postgres_upgrade_to_listing_keeps_the_catalogue_listed() {
             s = schema.0
         ))
         .unwrap();
-    let mut upgraded = schema.open();
+    let mut upgraded = open_source(&schema);
     let state = upgraded.load().unwrap();
     assert_eq!(state.catalog.len(), 1);
     assert!(state.catalog[0].1.listed);
     assert_eq!(state.catalog[0].1.fields["name"], "Kettle");
-    let mut writer = schema.open();
+    let mut writer = open_source(&schema);
     writer
         .put_catalog(&[(
             ProductId::parse("p1").unwrap(),

@@ -2,12 +2,9 @@
 //! a time, moves when it expires or is released, and a record is fenced by it — an owner that lost the
 //! lease cannot overwrite the snapshot the new holder recorded. Embedded: one process, always held.
 
-#[path = "support/redis_servers.rs"]
-mod redis_servers;
-
 use std::time::Duration;
 
-use redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
+use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
 
 use rankgate_store::watch_ledger::{EmbeddedWatchLedger, RedisWatchLedger, WatchLedger, WatchSnapshot};
 

@@ -149,6 +149,14 @@ pub fn router(state: AppState) -> Edge<DirectRoutesOfApp> {
     }
 }
 
+/// Where the waiting room's Redis scripts take "now" from.
+enum RedisQueueTime {
+    /// Redis `TIME`: shared by every instance whatever its own clock says (production).
+    RedisServer,
+    /// The application's clock (a simulated one in tests and demos).
+    TheClock,
+}
+
 /// A built, bound, not yet serving rankgate.
 pub struct Application {
     listener: TcpListener,
@@ -161,24 +169,49 @@ pub struct Application {
 
 impl Application {
     /// Opens the embedded stores under `config.data_dir`, restores their state, and binds `config.listen`.
+    /// On Redis, the waiting room's scripts read Redis `TIME`, so instances on different machines agree.
     pub async fn build(config: Config) -> anyhow::Result<Application> {
-        Application::build_with_clock(config, Arc::new(SystemClock)).await
+        Application::build_on(config, Arc::new(SystemClock), RedisQueueTime::RedisServer).await
     }
 
-    /// [`Application::build`] with a chosen clock.
+    /// [`Application::build`] on a chosen clock, which is the whole service's time: the schedulers', the
+    /// embedded stores', and on Redis the waiting room's scripts' too (instead of Redis `TIME`), so a test
+    /// or a demo that moves a [`ManualClock`](rankgate_store::clock::ManualClock) moves every part of the
+    /// service at once. Instances sharing a queue must then share the clock: in one process only.
     pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Application> {
+        Application::build_on(config, clock, RedisQueueTime::TheClock).await
+    }
+
+    async fn build_on(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        redis_queue_time: RedisQueueTime,
+    ) -> anyhow::Result<Application> {
         let lock = lock_data_dir(&config.data_dir)?;
         let waiting_room = if config.redis.is_empty() {
             WaitingRoom::open_embedded(&config.data_dir, config.waiting_room.clone(), clock.clone()).await?
         } else {
-            WaitingRoom::open_redis(
-                &config.redis,
-                &config.redis_prefix,
-                config.waiting_room.clone(),
-                clock.clone(),
-            )
-            .await
-            .context("opening the waiting room on Redis (check --redis)")?
+            let open = match redis_queue_time {
+                RedisQueueTime::RedisServer => {
+                    WaitingRoom::open_redis(
+                        &config.redis,
+                        &config.redis_prefix,
+                        config.waiting_room.clone(),
+                        clock.clone(),
+                    )
+                    .await
+                }
+                RedisQueueTime::TheClock => {
+                    WaitingRoom::open_redis_simulated(
+                        &config.redis,
+                        &config.redis_prefix,
+                        config.waiting_room.clone(),
+                        clock.clone(),
+                    )
+                    .await
+                }
+            };
+            open.context("opening the waiting room on Redis (check --redis)")?
         };
         let shutdown = CancellationToken::new();
         let rankings = Rankings::open(

@@ -107,6 +107,11 @@ pub struct WaitingRoomConfig {
     /// Fewer forwarded orders than this in an interval (over every instance): the controller holds the
     /// rate (1..=100000).
     pub adaptive_min_samples: u64,
+    /// How often this instance runs its control round (flushes its measurements, closes intervals) (ms).
+    /// Absent: a quarter of `adaptive_interval_millis`, so flushes land well inside the half-interval
+    /// grace; longer than the grace, this instance's orders may miss their interval's decision. Tests set
+    /// it beyond their length and run the rounds themselves.
+    pub adaptive_round_millis: Option<u64>,
     /// Most members a scheduled opening's pre-queue holds (the draw sorts them in one instance's
     /// memory); past it, an entry gets 429 naming this key.
     pub max_pre_queue: u64,
@@ -153,6 +158,7 @@ impl Default for WaitingRoomConfig {
             visitor_cookie_max_age_seconds: 86_400,
             adaptive_interval_millis: 1000,
             adaptive_min_samples: 10,
+            adaptive_round_millis: None,
             max_pre_queue: rankgate_core::queue::draw::DEFAULT_MAX_PRE_QUEUE,
         }
     }

@@ -1,8 +1,7 @@
 //! The position body of SPEC 2.2 (what a poll, an entry and a member stream answer), written by hand
-//! for the hottest answer; the claim's answer; and the poll limit's key and headers.
+//! for the hottest answer; the claim's answer; and the poll limit's headers.
 
-use rankgate_core::ids::MemberId;
-use rankgate_core::queue::{MemberStatus, QueueName};
+use rankgate_core::queue::MemberStatus;
 use serde::Serialize;
 
 use crate::http::json_writer::JsonWriter;
@@ -92,19 +91,6 @@ pub struct ClaimGranted {
     pub expires_at: String,
 }
 
-/// The embedded limiter's key of a member's poll limit. Built by hand, as are the two header values
-/// below: `format!` was ~2,100 of a poll's ~15,200 instructions (callgrind, `WHAT=position
-/// bench/queue_callgrind.sh`).
-pub(crate) fn poll_limit_key(queue: &QueueName, member: &MemberId) -> String {
-    let (queue, member) = (queue.as_str(), member.as_str());
-    let mut key = String::with_capacity("poll:".len() + queue.len() + 1 + member.len());
-    key.push_str("poll:");
-    key.push_str(queue);
-    key.push(':');
-    key.push_str(member);
-    key
-}
-
 /// `{first}{a}{second}{b}`: a `RateLimit-Policy` or `RateLimit` value such as `"poll";q=3;w=3`.
 pub(crate) fn rate_limit_value(first: &str, a: u64, second: &str, b: u64) -> String {
     let (mut a_digits, mut b_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
@@ -129,6 +115,8 @@ pub struct PollLimitHeaders {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+    use rankgate_core::ids::MemberId;
+    use rankgate_core::queue::QueueName;
 
     use super::*;
 
@@ -140,7 +128,7 @@ mod tests {
             let (Ok(queue_name), Ok(member_id)) = (QueueName::parse(&queue), MemberId::parse(&member)) else {
                 return Ok(());
             };
-            prop_assert_eq!(poll_limit_key(&queue_name, &member_id), format!("poll:{queue}:{member}"));
+            prop_assert_eq!(rankgate_store::queue::poll_limit_key(&queue_name, &member_id), format!("poll:{queue}:{member}"));
             prop_assert_eq!(rate_limit_value("\"poll\";q=", a, ";w=", b), format!("\"poll\";q={a};w={b}"));
         }
     }

@@ -203,7 +203,6 @@ mod tests {
         )
         .await
         .expect("redis at 127.0.0.1:6379");
-        assert!(room.redis.is_some(), "the one-script poll is used");
         let q = QueueName::parse("sale").unwrap();
         let m = MemberId::parse("eager").unwrap();
         room.enter(&q, &m).await.unwrap();
@@ -233,6 +232,14 @@ mod tests {
         }
         let other = MemberId::parse("someone-else").unwrap();
         assert!(room.poll(&q, &other).await.is_ok(), "limits are per member");
+        let coalescing = room
+            .queues
+            .coalescing()
+            .expect("the Redis store counts its poll scripts");
+        assert_eq!(
+            coalescing.polls, 7,
+            "every poll went through poll.lua, none through the limiter"
+        );
         let store = room.redis.clone().unwrap();
         assert!(store.purge_prefix().await.unwrap() > 0);
     }

@@ -4,8 +4,12 @@
 //!
 //! Every instance runs all of them. That is safe because each step is one atomic store operation and the
 //! admission budget lives in the store (limitation 3): four schedulers ticking together admit what one
-//! would. Deciding *when* a tick is due uses the room's [`Clock`](rankgate_store::clock::Clock); tests use
-//! a manual clock and call [`WaitingRoom::admit_due_queues`] directly instead of spawning these loops.
+//! would. Deciding *when* a tick is due uses the room's [`Clock`](rankgate_store::clock::Clock).
+//!
+//! Each loop first steps one period after the start, not at once. Tests start the whole service with a
+//! manual clock and `scheduler_poll_millis` / `adaptive_round_millis` longer than the test, then call
+//! [`WaitingRoom::admit_due_queues`] and [`WaitingRoom::run_adaptive_control`] themselves: a loop that
+//! stepped at once would race the test's first requests.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +32,10 @@ impl WaitingRoom {
     /// `shutdown` is cancelled.
     pub fn spawn_workers(self: &Arc<Self>, shutdown: CancellationToken) -> Vec<JoinHandle<()>> {
         let poll = Duration::from_millis(self.config.scheduler_poll_millis.max(1));
+        let adaptive_round = self.config.adaptive_round_millis.map_or_else(
+            || self.adaptive.round_every(),
+            |ms| Duration::from_millis(ms.max(1)),
+        );
         let streams_shutdown = self.member_streams.shutdown.clone();
         let shutdown_streams = shutdown.clone();
         vec![
@@ -64,7 +72,7 @@ impl WaitingRoom {
                 "adaptive",
                 Arc::clone(self),
                 shutdown.clone(),
-                self.adaptive.round_every(),
+                adaptive_round,
                 |room| async move { room.run_adaptive_control().await.map(|_| ()) },
             ),
             spawn_loop(
@@ -90,7 +98,8 @@ where
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
 {
     tokio::spawn(async move {
-        let mut interval = tokio::time::interval(every);
+        // The first step one period after the start (see the module doc).
+        let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         // After a stall, run once and carry on; a burst of catch-up ticks would only spend the same budget.
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut failing = false;

@@ -14,25 +14,25 @@ use anyhow::Context as _;
 use parking_lot::Mutex;
 use rand::Rng as _;
 use rankgate_core::ids::MemberId;
-use rankgate_core::limiter::{RateDecision, RateLimit};
+use rankgate_core::limiter::RateDecision;
 use rankgate_core::queue::{
-    polling_interval_seconds, polling_tier_seconds, ClaimRejection, ConsumeRejection, FailMode, MemberStatus,
-    QueueName, QueueSettings, ReleaseRejection, SettingsPatch,
+    polling_interval_seconds, ClaimRejection, ConsumeRejection, FailMode, MemberStatus, QueueName,
+    QueueSettings, ReleaseRejection, SettingsPatch,
 };
 use rankgate_store::clock::Clock;
 use rankgate_store::queue::embedded::{EmbeddedOptions, EmbeddedStore};
 use rankgate_store::queue::redis::RedisStore;
 use rankgate_store::queue::token::{digest_of, new_claim_id, TokenSecret};
 use rankgate_store::queue::{
-    AdmitOutcome, ClaimOutcome, ConsumeOutcome, JobStore, LastOutcome, LeaveOutcome, MemberView, QueueStats,
-    QueueStore, RateLimiter, RateLimiterKind, ReleaseOutcome,
+    poll_window_seconds, AdmitOutcome, ClaimOutcome, ConsumeOutcome, JobStore, LastOutcome, LeaveOutcome,
+    MemberView, QueueStats, QueueStore, RateLimiter, ReleaseOutcome,
 };
 
 use super::adaptive::{AdaptiveControl, ADAPTIVE_INTERVAL_MILLIS, ADAPTIVE_MIN_SAMPLES};
 use super::config::WaitingRoomConfig;
 pub(crate) use super::errors::store_error;
 use super::member_streams::{MemberStreamLimits, MemberStreams};
-use super::position::{poll_limit_key, rate_limit_value, ClaimGranted, PollLimitHeaders, Position};
+use super::position::{rate_limit_value, ClaimGranted, PollLimitHeaders, Position};
 use super::secret::load_or_create_secret;
 use super::telemetry;
 use crate::http::error::{ApiError, ApiResult};
@@ -301,28 +301,12 @@ impl WaitingRoom {
         member: &MemberId,
     ) -> ApiResult<(Position, PollLimitHeaders)> {
         let burst = self.config.poll_burst.max(1);
-        // `burst` polls per `burst × interval`: on average one poll per interval, as the client was told.
-        let window_of = |view: &MemberView| polling_tier_seconds(view.rank) * u64::from(burst);
-        let (view, decision) = if let Some(redis) = &self.redis {
-            // One script: the position and the same sliding-log limit, on the queue's slot.
-            let (view, window_ms, decision) = redis.poll(queue, member, burst).await.map_err(store_error)?;
-            debug_assert_eq!(window_ms, window_of(&view) as i64 * 1000, "poll.lua's tiers");
-            (view, decision)
-        } else {
-            let view = self.queues.position(queue, member).await.map_err(store_error)?;
-            let limit = RateLimit {
-                limit: burst,
-                window_ms: window_of(&view) as i64 * 1000,
-            };
-            let key = poll_limit_key(queue, member);
-            let decision = self
-                .limiter
-                .try_acquire(&key, limit, RateLimiterKind::SlidingLog)
-                .await
-                .map_err(store_error)?;
-            (view, decision)
-        };
-        let window_seconds = window_of(&view);
+        let (view, decision) = self
+            .queues
+            .poll(queue, member, burst, self.limiter.as_ref())
+            .await
+            .map_err(store_error)?;
+        let window_seconds = poll_window_seconds(view.rank, burst);
         let policy = rate_limit_value("\"poll\";q=", u64::from(burst), ";w=", window_seconds);
         match decision {
             RateDecision::Allowed { remaining, reset_ms } => {
@@ -655,8 +639,8 @@ impl WaitingRoom {
                 telemetry::queue_gauges(&queue, &stats);
             }
         }
-        if let Some(redis) = &self.redis {
-            telemetry::redis_coalescing(redis.coalescing());
+        if let Some(coalescing) = self.queues.coalescing() {
+            telemetry::hot_path_coalescing(coalescing);
         }
         Ok(())
     }

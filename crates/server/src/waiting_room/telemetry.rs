@@ -24,7 +24,7 @@
 //! (a rarely moving counter then restarts from 0 when it next moves, which Prometheus reads as a reset).
 
 use rankgate_core::queue::QueueName;
-use rankgate_store::queue::redis::Coalescing;
+use rankgate_store::queue::Coalescing;
 use rankgate_store::queue::{AdmitOutcome, QueueStats};
 
 /// Series not updated for this long are dropped by the exporter (wired in `app::prometheus_handle`).
@@ -106,7 +106,7 @@ pub(crate) fn queue_gone(queue: &QueueName) {
 }
 
 /// The Redis hot path's coalescing so far: requests per script call is the average batch.
-pub(crate) fn redis_coalescing(c: Coalescing) {
+pub(crate) fn hot_path_coalescing(c: Coalescing) {
     for (lane, calls, requests) in [
         ("enter", c.entry_calls, c.entries),
         ("poll", c.poll_calls, c.polls),

@@ -283,8 +283,7 @@ const FRESHNESS_MILLIS: u64 = 250;
 
 async fn delisting_reaches_both_instances(redis: Vec<String>, depth: Option<usize>, label: &str) {
     let schema = format!("rgtest_delist_{label}_{}", std::process::id());
-    drop_schema(&schema);
-    let _schema = SchemaGuard(schema.clone());
+    let _schema = SchemaGuard::named(schema.clone());
     let prefix = unique_prefix();
     let _keys = KeyCleanup {
         nodes: redis.clone(),

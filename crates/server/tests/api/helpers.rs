@@ -1,22 +1,14 @@
-//! `spawn_app()`: the whole service on 127.0.0.1:0 with a fresh data dir, and helpers to drive it.
+//! Helpers of the API tests: rankings events and keys, queue polling, verification, and the shared
+//! support (`spawn_app()` and the HTTP basics of `tests/support/app.rs`, the PostgreSQL schemas of
+//! `rankgate-testkit`) re-exported, so each test module needs only `use crate::helpers::*`.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use rankgate::app::Application;
 use rankgate::config::{BearerKeys, Config};
 use serde_json::{json, Value};
 
-/// A running rankgate for one test.
-pub struct TestApp {
-    pub address: String,
-    pub state: rankgate::app::AppState,
-    pub client: reqwest::Client,
-    pub data_dir: PathBuf,
-    shutdown: tokio_util::sync::CancellationToken,
-    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-    _dir: Option<tempfile::TempDir>,
-}
+pub use crate::app::*;
+pub use rankgate_testkit::postgres_schemas::{drop_schema, SchemaGuard};
 
 /// Epoch millis of "now" on the test machine.
 pub fn now_millis() -> i64 {
@@ -26,75 +18,9 @@ pub fn now_millis() -> i64 {
         .as_millis() as i64
 }
 
-pub async fn spawn_app() -> TestApp {
-    spawn_app_with(|_| {}).await
-}
-
-pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
-    let dir = tempfile::tempdir().unwrap();
-    let mut app = spawn_app_in(dir.path().to_path_buf(), configure).await;
-    app._dir = Some(dir);
-    app
-}
-
-/// Starts (or restarts) a service on an existing data dir.
-pub async fn spawn_app_in(data_dir: PathBuf, configure: impl FnOnce(&mut Config)) -> TestApp {
-    let mut config = Config::for_data_dir(&data_dir);
-    configure(&mut config);
-    let app = Application::build(config).await.expect("the app builds");
-    let address = format!("http://{}", app.local_addr());
-    let state = app.state().clone();
-    let shutdown = app.shutdown_token();
-    let handle = tokio::spawn(app.run_until_stopped());
-    TestApp {
-        address,
-        state,
-        client: reqwest::Client::new(),
-        data_dir,
-        shutdown,
-        handle: Some(handle),
-        _dir: None,
-    }
-}
-
-/// [`spawn_app_with`] on a clock the test moves (`rankgate_store::clock::ManualClock`).
-pub async fn spawn_app_with_clock(
-    clock: std::sync::Arc<dyn rankgate_store::clock::Clock>,
-    configure: impl FnOnce(&mut Config),
-) -> TestApp {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::for_data_dir(dir.path());
-    configure(&mut config);
-    let app = Application::build_with_clock(config, clock)
-        .await
-        .expect("the app builds");
-    let address = format!("http://{}", app.local_addr());
-    let state = app.state().clone();
-    let shutdown = app.shutdown_token();
-    let handle = tokio::spawn(app.run_until_stopped());
-    TestApp {
-        address,
-        state,
-        client: reqwest::Client::new(),
-        data_dir: dir.path().to_path_buf(),
-        shutdown,
-        handle: Some(handle),
-        _dir: Some(dir),
-    }
-}
-
 impl TestApp {
     pub fn rankings(&self) -> std::sync::Arc<rankgate::rankings::RankingService> {
         self.state.rankings.service.clone()
-    }
-
-    /// Stops the server and waits for it, keeping the data dir.
-    pub async fn stop(mut self) -> Option<tempfile::TempDir> {
-        self.shutdown.cancel();
-        if let Some(handle) = self.handle.take() {
-            handle.await.unwrap().unwrap();
-        }
-        self._dir.take()
     }
 
     pub async fn post_events(&self, body: &Value) -> reqwest::Response {
@@ -110,22 +36,6 @@ impl TestApp {
         let response = self.post_events(body).await;
         assert_eq!(response.status(), 200);
         response.json().await.unwrap()
-    }
-
-    pub async fn get(&self, path_and_query: &str) -> reqwest::Response {
-        self.client
-            .get(format!("{}{}", self.address, path_and_query))
-            .send()
-            .await
-            .unwrap()
-    }
-
-    pub async fn get_json(&self, path_and_query: &str) -> Value {
-        let response = self.get(path_and_query).await;
-        let status = response.status();
-        let body: Value = response.json().await.unwrap();
-        assert_eq!(status, 200, "GET {path_and_query}: {body}");
-        body
     }
 
     /// Polls `member`'s position until READY, as a client should: a 429 (the per-member poll limit, which a
@@ -182,26 +92,6 @@ pub fn hour_key(millis: i64) -> String {
 
 /// The shared PostgreSQL the backend tests use (each test in its own schema).
 pub const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
-
-pub fn drop_schema(schema: &str) {
-    let status = std::process::Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"])
-        .arg(format!(
-            "SET client_min_messages = warning; DROP SCHEMA IF EXISTS {schema} CASCADE"
-        ))
-        .status()
-        .expect("psql runs");
-    assert!(status.success());
-}
-
-/// Drops the test's schema when the test ends, passed or failed.
-pub struct SchemaGuard(pub String);
-
-impl Drop for SchemaGuard {
-    fn drop(&mut self) {
-        drop_schema(&self.0);
-    }
-}
 
 /// Polls `path` until `accept` holds and returns that body; bounded (generously, for slow machines).
 pub async fn read_until(app: &TestApp, path: &str, what: &str, accept: impl Fn(&Value) -> bool) -> Value {

@@ -25,8 +25,7 @@ fn items(body: &Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_count_each_event_once_and_answer_identically() {
     let schema = format!("rgtest_instances_{}", std::process::id());
-    drop_schema(&schema);
-    let _cleanup = SchemaGuard(schema.clone());
+    let _cleanup = SchemaGuard::named(schema.clone());
     let a = spawn_instance(&schema).await;
     let b = spawn_instance(&schema).await;
     let now = now_millis();

@@ -1,12 +1,11 @@
 //! HTTP API tests: the whole service on port 0 with its own data dir, driven over real HTTP.
 
+/// `spawn_app()`: the whole service, as every HTTP test binary of this crate starts it.
+#[path = "../support/app.rs"]
+mod app;
 mod helpers;
-/// Deleting a test's keys on the shared Redis, shared with the other test binaries.
-#[path = "../support/redis_keys.rs"]
-mod redis_keys;
-/// Redis servers the store tests start (the 3-node Cluster among them), shared with this binary.
-#[path = "../../../store/tests/support/redis_servers.rs"]
-mod redis_servers;
+/// Private Redis servers on spare ports (the 3-node Cluster among them) and key cleanup on the shared one.
+use rankgate_testkit::redis_servers;
 
 mod adaptive_metrics;
 mod admin;

@@ -220,7 +220,7 @@ async fn a_stream_on_one_instance_follows_admissions_by_another(redis: Vec<Strin
             config.waiting_room.token_secret = Some(SECRET.into());
             config.waiting_room.member_stream_heartbeat_millis = 300;
             if !admits {
-                // One round at start (nothing waits yet), then none within the test.
+                // No admission round within the test (see waiting_room::scheduler).
                 config.waiting_room.scheduler_poll_millis = 3_600_000;
             }
         })

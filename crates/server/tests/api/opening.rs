@@ -10,7 +10,7 @@ use rankgate_core::queue::DrawSeed;
 use serde_json::{json, Value};
 
 use crate::helpers::*;
-use crate::redis_keys::RedisKeys;
+use crate::redis_servers::KeyCleanup;
 
 async fn put(app: &TestApp, queue: &str, body: &Value) -> (u16, Value) {
     let response = app
@@ -265,7 +265,7 @@ async fn a_scheduled_opening_draws_the_pre_queue_verifiably_ahead_of_later_arriv
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_redis_draw_once_and_agree() {
     let prefix = format!("rgtest:opening:{}:", std::process::id());
-    let _cleanup = RedisKeys(prefix.clone());
+    let _cleanup = KeyCleanup::standalone(prefix.clone());
     let configure = |prefix: String| {
         move |config: &mut rankgate::config::Config| {
             config.redis = vec!["redis://127.0.0.1:6379".into()];

@@ -530,8 +530,7 @@ fn command_calls(nodes: &[String], command: &str) -> u64 {
 /// serving a sort naming products past the depth is answered whole from the engine, correctly.
 async fn reads_on_redis_serving(nodes: Vec<String>, label: &str) {
     let schema = format!("rgtest_reads_{label}_{}", std::process::id());
-    drop_schema(&schema);
-    let _schema = SchemaGuard(schema.clone());
+    let _schema = SchemaGuard::named(schema.clone());
     let prefix = unique_prefix();
     let _cleanup = KeyCleanup {
         nodes: nodes.clone(),
@@ -694,8 +693,7 @@ async fn reads_on_redis_serving(nodes: Vec<String>, label: &str) {
 
     // Top-N-only: Redis holds the top 3; a sort naming products past them is answered, right, by the engine.
     let schema_k = format!("{schema}_k");
-    drop_schema(&schema_k);
-    let _schema_k = SchemaGuard(schema_k.clone());
+    let _schema_k = SchemaGuard::named(schema_k.clone());
     let prefix_k = unique_prefix();
     let _cleanup_k = KeyCleanup {
         nodes: nodes.clone(),

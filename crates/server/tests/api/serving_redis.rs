@@ -133,8 +133,7 @@ fn expected_units(count: usize) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_serves_rankings_and_its_loss_is_survived_and_repaired() {
     let schema = format!("rgtest_serving_{}", std::process::id());
-    drop_schema(&schema);
-    let _schema = SchemaGuard(schema.clone());
+    let _schema = SchemaGuard::named(schema.clone());
     let mut redis = OwnRedis::start();
     let app = spawn_serving(&schema, &redis.url(), None).await;
     let now = now_millis();
@@ -225,8 +224,7 @@ async fn redis_serves_rankings_and_its_loss_is_survived_and_repaired() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_share_one_redis_and_top_n_only_answers_past_the_depth() {
     let schema = format!("rgtest_serving_two_{}", std::process::id());
-    drop_schema(&schema);
-    let _schema = SchemaGuard(schema.clone());
+    let _schema = SchemaGuard::named(schema.clone());
     let redis = OwnRedis::start();
     let a = spawn_serving(&schema, &redis.url(), Some(3)).await;
     let b = spawn_serving(&schema, &redis.url(), Some(3)).await;

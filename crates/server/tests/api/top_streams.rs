@@ -340,8 +340,7 @@ async fn a_client_that_stops_reading_is_dropped_not_buffered_for() {
 /// PostgreSQL + Redis serving, two instances, on `redis` (one standalone URL or the Cluster's nodes).
 async fn streams_follow_ingest_on_another_instance(redis: Vec<String>, label: &str) {
     let schema = format!("rgtest_streams_{label}_{}", std::process::id());
-    drop_schema(&schema);
-    let _schema = SchemaGuard(schema.clone());
+    let _schema = SchemaGuard::named(schema.clone());
     let prefix = redis_servers::unique_prefix();
     let _keys = redis_servers::KeyCleanup {
         nodes: redis.clone(),

@@ -204,8 +204,7 @@ async fn trending_on_the_embedded_engine_is_the_formula_and_can_be_reweighted_an
 /// Cluster): Redis serves the hot spans of the other rankers, the engines answer `trending`.
 async fn two_instances_on_postgres_and_redis(name: &str, redis_urls: Vec<String>) {
     let schema = format!("rgtest_trending_{name}_{}", std::process::id());
-    drop_schema(&schema);
-    let _guard = SchemaGuard(schema.clone());
+    let _guard = SchemaGuard::named(schema.clone());
     let prefix = format!("rgtest:trending:{name}:{}:", std::process::id());
     let _cleanup = KeyCleanup {
         nodes: redis_urls.clone(),

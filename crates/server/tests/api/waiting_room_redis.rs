@@ -7,12 +7,12 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::helpers::*;
-use crate::redis_keys::RedisKeys;
+use crate::redis_servers::KeyCleanup;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
     let prefix = format!("rgtest:api:{}:", std::process::id());
-    let _cleanup = RedisKeys(prefix.clone());
+    let _cleanup = KeyCleanup::standalone(prefix.clone());
     let app = spawn_app_with({
         let prefix = prefix.clone();
         move |config| {

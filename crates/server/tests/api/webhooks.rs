@@ -390,8 +390,7 @@ async fn webhooks_post_signed_changes_retry_on_5xx_and_dead_letter_after_the_las
 async fn each_change_is_delivered_once_across_instances(redis: Vec<String>, label: &str) {
     let (receiver_url, receiver) = spawn_receiver().await;
     let schema = format!("rgtest_webhooks_{label}_{}", std::process::id());
-    drop_schema(&schema);
-    let _schema = SchemaGuard(schema.clone());
+    let _schema = SchemaGuard::named(schema.clone());
     let prefix = redis_servers::unique_prefix();
     let _keys = redis_servers::KeyCleanup {
         nodes: redis.clone(),

@@ -2,27 +2,29 @@
 //! driven by playwright-core from `waiting_page.mjs`), and over plain HTTP for the hostile cases
 //! (`page_http.rs`).
 //!
-//! Each test starts the whole service on 127.0.0.1:0 with its own data directory and a `[[gate]]` in
-//! front of a small upstream in this process that counts the orders reaching it.
+//! Each test starts the whole service (`spawn_app`, as every HTTP test binary does) on 127.0.0.1:0 with its
+//! own data directory and a `[[gate]]` in front of a small upstream in this process that counts the
+//! orders reaching it.
 //!
 //! Needs (installed by `.ci/run`): `apt-get install chromium` and `npm ci` in this directory.
 
+/// `spawn_app()`: the whole service, as every HTTP test binary of this crate starts it.
+#[path = "../support/app.rs"]
+mod app;
 mod page_http;
-/// Deleting a test's keys on the shared Redis, shared with the other test binaries.
-#[path = "../support/redis_keys.rs"]
-mod redis_keys;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::HeaderMap;
 use parking_lot::Mutex;
-use rankgate::app::Application;
 use rankgate::config::Config;
 use rankgate::waiting_room::config::PageConfig;
 use rankgate::waiting_room::{GateConfig, GateRoute};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+
+pub(crate) use app::TestApp;
 
 /// What reached the test upstream.
 #[derive(Debug, Clone, Default)]
@@ -83,66 +85,60 @@ pub(crate) async fn spawn_upstream() -> (String, Orders) {
     (format!("http://{address}"), orders)
 }
 
-/// A running rankgate for one test.
-pub(crate) struct TestApp {
-    pub(crate) base: String,
-    pub(crate) state: rankgate::app::AppState,
-    pub(crate) client: reqwest::Client,
-    _dir: tempfile::TempDir,
-}
-
-/// The service with a gate for `queue` on `GET /shop/checkout` and `POST /orders`, in front of `upstream`.
-pub(crate) async fn spawn_app(queue: &str, upstream: &str, configure: impl FnOnce(&mut Config)) -> TestApp {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut config = Config::for_data_dir(dir.path());
-    config.waiting_room.poll_burst = 10_000;
-    config.waiting_room.gates = vec![GateConfig {
-        queue: queue.into(),
-        upstream: upstream.into(),
-        routes: vec![
-            GateRoute {
-                method: "GET".into(),
-                path: "/shop/checkout".into(),
-                prefix: false,
-            },
-            GateRoute {
-                method: "POST".into(),
-                path: "/orders".into(),
-                prefix: false,
-            },
-        ],
-        timeout_millis: 5_000,
-        max_body_bytes: 64 * 1024,
-    }];
-    config.waiting_room.page = vec![PageConfig {
-        title: Some("Test Shop".into()),
-        logo_url: Some(format!("{upstream}/logo.svg")),
-        continue_url: Some("/shop/checkout".into()),
-        continue_delay_seconds: Some(4),
-        ..PageConfig::default()
-    }];
-    configure(&mut config);
-    config.waiting_room.validate_pages().expect("a valid page config");
-    let app = Application::build(config).await.expect("the app builds");
-    let base = format!("http://{}", app.local_addr());
-    let state = app.state().clone();
-    tokio::spawn(app.run_until_stopped());
-    TestApp {
-        base,
-        state,
-        client: reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("client"),
-        _dir: dir,
-    }
+/// The service with a gate for `queue` on `GET /shop/checkout` and `POST /orders`, in front of `upstream`,
+/// and a waiting page; its client does not follow redirects, so tests see the page's own answers.
+pub(crate) async fn spawn_gated_app(
+    queue: &str,
+    upstream: &str,
+    configure: impl FnOnce(&mut Config),
+) -> TestApp {
+    let gate_and_page = |config: &mut Config| {
+        config.waiting_room.poll_burst = 10_000;
+        config.waiting_room.gates = vec![GateConfig {
+            queue: queue.into(),
+            upstream: upstream.into(),
+            routes: vec![
+                GateRoute {
+                    method: "GET".into(),
+                    path: "/shop/checkout".into(),
+                    prefix: false,
+                },
+                GateRoute {
+                    method: "POST".into(),
+                    path: "/orders".into(),
+                    prefix: false,
+                },
+            ],
+            timeout_millis: 5_000,
+            max_body_bytes: 64 * 1024,
+        }];
+        config.waiting_room.page = vec![PageConfig {
+            title: Some("Test Shop".into()),
+            logo_url: Some(format!("{upstream}/logo.svg")),
+            continue_url: Some("/shop/checkout".into()),
+            continue_delay_seconds: Some(4),
+            ..PageConfig::default()
+        }];
+    };
+    TestApp::builder()
+        .configure(gate_and_page)
+        .configure(configure)
+        .configure(|config| config.waiting_room.validate_pages().expect("a valid page config"))
+        .client(
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("client"),
+        )
+        .spawn()
+        .await
 }
 
 impl TestApp {
     pub(crate) async fn put_settings(&self, queue: &str, body: serde_json::Value) {
         let response = self
             .client
-            .put(format!("{}/v1/admin/queues/{queue}", self.base))
+            .put(format!("{}/v1/admin/queues/{queue}", self.address))
             .json(&body)
             .send()
             .await
@@ -153,7 +149,7 @@ impl TestApp {
     pub(crate) async fn enter(&self, queue: &str, member: &str) {
         let response = self
             .client
-            .post(format!("{}/v1/queues/{queue}/entries", self.base))
+            .post(format!("{}/v1/queues/{queue}/entries", self.address))
             .json(&json!({ "memberId": member }))
             .send()
             .await
@@ -184,7 +180,7 @@ async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
         browser_dir().display()
     );
     let (upstream, orders) = spawn_upstream().await;
-    let app = spawn_app("sale", &upstream, |_| {}).await;
+    let app = spawn_gated_app("sale", &upstream, |_| {}).await;
     // Four members ahead of the browser, admitted one per second once the browser has looked.
     app.put_settings(
         "sale",
@@ -220,7 +216,7 @@ async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
     std::fs::create_dir_all(&shots).expect("the screenshot dir");
     let mut child = tokio::process::Command::new("node")
         .arg("waiting_page.mjs")
-        .args([&app.base, "sale", "quiet", "polled"])
+        .args([&app.address, "sale", "quiet", "polled"])
         .arg(&shots)
         .current_dir(browser_dir())
         .env("RANKGATE_CHROMIUM", &chromium)

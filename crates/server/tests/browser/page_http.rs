@@ -5,11 +5,12 @@
 use rankgate::waiting_room::config::PageConfig;
 use serde_json::{json, Value};
 
-use super::{spawn_app, spawn_upstream, TestApp};
-use crate::redis_keys::RedisKeys;
+use rankgate_testkit::redis_servers::{KeyCleanup, STANDALONE_URL};
+
+use super::{spawn_gated_app, spawn_upstream, TestApp};
 
 async fn get(app: &TestApp, path: &str, headers: &[(&str, &str)]) -> reqwest::Response {
-    let mut request = app.client.get(format!("{}{path}", app.base));
+    let mut request = app.client.get(format!("{}{path}", app.address));
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
@@ -41,7 +42,7 @@ fn data_member(html: &str) -> String {
 #[tokio::test]
 async fn hostile_queue_names_parameters_and_member_ids_get_a_400_naming_the_field() {
     let (upstream, _orders) = spawn_upstream().await;
-    let app = spawn_app("sale", &upstream, |_| {}).await;
+    let app = spawn_gated_app("sale", &upstream, |_| {}).await;
     let long = "q".repeat(65);
     for (path, headers, field) in [
         ("/wait/bad%20name", vec![], "queue"),
@@ -81,7 +82,7 @@ async fn hostile_queue_names_parameters_and_member_ids_get_a_400_naming_the_fiel
 async fn request_derived_and_configured_strings_are_escaped_into_the_html() {
     let (upstream, _orders) = spawn_upstream().await;
     let hostile = "</title><script>alert(1)</script>\"'&";
-    let app = spawn_app("sale", &upstream, |config| {
+    let app = spawn_gated_app("sale", &upstream, |config| {
         config.waiting_room.page = vec![PageConfig {
             title: Some(hostile.into()),
             intro: Some(hostile.into()),
@@ -152,7 +153,7 @@ async fn invalid_page_config_stops_the_start_with_the_key_named() {
 #[tokio::test]
 async fn a_tampered_visitor_cookie_is_ignored_and_a_new_visitor_issued() {
     let (upstream, _orders) = spawn_upstream().await;
-    let app = spawn_app("sale", &upstream, |_| {}).await;
+    let app = spawn_gated_app("sale", &upstream, |_| {}).await;
     // Paused, so every visit renders the waiting page (with the member id in it).
     app.put_settings("sale", json!({ "paused": true })).await;
     let first = get(&app, "/wait/sale", &[]).await;
@@ -218,7 +219,7 @@ async fn a_tampered_visitor_cookie_is_ignored_and_a_new_visitor_issued() {
 #[tokio::test]
 async fn the_gate_accepts_the_cookie_token_exactly_once_and_headers_take_precedence() {
     let (upstream, orders) = spawn_upstream().await;
-    let app = spawn_app("sale", &upstream, |_| {}).await;
+    let app = spawn_gated_app("sale", &upstream, |_| {}).await;
     app.put_settings("sale", json!({ "paused": true })).await;
     let first = get(&app, "/wait/sale", &[]).await;
     let visitor = cookie_pair(&set_cookies(&first), "rankgate_visitor").unwrap();
@@ -229,7 +230,7 @@ async fn the_gate_accepts_the_cookie_token_exactly_once_and_headers_take_precede
     let order = |cookie: String, extra: Vec<(&'static str, String)>| {
         let mut request = app
             .client
-            .post(format!("{}/orders", app.base))
+            .post(format!("{}/orders", app.address))
             .header("cookie", cookie);
         for (name, value) in extra {
             request = request.header(name, value);
@@ -306,7 +307,7 @@ async fn the_gate_accepts_the_cookie_token_exactly_once_and_headers_take_precede
         .expect("admit");
     let position: Value = app
         .client
-        .get(format!("{}/v1/queues/sale/entries/api-1", app.base))
+        .get(format!("{}/v1/queues/sale/entries/api-1", app.address))
         .send()
         .await
         .unwrap()
@@ -316,7 +317,7 @@ async fn the_gate_accepts_the_cookie_token_exactly_once_and_headers_take_precede
     let api_token = position["entryToken"].as_str().expect("READY").to_string();
     let by_header = app
         .client
-        .post(format!("{}/orders", app.base))
+        .post(format!("{}/orders", app.address))
         .header("x-member-id", "api-1")
         .header("x-entry-token", api_token)
         .json(&json!({}))
@@ -344,21 +345,21 @@ async fn first_is_waiting(app: &TestApp, visitor: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cookies_work_across_instances_sharing_redis_and_the_token_secret() {
     let prefix = format!("rgtest:page:{}:", std::process::id());
-    let _cleanup = RedisKeys(prefix.clone());
+    let _cleanup = KeyCleanup::standalone(prefix.clone());
     let (upstream, orders) = spawn_upstream().await;
     let on_redis = |secret: &'static str| {
         let prefix = prefix.clone();
         move |config: &mut rankgate::config::Config| {
-            config.redis = vec!["redis://127.0.0.1:6379".into()];
+            config.redis = vec![STANDALONE_URL.into()];
             config.redis_prefix = prefix;
             config.waiting_room.token_secret = Some(secret.into());
         }
     };
     const SECRET: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
     const OTHER: &str = "BBECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
-    let a = spawn_app("sale", &upstream, on_redis(SECRET)).await;
-    let b = spawn_app("sale", &upstream, on_redis(SECRET)).await;
-    let stranger = spawn_app("sale", &upstream, on_redis(OTHER)).await;
+    let a = spawn_gated_app("sale", &upstream, on_redis(SECRET)).await;
+    let b = spawn_gated_app("sale", &upstream, on_redis(SECRET)).await;
+    let stranger = spawn_gated_app("sale", &upstream, on_redis(OTHER)).await;
     a.put_settings("sale", json!({ "paused": true })).await;
     a.enter("sale", "ahead-1").await;
 
@@ -389,7 +390,7 @@ async fn cookies_work_across_instances_sharing_redis_and_the_token_secret() {
     let token = cookie_pair(&set_cookies(&admitted), "rankgate_token_sale").expect("READY via B");
     let order = |app: &TestApp| {
         app.client
-            .post(format!("{}/orders", app.base))
+            .post(format!("{}/orders", app.address))
             .header("cookie", format!("{visitor}; {token}"))
             .send()
     };

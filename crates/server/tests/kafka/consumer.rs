@@ -16,6 +16,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::{json, Value};
 
+use rankgate_testkit::postgres_schemas::SchemaGuard;
 use rankgate_workload::{seed_lesson, SeedLessonConfig};
 
 use crate::broker::Broker;
@@ -375,22 +376,7 @@ async fn sigkill_mid_batch_then_restart_counts_every_event_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_one_postgres_share_the_partitions_and_one_dies_mid_stream() {
     let schema = format!("rgtest_kafka_{}", std::process::id());
-    let psql = |sql: String| {
-        let status = Command::new("psql")
-            .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"])
-            .arg(format!("SET client_min_messages = warning; {sql}"))
-            .status()
-            .expect("psql runs");
-        assert!(status.success());
-    };
-    psql(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
-    struct DropSchema<F: Fn(String)>(String, F);
-    impl<F: Fn(String)> Drop for DropSchema<F> {
-        fn drop(&mut self) {
-            (self.1)(format!("DROP SCHEMA IF EXISTS {} CASCADE", self.0));
-        }
-    }
-    let _cleanup = DropSchema(schema.clone(), psql);
+    let _cleanup = SchemaGuard::named(schema.clone());
 
     let broker = Broker::start();
     broker.create_topic("shared", 4).await;
@@ -474,22 +460,7 @@ async fn metric(server: &Server, name: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_source_of_truth_pauses_the_partitions_instead_of_buffering_and_resumes_after() {
     let schema = format!("rgtest_kafka_pause_{}", std::process::id());
-    let psql = |sql: String| {
-        let status = Command::new("psql")
-            .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"])
-            .arg(format!("SET client_min_messages = warning; {sql}"))
-            .status()
-            .expect("psql runs");
-        assert!(status.success());
-    };
-    psql(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
-    struct DropSchema<F: Fn(String)>(String, F);
-    impl<F: Fn(String)> Drop for DropSchema<F> {
-        fn drop(&mut self) {
-            (self.1)(format!("DROP SCHEMA IF EXISTS {} CASCADE", self.0));
-        }
-    }
-    let _cleanup = DropSchema(schema.clone(), psql);
+    let _cleanup = SchemaGuard::named(schema.clone());
 
     let broker = Broker::start();
     broker.create_topic("slow", 2).await;

@@ -1,5 +1,8 @@
 //! Kafka tests (issue 11): a real Kafka-protocol broker (tansu) started per test on a spare port.
 
+/// `spawn_app()`: the whole service, as every HTTP test binary of this crate starts it.
+#[path = "../support/app.rs"]
+mod app;
 mod broker;
 mod consumer;
 mod relay;

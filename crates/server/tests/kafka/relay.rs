@@ -14,6 +14,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::{json, Value};
 
 use super::broker::Broker;
+use crate::app::{spawn_app, spawn_app_with};
 
 const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 const MY_URL: &str = "mysql://root@127.0.0.1:3306";
@@ -268,40 +269,6 @@ async fn assert_served_equals(address: &str, expected: &BTreeMap<String, Value>)
     }
 }
 
-/// A rankgate on a fresh data dir.
-struct Rankgate {
-    address: String,
-    shutdown: tokio_util::sync::CancellationToken,
-    _dir: tempfile::TempDir,
-}
-
-impl Rankgate {
-    async fn start() -> Rankgate {
-        Rankgate::start_with(|_| {}).await
-    }
-
-    async fn start_with(configure: impl FnOnce(&mut rankgate::config::Config)) -> Rankgate {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = rankgate::config::Config::for_data_dir(dir.path());
-        configure(&mut config);
-        let app = rankgate::app::Application::build(config).await.unwrap();
-        let address = format!("http://{}", app.local_addr());
-        let shutdown = app.shutdown_token();
-        tokio::spawn(app.run_until_stopped());
-        Rankgate {
-            address,
-            shutdown,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Rankgate {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
-
 /// `rankgate relay` for this outbox with `extra` flags, as a child process.
 fn spawn_relay(outbox: &Outbox, extra: &[&str], envs: &[(&str, &str)]) -> Child {
     let mut command = Command::new(env!("CARGO_BIN_EXE_rankgate"));
@@ -471,7 +438,7 @@ async fn mariadb_outbox_rows_reach_kafka_exactly_once() {
 }
 
 async fn relays_to_rankgate_and_counts_equal_the_recompute(mut outbox: Outbox) {
-    let rankgate = Rankgate::start().await;
+    let rankgate = spawn_app().await;
     let mut events = events(4_000, "h");
     // The shop wrote one event twice (a retried transaction): counted once, as the recompute says.
     events.push(events[7].clone());
@@ -522,7 +489,7 @@ async fn mariadb_outbox_relayed_to_rankgate_counts_equal_the_recompute() {
 /// SIGKILLs a relay after its first batch was acknowledged and before it was marked, then runs a new
 /// relay to the end: the killed batch is sent again, and rankgate counts it once.
 async fn sigkill_between_publish_and_mark_loses_nothing_and_counts_nothing_twice(mut outbox: Outbox) {
-    let rankgate = Rankgate::start().await;
+    let rankgate = spawn_app().await;
     let events = events(3_000, "c");
     outbox.insert(&events).await;
     let mut relay = spawn_relay(
@@ -623,7 +590,7 @@ async fn two_relays_at_once_share_the_outbox(mut outbox: Outbox) {
     // shared topic would hold, and SKIP LOCKED must still hand each row to exactly one relay.
     broker.create_topic("events-a", 3).await;
     broker.create_topic("events-b", 3).await;
-    let rankgate = Rankgate::start().await;
+    let rankgate = spawn_app().await;
     let events = events(12_000, "t");
     outbox.insert(&events).await;
     // Each holds its batch's locks a little longer, so the two overlap for certain.
@@ -876,7 +843,7 @@ fn bad_flags_are_refused_naming_the_flag() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_rankgate_refused_stay_unpublished_until_it_acknowledges_them() {
     let mut outbox = Outbox::postgres().await;
-    let rankgate = Rankgate::start_with(|config| {
+    let rankgate = spawn_app_with(|config| {
         config.ingest_keys = rankgate::config::BearerKeys::from_plain(&["right-key-7Qx"]);
     })
     .await;

@@ -50,8 +50,9 @@ pub use jobs::{ClaimedJob, DeadJob, JobCounts, JobStore, NackOutcome, NewJob};
 pub use limiter::{RateLimiter, RateLimiterKind};
 pub use upstream::{InMemoryUpstreamObservations, UpstreamObservationStore};
 pub use waiting::{
-    AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome,
-    LeaveOutcome, MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
+    poll_limit_key, poll_window_seconds, AdmissionPreview, AdmitOutcome, ClaimOutcome, Coalescing,
+    ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome, MemberView, QueueStats,
+    QueueStore, ReleaseOutcome, TokenCandidate,
 };
 
 /// Why a store operation failed. Business outcomes (wrong token, already claimed…) are not errors; they are

@@ -6,12 +6,14 @@
 
 use async_trait::async_trait;
 use rankgate_core::ids::MemberId;
+use rankgate_core::limiter::{RateDecision, RateLimit};
 use rankgate_core::queue::{
-    ClaimRejection, ConsumeRejection, Digest, LeaveRejection, MemberStatus, QueueName, QueueSettings,
-    ReleaseRejection, ReleasedTo, SettingsError, SettingsPatch,
+    polling_tier_seconds, ClaimRejection, ConsumeRejection, Digest, LeaveRejection, MemberStatus, QueueName,
+    QueueSettings, ReleaseRejection, ReleasedTo, SettingsError, SettingsPatch,
 };
 
 use super::draw::DrawStore;
+use super::limiter::{RateLimiter, RateLimiterKind};
 use super::token::PreparedToken;
 use super::StoreError;
 
@@ -187,6 +189,41 @@ impl AdmissionPreview {
     }
 }
 
+/// The per-member poll limit's window (seconds) at `rank`: `burst` polls per `burst` polling intervals,
+/// the interval being the tier of the rank just read (on average one poll per interval, as the member
+/// was told). `poll.lua` states the same tiers.
+#[must_use]
+pub fn poll_window_seconds(rank: Option<u64>, burst: u32) -> u64 {
+    polling_tier_seconds(rank) * u64::from(burst.max(1))
+}
+
+/// The limiter key of a member's poll limit (the default [`QueueStore::poll`]). Built by hand: `format!`
+/// was ~2,100 of a poll's ~15,200 instructions (callgrind, `WHAT=position bench/queue_callgrind.sh`).
+#[must_use]
+pub fn poll_limit_key(queue: &QueueName, member: &MemberId) -> String {
+    let (queue, member) = (queue.as_str(), member.as_str());
+    let mut key = String::with_capacity("poll:".len() + queue.len() + 1 + member.len());
+    key.push_str("poll:");
+    key.push_str(queue);
+    key.push(':');
+    key.push_str(member);
+    key
+}
+
+/// How a store coalesced concurrent hot-path calls so far: calls made against requests answered, for
+/// entries and for polls ([`QueueStore::coalescing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coalescing {
+    /// Entry calls made (on Redis, `enter_fast.lua` calls).
+    pub entry_calls: u64,
+    /// Entries they answered.
+    pub entries: u64,
+    /// Poll calls made (on Redis, `poll.lua` calls).
+    pub poll_calls: u64,
+    /// Polls they answered.
+    pub polls: u64,
+}
+
 /// The waiting room's storage. Every method is one atomic step on the store and uses the store's clock.
 ///
 /// # Queue lifecycle (defect 4)
@@ -203,6 +240,29 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// The member's current position. Unknown queues answer NOT_ENTERED.
     async fn position(&self, queue: &QueueName, member: &MemberId) -> Result<MemberView, StoreError>;
+
+    /// A member's poll: their position and one decision of the per-member poll limit, a sliding log of
+    /// `burst` polls per [`poll_window_seconds`]; a refused poll is not recorded. This default takes two
+    /// steps, [`QueueStore::position`] then `limiter`; a store that can answer both in one (Redis: one
+    /// `poll.lua` call on the queue's slot, shared by concurrent polls) overrides it, with the same
+    /// answers (`tests/queue_equivalence.rs`).
+    async fn poll(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        burst: u32,
+        limiter: &dyn RateLimiter,
+    ) -> Result<(MemberView, RateDecision), StoreError> {
+        let view = self.position(queue, member).await?;
+        let limit = RateLimit {
+            limit: burst.max(1),
+            window_ms: poll_window_seconds(view.rank, burst) as i64 * 1000,
+        };
+        let decision = limiter
+            .try_acquire(&poll_limit_key(queue, member), limit, RateLimiterKind::SlidingLog)
+            .await?;
+        Ok((view, decision))
+    }
 
     /// Leaves the queue, or gives back an unclaimed token.
     async fn leave(&self, queue: &QueueName, member: &MemberId) -> Result<LeaveOutcome, StoreError>;
@@ -281,4 +341,10 @@ pub trait QueueStore: Send + Sync + 'static {
     /// queue's pre-queue beside its waiting members (a draw step rescores them atomically with the
     /// queue's other state), so a queue store always has one, and one handle reaches both.
     fn draws(&self) -> &dyn DrawStore;
+
+    /// How concurrent hot-path calls were coalesced so far (telemetry, benchmarks); `None` for a store
+    /// that answers each call on its own.
+    fn coalescing(&self) -> Option<Coalescing> {
+        None
+    }
 }

@@ -1,5 +1,5 @@
 //! Random ranking workloads and the helpers the incremental-equals-recompute tests share: event
-//! generation, ranking comparison, an ingestor over any source of truth, and a throwaway PostgreSQL schema.
+//! generation, ranking comparison, and an ingestor over any source of truth.
 #![allow(dead_code)]
 
 use std::sync::Arc;
@@ -140,30 +140,6 @@ pub fn ingestor_over(
     )
     .unwrap();
     (ingestor, engine)
-}
-
-pub fn postgres_url() -> String {
-    std::env::var("RANKGATE_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-/// A fresh schema for one case, dropped when the case ends, pass or fail.
-pub struct PgSchema(pub String);
-
-impl PgSchema {
-    pub fn new() -> PgSchema {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        PgSchema(format!("rgrecompute_{}_{n}", std::process::id()))
-    }
-}
-
-impl Drop for PgSchema {
-    fn drop(&mut self) {
-        if let Ok(mut client) = ::postgres::Client::connect(&postgres_url(), ::postgres::NoTls) {
-            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.0));
-        }
-    }
 }
 
 /// Every ranking of every ranker and category over `spans`, as the engine serves it, equals the batch

@@ -53,7 +53,6 @@
 //! | `P{rg:rl:<key>}:{log,window,meta}` | | one rate-limit key; expires when idle |
 //! | `P{rg}:queues` | set | every queue name (for schedulers and the admin API) |
 //! | `P{rg}:active` | set | the busy queues (someone waits or holds a token): the ones schedulers visit |
-//! | `P{rg}:secret` | string | the shared token secret, only when the config does not give one |
 //! | `P{rg:q:<queue>}:upstream:*` | hash, string | gate measurements per control interval, last summary (`upstream.rs`, issue 12) |
 //!
 //! Job-queue names and limiter keys are free text, so `%`, `{` and `}` in them are percent-encoded: a brace
@@ -225,18 +224,7 @@ impl Scripts {
     }
 }
 
-/// What [`RedisStore::coalescing`] reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Coalescing {
-    /// `enter_fast.lua` calls made.
-    pub entry_calls: u64,
-    /// Entries they answered.
-    pub entries: u64,
-    /// `poll.lua` calls made.
-    pub poll_calls: u64,
-    /// Polls they answered.
-    pub polls: u64,
-}
+pub use super::waiting::Coalescing;
 
 /// The Redis store: implements [`QueueStore`](crate::queue::QueueStore), [`JobStore`](crate::queue::JobStore)
 /// and [`RateLimiter`](crate::queue::RateLimiter). Cheap to share behind an `Arc`; every instance of the
@@ -323,19 +311,6 @@ impl RedisStore {
     /// [`StoreError::Unavailable`], exactly like a real connection failure. For fail-closed tests and drills.
     pub fn set_unreachable(&self, unreachable: bool) {
         self.unreachable.store(unreachable, Ordering::SeqCst);
-    }
-
-    /// Stores `candidate` under `name` unless a value is already there (`SET NX`), and returns the value
-    /// every instance now agrees on. Used for the shared token secret.
-    pub async fn get_or_init_shared(&self, name: &str, candidate: &[u8]) -> Result<Vec<u8>, StoreError> {
-        self.check()?;
-        let key = format!("{}{{rg}}:{}", self.options.prefix, escape(name));
-        let _: Option<String> = self
-            .connection
-            .query(redis::cmd("SET").arg(&key).arg(candidate).arg("NX"))
-            .await?;
-        let stored: Option<Vec<u8>> = self.connection.query(redis::cmd("GET").arg(&key)).await?;
-        stored.ok_or_else(|| StoreError::Corrupt(format!("{key} vanished right after SET NX")))
     }
 
     /// `MEMORY USAGE` of a queue's waiting set in bytes (for the memory benchmark).

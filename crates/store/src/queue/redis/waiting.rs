@@ -18,9 +18,11 @@ use rankgate_core::queue::{
 
 use super::{settings_args, unhex, RedisStore, Reply};
 use crate::queue::draw::DrawStore;
+use crate::queue::limiter::RateLimiter;
 use crate::queue::waiting::{
-    AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome,
-    LeaveOutcome, MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
+    poll_window_seconds, AdmissionPreview, AdmitOutcome, ClaimOutcome, Coalescing, ConsumeOutcome,
+    EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome, MemberView, QueueStats, QueueStore,
+    ReleaseOutcome, TokenCandidate,
 };
 use crate::queue::StoreError;
 
@@ -277,7 +279,7 @@ impl RedisStore {
     /// the decision; a refused poll is not recorded. Saves the second round trip (and second script) that
     /// [`QueueStore::position`] followed by [`RateLimiter::try_acquire`](crate::queue::RateLimiter) costs,
     /// and concurrent polls of one queue share the script call.
-    pub async fn poll(
+    pub async fn poll_in_one_script(
         &self,
         queue: &QueueName,
         member: &MemberId,
@@ -765,6 +767,28 @@ impl QueueStore for RedisStore {
         self
     }
 
+    /// One `poll.lua` call instead of the default's position then limiter (the same sliding log, in
+    /// the queue's slot), shared by concurrent polls of the queue.
+    async fn poll(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        burst: u32,
+        _limiter: &dyn RateLimiter,
+    ) -> Result<(MemberView, RateDecision), StoreError> {
+        let (view, window_ms, decision) = self.poll_in_one_script(queue, member, burst).await?;
+        debug_assert_eq!(
+            window_ms,
+            poll_window_seconds(view.rank, burst) as i64 * 1000,
+            "poll.lua's tiers"
+        );
+        Ok((view, decision))
+    }
+
+    fn coalescing(&self) -> Option<Coalescing> {
+        Some(RedisStore::coalescing(self))
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.check()?;
         let _: String = self.connection.query(&redis::cmd("PING")).await?;
@@ -815,7 +839,10 @@ mod tests {
             store.enter(&q, &id(&format!("m{i}"))).await.unwrap();
         }
         for (rank, burst) in [(0u64, 3u32), (99, 1), (100, 3), (999, 2), (1_000, 3)] {
-            let (view, window_ms, _) = store.poll(&q, &id(&format!("m{rank}")), burst).await.unwrap();
+            let (view, window_ms, _) = store
+                .poll_in_one_script(&q, &id(&format!("m{rank}")), burst)
+                .await
+                .unwrap();
             assert_eq!(view.rank, Some(rank));
             let tier = polling_tier_seconds(view.rank);
             assert_eq!(window_ms, (tier * u64::from(burst) * 1000) as i64, "rank {rank}");
@@ -828,7 +855,7 @@ mod tests {
         let mut model = SlidingLog::default();
         for step in 0..300 {
             let now = clock.advance(rng.random_range(0..1_200));
-            let (_, _, decision) = store.poll(&q, &id("m1"), 3).await.unwrap();
+            let (_, _, decision) = store.poll_in_one_script(&q, &id("m1"), 3).await.unwrap();
             let module = store
                 .try_acquire("poll:sale:m1", limit, RateLimiterKind::SlidingLog)
                 .await
@@ -838,10 +865,10 @@ mod tests {
             assert_eq!(module, expected, "step {step} at {now}");
         }
         // A member who is not waiting polls on the 1 s tier, and an unknown queue creates nothing.
-        let (view, window_ms, _) = store.poll(&q, &id("nobody"), 3).await.unwrap();
+        let (view, window_ms, _) = store.poll_in_one_script(&q, &id("nobody"), 3).await.unwrap();
         assert_eq!((view.status, window_ms), (MemberStatus::NotEntered, 3_000));
         let other = QueueName::parse("absent").unwrap();
-        let (view, _, _) = store.poll(&other, &id("m0"), 3).await.unwrap();
+        let (view, _, _) = store.poll_in_one_script(&other, &id("m0"), 3).await.unwrap();
         assert_eq!(view.status, MemberStatus::NotEntered);
         assert!(store.settings(&other).await.unwrap().is_none());
         store.purge_prefix().await.unwrap();
@@ -863,7 +890,7 @@ mod tests {
             window_ms: 1_000,
         };
         let mut model = SlidingLog::default();
-        let (_, _, first) = store.poll(&q, &id("m"), 1).await.unwrap();
+        let (_, _, first) = store.poll_in_one_script(&q, &id("m"), 1).await.unwrap();
         assert_eq!(first, model.try_acquire(start, limit));
         let module_first = store
             .try_acquire("guard:m", limit, RateLimiterKind::SlidingLog)
@@ -874,7 +901,7 @@ mod tests {
         clock.set(start + 500);
         store.enter(&q, &id("other")).await.unwrap();
         clock.set(start);
-        let (view, window_ms, decision) = store.poll(&q, &id("m"), 1).await.unwrap();
+        let (view, window_ms, decision) = store.poll_in_one_script(&q, &id("m"), 1).await.unwrap();
         assert_eq!(
             (view.now_ms, window_ms),
             (start + 500, 1_000),
@@ -930,7 +957,7 @@ mod tests {
         let ready = store.position(&q, &id("a")).await.unwrap();
         assert_eq!(ready.status, MemberStatus::Ready);
         assert!(ready.token.is_some());
-        let (polled, _, _) = store.poll(&q, &id("b"), 3).await.unwrap();
+        let (polled, _, _) = store.poll_in_one_script(&q, &id("b"), 3).await.unwrap();
         assert_eq!((polled.status, polled.rank), (MemberStatus::Waiting, Some(0)));
         // Entering while READY changes nothing (the fast script declines, the full one decides).
         assert!(matches!(
@@ -939,7 +966,7 @@ mod tests {
         ));
         let token_ttl_ms = store.settings(&q).await.unwrap().unwrap().token_ttl_seconds as i64 * 1000;
         clock.advance(token_ttl_ms);
-        let (expired, _, _) = store.poll(&q, &id("a"), 3).await.unwrap();
+        let (expired, _, _) = store.poll_in_one_script(&q, &id("a"), 3).await.unwrap();
         assert_eq!(expired.status, MemberStatus::NotEntered);
         assert!(expired.token.is_none());
         // The poll recorded the clock guard: going back in time cannot revive the token for a claim.

@@ -1,11 +1,10 @@
-//! Redis servers for tests: the shared standalone server, servers this binary starts on spare ports (a
-//! 3-node Cluster among them), unique key prefixes and their cleanup. Shared by several test binaries,
-//! each of which uses only part of it.
+//! Redis for tests: the shared standalone server at [`STANDALONE_URL`], where a test writes only under a
+//! [`unique_prefix`] that its [`KeyCleanup`] deletes; and private servers this test binary starts on
+//! spare ports ([`LocalRedis`], the 3-node [`cluster`]), which a test may stop, fill or break at will.
 //!
-//! Statics are never dropped, so each `redis-server` runs under a small `sh` watchdog that reads our stdin
-//! pipe and kills the server (and deletes its directory) when that pipe closes, which happens however the
-//! test process ends.
-#![allow(dead_code)]
+//! Statics are never dropped, so each private `redis-server` runs under a small `sh` watchdog that reads
+//! our stdin pipe and kills the server (and deletes its directory) when that pipe closes, which happens
+//! however the test process ends.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -13,10 +12,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// The shared standalone Redis every test machine runs (CI starts it).
 pub const STANDALONE_URL: &str = "redis://127.0.0.1:6379";
 
 static NEXT_PREFIX: AtomicUsize = AtomicUsize::new(0);
 
+/// A key prefix no other test (of this process or another) uses: `rgtest:<pid>:<n>:`.
 pub fn unique_prefix() -> String {
     format!(
         "rgtest:{}:{}:",
@@ -25,10 +26,22 @@ pub fn unique_prefix() -> String {
     )
 }
 
-/// Deletes every key under a prefix on every node when dropped.
+/// Deletes every key under a prefix on every node when dropped, so when the test ends, passed or failed.
 pub struct KeyCleanup {
+    /// Every node that may hold keys under `prefix` (one URL for a standalone server).
     pub nodes: Vec<String>,
+    /// The test's own prefix.
     pub prefix: String,
+}
+
+impl KeyCleanup {
+    /// Cleanup of `prefix` on the shared standalone server.
+    pub fn standalone(prefix: impl Into<String>) -> KeyCleanup {
+        KeyCleanup {
+            nodes: vec![STANDALONE_URL.to_string()],
+            prefix: prefix.into(),
+        }
+    }
 }
 
 impl Drop for KeyCleanup {
@@ -64,6 +77,7 @@ impl Drop for KeyCleanup {
 pub struct LocalRedis {
     /// Our end of each watchdog's stdin; closing it stops that server.
     watchdogs: Vec<(Child, std::process::ChildStdin)>,
+    /// `redis://127.0.0.1:<port>` of each server, in start order.
     pub urls: Vec<String>,
 }
 
@@ -96,6 +110,8 @@ impl LocalRedis {
     }
 }
 
+/// Starts one `redis-server` on `port` (no persistence, files in `dir`) under a watchdog `sh`; dropping
+/// the returned stdin stops the server and deletes `dir`.
 pub fn spawn_watched_server(
     port: u16,
     dir: &std::path::Path,
@@ -147,6 +163,7 @@ pub fn spare_ports(count: usize) -> Vec<u16> {
     ports
 }
 
+/// Calls `probe` every 50 ms until it returns a value; panics naming `what` after `limit`.
 pub fn wait_until<T>(limit: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;
     loop {
@@ -158,7 +175,7 @@ pub fn wait_until<T>(limit: Duration, what: &str, mut probe: impl FnMut() -> Opt
     }
 }
 
-/// The 3-node cluster shared by every cluster test of this binary.
+/// The 3-node cluster shared by every cluster test of this binary, started by the first caller.
 pub fn cluster() -> &'static LocalRedis {
     static CLUSTER: OnceLock<LocalRedis> = OnceLock::new();
     CLUSTER.get_or_init(|| {
