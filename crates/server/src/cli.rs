@@ -182,9 +182,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve { overrides } => {
             let config = Config::load(&overrides)?;
+            let admin_loopback_only = config.admin_keys.is_empty();
             runtime_with(config.worker_threads)?.block_on(async move {
                 let app = Application::build(config).await?;
                 tracing::info!(address = %app.local_addr(), "rankgate listening");
+                if admin_loopback_only {
+                    tracing::warn!("{}", crate::http::auth::ADMIN_LOOPBACK_ONLY);
+                }
                 // On stdout too, so scripts that asked for port 0 learn the real one.
                 println!("rankgate listening on http://{}", app.local_addr());
                 use std::io::Write as _;

@@ -29,7 +29,7 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Largest request body.
     pub max_body_bytes: usize,
-    /// SHA-256 of each admin key; empty means admin endpoints are open.
+    /// SHA-256 of each admin key; empty means admin endpoints answer loopback peers only.
     pub admin_keys: BearerKeys,
     /// SHA-256 of each ingest key; empty means ingest is open. Admin keys may ingest too.
     pub ingest_keys: BearerKeys,

@@ -1,13 +1,19 @@
 //! Bearer keys for admin and ingest endpoints.
 //!
-//! When no key is configured for a scope, that scope is open (the embedded quick start needs no setup).
+//! When no ingest key is configured, ingest is open (the embedded quick start needs no setup). When no
+//! admin key is configured, admin endpoints answer loopback peers only (issue 29): a server reachable
+//! from the internet is not administered by whoever finds its port, and the start says so
+//! ([`ADMIN_LOOPBACK_ONLY`]). The peer is the TCP peer the edge recorded as [`ConnectInfo`]: a reverse
+//! proxy on the same host is a loopback peer, so a deployment behind one sets admin keys.
 //! Keys are stored as SHA-256 hashes and compared in constant time ([`BearerKeys`]); a presented key is
 //! never logged. The guards take their keys as their own state ([`AccessKeys`]), so a product's routes
 //! are guarded without the guard knowing the product.
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -55,7 +61,7 @@ impl BearerKeys {
 /// The keys of both guarded scopes, the state of [`require_admin`] and [`require_ingest`].
 #[derive(Clone, Default)]
 pub struct AccessKeys {
-    /// Admin keys; empty means admin endpoints are open.
+    /// Admin keys; empty means admin endpoints answer loopback peers only.
     pub admin: BearerKeys,
     /// Ingest keys; empty means ingest is open (when admin keys are empty too). Admin keys ingest too.
     pub ingest: BearerKeys,
@@ -68,19 +74,43 @@ pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
 }
 
-/// Requires an admin key, when admin keys are configured.
+/// What the start logs, and a refused admin request is told, while no admin key is set.
+pub const ADMIN_LOOPBACK_ONLY: &str = "no admin key is set, so admin endpoints answer loopback clients \
+(127.0.0.1, ::1) only; to administer from elsewhere set admin_keys (config file), RANKGATE_ADMIN_KEYS \
+or --admin-keys, and send `Authorization: Bearer <admin key>`";
+
+/// Requires an admin key when admin keys are configured, and a loopback peer when none is.
 pub async fn require_admin(
     State(keys): State<Arc<AccessKeys>>,
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
     let admin = &keys.admin;
-    if admin.is_empty() || presented_key(request.headers()).is_some_and(|key| admin.accepts(key)) {
+    if admin.is_empty() {
+        let peer = request.extensions().get::<ConnectInfo<SocketAddr>>();
+        return if peer.is_some_and(|ConnectInfo(peer)| is_loopback(peer)) {
+            Ok(next.run(request).await)
+        } else {
+            Err(ApiError::Forbidden(ADMIN_LOOPBACK_ONLY.into()))
+        };
+    }
+    if presented_key(request.headers()).is_some_and(|key| admin.accepts(key)) {
         return Ok(next.run(request).await);
     }
     Err(ApiError::Unauthorized(
         "admin endpoints need `Authorization: Bearer <admin key>`".into(),
     ))
+}
+
+/// A loopback peer: 127.0.0.0/8, ::1, or an IPv4-mapped loopback (a dual-stack listener's view of
+/// 127.0.0.1).
+fn is_loopback(peer: &SocketAddr) -> bool {
+    match peer.ip() {
+        std::net::IpAddr::V4(ip) => ip.is_loopback(),
+        std::net::IpAddr::V6(ip) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|ip| ip.is_loopback())
+        }
+    }
 }
 
 /// Requires an ingest (or admin) key, when ingest keys are configured.
@@ -112,6 +142,22 @@ mod tests {
         assert!(keys.accepts("other"));
         assert!(!keys.accepts("s3cre"));
         assert!(!keys.accepts(""));
+    }
+
+    #[test]
+    fn loopback_peers_are_the_local_ones_only() {
+        for local in ["127.0.0.1:1", "127.8.9.10:1", "[::1]:1", "[::ffff:127.0.0.1]:1"] {
+            assert!(is_loopback(&local.parse().unwrap()), "{local}");
+        }
+        for remote in [
+            "192.0.2.2:1",
+            "0.0.0.0:1",
+            "[::]:1",
+            "[::ffff:192.0.2.2]:1",
+            "[2001:db8::1]:1",
+        ] {
+            assert!(!is_loopback(&remote.parse().unwrap()), "{remote}");
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@
 //!   direct path.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,7 +35,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -80,7 +81,8 @@ pub async fn serve_until_stopped<R: DirectRoutes>(
     let overflow = Arc::new(Semaphore::new(OVERFLOW_CONNECTIONS));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(fast_path::MAX_REQUEST_HEAD_BYTES);
     let refusal = Edge::<R>::new(
         refusal_router(limits.max_connections),
         limits.body_timeout,
@@ -88,11 +90,11 @@ pub async fn serve_until_stopped<R: DirectRoutes>(
     );
     let graceful = GracefulShutdown::new();
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             biased;
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     wait_after_accept_error(&error).await;
                     continue;
@@ -108,7 +110,14 @@ pub async fn serve_until_stopped<R: DirectRoutes>(
                 },
                 shutdown: shutdown.clone(),
             });
-            spawn_connection(&http, graceful.watcher(), stream, router.clone(), slot, lane);
+            spawn_connection(
+                &http,
+                graceful.watcher(),
+                (stream, peer),
+                router.clone(),
+                slot,
+                lane,
+            );
             continue;
         }
         let Ok(waiting) = Arc::clone(&overflow).try_acquire_owned() else {
@@ -122,12 +131,12 @@ pub async fn serve_until_stopped<R: DirectRoutes>(
             match tokio::time::timeout(OVERFLOW_WAIT, slots.acquire_owned()).await {
                 Ok(Ok(slot)) => {
                     drop(waiting);
-                    spawn_connection(&http, watcher, stream, router, slot, None);
+                    spawn_connection(&http, watcher, (stream, peer), router, slot, None);
                 }
                 _ => {
                     let mut http = http;
                     http.keep_alive(false);
-                    spawn_connection(&http, watcher, stream, refusal, waiting, None);
+                    spawn_connection(&http, watcher, (stream, peer), refusal, waiting, None);
                 }
             }
         });
@@ -153,10 +162,12 @@ struct Lane<R> {
 
 /// Serves one connection on a task of its own; `permit` is held until the connection ends. With a
 /// `lane`, the connection starts in the [`fast_path`] and goes to hyper at its first other request.
+/// Every request hyper reads carries the peer's address as axum's [`ConnectInfo`] (the admin guard
+/// admits only loopback peers while no admin key is set).
 fn spawn_connection<R: DirectRoutes>(
     http: &hyper::server::conn::http1::Builder,
     watcher: Watcher,
-    stream: TcpStream,
+    (stream, peer): (TcpStream, SocketAddr),
     router: Edge<R>,
     permit: OwnedSemaphorePermit,
     lane: Option<Lane<R>>,
@@ -173,9 +184,13 @@ fn spawn_connection<R: DirectRoutes>(
                 }
             }
         };
-        let service = TowerToHyperService::new(
-            router.map_request(|request: Request<hyper::body::Incoming>| request.map(Body::new)),
-        );
+        let service = TowerToHyperService::new(router.map_request(
+            move |request: Request<hyper::body::Incoming>| {
+                let mut request = request.map(Body::new);
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            },
+        ));
         // Errors here are the client's (reset, header timeout, malformed request): nothing to report.
         let _ = watcher
             .watch(http.serve_connection(TokioIo::new(io), service))

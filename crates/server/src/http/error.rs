@@ -17,6 +17,13 @@ pub enum ApiError {
     /// 401: missing or wrong credentials (bearer key, entry token).
     #[error("{0}")]
     Unauthorized(String),
+    /// 403: the caller may not do this from where it is (admin endpoints without admin keys, from a
+    /// peer that is not loopback).
+    #[error("{0}")]
+    Forbidden(String),
+    /// 431: the request head is longer than the server reads.
+    #[error("{0}")]
+    HeadTooLarge(String),
     /// 404: the thing asked for does not exist.
     #[error("{0}")]
     NotFound(String),
@@ -60,6 +67,8 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::HeadTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,

@@ -24,7 +24,10 @@
 //!
 //! **Anything else ends the lane**: the bytes read so far go to hyper together with the socket, so hyper
 //! serves that request and every later one on the connection exactly as before (keep-alive, limits,
-//! bodies, errors). Also kept: the header timeout (a head must arrive within `header_timeout` of the
+//! bodies, errors). Except a head hyper would refuse with an empty body (a control byte in a header, a
+//! bad request line, a head past [`MAX_REQUEST_HEAD_BYTES`]): the lane refuses it itself, in JSON like
+//! every other error (400 naming what is wrong, 431), and closes the connection as hyper would. (A
+//! malformed head later on a connection hyper already serves still gets hyper's bare refusal.) Also kept: the header timeout (a head must arrive within `header_timeout` of the
 //! previous answer, or of the connection's start; one timer per connection, re-armed only when it
 //! fires), graceful shutdown (an idle connection closes when shutdown begins; one whose request is in
 //! flight gets its answer first) and the connection slot, held by the caller.
@@ -41,9 +44,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::direct_reply::DirectReply;
 use super::entity_tag::IfNoneMatch;
+use super::error::ApiError;
 
-/// Heads longer than this are hyper's to read (and to refuse, past its own limit).
+/// The lane reads a head in reads of this size.
 const MAX_HEAD_BYTES: usize = 8 * 1024;
+/// The longest request head the server reads, here and in hyper (`edge` sets hyper's buffer to it):
+/// past it the lane answers 431 JSON.
+pub const MAX_REQUEST_HEAD_BYTES: usize = 64 * 1024;
 /// Headers the lane parses; a request with more is hyper's.
 const MAX_HEADERS: usize = 32;
 /// Request headers that change what the exchange is (a body, the connection's fate, an upgrade, a
@@ -151,10 +158,19 @@ pub async fn serve<R: DirectRoutes>(
         let head = loop {
             match parse_head(&buffer, limits.max_body_bytes, routes) {
                 Head::Lane(head) => break head,
-                Head::Partial if buffer.len() < MAX_HEAD_BYTES => {}
-                Head::Partial | Head::Other => {
-                    return LaneEnd::ToHyper(Prefixed::new(buffer.freeze(), stream))
+                Head::Partial if buffer.len() < MAX_REQUEST_HEAD_BYTES => {}
+                Head::Partial => {
+                    let error = ApiError::HeadTooLarge(format!(
+                        "request head: longer than {MAX_REQUEST_HEAD_BYTES} bytes; send fewer or shorter \
+                         headers (cookies included)"
+                    ));
+                    return refuse(stream, error, &mut out, &mut date).await;
                 }
+                Head::Malformed(what) => {
+                    let error = ApiError::BadRequest(format!("request head: {what}"));
+                    return refuse(stream, error, &mut out, &mut date).await;
+                }
+                Head::Other => return LaneEnd::ToHyper(Prefixed::new(buffer.freeze(), stream)),
             }
             // Room for a whole head (and an entry's body) in one read: with only the few bytes a
             // previous request left, a read would split a request the client wrote whole, and an
@@ -199,6 +215,17 @@ pub async fn serve<R: DirectRoutes>(
             return LaneEnd::Closed;
         }
     }
+}
+
+/// Answers `error` in JSON as the connection's last answer and closes it (what hyper does, bodiless,
+/// with a head it cannot parse).
+async fn refuse(mut stream: TcpStream, error: ApiError, out: &mut Vec<u8>, date: &mut DateCache) -> LaneEnd {
+    out.clear();
+    write_reply(out, &DirectReply::error(error).await, date.now(), true);
+    if stream.write_all(out).await.is_ok() {
+        let _ = stream.shutdown().await;
+    }
+    LaneEnd::Closed
 }
 
 /// `reply` as hyper writes an answer: status line, the headers in order (lower-case names), then
@@ -247,8 +274,24 @@ enum Head<T> {
     Lane(LaneHead<T>),
     /// Not complete yet.
     Partial,
-    /// Anything else, or not HTTP at all: hyper's to answer.
+    /// Anything else: hyper's to answer.
     Other,
+    /// Not an HTTP/1 request head (what is wrong with it): hyper would refuse it with an empty body.
+    Malformed(&'static str),
+}
+
+/// What is wrong with a head httparse refused, for the client.
+fn malformed(error: httparse::Error) -> &'static str {
+    match error {
+        httparse::Error::HeaderName => {
+            "a header name holds a character a token may not (control, space, separator)"
+        }
+        httparse::Error::HeaderValue => "a header value holds a control character; send printable text only",
+        httparse::Error::NewLine => "a line does not end in CRLF",
+        httparse::Error::Token => "the request line's method is not a token",
+        httparse::Error::Version => "the request line is not `METHOD /target HTTP/1.1`",
+        _ => "it is not an HTTP/1.1 request head",
+    }
 }
 
 /// What `buffer` starts with; a `POST` body may be at most `max_body_bytes` (past it the router's limit
@@ -262,7 +305,9 @@ fn parse_head<R: DirectRoutes>(buffer: &[u8], max_body_bytes: usize, routes: &R)
     let len = match request.parse(buffer) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Head::Partial,
-        Err(_) => return Head::Other,
+        // More headers than the lane parses: hyper takes up to 100.
+        Err(httparse::Error::TooManyHeaders) => return Head::Other,
+        Err(error) => return Head::Malformed(malformed(error)),
     };
     let method = match (request.method, request.version) {
         (Some("GET"), Some(1)) => DirectMethod::Get,

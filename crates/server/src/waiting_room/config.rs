@@ -167,7 +167,7 @@ impl Default for WaitingRoomConfig {
 impl WaitingRoomConfig {
     /// Checks `[[waiting_room.page]]` and the page's cookie settings; errors name the key.
     pub fn validate_pages(&self) -> anyhow::Result<()> {
-        Pages::from_config(&self.page)?;
+        Pages::from_config(&self.page, &self.gates)?;
         anyhow::ensure!(
             (1..=MAX_VISITOR_COOKIE_MAX_AGE_SECONDS).contains(&self.visitor_cookie_max_age_seconds),
             "waiting_room.visitor_cookie_max_age_seconds must be 1 to {MAX_VISITOR_COOKIE_MAX_AGE_SECONDS} \

@@ -196,3 +196,81 @@ async fn a_new_policy_survives_a_restart() {
     restarted.stop().await;
     drop(dir);
 }
+
+/// This machine's address on its first non-loopback interface: the one a packet to a public address
+/// would leave from (a UDP `connect` sends nothing).
+fn non_loopback_address() -> std::net::IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("a UDP socket");
+    socket
+        .connect("192.0.2.200:9")
+        .expect("a route off this host: the test needs a non-loopback interface");
+    let address = socket.local_addr().expect("the local address").ip();
+    assert!(!address.is_loopback(), "{address} is loopback");
+    address
+}
+
+/// Issue 29, item 7: with no admin key, admin endpoints answer loopback peers only (403 JSON naming the
+/// setting otherwise), on both products' admin routes; with a key, the key decides from anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_admin_keys_admin_answers_loopback_clients_only() {
+    let app = spawn_app_with(|config| config.listen = "0.0.0.0:0".parse().unwrap()).await;
+    let port = app.address.rsplit(':').next().unwrap().to_owned();
+    let remote = format!("http://{}:{port}", non_loopback_address());
+    let client = reqwest::Client::new();
+    for path in ["/v1/admin/rankers/popular", "/v1/admin/queues", "/v1/products/p1"] {
+        let refused = client.get(format!("{remote}{path}")).send().await.unwrap();
+        assert_eq!(refused.status(), 403, "{path} from a non-loopback peer");
+        let body: Value = refused.json().await.unwrap();
+        let message = body["error"].as_str().unwrap();
+        assert!(
+            message.contains("admin_keys") && message.contains("loopback"),
+            "{message}"
+        );
+        let local = client
+            .get(format!("http://127.0.0.1:{port}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_ne!(local.status(), 403, "{path} from loopback");
+        assert_ne!(local.status(), 401, "{path} from loopback");
+    }
+    let put = client
+        .put(format!("{remote}/v1/admin/queues/sale"))
+        .json(&json!({ "paused": true }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 403);
+    assert_eq!(
+        app.get("/v1/admin/queues/sale").await.status(),
+        404,
+        "the refused PUT created nothing"
+    );
+    // Public and ingest routes stay open to everyone.
+    let top = client
+        .get(format!("{remote}/v1/categories/all/top"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(top.status(), 200);
+
+    let keyed = spawn_app_with(|config| {
+        config.listen = "0.0.0.0:0".parse().unwrap();
+        config.admin_keys = rankgate::http::auth::BearerKeys::from_plain(&["k-admin"]);
+    })
+    .await;
+    let port = keyed.address.rsplit(':').next().unwrap().to_owned();
+    for base in [
+        format!("http://{}:{port}", non_loopback_address()),
+        format!("http://127.0.0.1:{port}"),
+    ] {
+        let url = format!("{base}/v1/admin/queues");
+        assert_eq!(
+            client.get(&url).send().await.unwrap().status(),
+            401,
+            "{url} without the key"
+        );
+        let with_key = client.get(&url).bearer_auth("k-admin").send().await.unwrap();
+        assert_eq!(with_key.status(), 200, "{url} with the key");
+    }
+}

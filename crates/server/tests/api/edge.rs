@@ -615,3 +615,48 @@ async fn shutdown_closes_idle_connections_in_the_fast_lane() {
         "the idle connection is closed, with nothing more sent"
     );
 }
+
+/// Issue 29 (a browser check): heads the HTTP parser refuses (a control byte in a header on any route, a
+/// bad request line, a head past 64 KiB) used to get a bodiless `400`/`431`; README promises JSON for
+/// every error, whatever its origin. The answer closes the connection, and the server serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_the_parser_refuses_get_json_errors_naming_what_is_wrong() {
+    let app = spawn_app().await;
+    let huge_cookie = format!("Cookie: c={}\r\n", "x".repeat(70 * 1024));
+    let cases: [(Vec<u8>, u16, &str); 5] = [
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Foo: a\x01b\r\n\r\n".to_vec(),
+            400,
+            "header value",
+        ),
+        (
+            b"GET /v1/queues/q1/entries/m1 HTTP/1.1\r\nHost: x\r\nX-Member-Id: m\x01x\r\n\r\n".to_vec(),
+            400,
+            "header value",
+        ),
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n".to_vec(),
+            400,
+            "header name",
+        ),
+        (b"GARBAGE\r\n\r\n".to_vec(), 400, "request line"),
+        (
+            format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{huge_cookie}\r\n").into_bytes(),
+            431,
+            "65536 bytes",
+        ),
+    ];
+    for (request, status, names) in cases {
+        let mut stream = TcpStream::connect(host_of(&app)).await.unwrap();
+        // A server that answers before reading the whole head may reset the rest of the write.
+        let _ = stream.write_all(&request).await;
+        let raw = read_until_closed(&mut stream, Duration::from_secs(10))
+            .await
+            .expect("the server answers and closes");
+        assert_raw_json_error(&raw, status);
+        let text = String::from_utf8_lossy(&raw);
+        assert!(text.contains(names), "{status} names {names:?}: {text}");
+        assert!(text.to_ascii_lowercase().contains("connection: close"), "{text}");
+    }
+    assert_still_serving(&app).await;
+}

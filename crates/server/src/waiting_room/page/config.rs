@@ -22,13 +22,20 @@
 //! Texts (each 1–500 bytes, no control characters; `{…}` placeholders are filled in): `intro`,
 //! `position_text` (`{position}`), `ahead_text` (`{ahead}`), `estimate_text` (`{estimate}`),
 //! `estimate_range_text` (`{estimate}`, `{p90}`), `paused_text`, `updated_text` (`{time}`),
-//! `keep_open_text`, `refresh_text`, `admitted_text`, `continue_text`, `lang` (a BCP 47 tag).
+//! `keep_open_text`, `refresh_text`, `admitted_text`, `moving_on_text` (`{seconds}`), `held_until_text`
+//! (`{time}`), `return_text`, `continue_text`, `lang` (a BCP 47 tag).
+//!
+//! Without a `continue_url` (own or default entry), an admitted shopper continues to the path of the
+//! queue's first `[[gate]]` GET route, the shop page the gate lets them into; with no such route, the
+//! admitted page has no link and says `return_text`. Never to `/`: that is rankgate's own dashboard.
 //!
 //! Every string is still HTML-escaped when the page is rendered: validation is for the operator's sake,
 //! escaping is what keeps the page safe.
 
 use rankgate_core::queue::QueueName;
 use serde::Deserialize;
+
+use crate::waiting_room::config::GateConfig;
 
 /// Most `[[waiting_room.page]]` entries: a page per queue of a large deployment, bounded like `max_queues`.
 pub const MAX_PAGES: usize = 1_000;
@@ -98,6 +105,12 @@ pub struct PageConfig {
     pub refresh_text: Option<String>,
     /// Heading of the admitted page.
     pub admitted_text: Option<String>,
+    /// The admitted page's note that it continues by itself (`{seconds}`).
+    pub moving_on_text: Option<String>,
+    /// The admitted page's note of how long the turn stays valid (`{time}`).
+    pub held_until_text: Option<String>,
+    /// The admitted page's words when there is no `continue_url` to go to.
+    pub return_text: Option<String>,
     /// The admitted page's continue link.
     pub continue_text: Option<String>,
 }
@@ -107,7 +120,9 @@ pub struct PageConfig {
 pub struct PageLook {
     pub title: String,
     pub logo_url: Option<String>,
-    pub continue_url: String,
+    /// Where the admitted page continues to: the configured `continue_url`, else the path of the
+    /// queue's first `[[gate]]` GET route, else nowhere (the page says to go back to the shop).
+    pub continue_url: Option<String>,
     pub background: String,
     pub text: String,
     pub accent: String,
@@ -124,6 +139,9 @@ pub struct PageLook {
     pub keep_open_text: String,
     pub refresh_text: String,
     pub admitted_text: String,
+    pub moving_on_text: String,
+    pub held_until_text: String,
+    pub return_text: String,
     pub continue_text: String,
 }
 
@@ -132,7 +150,7 @@ impl Default for PageLook {
         PageLook {
             title: "Waiting room".into(),
             logo_url: None,
-            continue_url: "/".into(),
+            continue_url: None,
             background: "#ffffff".into(),
             text: "#1a1a1a".into(),
             accent: "#0b57d0".into(),
@@ -149,6 +167,9 @@ impl Default for PageLook {
             keep_open_text: "Keep this tab open, you keep your place.".into(),
             refresh_text: "Check my place now".into(),
             admitted_text: "It is your turn!".into(),
+            return_text: "Go back to the shop's page to continue.".into(),
+            moving_on_text: "Taking you to the shop in {seconds} s.".into(),
+            held_until_text: "Your turn is held for you until {time}.".into(),
             continue_text: "Continue to the shop".into(),
         }
     }
@@ -162,8 +183,9 @@ pub struct Pages {
 }
 
 impl Pages {
-    /// Validates `[[waiting_room.page]]`; errors name the entry and the key.
-    pub fn from_config(entries: &[PageConfig]) -> anyhow::Result<Pages> {
+    /// Validates `[[waiting_room.page]]`; errors name the entry and the key. `gates` give the
+    /// continue URL of a queue whose page has none.
+    pub fn from_config(entries: &[PageConfig], gates: &[GateConfig]) -> anyhow::Result<Pages> {
         anyhow::ensure!(
             entries.len() <= MAX_PAGES,
             "waiting_room.page: {} entries, at most {MAX_PAGES} are allowed",
@@ -189,6 +211,17 @@ impl Pages {
                 by_queue.insert(queue.clone(), look).is_none(),
                 "waiting_room.page: queue {queue} has two entries; keep one"
             );
+        }
+        for gate in gates {
+            let Some(route) = gate
+                .routes
+                .iter()
+                .find(|route| route.method.eq_ignore_ascii_case("GET") && !route.prefix)
+            else {
+                continue;
+            };
+            let look = by_queue.entry(gate.queue.clone()).or_insert_with(|| base.clone());
+            look.continue_url.get_or_insert_with(|| route.path.clone());
         }
         Ok(Pages {
             default: base,
@@ -241,7 +274,7 @@ fn look_of(entry: &PageConfig, base: &PageLook, at: &str) -> anyhow::Result<Page
         continue_url: match &entry.continue_url {
             Some(value) => {
                 url("continue_url", value)?;
-                value.clone()
+                Some(value.clone())
             }
             None => base.continue_url.clone(),
         },
@@ -283,6 +316,9 @@ fn look_of(entry: &PageConfig, base: &PageLook, at: &str) -> anyhow::Result<Page
         keep_open_text: text("keep_open_text", &entry.keep_open_text, &base.keep_open_text)?,
         refresh_text: text("refresh_text", &entry.refresh_text, &base.refresh_text)?,
         admitted_text: text("admitted_text", &entry.admitted_text, &base.admitted_text)?,
+        moving_on_text: text("moving_on_text", &entry.moving_on_text, &base.moving_on_text)?,
+        held_until_text: text("held_until_text", &entry.held_until_text, &base.held_until_text)?,
+        return_text: text("return_text", &entry.return_text, &base.return_text)?,
         continue_text: text("continue_text", &entry.continue_text, &base.continue_text)?,
     };
     for (pair, foreground, background) in [
@@ -389,7 +425,53 @@ mod tests {
             page: Vec<PageConfig>,
         }
         let file: File = toml::from_str(toml_text)?;
-        Pages::from_config(&file.page)
+        Pages::from_config(&file.page, &[])
+    }
+
+    #[test]
+    fn without_a_continue_url_a_queue_continues_to_its_gate_s_get_route() {
+        let gate = |queue: &str, routes: &[(&str, &str, bool)]| GateConfig {
+            queue: queue.into(),
+            upstream: "http://127.0.0.1:9".into(),
+            routes: routes
+                .iter()
+                .map(|&(method, path, prefix)| crate::waiting_room::config::GateRoute {
+                    method: method.into(),
+                    path: path.into(),
+                    prefix,
+                })
+                .collect(),
+            timeout_millis: 1_000,
+            max_body_bytes: 1_024,
+        };
+        let gates = [
+            gate(
+                "sale",
+                &[("POST", "/orders", false), ("GET", "/shop/checkout", false)],
+            ),
+            gate(
+                "posts-only",
+                &[("POST", "/orders", false), ("GET", "/shop", true)],
+            ),
+            gate("configured", &[("GET", "/shop/checkout", false)]),
+        ];
+        let file: Vec<PageConfig> =
+            vec![
+                toml::from_str("queue = \"configured\"\ncontinue_url = \"https://shop.example/go\"\n")
+                    .unwrap(),
+            ];
+        let pages = Pages::from_config(&file, &gates).unwrap();
+        assert_eq!(
+            pages.for_queue("sale").continue_url.as_deref(),
+            Some("/shop/checkout")
+        );
+        assert_eq!(pages.for_queue("posts-only").continue_url, None);
+        assert_eq!(
+            pages.for_queue("configured").continue_url.as_deref(),
+            Some("https://shop.example/go"),
+            "a configured URL wins"
+        );
+        assert_eq!(pages.for_queue("no-gate").continue_url, None);
     }
 
     #[test]
@@ -398,11 +480,15 @@ mod tests {
             entry("[[page]]\ntitle = \"Shop\"\n[[page]]\nqueue = \"sale\"\ncontinue_url = \"/checkout\"\n")
                 .unwrap();
         assert_eq!(pages.for_queue("sale").title, "Shop");
-        assert_eq!(pages.for_queue("sale").continue_url, "/checkout");
-        assert_eq!(pages.for_queue("other").continue_url, "/");
+        assert_eq!(pages.for_queue("sale").continue_url.as_deref(), Some("/checkout"));
+        assert_eq!(
+            pages.for_queue("other").continue_url,
+            None,
+            "never rankgate's own `/`"
+        );
         assert_eq!(pages.for_queue("other").title, "Shop");
         assert_eq!(
-            Pages::from_config(&[]).unwrap().for_queue("x").title,
+            Pages::from_config(&[], &[]).unwrap().for_queue("x").title,
             "Waiting room"
         );
     }

@@ -55,6 +55,18 @@ pub fn duration_words(seconds: u64) -> String {
     }
 }
 
+/// The wait most people stay under, in words that follow "less than" in `estimate_range_text` (the
+/// default "9 in 10 people wait less than {p90}"): "a minute" under a minute, so the page never reads
+/// "less than less than a minute"; otherwise [`duration_words`]. The script's `bound` does the same.
+#[must_use]
+pub fn bound_words(seconds: u64) -> String {
+    if seconds < 60 {
+        "a minute".into()
+    } else {
+        duration_words(seconds)
+    }
+}
+
 /// What the waiting page shows.
 #[derive(Debug, Clone)]
 pub struct Waiting<'a> {
@@ -164,7 +176,7 @@ pub fn waiting_page(look: &PageLook, page: &Waiting<'_>) -> String {
         (Some(median), Some(p90)) => fill(
             &fill(&look.estimate_range_text, "estimate", &duration_words(median)),
             "p90",
-            &duration_words(p90),
+            &bound_words(p90),
         ),
         (Some(median), None) => fill(&look.estimate_text, "estimate", &duration_words(median)),
     };
@@ -204,7 +216,7 @@ pub fn waiting_page(look: &PageLook, page: &Waiting<'_>) -> String {
         position = escape(&position),
         ahead = escape(&ahead),
         estimate = escape(&estimate),
-        updated = updated_html(&look.updated_text, &page.updated),
+        updated = time_html(&look.updated_text, &page.updated),
         keep_open = escape(&look.keep_open_text),
         refresh_url = escape(&refresh_url),
         refresh_text = escape(&look.refresh_text),
@@ -214,8 +226,8 @@ pub fn waiting_page(look: &PageLook, page: &Waiting<'_>) -> String {
     out
 }
 
-/// `updated_text` with `{time}` as a `<time>` element; each piece escaped.
-fn updated_html(template: &str, (time, rfc3339): &(String, String)) -> String {
+/// `template` (`updated_text`, `held_until_text`) with `{time}` as a `<time>` element; each piece escaped.
+fn time_html(template: &str, (time, rfc3339): &(String, String)) -> String {
     let time = format!("<time datetime=\"{}\">{}</time>", escape(rfc3339), escape(time));
     template
         .split("{time}")
@@ -224,26 +236,71 @@ fn updated_html(template: &str, (time, rfc3339): &(String, String)) -> String {
         .join(&time)
 }
 
-/// The admitted page: the continue link, focused, and a refresh that continues by itself.
+/// Which admitted page to show.
+#[derive(Debug, Clone)]
+pub enum Admitted {
+    /// READY: the page continues by itself after `continue_delay_seconds`, and says until when the turn
+    /// is held: `(HH:MM:SS UTC, RFC 3339)` of the token's expiry, when known.
+    Ready { held_until: Option<(String, String)> },
+    /// CLAIMED: an order is in flight; the page does not send the shopper on again by itself.
+    InProgress,
+}
+
+/// The admitted page: the continue link, focused, and (READY) a refresh that continues by itself, with
+/// `moving_on_text` saying so and `held_until_text` saying how long the turn stays valid. Without a
+/// continue URL (see `PageLook::continue_url`) it has neither link nor refresh and says `return_text`.
 #[must_use]
-pub fn admitted_page(look: &PageLook, in_progress: bool) -> String {
+pub fn admitted_page(look: &PageLook, admitted: &Admitted) -> String {
     let mut out = String::with_capacity(4 * 1024);
+    let ready = matches!(admitted, Admitted::Ready { .. });
     // A member whose order is already in flight (CLAIMED) is not sent on again by itself: that navigation
     // would be a second order attempt; the link stays for them to use.
-    let refresh = (!in_progress).then_some((look.continue_delay_seconds, look.continue_url.as_str(), false));
+    let refresh = look
+        .continue_url
+        .as_deref()
+        .filter(|_| ready)
+        .map(|url| (look.continue_delay_seconds, url, false));
     head(&mut out, look, &look.admitted_text, refresh);
     out.push_str("<body>\n<main>\n");
     logo(&mut out, look);
     let _ = write!(
         out,
-        "<h1 id=\"admitted\">{admitted}</h1>\n<p>{title}</p>\n\
-         <p><a id=\"continue\" class=\"button\" href=\"{url}\" autofocus>{continue_text}</a></p>\n\
-         </main>\n</body>\n</html>\n",
+        "<h1 id=\"admitted\">{admitted}</h1>\n<p>{title}</p>\n",
         admitted = escape(&look.admitted_text),
         title = escape(&look.title),
-        url = escape(&look.continue_url),
-        continue_text = escape(&look.continue_text),
     );
+    if refresh.is_some() {
+        let seconds = look.continue_delay_seconds.to_string();
+        let _ = writeln!(
+            out,
+            "<p id=\"moving-on\">{}</p>",
+            escape(&fill(&look.moving_on_text, "seconds", &seconds))
+        );
+    }
+    if let Admitted::Ready {
+        held_until: Some(held_until),
+    } = admitted
+    {
+        let _ = writeln!(
+            out,
+            "<p id=\"held-until\">{}</p>",
+            time_html(&look.held_until_text, held_until)
+        );
+    }
+    match &look.continue_url {
+        Some(url) => {
+            let _ = writeln!(
+                out,
+                "<p><a id=\"continue\" class=\"button\" href=\"{url}\" autofocus>{text}</a></p>",
+                url = escape(url),
+                text = escape(&look.continue_text),
+            );
+        }
+        None => {
+            let _ = writeln!(out, "<p id=\"return\">{}</p>", escape(&look.return_text));
+        }
+    }
+    out.push_str("</main>\n</body>\n</html>\n");
     out
 }
 
@@ -269,6 +326,7 @@ const SCRIPT: &str = r#"
     if (m < 60) { return "about " + m + " minute" + (m === 1 ? "" : "s"); }
     return "about " + Math.floor(m / 60) + " h " + (m % 60) + " min";
   }
+  function bound(s) { return s < 60 ? "a minute" : words(s); }
   var leaving = false;
   function show(p) {
     if (p.status !== "WAITING") {
@@ -288,12 +346,13 @@ const SCRIPT: &str = r#"
     $("progress").textContent = progress + "%";
     var e = p.estimatedWaitSeconds, p90 = p.estimatedWaitSecondsP90;
     $("estimate").textContent = (e === null || e === undefined) ? d.tPaused
-      : (typeof p90 === "number" ? fill(fill(d.tRange, "estimate", words(e)), "p90", words(p90))
+      : (typeof p90 === "number" ? fill(fill(d.tRange, "estimate", words(e)), "p90", bound(p90))
                                  : fill(d.tEstimate, "estimate", words(e)));
     var now = new Date();
     var time = document.createElement("time");
     time.setAttribute("datetime", now.toISOString());
-    time.textContent = now.toLocaleTimeString();
+    // The same "HH:MM:SS UTC" the server writes with scripts off, whatever the browser's locale.
+    time.textContent = now.toISOString().slice(11, 19) + " UTC";
     var parts = d.tUpdated.split("{time}");
     var updated = $("updated");
     updated.textContent = parts[0];
@@ -377,6 +436,45 @@ mod tests {
         );
         let hostile_first = waiting_page(&look, &waiting(0, u64::MAX, None));
         assert!(hostile_first.contains("value=\"100\""));
+    }
+
+    #[test]
+    fn the_admitted_page_says_it_moves_on_and_until_when_the_turn_is_held() {
+        let look = PageLook {
+            continue_url: Some("/shop/checkout".into()),
+            ..PageLook::default()
+        };
+        let held_until = Some(("12:05:00 UTC".to_owned(), "2026-12-01T12:05:00Z".to_owned()));
+        let ready = admitted_page(&look, &Admitted::Ready { held_until });
+        assert!(ready.contains("content=\"2;url=/shop/checkout\""), "{ready}");
+        assert!(ready.contains("Taking you to the shop in 2 s."), "{ready}");
+        assert!(ready.contains(
+            "Your turn is held for you until <time datetime=\"2026-12-01T12:05:00Z\">12:05:00 UTC</time>."
+        ));
+        assert!(ready.contains("href=\"/shop/checkout\""));
+        let in_progress = admitted_page(&look, &Admitted::InProgress);
+        assert!(
+            !in_progress.contains("http-equiv=\"refresh\""),
+            "no second order attempt by itself"
+        );
+        assert!(!in_progress.contains("Taking you"));
+        assert!(in_progress.contains("href=\"/shop/checkout\""));
+        let nowhere = admitted_page(&PageLook::default(), &Admitted::Ready { held_until: None });
+        assert!(!nowhere.contains("http-equiv=\"refresh\""), "{nowhere}");
+        assert!(!nowhere.contains("href=\"/\""), "never rankgate's own dashboard");
+        assert!(nowhere.contains("Go back to the shop&#39;s page to continue."));
+    }
+
+    #[test]
+    fn a_p90_under_a_minute_reads_once_as_less_than_a_minute() {
+        let html = waiting_page(&PageLook::default(), &waiting(0, 0, Some(30)));
+        assert!(
+            html.contains("less than a minute (9 in 10 people wait less than a minute)"),
+            "{html}"
+        );
+        assert!(!html.contains("less than less than"));
+        assert_eq!(bound_words(59), "a minute");
+        assert_eq!(bound_words(60), "about 1 minute");
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub(crate) const ENDPOINTS: &[Endpoint<Arc<PageState>>] =
 pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
     // `Config` validated the pages at load; a config built in code that skipped that gets the built-in
     // page rather than a half-valid one.
-    let pages = Pages::from_config(&room.config.page).unwrap_or_else(|error| {
+    let pages = Pages::from_config(&room.config.page, &room.config.gates).unwrap_or_else(|error| {
         tracing::error!(error = %error, "waiting_room.page is invalid; serving the built-in waiting page");
         Pages::default()
     });
@@ -128,6 +128,11 @@ async fn waiting_page(
     let look = state.pages.for_queue(queue.as_str());
     let body = match position.status {
         MemberStatus::Ready => {
+            let held_until = position
+                .token_expires_at
+                .as_deref()
+                .and_then(|at| at.parse::<jiff::Timestamp>().ok())
+                .map(|at| (at.strftime("%H:%M:%S UTC").to_string(), at.to_string()));
             if let Some(token) = &position.entry_token {
                 let now_ms = state.room.clock.now_millis();
                 let remaining = position
@@ -144,9 +149,9 @@ async fn waiting_page(
                     secure,
                 ));
             }
-            html::admitted_page(look, false)
+            html::admitted_page(look, &html::Admitted::Ready { held_until })
         }
-        MemberStatus::Claimed => html::admitted_page(look, true),
+        MemberStatus::Claimed => html::admitted_page(look, &html::Admitted::InProgress),
         _ => {
             let p90 = position.estimated_wait_seconds_p90;
             let rank = position.rank;
