@@ -66,7 +66,7 @@ stage "queue row serialized per entry (queue_write)" "QueueState::queue_write \[
 stage "group-commit writer thread (SQLite)" "queue/embedded/persist.rs:std::sys::backtrace::__rust_begin_short_backtrace"
 stage "HTTP: hyper connection task" "hyper::server::conn::http1::Connection<I,S> as core::future::future::Future>::poll \["
 if [ "$WHAT" = position ]; then
-  stage "fast lane: head parsing, dispatch, writing" "fast_lane::serve"
+  stage "fast path: head parsing, dispatch, writing" "fast_path::serve"
   stage "per-member poll limit (embedded limiter)" "EmbeddedLimiter::try_acquire"
-  stage "position read (queue lock, rank)" "EmbeddedStore as rankgate_store::queue::waiting::QueueStore>::position"
+  stage "position read (queue lock, rank)" "EmbeddedStore::position_now"
 fi

@@ -33,10 +33,11 @@ use rankgate_core::queue::{FailMode, QueueName, UpstreamOutcome};
 
 use super::adaptive::outcome_of_status;
 use super::config::GateConfig;
-use super::page::cookies;
+use super::page::config::Pages;
+use super::page::{self, cookies};
 use super::service::WaitingRoom;
 use super::telemetry::gate_outcome;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, PassThrough};
 
 /// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus the ones we set ourselves.
 const HOP_BY_HOP: &[&str] = &[
@@ -91,16 +92,15 @@ pub(crate) fn routes(room: Arc<WaitingRoom>) -> Option<Router> {
             entry.1 |= prefix;
         }
     }
+    let pages = Arc::new(page::pages_of(&room));
     let mut router = Router::new();
     for (path, (table, prefix)) in by_path {
         let table = Arc::new(table);
         let handler = {
-            let room = Arc::clone(&room);
-            let table = Arc::clone(&table);
+            let (room, table, pages) = (Arc::clone(&room), Arc::clone(&table), Arc::clone(&pages));
             move |request: Request| {
-                let room = Arc::clone(&room);
-                let table = Arc::clone(&table);
-                async move { handle(room, table, request).await }
+                let (room, table, pages) = (Arc::clone(&room), Arc::clone(&table), Arc::clone(&pages));
+                async move { handle(room, table, pages, request).await }
             }
         };
         let exact_path = if path.is_empty() {
@@ -137,7 +137,38 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-async fn handle(room: Arc<WaitingRoom>, table: Arc<MethodTable>, request: Request) -> Response {
+/// Whether the client is a browser navigating (it asks for HTML): the gate's own refusals then come as
+/// a page in the waiting room's look instead of JSON. The upstream's answers pass as they are.
+fn wants_html(headers: &HeaderMap) -> bool {
+    header_str(headers, "accept").is_some_and(|accept| accept.contains("text/html"))
+}
+
+async fn handle(
+    room: Arc<WaitingRoom>,
+    table: Arc<MethodTable>,
+    pages: Arc<Pages>,
+    request: Request,
+) -> Response {
+    let html = wants_html(request.headers());
+    let queue = table
+        .iter()
+        .find(|(method, _)| method == request.method())
+        .or_else(|| table.first())
+        .map(|(_, gate)| gate.queue.clone());
+    let response = handle_for_json(room, table, request).await;
+    match queue {
+        Some(queue)
+            if html
+                && response.status().is_client_error() | response.status().is_server_error()
+                && response.extensions().get::<PassThrough>().is_none() =>
+        {
+            page::gate_refusal(&pages, &queue, response).await
+        }
+        _ => response,
+    }
+}
+
+async fn handle_for_json(room: Arc<WaitingRoom>, table: Arc<MethodTable>, request: Request) -> Response {
     let Some(gate) = table
         .iter()
         .find(|(method, _)| method == request.method())
@@ -385,7 +416,7 @@ async fn forward(
     let (upstream, upstream_body) = upstream.into_parts();
     let mut response = Response::new(Body::new(upstream_body));
     *response.status_mut() = upstream.status;
-    response.extensions_mut().insert(crate::http::error::PassThrough);
+    response.extensions_mut().insert(PassThrough);
     for (name, value) in &upstream.headers {
         if HOP_BY_HOP.contains(&name.as_str()) && name != "content-length" {
             continue;

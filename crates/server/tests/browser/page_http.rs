@@ -289,6 +289,25 @@ async fn the_gate_accepts_the_cookie_token_exactly_once_and_headers_take_precede
     assert_eq!(placed.status(), 200, "{:?}", placed.text().await);
     let second = order(format!("{visitor}; {token}"), vec![]).await.unwrap();
     assert_eq!(second.status(), 401, "a consumed token buys no second order");
+    // A browser (reloading the confirmation, or submitting again) gets a page that says what happened.
+    let again = order(
+        format!("{visitor}; {token}"),
+        vec![("accept", "text/html,application/xhtml+xml;q=0.9".into())],
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.status(), 401);
+    assert!(
+        again.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html"),
+        "{:?}",
+        again.headers()
+    );
+    let page = again.text().await.unwrap();
+    assert!(page.contains("This turn was already used"), "{page}");
+    assert!(page.contains("href=\"/wait/sale\""), "{page}");
     let seen = orders.seen.lock().clone();
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0].0, member, "the upstream is told the visitor's member id");

@@ -210,6 +210,24 @@ pub fn poll_limit_key(queue: &QueueName, member: &MemberId) -> String {
     key
 }
 
+/// The poll limit's decision for a member whose position was just read as `view`: the second step of
+/// the default [`QueueStore::poll`] (and of a store's own, when its position read is cheaper inline).
+pub(crate) async fn poll_limit_decision(
+    queue: &QueueName,
+    member: &MemberId,
+    burst: u32,
+    view: &MemberView,
+    limiter: &dyn RateLimiter,
+) -> Result<RateDecision, StoreError> {
+    let limit = RateLimit {
+        limit: burst.max(1),
+        window_ms: poll_window_seconds(view.rank, burst) as i64 * 1000,
+    };
+    limiter
+        .try_acquire(&poll_limit_key(queue, member), limit, RateLimiterKind::SlidingLog)
+        .await
+}
+
 /// How a store coalesced concurrent hot-path calls so far: calls made against requests answered, for
 /// entries and for polls ([`QueueStore::coalescing`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,13 +272,7 @@ pub trait QueueStore: Send + Sync + 'static {
         limiter: &dyn RateLimiter,
     ) -> Result<(MemberView, RateDecision), StoreError> {
         let view = self.position(queue, member).await?;
-        let limit = RateLimit {
-            limit: burst.max(1),
-            window_ms: poll_window_seconds(view.rank, burst) as i64 * 1000,
-        };
-        let decision = limiter
-            .try_acquire(&poll_limit_key(queue, member), limit, RateLimiterKind::SlidingLog)
-            .await?;
+        let decision = poll_limit_decision(queue, member, burst, &view, limiter).await?;
         Ok((view, decision))
     }
 

@@ -14,6 +14,8 @@
 
 use std::fmt::Write as _;
 
+use rankgate_core::queue::ClaimRejection;
+
 use super::config::PageLook;
 
 /// `&`, `<`, `>`, `"` and `'` as character references: safe in element text and in quoted attributes.
@@ -304,6 +306,70 @@ pub fn admitted_page(look: &PageLook, admitted: &Admitted) -> String {
     out
 }
 
+/// What a browser sees when the gate refuses its request (`Accept: text/html`): the waiting room's
+/// look, what happened (`message`, the JSON answer's `error`) and what to do next, with a link back
+/// into the queue's waiting page where joining again helps.
+#[must_use]
+pub fn gate_refusal_page(look: &PageLook, queue: &str, status: u16, message: &str) -> String {
+    let rejected = |rejection: ClaimRejection| message.ends_with(&rejection.to_string());
+    let (heading, advice, rejoin) = match status {
+        401 if rejected(ClaimRejection::AlreadyConsumed) => (
+            "This turn was already used",
+            "An order was already placed with this turn, and a turn buys one order. Check your orders \
+             or confirmation email before trying again; to order again, join the queue again.",
+            true,
+        ),
+        401 if rejected(ClaimRejection::Expired) => (
+            "Your turn has expired",
+            "A turn is held for a limited time, and this one is over. Join the queue again.",
+            true,
+        ),
+        401 | 403 => (
+            "You need a turn first",
+            "This page is protected by the waiting room: join the queue and you will be sent here \
+             when it is your turn.",
+            true,
+        ),
+        409 => (
+            "Your order is being placed",
+            "An order with this turn is in progress right now, and a turn buys one order. Wait for \
+             its confirmation rather than sending it again.",
+            false,
+        ),
+        503 | 504 => (
+            "The shop is busy",
+            "Your turn was not used. Please try again in a moment: reload this page.",
+            false,
+        ),
+        _ => (
+            "This request could not be completed",
+            "Your turn was not used. Go back and try again.",
+            false,
+        ),
+    };
+    let mut out = String::with_capacity(4 * 1024);
+    head(&mut out, look, heading, None);
+    out.push_str("<body>\n<main>\n");
+    logo(&mut out, look);
+    let _ = write!(
+        out,
+        "<h1 id=\"refused\">{heading}</h1>\n<p>{advice}</p>\n<p class=\"small\" id=\"reason\">{message} \
+         ({status})</p>\n",
+        heading = escape(heading),
+        advice = escape(advice),
+        message = escape(message),
+    );
+    if rejoin {
+        let _ = writeln!(
+            out,
+            "<p><a id=\"rejoin\" class=\"button\" href=\"/wait/{}\" autofocus>Join the queue</a></p>",
+            escape(queue)
+        );
+    }
+    out.push_str("</main>\n</body>\n</html>\n");
+    out
+}
+
 /// The waiting page's script (no build step, no dependencies). It reads its inputs from the body's
 /// `data-` attributes and writes with `textContent` only.
 const SCRIPT: &str = r#"
@@ -463,6 +529,29 @@ mod tests {
         assert!(!nowhere.contains("http-equiv=\"refresh\""), "{nowhere}");
         assert!(!nowhere.contains("href=\"/\""), "never rankgate's own dashboard");
         assert!(nowhere.contains("Go back to the shop&#39;s page to continue."));
+    }
+
+    #[test]
+    fn a_gate_refusal_says_what_happened_and_what_to_do() {
+        let look = PageLook::default();
+        let used = gate_refusal_page(&look, "sale", 401, "token: the entry token was already used");
+        assert!(used.contains("This turn was already used"), "{used}");
+        assert!(used.contains("token: the entry token was already used (401)"));
+        assert!(used.contains("href=\"/wait/sale\""));
+        let in_flight = gate_refusal_page(&look, "sale", 409, "already claimed by an order in flight");
+        assert!(in_flight.contains("Your order is being placed"), "{in_flight}");
+        let expired = gate_refusal_page(&look, "sale", 401, "token: the entry token has expired");
+        assert!(expired.contains("Your turn has expired"), "{expired}");
+        let none = gate_refusal_page(&look, "sale", 401, "X-Entry-Token: missing entry token");
+        assert!(none.contains("You need a turn first"), "{none}");
+        let busy = gate_refusal_page(&look, "sale", 503, "queue store unavailable");
+        assert!(busy.contains("try again in a moment"));
+        assert!(
+            !busy.contains("/wait/sale"),
+            "rejoining does not help a busy shop"
+        );
+        let hostile = gate_refusal_page(&look, "sale", 401, "<script>x</script>");
+        assert!(!hostile.contains("<script>x"), "{hostile}");
     }
 
     #[test]

@@ -32,7 +32,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use rand::RngCore as _;
 use rankgate_core::ids::MemberId;
-use rankgate_core::queue::MemberStatus;
+use rankgate_core::queue::{MemberStatus, QueueName};
 
 use self::config::{CookieSecure, Pages};
 use self::cookies::VisitorKey;
@@ -54,13 +54,44 @@ pub(crate) const ENDPOINTS: &[Endpoint<Arc<PageState>>] =
         on(m, waiting_page)
     })];
 
-pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
-    // `Config` validated the pages at load; a config built in code that skipped that gets the built-in
-    // page rather than a half-valid one.
-    let pages = Pages::from_config(&room.config.page, &room.config.gates).unwrap_or_else(|error| {
+/// The room's pages. `Config` validated them at load; a config built in code that skipped that gets the
+/// built-in page rather than a half-valid one.
+pub(crate) fn pages_of(room: &WaitingRoom) -> Pages {
+    Pages::from_config(&room.config.page, &room.config.gates).unwrap_or_else(|error| {
         tracing::error!(error = %error, "waiting_room.page is invalid; serving the built-in waiting page");
         Pages::default()
-    });
+    })
+}
+
+/// A refusal of the gate (`response`, JSON) as a page in the waiting room's look, for a browser.
+pub(crate) async fn gate_refusal(pages: &Pages, queue: &QueueName, response: Response) -> Response {
+    let status = response.status();
+    let (parts, body) = response.into_parts();
+    let message = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+        .and_then(|value| value["error"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("refused").to_owned());
+    let look = pages.for_queue(queue.as_str());
+    let mut page = html_response(
+        html::gate_refusal_page(look, queue.as_str(), status.as_u16(), &message),
+        None,
+        &[],
+    );
+    *page.status_mut() = status;
+    for name in [header::RETRY_AFTER, header::WWW_AUTHENTICATE] {
+        if let Some(value) = parts.headers.get(&name) {
+            page.headers_mut().insert(name, value.clone());
+        }
+    }
+    // An HTML error on purpose: the edge must not turn it back into JSON.
+    page.extensions_mut().insert(crate::http::error::PassThrough);
+    page
+}
+
+pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
+    let pages = pages_of(&room);
     let state = PageState {
         visitor_key: room.visitor_key(),
         cookie_secure: room.config.page_cookie_secure,

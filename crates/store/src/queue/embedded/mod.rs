@@ -25,6 +25,7 @@ use async_trait::async_trait;
 use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock};
 use rankgate_core::ids::MemberId;
+use rankgate_core::limiter::RateDecision;
 use rankgate_core::queue::{
     Claim, Digest, IssuedToken, MemberState, QueueName, QueueSettings, SettingsError, SettingsPatch,
 };
@@ -34,9 +35,10 @@ use self::persist::{committed, MemberRow, Writer};
 use self::waiting::QueueState;
 use crate::clock::Clock;
 use crate::queue::draw::DrawStore;
+use crate::queue::limiter::RateLimiter;
 use crate::queue::waiting::{
-    AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome, LeaveOutcome,
-    MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
+    poll_limit_decision, AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome,
+    ExpiryOutcome, LeaveOutcome, MemberView, QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
 use crate::queue::StoreError;
 use crate::synchronous::Synchronous;
@@ -94,6 +96,32 @@ impl std::fmt::Debug for EmbeddedStore {
 }
 
 impl EmbeddedStore {
+    /// [`QueueStore::position`], synchronously: one critical section on the queue.
+    fn position_now(&self, queue: &QueueName, member: &MemberId) -> Result<MemberView, StoreError> {
+        self.check()?;
+        let now = self.clock.now_millis();
+        let Some(state) = self.existing(queue) else {
+            return Ok(MemberView {
+                status: rankgate_core::queue::MemberStatus::NotEntered,
+                rank: None,
+                waiting_count: 0,
+                token: None,
+                last_outcome: None,
+                estimated_wait_seconds: None,
+                estimated_wait_p90_seconds: None,
+                now_ms: now,
+            });
+        };
+        let mut q = state.lock();
+        let current = q.state_of(member.as_str());
+        let now_ms = q.read_now(now, &current);
+        if matches!(current, MemberState::Waiting { .. }) {
+            // A poll (or a stream's read) is a sign of life: the abandonment deadline moves.
+            q.touch_waiting(member.as_str(), now_ms);
+        }
+        Ok(q.view(member.as_str(), now_ms))
+    }
+
     /// Opens `<data_dir>/queue.sqlite3` (creating it), restores every queue and job, and starts the writer.
     pub fn open(
         data_dir: &Path,
@@ -373,28 +401,21 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn position(&self, queue: &QueueName, member: &MemberId) -> Result<MemberView, StoreError> {
-        self.check()?;
-        let now = self.clock.now_millis();
-        let Some(state) = self.existing(queue) else {
-            return Ok(MemberView {
-                status: rankgate_core::queue::MemberStatus::NotEntered,
-                rank: None,
-                waiting_count: 0,
-                token: None,
-                last_outcome: None,
-                estimated_wait_seconds: None,
-                estimated_wait_p90_seconds: None,
-                now_ms: now,
-            });
-        };
-        let mut q = state.lock();
-        let current = q.state_of(member.as_str());
-        let now_ms = q.read_now(now, &current);
-        if matches!(current, MemberState::Waiting { .. }) {
-            // A poll (or a stream's read) is a sign of life: the abandonment deadline moves.
-            q.touch_waiting(member.as_str(), now_ms);
-        }
-        Ok(q.view(member.as_str(), now_ms))
+        self.position_now(queue, member)
+    }
+
+    /// The default's two steps, with the position read inline rather than through a second boxed
+    /// future (a poll is the waiting room's hottest request).
+    async fn poll(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        burst: u32,
+        limiter: &dyn RateLimiter,
+    ) -> Result<(MemberView, RateDecision), StoreError> {
+        let view = self.position_now(queue, member)?;
+        let decision = poll_limit_decision(queue, member, burst, &view, limiter).await?;
+        Ok((view, decision))
     }
 
     async fn leave(&self, queue: &QueueName, member: &MemberId) -> Result<LeaveOutcome, StoreError> {
