@@ -81,8 +81,7 @@ pub async fn serve_until_stopped<R: DirectRoutes>(
     let overflow = Arc::new(Semaphore::new(OVERFLOW_CONNECTIONS));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .max_buf_size(fast_path::MAX_REQUEST_HEAD_BYTES);
+        .header_read_timeout(limits.header_timeout);
     let refusal = Edge::<R>::new(
         refusal_router(limits.max_connections),
         limits.body_timeout,
@@ -296,7 +295,19 @@ impl<R: DirectRoutes> Edge<R> {
             Some(expired) if expired.load(Ordering::Acquire) => body_timeout_answer(self.body_timeout),
             _ => response,
         };
-        errors_as_json(&method, self.max_body_bytes, response).await
+        let mut response = errors_as_json(&method, self.max_body_bytes, response).await;
+        // A body refused before it was read in full (too large, too slow) leaves the rest of it on the
+        // connection, which then cannot carry another request: say so, so no client reuses it (hyper
+        // closes it after the answer either way).
+        if matches!(
+            response.status(),
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+        ) {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
     }
 }
 

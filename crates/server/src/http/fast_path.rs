@@ -48,8 +48,8 @@ use super::error::ApiError;
 
 /// The lane reads a head in reads of this size.
 const MAX_HEAD_BYTES: usize = 8 * 1024;
-/// The longest request head the server reads, here and in hyper (`edge` sets hyper's buffer to it):
-/// past it the lane answers 431 JSON.
+/// The longest request head the lane reads: past it the lane answers 431 JSON. (A connection hyper
+/// already serves keeps hyper's own limit, about 400 KiB, for its later heads.)
 pub const MAX_REQUEST_HEAD_BYTES: usize = 64 * 1024;
 /// Headers the lane parses; a request with more is hyper's.
 const MAX_HEADERS: usize = 32;
