@@ -29,18 +29,21 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     assert!(
-        config.event_retention_millis >= config.max_lateness_millis,
+        config.rankings.event_retention_millis >= config.rankings.max_lateness_millis,
         "{config:?}"
     );
     assert!(
-        config.max_lateness_millis >= 0,
+        config.rankings.max_lateness_millis >= 0,
         "negative lateness accepted: {}",
-        config.max_lateness_millis
+        config.rankings.max_lateness_millis
     );
-    assert!(config.metric_retention_millis >= 0, "negative retention accepted");
     assert!(
-        config.max_future_millis >= 0,
+        config.rankings.metric_retention_millis >= 0,
+        "negative retention accepted"
+    );
+    assert!(
+        config.rankings.max_future_millis >= 0,
         "negative max_future_seconds accepted"
     );
-    assert!(config.serving_grace_millis >= 1000);
+    assert!(config.rankings.serving_grace_millis >= 1000);
 });
