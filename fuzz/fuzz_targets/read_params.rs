@@ -39,7 +39,7 @@ fn harness() -> &'static Harness {
         let dir = Box::leak(Box::new(tempfile::tempdir().expect("a temp dir")));
         let app = runtime.block_on(async {
             let mut config = Config::for_data_dir(dir.path());
-            config.max_cached_members = 100_000;
+            config.rankings.max_cached_members = 100_000;
             Application::build(config).await.expect("the app builds")
         });
         let app = Box::leak(Box::new(app));
@@ -73,7 +73,7 @@ fn harness() -> &'static Harness {
     })
 }
 
-async fn send(router: &Edge, request: Request<Body>) -> (StatusCode, Vec<u8>) {
+async fn send(router: &Edge<DirectRoutesOfApp>, request: Request<Body>) -> (StatusCode, Vec<u8>) {
     let response = router
         .clone()
         .oneshot(request)
