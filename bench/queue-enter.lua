@@ -1,6 +1,8 @@
 -- wrk script: POST /v1/queues/$QUEUE/entries with a distinct memberId per request,
 -- "$QB_PREFIX-<thread>-<n>" with n = 1, 2, 3 … in each wrk thread; the rankgate side of the
 -- `ZADD q NX` baseline. Run queue-position.lua afterwards with the same QB_PREFIX and thread count.
+-- With TICKETS_OUT=<file>, each answer's memberId and ticket (SPEC 2.2: every later call for the member
+-- shows it) are appended to <file>, one "<memberId> <ticket>" per line, for queue-position.lua.
 --   QB_PREFIX=r1 wrk -t1 -c50 -d10s --latency -s bench/queue-enter.lua http://127.0.0.1:8080
 local queue = os.getenv("QUEUE") or "bench"
 local prefix = os.getenv("QB_PREFIX") or "qb"
@@ -23,4 +25,17 @@ request = function()
   n = n + 1
   local body = '{"memberId":"' .. prefix .. "-" .. tid .. "-" .. n .. '"}'
   return head .. #body .. "\r\n\r\n" .. body
+end
+
+local tickets_out = os.getenv("TICKETS_OUT")
+if tickets_out then
+  local file = io.open(tickets_out, "a")
+  response = function(status, headers, body)
+    local member = body:match('"memberId":"([^"]*)"')
+    local ticket = body:match('"ticket":"([^"]*)"')
+    if status == 200 and member and ticket then
+      file:write(member, " ", ticket, "\n")
+      file:flush()
+    end
+  end
 end

@@ -8,7 +8,8 @@
 #
 # `rankgate serve` runs under callgrind with instrumentation off; wrk (bench/queue-enter.lua, distinct
 # members, -c 10) enters for 3 s uncounted, then for $SECS s counted. With WHAT=position the second
-# entry run is uncounted too, and wrk (bench/queue-position.lua, -c 10) then polls the members of the
+# entry run is uncounted too (keeping each member's ticket), and wrk (bench/queue-position.lua, -c 10,
+# each poll with its member's ticket) then polls the members of the
 # second run, each once, for $SECS / 2 s counted (shorter than the entries took, so no poll finds an
 # unknown member). Prints instructions per unit and the inclusive share of a few stages (a stage the
 # compiler inlined away prints 0). Environment: WHAT (entry), SECS (10), PORT (18170), KEEP (keep the
@@ -45,9 +46,9 @@ if [ "$WHAT" = entry ]; then
   out=$(QB_PREFIX=counted wrk -t1 -c10 -d"${SECS}s" -s "$HERE/queue-enter.lua" "$BASE")
   callgrind_control -i off "$SERVER" >/dev/null 2>&1
 else
-  QB_PREFIX=polled wrk -t1 -c10 -d"${SECS}s" -s "$HERE/queue-enter.lua" "$BASE" >/dev/null
+  QB_PREFIX=polled TICKETS_OUT="$WORK/tickets" wrk -t1 -c10 -d"${SECS}s" -s "$HERE/queue-enter.lua" "$BASE" >/dev/null
   callgrind_control -i on "$SERVER" >/dev/null 2>&1
-  out=$(QB_PREFIX=polled wrk -t1 -c10 -d"$((SECS / 2))s" -s "$HERE/queue-position.lua" "$BASE")
+  out=$(QB_PREFIX=polled TICKETS_IN="$WORK/tickets" wrk -t1 -c10 -d"$((SECS / 2))s" -s "$HERE/queue-position.lua" "$BASE")
   callgrind_control -i off "$SERVER" >/dev/null 2>&1
 fi
 grep -q "Non-2xx" <<<"$out" && { echo "queue_callgrind: wrk saw errors" >&2; echo "$out" >&2; exit 1; }

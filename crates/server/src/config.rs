@@ -590,6 +590,22 @@ mod tests {
     }
 
     #[test]
+    fn member_auth_is_ticket_and_a_mode_not_built_yet_is_refused_naming_the_key() {
+        let file: FileConfig = toml::from_str("[waiting_room]\nmember_auth = \"ticket\"").unwrap();
+        assert_eq!(
+            file.waiting_room.member_auth,
+            crate::waiting_room::config::MemberAuth::Ticket
+        );
+        for mode in ["gateway", "jwt", "none"] {
+            let error = toml::from_str::<FileConfig>(&format!("[waiting_room]\nmember_auth = \"{mode}\""))
+                .err()
+                .unwrap_or_else(|| panic!("{mode} was accepted"))
+                .to_string();
+            assert!(error.contains("member_auth") && error.contains(mode), "{error}");
+        }
+    }
+
+    #[test]
     fn sqlite_synchronous_defaults_to_full_and_an_invalid_value_is_refused_naming_the_key() {
         let config = Config::merge(FileConfig::default(), &Overrides::default()).unwrap();
         assert_eq!(config.sqlite_synchronous, Synchronous::Full);

@@ -226,12 +226,15 @@ impl Scenario {
             }
         }
         let orders = admitted.iter().enumerate().map(|(i, member)| {
-            let base = self.instances[i % self.instances.len()].address.clone();
+            let instance = &self.instances[i % self.instances.len()];
+            let base = instance.address.clone();
+            let ticket = instance.ticket(QUEUE, member);
             let client = self.client.clone();
             let member = member.clone();
             async move {
                 let position: Value = client
                     .get(format!("{base}/v1/queues/{QUEUE}/entries/{member}"))
+                    .header("x-queue-ticket", &ticket)
                     .send()
                     .await
                     .expect("poll")
@@ -245,6 +248,7 @@ impl Scenario {
                 let response = client
                     .post(format!("{base}/orders"))
                     .header("x-member-id", &member)
+                    .header("x-queue-ticket", &ticket)
                     .header("x-entry-token", token)
                     .body("{}")
                     .send()
@@ -572,6 +576,7 @@ async fn a_gate_timeout_counts_as_an_error_and_fixed_queues_are_measured_not_con
     room.admit_due_queues().await.expect("admission");
     let position: Value = client
         .get(format!("{}/v1/queues/{QUEUE}/entries/m-1", app.address))
+        .header("x-queue-ticket", app.ticket(QUEUE, "m-1"))
         .send()
         .await
         .unwrap()
@@ -581,6 +586,7 @@ async fn a_gate_timeout_counts_as_an_error_and_fixed_queues_are_measured_not_con
     let order = client
         .post(format!("{}/orders", app.address))
         .header("x-member-id", "m-1")
+        .header("x-queue-ticket", app.ticket(QUEUE, "m-1"))
         .header("x-entry-token", position["entryToken"].as_str().expect("token"))
         .send()
         .await

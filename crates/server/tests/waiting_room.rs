@@ -89,24 +89,24 @@ impl RoomApp {
 }
 
 impl RoomApp {
+    /// Enters `member` as its own client does (with its ticket once it has one).
     async fn enter(&self, queue: &str, member: &str) -> Value {
         let response = self
-            .client
-            .post(format!("{}/v1/queues/{queue}/entries", self.address))
-            .json(&json!({ "memberId": member }))
-            .send()
-            .await
-            .expect("enter");
+            .app
+            .post_json(
+                &format!("/v1/queues/{queue}/entries"),
+                &json!({ "memberId": member }),
+            )
+            .await;
         assert_eq!(response.status(), 200, "enter {member}");
         response.json().await.expect("position json")
     }
 
+    /// Polls as `member`'s client does, with its ticket.
     async fn poll(&self, queue: &str, member: &str) -> reqwest::Response {
-        self.client
-            .get(format!("{}/v1/queues/{queue}/entries/{member}", self.address))
-            .send()
+        self.app
+            .get(&format!("/v1/queues/{queue}/entries/{member}"))
             .await
-            .expect("poll")
     }
 
     async fn position(&self, queue: &str, member: &str) -> Value {
@@ -135,13 +135,9 @@ impl RoomApp {
         response.json().await.expect("stats json")
     }
 
+    /// POSTs `body` (a token call with its member's ticket).
     async fn post(&self, path: &str, body: Value) -> reqwest::Response {
-        self.client
-            .post(format!("{}{path}", self.address))
-            .json(&body)
-            .send()
-            .await
-            .expect("post")
+        self.app.post_json(path, &body).await
     }
 
     /// Runs this instance's admission step as if `millis` had passed.
@@ -499,12 +495,7 @@ async fn position_body_follows_the_spec() {
         again["status"], "READY",
         "a READY member who enters again stays READY"
     );
-    let leave = app
-        .client
-        .delete(format!("{}/v1/queues/sale/entries/m-60", app.address))
-        .send()
-        .await
-        .expect("delete");
+    let leave = app.app.delete("/v1/queues/sale/entries/m-60").await;
     assert_eq!(leave.status(), 204);
     assert_eq!(app.position("sale", "m-60").await["status"], "NOT_ENTERED");
 }
@@ -767,6 +758,7 @@ impl RoomApp {
             .client
             .post(format!("{}{path}", self.address))
             .header("x-member-id", member)
+            .header("x-queue-ticket", self.app.ticket("sale", member))
             .body("{\"sku\":\"A\"}");
         if let Some(token) = token {
             request = request.header("x-entry-token", token);
@@ -1036,7 +1028,8 @@ async fn client_hanging_up_mid_order_still_consumes_the_token_and_buys_one_order
     let body = "{\"sku\":\"A\"}";
     let request = format!(
         "POST /orders HTTP/1.1\r\nhost: {address}\r\nx-member-id: m-1\r\nx-entry-token: {token}\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+         x-queue-ticket: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        app.app.ticket("sale", "m-1"),
         body.len()
     );
     client.write_all(request.as_bytes()).await.expect("send");
@@ -1067,6 +1060,7 @@ async fn client_hanging_up_mid_order_still_consumes_the_token_and_buys_one_order
         .client
         .post(format!("{}/orders", app.address))
         .header("x-member-id", "m-1")
+        .header("x-queue-ticket", app.app.ticket("sale", "m-1"))
         .header("x-entry-token", &token)
         .body(body)
         .send()

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::http::direct_reply::DirectReply;
 use crate::http::fast_path::{range_of, DirectMethod, DirectRequest, DirectRoutes};
 use crate::rankings::Rankings;
+use crate::waiting_room::identity::Credential;
 use crate::waiting_room::{self, WaitingRoom};
 
 use super::AppState;
@@ -84,10 +85,12 @@ impl DirectRoutes for DirectRoutesOfApp {
                     .await
             }
             DirectTarget::Poll { queue, member } => {
-                waiting_room::poll_reply(&self.waiting_room, &path[queue], &path[member]).await
+                let credential = Credential::of_direct(&request.headers);
+                waiting_room::poll_reply(&self.waiting_room, &path[queue], &path[member], &credential).await
             }
             DirectTarget::Enter { queue } => {
-                waiting_room::enter_reply(&self.waiting_room, &path[queue], &request.body).await
+                let credential = Credential::of_direct(&request.headers);
+                waiting_room::enter_reply(&self.waiting_room, &path[queue], &request.body, &credential).await
             }
         }
     }

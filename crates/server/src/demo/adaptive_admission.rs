@@ -241,7 +241,11 @@ async fn run_scene(
             .map(|(_, summary)| summary);
         let admitted = room.admit_queue_now(queue).await?.admitted;
         let failed = futures_util::stream::iter(admitted.iter().cloned())
-            .map(|member| order_through_gate(&client, &base, member))
+            .map(|member| {
+                // The ticket the member's entry answered with: every call for the member shows it.
+                let ticket = room.ticket_for(queue, &member);
+                order_through_gate(&client, &base, member, ticket)
+            })
             .buffer_unordered(CONCURRENT)
             .collect::<Vec<anyhow::Result<bool>>>()
             .await
@@ -296,10 +300,17 @@ async fn run_scene(
     Ok(report)
 }
 
-/// Polls the member's token and orders through the gate; `Ok(false)` when the order service failed it.
-async fn order_through_gate(client: &reqwest::Client, base: &str, member: MemberId) -> anyhow::Result<bool> {
+/// Polls the member's token and orders through the gate, each with the member's `ticket`; `Ok(false)`
+/// when the order service failed the order.
+async fn order_through_gate(
+    client: &reqwest::Client,
+    base: &str,
+    member: MemberId,
+    ticket: String,
+) -> anyhow::Result<bool> {
     let position: serde_json::Value = client
         .get(format!("{base}/v1/queues/{QUEUE}/entries/{member}"))
+        .header("x-queue-ticket", &ticket)
         .send()
         .await?
         .json()
@@ -311,6 +322,7 @@ async fn order_through_gate(client: &reqwest::Client, base: &str, member: Member
     let response = client
         .post(format!("{base}/orders"))
         .header("x-member-id", member.as_str())
+        .header("x-queue-ticket", ticket)
         .header("x-entry-token", token)
         .body("{}")
         .send()

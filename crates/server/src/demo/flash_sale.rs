@@ -378,11 +378,14 @@ pub async fn run_flash_sale_demo(
                         format!("{base}/orders"),
                         shoppers[index].member.to_string(),
                     );
+                    // The ticket the shopper's entry answered with (member_auth = "ticket").
+                    let ticket = room.ticket_for(&queue, &shoppers[index].member);
                     orders.spawn(async move {
                         let response = client
                             .post(url)
                             .header("x-entry-token", token)
                             .header("x-member-id", member)
+                            .header("x-queue-ticket", ticket)
                             .body("{\"sku\":\"limited-edition\"}")
                             .send()
                             .await?;

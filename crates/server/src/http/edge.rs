@@ -49,7 +49,7 @@ use tower::ServiceExt as _;
 
 use super::entity_tag::IfNoneMatch;
 use super::error::{json_error, ApiError, PassThrough};
-use super::fast_path::{self, DirectMethod, DirectRequest, DirectRoutes, LaneLimits};
+use super::fast_path::{self, DirectHeaders, DirectMethod, DirectRequest, DirectRoutes, LaneLimits};
 
 /// How long a connection past `max_connections` waits for a slot before it is answered 503.
 pub const OVERFLOW_WAIT: Duration = Duration::from_millis(100);
@@ -280,6 +280,7 @@ impl<R: DirectRoutes> Edge<R> {
                         query: request.uri().query(),
                         body: Bytes::new(),
                         if_none_match: &if_none_match,
+                        headers: DirectHeaders::Map(request.headers()),
                     };
                     return routes.answer(target, direct).await.into_response();
                 }

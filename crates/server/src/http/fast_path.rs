@@ -88,6 +88,93 @@ pub struct DirectRequest<'a> {
     /// The request's `If-None-Match` values (none on the lane, which leaves conditional requests to
     /// hyper and the router).
     pub if_none_match: &'a IfNoneMatch,
+    /// The request's headers, for the routes' own reading (a member's credential).
+    pub headers: DirectHeaders<'a>,
+}
+
+/// Whether `token` (a header name as httparse accepted it: token characters only) is `lower`, a name of
+/// lower-case letters and `-`, ignoring case. Eight bytes at a time with bit 5 set: for token characters
+/// that maps exactly the upper-case letters onto their lower-case ones and changes neither a lower-case
+/// letter nor `-` (no token character becomes one of them). `eq_ignore_ascii_case`'s byte loop spent
+/// ~250 instructions of a poll finding its ticket, and the lane compares every header with a dozen names.
+fn token_is(token: &[u8], lower: &[u8]) -> bool {
+    if token.len() != lower.len() {
+        return false;
+    }
+    let folded =
+        |bytes: &[u8]| u64::from_le_bytes(bytes.try_into().expect("8 bytes")) | 0x2020_2020_2020_2020;
+    let (mut token_words, mut lower_words) = (token.chunks_exact(8), lower.chunks_exact(8));
+    let words_equal = token_words
+        .by_ref()
+        .zip(lower_words.by_ref())
+        .all(|(a, b)| folded(a) == folded(b));
+    words_equal
+        && token_words
+            .remainder()
+            .iter()
+            .zip(lower_words.remainder())
+            .all(|(a, b)| a | 0x20 == b | 0x20)
+}
+
+/// Where one header lies in the lane's head: byte offsets of its name and value (a head the lane
+/// answers is shorter than 64 KiB).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeaderSpan {
+    name: (u16, u16),
+    value: (u16, u16),
+}
+
+/// A direct request's headers, as whoever read the head holds them.
+#[derive(Clone, Copy)]
+pub enum DirectHeaders<'a> {
+    /// The lane's: spans of the head it read.
+    Lane {
+        /// The head's bytes.
+        head: &'a [u8],
+        /// Where each header lies in it.
+        spans: &'a [HeaderSpan],
+    },
+    /// hyper's.
+    Map(&'a axum::http::HeaderMap),
+}
+
+impl<'a> DirectHeaders<'a> {
+    /// The values of the headers called `name` (lower case), as sent.
+    pub fn get_all_bytes(self, name: &'static str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let (lane, map) = match self {
+            DirectHeaders::Lane { head, spans } => {
+                let slice = move |(start, end): (u16, u16)| &head[usize::from(start)..usize::from(end)];
+                let values = spans
+                    .iter()
+                    .filter(move |span| token_is(slice(span.name), name.as_bytes()))
+                    .map(move |span| slice(span.value));
+                (Some(values), None)
+            }
+            DirectHeaders::Map(map) => (None, Some(map.get_all(name).iter().map(|value| value.as_bytes()))),
+        };
+        lane.into_iter().flatten().chain(map.into_iter().flatten())
+    }
+
+    /// The values of the headers called `name` (lower case) that are valid UTF-8.
+    pub fn get_all_str(self, name: &'static str) -> impl Iterator<Item = &'a str> + 'a {
+        self.get_all_bytes(name)
+            .filter_map(|value| std::str::from_utf8(value).ok())
+    }
+
+    /// The first value of the header called `name` (lower case), as sent. A plain loop: every poll
+    /// asks for its ticket.
+    pub fn get_bytes(self, name: &'static str) -> Option<&'a [u8]> {
+        match self {
+            DirectHeaders::Lane { head, spans } => {
+                let slice = |(start, end): (u16, u16)| &head[usize::from(start)..usize::from(end)];
+                spans
+                    .iter()
+                    .find(|span| token_is(slice(span.name), name.as_bytes()))
+                    .map(|span| slice(span.value))
+            }
+            DirectHeaders::Map(map) => map.get(name).map(|value| value.as_bytes()),
+        }
+    }
 }
 
 /// The routes the fast path answers itself, composed by the application from its products. Static
@@ -201,6 +288,10 @@ pub async fn serve<R: DirectRoutes>(
             query: head.query.as_ref().map(text),
             body: head_bytes.slice(head.body.clone()),
             if_none_match: &no_conditions,
+            headers: DirectHeaders::Lane {
+                head: &head_bytes,
+                spans: &head.headers[..head.header_count],
+            },
         };
         let reply = routes.answer(head.target, request).await;
         out.clear();
@@ -266,9 +357,15 @@ struct LaneHead<T> {
     query: Option<std::ops::Range<usize>>,
     /// Empty for a `GET`.
     body: std::ops::Range<usize>,
+    /// The first `header_count` are the request's headers.
+    headers: [HeaderSpan; MAX_HEADERS],
+    header_count: usize,
     target: T,
 }
 
+// The lane variant carries the header spans (a few hundred bytes) and lives on the stack for one parse:
+// boxing it would allocate on every request the lane answers.
+#[allow(clippy::large_enum_variant)]
 enum Head<T> {
     /// A request the routes recognise, whole.
     Lane(LaneHead<T>),
@@ -324,14 +421,28 @@ fn parse_head<R: DirectRoutes>(buffer: &[u8], max_body_bytes: usize, routes: &R)
     // A POST's body is framed by one plain `content-length`; every other header of HYPERS_HEADERS
     // (and a GET's body) is hyper's.
     let mut content_length = None;
+    // A head past 64 KiB (which a read that overshot could complete) is hyper's: spans are 16-bit.
+    if len > usize::from(u16::MAX) {
+        return Head::Other;
+    }
+    let mut spans = [HeaderSpan::default(); MAX_HEADERS];
+    let offset = |part: &[u8]| (part.as_ptr() as usize - buffer.as_ptr() as usize) as u16;
+    for (span, header) in spans.iter_mut().zip(request.headers.iter()) {
+        let (name, value) = (offset(header.name.as_bytes()), offset(header.value));
+        *span = HeaderSpan {
+            name: (name, name + header.name.len() as u16),
+            value: (value, value + header.value.len() as u16),
+        };
+    }
     for header in request.headers.iter() {
-        if header.name.eq_ignore_ascii_case("connection") {
+        let name = header.name.as_bytes();
+        if token_is(name, b"connection") {
             if !header.value.eq_ignore_ascii_case(b"keep-alive") {
                 return Head::Other;
             }
         } else if method == DirectMethod::Post
             && content_length.is_none()
-            && header.name.eq_ignore_ascii_case("content-length")
+            && token_is(name, b"content-length")
         {
             match plain_length(header.value) {
                 Some(length) => content_length = Some(length),
@@ -339,7 +450,7 @@ fn parse_head<R: DirectRoutes>(buffer: &[u8], max_body_bytes: usize, routes: &R)
             }
         } else if HYPERS_HEADERS
             .iter()
-            .any(|name| header.name.eq_ignore_ascii_case(name))
+            .any(|hypers| token_is(name, hypers.as_bytes()))
         {
             return Head::Other;
         }
@@ -366,6 +477,8 @@ fn parse_head<R: DirectRoutes>(buffer: &[u8], max_body_bytes: usize, routes: &R)
         path: range(path),
         query: query.map(range),
         body,
+        headers: spans,
+        header_count: request.headers.len(),
         target,
     })
 }
@@ -498,6 +611,29 @@ mod tests {
             )),
             _ => None,
         }
+    }
+
+    #[test]
+    fn header_names_match_ignoring_case_only() {
+        for same in [
+            "x-queue-ticket",
+            "X-Queue-Ticket",
+            "X-QUEUE-TICKET",
+            "x-QUEUE-ticket",
+        ] {
+            assert!(token_is(same.as_bytes(), b"x-queue-ticket"), "{same}");
+        }
+        for other in [
+            "x-queue-tickets",
+            "x-queue-ticke",
+            "x_queue-ticket",
+            "x-queue~ticket",
+            "y-queue-ticket",
+            "",
+        ] {
+            assert!(!token_is(other.as_bytes(), b"x-queue-ticket"), "{other}");
+        }
+        assert!(token_is(b"Cookie", b"cookie") && !token_is(b"Cookid", b"cookie"));
     }
 
     #[test]

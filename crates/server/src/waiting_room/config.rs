@@ -115,6 +115,18 @@ pub struct WaitingRoomConfig {
     /// Most members a scheduled opening's pre-queue holds (the draw sorts them in one instance's
     /// memory); past it, an entry gets 429 naming this key.
     pub max_pre_queue: u64,
+    /// How a request proves which member it speaks for (SPEC 2.2, "Member identity").
+    pub member_auth: MemberAuth,
+}
+
+/// `[waiting_room] member_auth`. SPEC 2.2 also names `"gateway"` and `"jwt"`; they are not built yet, and
+/// a config that asks for one is refused at start (naming the key) rather than run with another mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberAuth {
+    /// The member's entry ticket (`X-Queue-Ticket`), or the waiting page's visitor cookie.
+    #[default]
+    Ticket,
 }
 
 impl std::fmt::Debug for WaitingRoomConfig {
@@ -160,6 +172,7 @@ impl Default for WaitingRoomConfig {
             adaptive_min_samples: 10,
             adaptive_round_millis: None,
             max_pre_queue: rankgate_core::queue::draw::DEFAULT_MAX_PRE_QUEUE,
+            member_auth: MemberAuth::Ticket,
         }
     }
 }

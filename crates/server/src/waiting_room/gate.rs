@@ -33,6 +33,7 @@ use rankgate_core::queue::{FailMode, QueueName, UpstreamOutcome};
 
 use super::adaptive::outcome_of_status;
 use super::config::GateConfig;
+use super::identity::Credential;
 use super::page::config::Pages;
 use super::page::{self, cookies};
 use super::service::WaitingRoom;
@@ -198,9 +199,18 @@ async fn handle_for_json(room: Arc<WaitingRoom>, table: Arc<MethodTable>, reques
         .into_response();
     };
     let (member, member_from_cookie) = match header_str(&parts.headers, "x-member-id") {
-        Some(raw) => match MemberId::parse(raw) {
+        // A member id alone proves nothing: it comes with that member's credential (see `identity`).
+        Some(raw) => match MemberId::parse(raw)
+            .map_err(|e| ApiError::bad_field("X-Member-Id", e))
+            .and_then(|member| {
+                room.authorize(&queue, &member, &Credential::of_headers(&parts.headers))?;
+                Ok(member)
+            }) {
             Ok(member) => (member, false),
-            Err(e) => return ApiError::bad_field("X-Member-Id", e).into_response(),
+            Err(error) => {
+                gate_outcome(&queue, "rejected_unauthorized");
+                return error.into_response();
+            }
         },
         // A visitor cookie counts only when its signature verifies: a tampered one is no member at all.
         None => match room.visitor_key().visitor_of(&parts.headers) {

@@ -1,18 +1,20 @@
 //! Member endpoints (SPEC 2.2) and the token service (SPEC 2.4): thin handlers over [`WaitingRoom`].
 //!
 //! Bodies are read as bytes and parsed here, not with axum's `Json` extractor, because that answers 422
-//! for a wrong field type and the spec wants 400 naming the field.
+//! for a wrong field type and the spec wants 400 naming the field. Every call for a member checks the
+//! member's credential first (`WaitingRoom::authorize`, see `identity`).
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::on;
 use axum::{Json, Router};
 use serde_json::Value;
 
+use super::identity::Credential;
 use super::service::WaitingRoom;
 use crate::http::direct_reply::DirectReply;
 use crate::http::error::{ApiError, ApiResult};
@@ -120,20 +122,43 @@ fn member_field(map: &serde_json::Map<String, Value>) -> ApiResult<rankgate_core
     WaitingRoom::parse_member("memberId", raw)
 }
 
-async fn enter(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>, body: Bytes) -> Response {
-    enter_reply(&room, &queue, &body).await.into_response()
+/// An entry's `memberId`: `None` when the body names none (`{}`), and rankgate picks one.
+fn optional_member_field(
+    map: &serde_json::Map<String, Value>,
+) -> ApiResult<Option<rankgate_core::ids::MemberId>> {
+    match map.get("memberId") {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => member_field(map).map(Some),
+    }
+}
+
+async fn enter(
+    State(room): State<Arc<WaitingRoom>>,
+    Path(queue): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    enter_reply(&room, &queue, &body, &Credential::of_headers(&headers))
+        .await
+        .into_response()
 }
 
 /// `POST /v1/queues/{queue}/entries` answered, for the route and for the fast lane (see
-/// [`DirectReply`]): `queue` as the router's `Path` extractor gives it, `body` the whole request body.
-pub async fn enter_reply(room: &WaitingRoom, queue: &str, body: &Bytes) -> DirectReply {
+/// [`DirectReply`]): `queue` as the router's `Path` extractor gives it, `body` the whole request body,
+/// `credential` what the request showed (see `WaitingRoom::enter_member`).
+pub async fn enter_reply(
+    room: &WaitingRoom,
+    queue: &str,
+    body: &Bytes,
+    credential: &Credential<'_>,
+) -> DirectReply {
     let entered = async {
         let queue = WaitingRoom::parse_queue(queue)?;
         let member = match plain_member(body) {
-            Some(raw) => WaitingRoom::parse_member("memberId", raw)?,
-            None => member_field(&json_object(body)?)?,
+            Some(raw) => Some(WaitingRoom::parse_member("memberId", raw)?),
+            None => optional_member_field(&json_object(body)?)?,
         };
-        room.enter(&queue, &member).await
+        room.enter_member(&queue, member, credential).await
     };
     match entered.await {
         Ok(position) => DirectReply::json(position.to_json(), []),
@@ -167,16 +192,26 @@ pub fn direct_enter_queue(path: &str) -> Option<&str> {
 async fn poll(
     State(room): State<Arc<WaitingRoom>>,
     Path((queue, member)): Path<(String, String)>,
+    headers: HeaderMap,
 ) -> Response {
-    poll_reply(&room, &queue, &member).await.into_response()
+    poll_reply(&room, &queue, &member, &Credential::of_headers(&headers))
+        .await
+        .into_response()
 }
 
 /// `GET /v1/queues/{queue}/entries/{member}` answered, for the route and for the fast lane (see
-/// [`DirectReply`]): `queue` and `member` as the router's `Path` extractor gives them.
-pub async fn poll_reply(room: &WaitingRoom, queue: &str, member: &str) -> DirectReply {
+/// [`DirectReply`]): `queue` and `member` as the router's `Path` extractor gives them; only to the
+/// member's own `credential`.
+pub async fn poll_reply(
+    room: &WaitingRoom,
+    queue: &str,
+    member: &str,
+    credential: &Credential<'_>,
+) -> DirectReply {
     let polled = async {
         let queue = WaitingRoom::parse_queue(queue)?;
         let member = WaitingRoom::parse_member("memberId", member)?;
+        room.authorize(&queue, &member, credential)?;
         room.poll(&queue, &member).await
     };
     match polled.await {
@@ -217,9 +252,11 @@ pub fn direct_poll_target(path: &str) -> Option<(&str, &str)> {
 async fn events(
     State(room): State<Arc<WaitingRoom>>,
     Path((queue, member)): Path<(String, String)>,
+    headers: HeaderMap,
 ) -> ApiResult<Response> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let member = WaitingRoom::parse_member("memberId", &member)?;
+    room.authorize(&queue, &member, &Credential::of_headers(&headers))?;
     let stream = room.open_member_stream(queue, member).await?;
     Ok(axum::response::Sse::new(stream).into_response())
 }
@@ -227,9 +264,11 @@ async fn events(
 async fn leave(
     State(room): State<Arc<WaitingRoom>>,
     Path((queue, member)): Path<(String, String)>,
+    headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let member = WaitingRoom::parse_member("memberId", &member)?;
+    room.authorize(&queue, &member, &Credential::of_headers(&headers))?;
     room.leave(&queue, &member).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -237,11 +276,13 @@ async fn leave(
 async fn claim(
     State(room): State<Arc<WaitingRoom>>,
     Path(queue): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let map = json_object(&body)?;
     let member = member_field(&map)?;
+    room.authorize(&queue, &member, &Credential::of_headers(&headers))?;
     let token = string_field(&map, "token", || {
         ApiError::Unauthorized("token: missing entry token".into())
     })?;
@@ -260,24 +301,30 @@ fn claim_id_field(map: &serde_json::Map<String, Value>) -> ApiResult<&str> {
 async fn consume(
     State(room): State<Arc<WaitingRoom>>,
     Path(queue): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let map = json_object(&body)?;
     let member = member_field(&map)?;
-    room.consume(&queue, &member, claim_id_field(&map)?).await?;
+    let claim_id = claim_id_field(&map)?;
+    room.authorize(&queue, &member, &Credential::of_headers(&headers))?;
+    room.consume(&queue, &member, claim_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn release(
     State(room): State<Arc<WaitingRoom>>,
     Path(queue): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let map = json_object(&body)?;
     let member = member_field(&map)?;
-    room.release(&queue, &member, claim_id_field(&map)?).await?;
+    let claim_id = claim_id_field(&map)?;
+    room.authorize(&queue, &member, &Credential::of_headers(&headers))?;
+    room.release(&queue, &member, claim_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -494,6 +494,8 @@ mod tests {
             last_outcome: None,
             pre_queue: None,
             opens_at: None,
+            member_id: None,
+            ticket: None,
         }
     }
 

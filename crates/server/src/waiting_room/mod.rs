@@ -19,6 +19,8 @@
 //! - `redis_backend`: [`WaitingRoom::open_redis`], the room on Redis (standalone or Cluster).
 //! - `scheduler`: admission, expiry and metrics workers, driven by the store's clock.
 //! - `telemetry`: metric names and helpers.
+//! - [`identity`] and [`ticket`]: who a request speaks for: every call for a member needs that member's
+//!   credential (its entry's ticket, or the waiting page's visitor cookie).
 //! - `draw_verify`: `rankgate queue verify-draw`, the check of a scheduled opening's published draw.
 //! - `adaptive`: adaptive admission: gate measurements → shared store → AIMD controller → the queue's rate.
 
@@ -28,6 +30,7 @@ pub mod config;
 pub mod draw_verify;
 mod errors;
 mod gate;
+pub mod identity;
 mod member_api;
 mod member_streams;
 mod opening;
@@ -38,6 +41,7 @@ mod scheduler;
 mod secret;
 mod service;
 mod telemetry;
+pub mod ticket;
 
 use std::sync::Arc;
 

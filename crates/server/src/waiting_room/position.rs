@@ -37,6 +37,12 @@ pub struct Position {
     /// The opening's time (RFC 3339) while in the pre-queue; omitted otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub opens_at: Option<String>,
+    /// The member the entry speaks for (rankgate's `v-…` when the entry named none): entry answers only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member_id: Option<String>,
+    /// The member's credential for every later call (`X-Queue-Ticket`): entry answers only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<String>,
 }
 
 impl Position {
@@ -75,6 +81,14 @@ impl Position {
         if let Some(opens_at) = &self.opens_at {
             out.raw(r#","opensAt":"#);
             out.str(opens_at);
+        }
+        if let Some(member_id) = &self.member_id {
+            out.raw(r#","memberId":"#);
+            out.str(member_id);
+        }
+        if let Some(ticket) = &self.ticket {
+            out.raw(r#","ticket":"#);
+            out.str(ticket);
         }
         out.raw("}");
         out.into_bytes()
@@ -168,6 +182,8 @@ mod tests {
             consumed in any::<bool>(),
             pre_queue in proptest::option::of(any::<bool>()),
             opens_at in proptest::option::of(text()),
+            member_id in proptest::option::of(text()),
+            ticket in proptest::option::of(text()),
         ) {
             let position = Position {
                 status,
@@ -181,6 +197,8 @@ mod tests {
                 last_outcome: consumed.then_some("CONSUMED"),
                 pre_queue,
                 opens_at,
+                member_id,
+                ticket,
             };
             prop_assert_eq!(
                 String::from_utf8(position.to_json().to_vec()).unwrap(),

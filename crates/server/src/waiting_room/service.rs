@@ -31,10 +31,12 @@ use rankgate_store::queue::{
 use super::adaptive::{AdaptiveControl, ADAPTIVE_INTERVAL_MILLIS, ADAPTIVE_MIN_SAMPLES};
 use super::config::WaitingRoomConfig;
 pub(crate) use super::errors::store_error;
+use super::identity::{Credential, Identity};
 use super::member_streams::{MemberStreamLimits, MemberStreams};
 use super::position::{rate_limit_value, ClaimGranted, PollLimitHeaders, Position};
 use super::secret::load_or_create_secret;
 use super::telemetry;
+use super::ticket::TicketKey;
 use crate::http::error::{ApiError, ApiResult};
 
 /// The waiting room.
@@ -45,6 +47,8 @@ pub struct WaitingRoom {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: WaitingRoomConfig,
     secret: TokenSecret,
+    /// Checks members' credentials (tickets, visitor cookies); keys derived from `secret`.
+    pub(crate) identity: Identity,
     /// Set when running on the embedded backend, for its drill hooks.
     embedded: Option<Arc<EmbeddedStore>>,
     /// Set when running on Redis: a poll is then one script (position + poll limit) instead of two.
@@ -184,6 +188,10 @@ impl WaitingRoom {
             jobs,
             clock,
             config,
+            identity: Identity::new(
+                TicketKey::derived_from(&secret),
+                super::page::cookies::VisitorKey::derived_from(&secret),
+            ),
             secret,
             embedded: None,
             redis: None,
@@ -224,7 +232,23 @@ impl WaitingRoom {
 
     /// The key of the waiting page's visitor cookies ([`super::page::cookies::VisitorKey::derived_from`] the token secret).
     pub(crate) fn visitor_key(&self) -> super::page::cookies::VisitorKey {
-        super::page::cookies::VisitorKey::derived_from(&self.secret)
+        self.identity.visitor_key().clone()
+    }
+
+    /// The ticket an entry of `member` into `queue` answers with (SPEC 2.2, "Member identity").
+    #[must_use]
+    pub fn ticket_for(&self, queue: &QueueName, member: &MemberId) -> String {
+        self.identity.ticket_for(queue, member)
+    }
+
+    /// Ok when `credential` proves `member` of `queue` (see [`super::identity`]).
+    pub(crate) fn authorize(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        credential: &Credential<'_>,
+    ) -> ApiResult<()> {
+        self.identity.authorize(queue, member, credential)
     }
 
     pub(crate) fn parse_member(field: &str, raw: &str) -> ApiResult<MemberId> {
@@ -262,11 +286,18 @@ impl WaitingRoom {
             last_outcome: view.last_outcome.map(|LastOutcome::Consumed| "CONSUMED"),
             pre_queue: None,
             opens_at: None,
+            member_id: None,
+            ticket: None,
         }
     }
 
     /// `POST /v1/queues/{queue}/entries`.
     pub async fn enter(&self, queue: &QueueName, member: &MemberId) -> ApiResult<Position> {
+        Ok(self.enter_once(queue, member).await?.0)
+    }
+
+    /// The entry and whether it created the member (`false`: the member was in the queue already).
+    async fn enter_once(&self, queue: &QueueName, member: &MemberId) -> ApiResult<(Position, bool)> {
         let outcome = self.queues.enter(queue, member).await.map_err(store_error)?;
         let entered = matches!(outcome, rankgate_store::queue::EnterOutcome::Entered(_));
         if entered {
@@ -276,6 +307,38 @@ impl WaitingRoom {
         }
         let mut position = self.position_from(outcome.view());
         self.mark_pre_queue(queue, &mut position).await?;
+        Ok((position, entered))
+    }
+
+    /// `POST /v1/queues/{queue}/entries` (SPEC 2.2, "Member identity"): enters `member`, or a fresh
+    /// `v-…` id when the body named none, and answers the position with `memberId` and the member's
+    /// `ticket`. A member already in the queue is answered only to its own credential (401 otherwise,
+    /// the entry changing nothing); a credential naming another member gets 403 and enters nobody.
+    pub async fn enter_member(
+        &self,
+        queue: &QueueName,
+        member: Option<MemberId>,
+        credential: &Credential<'_>,
+    ) -> ApiResult<Position> {
+        // An id rankgate picks is new: whatever credential came along (a browser's visitor cookie) is
+        // not asked to prove it.
+        let (member, proven) = match member {
+            None => (super::page::cookies::new_visitor_id(), true),
+            Some(member) if credential.is_empty() => (member, false),
+            Some(member) => {
+                self.authorize(queue, &member, credential)?;
+                (member, true)
+            }
+        };
+        let (mut position, entered) = self.enter_once(queue, &member).await?;
+        if !entered && !proven {
+            return Err(ApiError::Unauthorized(format!(
+                "X-Queue-Ticket: memberId {member} is already in this queue; only its own ticket (the one \
+                 its entry answered with) can act for it"
+            )));
+        }
+        position.ticket = Some(self.ticket_for(queue, &member));
+        position.member_id = Some(member.as_str().to_owned());
         Ok(position)
     }
 

@@ -71,6 +71,7 @@ async fn a_gated_order_reaches_the_admin_view_and_metrics_of_an_adaptive_queue()
         .client
         .post(format!("{}/orders", app.address))
         .header("x-member-id", "m-1")
+        .header("x-queue-ticket", app.ticket("sale", "m-1"))
         .header("x-entry-token", ready["entryToken"].as_str().unwrap())
         .send()
         .await

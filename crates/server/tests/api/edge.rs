@@ -441,10 +441,12 @@ fn without_length(head: &str) -> String {
         .join("\r\n")
 }
 
-/// A position body without `pollingIntervalSeconds`, which carries random jitter.
+/// A position body without `pollingIntervalSeconds`, which carries random jitter, and without an
+/// entry's `ticket`, which names its queue (the two paths' queues differ).
 fn position(body: &str) -> serde_json::Value {
     let mut value: serde_json::Value = serde_json::from_str(body).unwrap();
     value.as_object_mut().unwrap().remove("pollingIntervalSeconds");
+    value.as_object_mut().unwrap().remove("ticket");
     value
 }
 
@@ -466,23 +468,31 @@ async fn the_fast_lane_answers_position_polls_as_hyper_and_the_router_do() {
             .unwrap();
         assert_eq!(response.status(), 200);
     }
+    // Issue 29: a poll shows the member's ticket; none gets 401, another member's 403, a tampered one
+    // 401, all in JSON and never a position, on the lane as through hyper and the router.
     let polls = |queue: &str| {
+        let ticket = app.ticket(queue, "m-1");
+        let others = app.ticket(queue, "m-2");
+        let tampered = format!("{}A", &ticket[..ticket.len() - 1]);
         format!(
-            "GET /v1/queues/{queue}/entries/m-1 HTTP/1.1\r\nHost: x\r\n\r\n\
-             GET /v1/queues/{queue}/entries/m-1?ignored=1 HTTP/1.1\r\nHost: x\r\n\r\n\
-             GET /v1/queues/Bad!Queue/entries/m-1 HTTP/1.1\r\nHost: x\r\n\r\n"
+            "GET /v1/queues/{queue}/entries/m-1 HTTP/1.1\r\nHost: x\r\nX-Queue-Ticket: {ticket}\r\n\r\n\
+             GET /v1/queues/{queue}/entries/m-1?ignored=1 HTTP/1.1\r\nHost: x\r\nX-Queue-Ticket: {ticket}\r\n\r\n\
+             GET /v1/queues/Bad!Queue/entries/m-1 HTTP/1.1\r\nHost: x\r\n\r\n\
+             GET /v1/queues/{queue}/entries/m-1 HTTP/1.1\r\nHost: x\r\n\r\n\
+             GET /v1/queues/{queue}/entries/m-1 HTTP/1.1\r\nHost: x\r\nX-Queue-Ticket: {others}\r\n\r\n\
+             GET /v1/queues/{queue}/entries/m-1 HTTP/1.1\r\nHost: x\r\nX-Queue-Ticket: {tampered}\r\n\r\n"
         )
     };
     let mut lane_stream = TcpStream::connect(host_of(&app)).await.unwrap();
     lane_stream.write_all(polls("lane-a").as_bytes()).await.unwrap();
-    let lane = read_answers(&mut lane_stream, 3).await;
+    let lane = read_answers(&mut lane_stream, 6).await;
     // `/healthz` hands this connection to hyper first, so the same polls go through the router.
     let mut hyper_stream = TcpStream::connect(host_of(&app)).await.unwrap();
     hyper_stream
         .write_all(format!("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n{}", polls("lane-b")).as_bytes())
         .await
         .unwrap();
-    let hyper = read_answers(&mut hyper_stream, 4).await[1..].to_vec();
+    let hyper = read_answers(&mut hyper_stream, 7).await[1..].to_vec();
 
     assert!(lane[0].0.starts_with("HTTP/1.1 200 OK\r\n"), "{lane:?}");
     assert!(lane[0].0.contains("\r\nratelimit: \"poll\";r=0;"), "{lane:?}");
@@ -505,6 +515,20 @@ async fn the_fast_lane_answers_position_polls_as_hyper_and_the_router_do() {
     assert!(lane[2].0.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{lane:?}");
     assert!(lane[2].1.contains("queue"), "{lane:?}");
     assert_eq!(lane[2], hyper[2], "a refused queue name");
+    for (i, status, names) in [
+        (3, "401 Unauthorized", "missing"),
+        (4, "403 Forbidden", "another member"),
+        (5, "401 Unauthorized", "not a ticket"),
+    ] {
+        assert!(
+            lane[i].0.starts_with(&format!("HTTP/1.1 {status}\r\n")),
+            "{i}: {lane:?}"
+        );
+        assert!(lane[i].1.contains(names), "{i}: {lane:?}");
+        assert!(!lane[i].1.contains("rank"), "no position: {lane:?}");
+        let hyper_in_lane_a = (hyper[i].0.clone(), hyper[i].1.replace("lane-b", "lane-a"));
+        assert_eq!(lane[i], hyper_in_lane_a, "{i}");
+    }
 }
 
 /// Issue 13: entries take the fast lane too when their body came with the head, and answer what hyper
@@ -524,27 +548,37 @@ async fn the_fast_lane_answers_entries_as_hyper_and_the_router_do() {
             body.len()
         )
     };
+    let post_with_ticket = |queue: &str, member: &str| {
+        let body = format!(r#"{{"memberId":"{member}"}}"#);
+        format!(
+            "POST /v1/queues/{queue}/entries HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             X-Queue-Ticket: {}\r\nContent-Length: {}\r\n\r\n{body}",
+            app.ticket(queue, member),
+            body.len()
+        )
+    };
     let entries = |queue: &str| {
         [
             post(queue, r#"{"memberId":"m-1"}"#),
             post(queue, r#"{"memberId":"m-2"}"#),
-            post(queue, r#"{"memberId":"m-1"}"#),
+            post_with_ticket(queue, "m-1"),
             post(queue, r#"{"memberId":"m-3","memberId":"m-4"}"#),
             post(queue, r#"{"memberId":7}"#),
             post(queue, "not json"),
             post("Bad!Queue", r#"{"memberId":"m-1"}"#),
+            post(queue, r#"{"memberId":"m-2"}"#),
         ]
         .concat()
     };
     let mut lane_stream = TcpStream::connect(host_of(&app)).await.unwrap();
     lane_stream.write_all(entries("lane-a").as_bytes()).await.unwrap();
-    let lane = read_answers(&mut lane_stream, 7).await;
+    let lane = read_answers(&mut lane_stream, 8).await;
     let mut hyper_stream = TcpStream::connect(host_of(&app)).await.unwrap();
     hyper_stream
         .write_all(format!("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n{}", entries("lane-b")).as_bytes())
         .await
         .unwrap();
-    let hyper = read_answers(&mut hyper_stream, 8).await[1..].to_vec();
+    let hyper = read_answers(&mut hyper_stream, 9).await[1..].to_vec();
 
     for (i, (lane, hyper)) in lane.iter().zip(&hyper).take(3).enumerate() {
         assert!(lane.0.starts_with("HTTP/1.1 200 OK\r\n"), "{i}: {lane:?}");
@@ -562,6 +596,17 @@ async fn the_fast_lane_answers_entries_as_hyper_and_the_router_do() {
         );
     }
     assert_eq!(position(&lane[2].1)["currentTotalWaitingCount"], 2, "{lane:?}");
+    // Issue 29: every entry answer names its member and carries its ticket; a member already in the
+    // queue is answered only to its own ticket.
+    assert_eq!(position(&lane[1].1)["memberId"], "m-2", "{lane:?}");
+    let ticket: serde_json::Value = serde_json::from_str(&lane[1].1).unwrap();
+    assert_eq!(ticket["ticket"], app.ticket("lane-a", "m-2").as_str());
+    assert!(lane[7].0.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{lane:?}");
+    assert!(
+        lane[7].1.contains("already in this queue") && !lane[7].1.contains("rank"),
+        "{lane:?}"
+    );
+    assert_eq!(lane[7], hyper[7], "a held id without its ticket");
     for (i, field) in [(3, "memberId"), (4, "memberId"), (5, "body"), (6, "queue")] {
         assert!(
             lane[i].0.starts_with("HTTP/1.1 400 Bad Request\r\n"),

@@ -31,12 +31,7 @@ async fn put_settings(app: &TestApp, body: Value) {
 }
 
 async fn position(app: &TestApp, member: &str) -> Value {
-    let response = app
-        .client
-        .get(format!("{}/v1/queues/resumed/entries/{member}", app.address))
-        .send()
-        .await
-        .unwrap();
+    let response = app.get(&format!("/v1/queues/resumed/entries/{member}")).await;
     assert_eq!(response.status(), 200);
     response.json().await.unwrap()
 }

@@ -61,6 +61,9 @@ fn start_server(data_dir: &std::path::Path) -> Result<(Server, String), String> 
 struct Client {
     http: reqwest::Client,
     address: String,
+    /// Each entered member's ticket (SPEC 2.2), by member id: sent with the member's polls, as the
+    /// member's own client would, before and after the restart.
+    tickets: std::collections::HashMap<String, String>,
 }
 
 /// An answer: status and JSON body (a non-JSON body fails the test: every answer here is JSON).
@@ -170,6 +173,16 @@ impl Client {
             .await
     }
 
+    /// A GET with `member`'s ticket.
+    async fn get_as(&self, member: &str, path: &str) -> Answer {
+        let ticket = self.tickets.get(member).map_or("", String::as_str);
+        let request = self
+            .http
+            .get(format!("{}{path}", self.address))
+            .header("x-queue-ticket", ticket);
+        self.send(request, path).await
+    }
+
     async fn admin_get(&self, path: &str) -> Answer {
         let request = self
             .http
@@ -270,7 +283,7 @@ async fn snapshot(client: &Client, day: &str, hour: &str) -> Vec<(String, Value)
     reads.push(("ranker popular".into(), ranker.body));
     for member in ["m1", "m2"] {
         let path = format!("/v1/queues/hostile-q/entries/{member}");
-        let answer = client.get(&path).await;
+        let answer = client.get_as(member, &path).await;
         assert_eq!(answer.status, 200, "{path}: {}", answer.body);
         let view = json!({"status": answer.body["status"], "rank": answer.body["rank"],
             "waiting": answer.body["currentTotalWaitingCount"]});
@@ -284,9 +297,10 @@ async fn hostile_batches_and_requests_leave_answers_unchanged_across_a_sigkill_r
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let (mut server, address) = start_server(&data_dir).unwrap();
-    let client = Client {
+    let mut client = Client {
         http: reqwest::Client::new(),
         address,
+        tickets: std::collections::HashMap::new(),
     };
     let now = now_millis();
     let (day, hour) = (day_key(now), hour_key(now));
@@ -618,6 +632,10 @@ async fn hostile_batches_and_requests_leave_answers_unchanged_across_a_sigkill_r
             )
             .await;
         must(answer.status(200, "entering"));
+        let ticket = answer.body["ticket"]
+            .as_str()
+            .expect("an entry answers its ticket");
+        client.tickets.insert(member.to_owned(), ticket.to_owned());
     }
     let answer = client
         .post_json(
@@ -625,7 +643,9 @@ async fn hostile_batches_and_requests_leave_answers_unchanged_across_a_sigkill_r
             r#"{"memberId":"m1","token":"forged"}"#,
         )
         .await;
-    must(answer.status(401, "a forged token"));
+    must(answer.status(401, "a forged token (and no ticket)"));
+    let answer = client.get("/v1/queues/hostile-q/entries/m1").await;
+    must(answer.status(401, "a poll without the member's ticket"));
     let answer = client
         .post_json(
             "/v1/queues/hostile-q/tokens/consume",
@@ -692,6 +712,7 @@ async fn hostile_batches_and_requests_leave_answers_unchanged_across_a_sigkill_r
     let client = Client {
         http: client.http,
         address,
+        tickets: client.tickets,
     };
     let ready = client.get("/readyz").await;
     assert_eq!(ready.status, 200, "{}", ready.body);

@@ -49,12 +49,11 @@ async fn put_settings(app: &TestApp, queue: &str, body: Value) {
 
 async fn enter(app: &TestApp, queue: &str, member: &str) -> Value {
     let response = app
-        .client
-        .post(format!("{}/v1/queues/{queue}/entries", app.address))
-        .json(&json!({ "memberId": member }))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            &format!("/v1/queues/{queue}/entries"),
+            &json!({ "memberId": member }),
+        )
+        .await;
     assert_eq!(response.status(), 200);
     response.json().await.unwrap()
 }
@@ -150,6 +149,7 @@ async fn a_member_stream_follows_admission_with_heartbeats_and_a_limit_on_embedd
     let open = |member: &str| {
         app.client
             .get(format!("{}/v1/queues/push/entries/{member}/events", app.address))
+            .header("x-queue-ticket", app.ticket("push", member))
             .send()
     };
     let mut tabs = Vec::new();

@@ -26,12 +26,11 @@ async fn put(app: &TestApp, queue: &str, body: &Value) -> (u16, Value) {
 
 async fn enter(app: &TestApp, queue: &str, member: &str) -> Value {
     let response = app
-        .client
-        .post(format!("{}/v1/queues/{queue}/entries", app.address))
-        .json(&json!({ "memberId": member }))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            &format!("/v1/queues/{queue}/entries"),
+            &json!({ "memberId": member }),
+        )
+        .await;
     assert_eq!(response.status(), 200, "entry of {member}");
     response.json().await.unwrap()
 }

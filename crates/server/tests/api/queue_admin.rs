@@ -79,6 +79,7 @@ async fn admins_list_counts_and_remove_members(app: &TestApp, queue: &str) {
     let (status, _) = send(
         client
             .post(format!("{base}/v1/queues/{queue}/tokens/claim"))
+            .header("x-queue-ticket", app.ticket(queue, "m-1"))
             .json(&json!({ "memberId": "m-1", "token": first["entryToken"] })),
     )
     .await;
@@ -86,6 +87,7 @@ async fn admins_list_counts_and_remove_members(app: &TestApp, queue: &str) {
     let (status, _) = send(
         client
             .post(format!("{base}/v1/queues/{queue}/tokens/claim"))
+            .header("x-queue-ticket", app.ticket(queue, "m-3"))
             .json(&json!({ "memberId": "m-3", "token": third["entryToken"] })),
     )
     .await;

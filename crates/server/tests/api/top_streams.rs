@@ -35,14 +35,9 @@ impl Drop for SseClient {
 }
 
 impl SseClient {
+    /// Opens `path` (a member's stream with the member's ticket, as its client sends it).
     pub async fn open(app: &TestApp, path: &str) -> SseClient {
-        let response = app
-            .client
-            .get(format!("{}{}", app.address, path))
-            .send()
-            .await
-            .unwrap();
-        SseClient::reading(response, path)
+        SseClient::reading(app.get(path).await, path)
     }
 
     /// Reads the event stream `response` (of a GET of `path`) as it arrives.

@@ -37,6 +37,7 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
     let entered: Value = app
         .client
         .post(format!("{queue}/entries"))
+        .header("x-queue-ticket", app.ticket("sale", "m-1"))
         .json(&json!({ "memberId": "m-1" }))
         .send()
         .await
@@ -49,6 +50,7 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
     let again: Value = app
         .client
         .post(format!("{queue}/entries"))
+        .header("x-queue-ticket", app.ticket("sale", "m-1"))
         .json(&json!({ "memberId": "m-1" }))
         .send()
         .await
@@ -57,6 +59,28 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
         .await
         .unwrap();
     assert_eq!(again["rank"], 0, "entering twice keeps the first position");
+    // Issue 29 on Redis: without the member's ticket, nothing about the member, and no second entry.
+    for (method, path) in [
+        (reqwest::Method::GET, format!("{queue}/entries/m-1")),
+        (reqwest::Method::DELETE, format!("{queue}/entries/m-1")),
+        (reqwest::Method::GET, format!("{queue}/entries/m-1/events")),
+    ] {
+        let refused = app.client.request(method.clone(), &path).send().await.unwrap();
+        assert_eq!(refused.status(), 401, "{method} {path}");
+        let body: Value = refused.json().await.unwrap();
+        assert!(
+            body["error"].as_str().unwrap().starts_with("X-Queue-Ticket"),
+            "{body}"
+        );
+    }
+    let stolen = app
+        .client
+        .post(format!("{queue}/entries"))
+        .json(&json!({ "memberId": "m-1" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stolen.status(), 401, "a held id without its ticket");
     let resumed = app
         .client
         .put(&settings)
@@ -71,6 +95,7 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
         let response = app
             .client
             .get(format!("{queue}/entries/m-1"))
+            .header("x-queue-ticket", app.ticket("sale", "m-1"))
             .send()
             .await
             .unwrap();
@@ -87,6 +112,7 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
     let claim = app
         .client
         .post(format!("{queue}/tokens/claim"))
+        .header("x-queue-ticket", app.ticket("sale", "m-1"))
         .json(&json!({ "memberId": "m-1", "token": token }))
         .send()
         .await
@@ -96,6 +122,7 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
     let second = app
         .client
         .post(format!("{queue}/tokens/claim"))
+        .header("x-queue-ticket", app.ticket("sale", "m-1"))
         .json(&json!({ "memberId": "m-1", "token": token }))
         .send()
         .await
@@ -104,6 +131,7 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
     let consumed = app
         .client
         .post(format!("{queue}/tokens/consume"))
+        .header("x-queue-ticket", app.ticket("sale", "m-1"))
         .json(&json!({ "memberId": "m-1", "claimId": claim["claimId"] }))
         .send()
         .await
@@ -114,6 +142,7 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
         let stranger = app
             .client
             .post(format!("{queue}/tokens/{op}"))
+            .header("x-queue-ticket", app.ticket("sale", "m-1"))
             .json(&json!({ "memberId": "m-1", "claimId": "not-a-claim" }))
             .send()
             .await

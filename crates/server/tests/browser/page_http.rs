@@ -71,6 +71,28 @@ async fn hostile_queue_names_parameters_and_member_ids_get_a_400_naming_the_fiel
         let error = body["error"].as_str().unwrap();
         assert!(error.contains(field), "{path}: {error}");
     }
+    // Issue 29: a member id alone proves nothing on the page either: without the member's ticket the
+    // page does not show (or enter) that member.
+    for (headers, status) in [
+        (vec![("x-member-id", "m-1")], 401),
+        (vec![("x-member-id", "m-1"), ("x-queue-ticket", "forged")], 401),
+    ] {
+        let response = get(&app, "/wait/sale", &headers).await;
+        assert_eq!(response.status(), status, "{headers:?}");
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            body["error"].as_str().unwrap().starts_with("X-Queue-Ticket"),
+            "{body}"
+        );
+    }
+    let others = app.ticket("sale", "m-2");
+    let response = get(
+        &app,
+        "/wait/sale",
+        &[("x-member-id", "m-1"), ("x-queue-ticket", &others)],
+    )
+    .await;
+    assert_eq!(response.status(), 403, "another member's ticket");
     // Unknown parameters (trackers' utm_…) are ignored, not refused.
     assert_eq!(get(&app, "/wait/sale?utm_source=x", &[]).await.status(), 200);
     // The largest `first` is a rank like any other, not an overflow.
@@ -92,10 +114,12 @@ async fn request_derived_and_configured_strings_are_escaped_into_the_html() {
         }];
     })
     .await;
+    let hostile_member = "\"><img src=x onerror=alert(2)>&amp;";
+    let ticket = app.ticket("sale", hostile_member);
     let response = get(
         &app,
         "/wait/sale",
-        &[("x-member-id", "\"><img src=x onerror=alert(2)>&amp;")],
+        &[("x-member-id", hostile_member), ("x-queue-ticket", &ticket)],
     )
     .await;
     assert_eq!(response.status(), 200);
@@ -327,6 +351,7 @@ async fn the_gate_accepts_the_cookie_token_exactly_once_and_headers_take_precede
     let position: Value = app
         .client
         .get(format!("{}/v1/queues/sale/entries/api-1", app.address))
+        .header("x-queue-ticket", app.ticket("sale", "api-1"))
         .send()
         .await
         .unwrap()
@@ -338,6 +363,7 @@ async fn the_gate_accepts_the_cookie_token_exactly_once_and_headers_take_precede
         .client
         .post(format!("{}/orders", app.address))
         .header("x-member-id", "api-1")
+        .header("x-queue-ticket", app.ticket("sale", "api-1"))
         .header("x-entry-token", api_token)
         .json(&json!({}))
         .send()

@@ -92,6 +92,9 @@ fn role_of(roll: u32) -> Role {
 /// Shared by every client task.
 struct Ctx {
     http: reqwest::Client,
+    /// Signs each member's ticket as the instances do (they share `TOKEN_SECRET`): a member's calls
+    /// show it, as its client keeps the one its entry answered with (an entry it hung up on included).
+    tickets: rankgate::waiting_room::ticket::TicketKey,
     addresses: RwLock<Vec<String>>,
     history: Mutex<History>,
     stop: AtomicBool,
@@ -191,10 +194,18 @@ impl Ctx {
         format!("{}/v1/queues/{QUEUE}{rest}", self.address(instance))
     }
 
+    /// The ticket of `member`, the credential every call for it shows (SPEC 2.2).
+    fn ticket(&self, member: &str) -> String {
+        let queue = rankgate_core::queue::QueueName::parse(QUEUE).expect("the soak's queue");
+        let member = rankgate_core::ids::MemberId::parse(member).expect("a soak member id");
+        self.tickets.issue(&queue, &member)
+    }
+
     async fn enter(&self, member: &str, instance: usize, timeout: Duration) -> Answer {
         let request = self
             .http
             .post(self.queue_url(instance, "/entries"))
+            .header("x-queue-ticket", self.ticket(member))
             .json(&json!({ "memberId": member }));
         self.call(Op::Enter, member, instance, request, timeout).await
     }
@@ -202,14 +213,16 @@ impl Ctx {
     async fn poll(&self, member: &str, instance: usize) -> Answer {
         let request = self
             .http
-            .get(self.queue_url(instance, &format!("/entries/{member}")));
+            .get(self.queue_url(instance, &format!("/entries/{member}")))
+            .header("x-queue-ticket", self.ticket(member));
         self.call(Op::Poll, member, instance, request, NORMAL).await
     }
 
     async fn leave(&self, member: &str, instance: usize) -> Answer {
         let request = self
             .http
-            .delete(self.queue_url(instance, &format!("/entries/{member}")));
+            .delete(self.queue_url(instance, &format!("/entries/{member}")))
+            .header("x-queue-ticket", self.ticket(member));
         self.call(Op::Leave, member, instance, request, NORMAL).await
     }
 
@@ -217,6 +230,7 @@ impl Ctx {
         let request = self
             .http
             .post(self.queue_url(instance, "/tokens/claim"))
+            .header("x-queue-ticket", self.ticket(member))
             .json(&json!({ "memberId": member, "token": token }));
         let op = Op::Claim {
             token: token.to_string(),
@@ -235,6 +249,7 @@ impl Ctx {
         let request = self
             .http
             .post(self.queue_url(instance, &format!("/tokens/{what}")))
+            .header("x-queue-ticket", self.ticket(member))
             .json(&json!({ "memberId": member, "claimId": claim_id }));
         let claim_id = claim_id.to_string();
         let op = if what == "consume" {
@@ -250,6 +265,7 @@ impl Ctx {
             .http
             .post(format!("{}/orders", self.address(instance)))
             .header("x-member-id", member)
+            .header("x-queue-ticket", self.ticket(member))
             .header("x-entry-token", token)
             .body("{\"sku\":\"soak\"}");
         let op = Op::Order {
@@ -565,6 +581,16 @@ async fn three_instances_on_one_redis_survive_a_kill_and_a_pause_with_every_inva
             .no_proxy()
             .build()
             .expect("http client"),
+        tickets: {
+            use base64::Engine as _;
+            let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(TOKEN_SECRET)
+                .expect("TOKEN_SECRET is URL-safe base64");
+            let secret = rankgate_store::queue::token::TokenSecret::from_bytes(
+                bytes.try_into().expect("TOKEN_SECRET is 32 bytes"),
+            );
+            rankgate::waiting_room::ticket::TicketKey::derived_from(&secret)
+        },
         addresses: RwLock::new(Vec::new()),
         history: Mutex::new(History::default()),
         stop: AtomicBool::new(false),

@@ -195,10 +195,46 @@ impl TestApp {
         format!("{}{}", self.address, path_and_query)
     }
 
-    /// GET.
+    /// The ticket an entry of `member` into `queue` answers with (SPEC 2.2), from the app's own keys:
+    /// what a client that entered keeps. Every instance sharing the token secret accepts it.
+    pub fn ticket(&self, queue: &str, member: &str) -> String {
+        let queue = rankgate_core::queue::QueueName::parse(queue).expect("a queue name");
+        let member = rankgate_core::ids::MemberId::parse(member).expect("a member id");
+        self.state.waiting_room.ticket_for(&queue, &member)
+    }
+
+    /// `request` with the ticket of the member a member path (or a token call's body) names, as the
+    /// member's own client sends it. Tests of the credential itself use `client` directly.
+    pub fn with_ticket(
+        &self,
+        request: reqwest::RequestBuilder,
+        path: &str,
+        body: Option<&Value>,
+    ) -> reqwest::RequestBuilder {
+        let Some(rest) = path.strip_prefix("/v1/queues/") else {
+            return request;
+        };
+        let rest = rest.split('?').next().unwrap_or(rest);
+        let mut parts = rest.split('/');
+        let queue = parts.next().unwrap_or_default();
+        let member = match (parts.next(), parts.next()) {
+            (Some("entries"), Some(member)) => Some(member.to_owned()),
+            (Some("entries" | "tokens"), _) => body.and_then(|b| b["memberId"].as_str()).map(str::to_owned),
+            _ => None,
+        };
+        let valid = |member: &str| {
+            rankgate_core::queue::QueueName::parse(queue).is_ok()
+                && rankgate_core::ids::MemberId::parse(member).is_ok()
+        };
+        match member.filter(|member| valid(member)) {
+            Some(member) => request.header("x-queue-ticket", self.ticket(queue, &member)),
+            None => request,
+        }
+    }
+
+    /// GET (with the member's ticket on a member path).
     pub async fn get(&self, path_and_query: &str) -> reqwest::Response {
-        self.client
-            .get(self.url(path_and_query))
+        self.with_ticket(self.client.get(self.url(path_and_query)), path_and_query, None)
             .send()
             .await
             .unwrap_or_else(|e| panic!("GET {path_and_query}: {e}"))
@@ -213,11 +249,9 @@ impl TestApp {
         body
     }
 
-    /// POST a JSON body.
+    /// POST a JSON body (with the member's ticket on a member call).
     pub async fn post_json(&self, path: &str, body: &Value) -> reqwest::Response {
-        self.client
-            .post(self.url(path))
-            .json(body)
+        self.with_ticket(self.client.post(self.url(path)).json(body), path, Some(body))
             .send()
             .await
             .unwrap_or_else(|e| panic!("POST {path}: {e}"))
@@ -233,10 +267,9 @@ impl TestApp {
             .unwrap_or_else(|e| panic!("PUT {path}: {e}"))
     }
 
-    /// DELETE.
+    /// DELETE (with the member's ticket on a member path).
     pub async fn delete(&self, path: &str) -> reqwest::Response {
-        self.client
-            .delete(self.url(path))
+        self.with_ticket(self.client.delete(self.url(path)), path, None)
             .send()
             .await
             .unwrap_or_else(|e| panic!("DELETE {path}: {e}"))

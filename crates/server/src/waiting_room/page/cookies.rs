@@ -65,14 +65,9 @@ impl VisitorKey {
     /// A fresh visitor id and its cookie value.
     #[must_use]
     pub fn issue(&self) -> (MemberId, String) {
-        let mut bytes = [0u8; 16];
-        rand::rng().fill_bytes(&mut bytes);
-        let id = format!("{VISITOR_ID_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes));
-        let value = format!("{id}.{}", self.signature(&id));
-        (
-            MemberId::parse(&id).expect("a visitor id is a valid member id"),
-            value,
-        )
+        let id = new_visitor_id();
+        let value = format!("{id}.{}", self.signature(id.as_str()));
+        (id, value)
     }
 
     /// The member id of a cookie value, if its signature verifies (compared in constant time).
@@ -98,6 +93,16 @@ impl VisitorKey {
     }
 }
 
+/// A member id rankgate picks: `v-` and 128 random bits (a visitor of the page, or an entry that named no
+/// member).
+#[must_use]
+pub fn new_visitor_id() -> MemberId {
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    MemberId::parse(&format!("{VISITOR_ID_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes)))
+        .expect("a visitor id is a valid member id")
+}
+
 /// The token cookie's name for `queue`.
 #[must_use]
 pub fn token_cookie_name(queue: &QueueName) -> String {
@@ -108,10 +113,20 @@ pub fn token_cookie_name(queue: &QueueName) -> String {
 /// header that is not ASCII is skipped, at most [`MAX_COOKIES_READ`] pairs are looked at).
 #[must_use]
 pub fn cookie_values<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
-    headers
-        .get_all(axum::http::header::COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
+    values_in(
+        headers
+            .get_all(axum::http::header::COOKIE)
+            .iter()
+            .filter_map(|value| value.to_str().ok()),
+        name,
+    )
+}
+
+/// [`cookie_values`] over `Cookie` header values however they were read (hyper's map, the fast path's
+/// head).
+#[must_use]
+pub fn values_in<'a>(cookie_headers: impl Iterator<Item = &'a str>, name: &str) -> Vec<&'a str> {
+    cookie_headers
         .flat_map(|header| header.split(';'))
         .take(MAX_COOKIES_READ)
         .filter_map(move |pair| {

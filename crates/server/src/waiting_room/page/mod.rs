@@ -36,6 +36,7 @@ use rankgate_core::queue::{MemberStatus, QueueName};
 
 use self::config::{CookieSecure, Pages};
 use self::cookies::VisitorKey;
+use super::identity::Credential;
 use super::service::WaitingRoom;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::route_table::{self, Endpoint};
@@ -122,12 +123,17 @@ fn first_rank_of(uri: &Uri) -> ApiResult<Option<u64>> {
     Ok(first)
 }
 
-/// The member: the gateway's `X-Member-Id`, else a verified visitor cookie; `None` means issue one.
-fn member_of(state: &PageState, headers: &HeaderMap) -> ApiResult<Option<MemberId>> {
+/// The member: `X-Member-Id` with that member's credential (its `X-Queue-Ticket`; a member id alone
+/// proves nothing, see `identity`), else a verified visitor cookie; `None` means issue one.
+fn member_of(state: &PageState, queue: &QueueName, headers: &HeaderMap) -> ApiResult<Option<MemberId>> {
     if let Some(raw) = headers.get("x-member-id") {
         let raw = std::str::from_utf8(raw.as_bytes())
             .map_err(|_| ApiError::bad_field("X-Member-Id", "must be UTF-8"))?;
-        return WaitingRoom::parse_member("X-Member-Id", raw.trim()).map(Some);
+        let member = WaitingRoom::parse_member("X-Member-Id", raw.trim())?;
+        state
+            .room
+            .authorize(queue, &member, &Credential::of_headers(headers))?;
+        return Ok(Some(member));
     }
     Ok(state.visitor_key.visitor_of(headers))
 }
@@ -142,7 +148,7 @@ async fn waiting_page(
     let first_rank = first_rank_of(&uri)?;
     let secure = cookies::secure_for(state.cookie_secure, &uri, &headers);
     let mut set_cookies = Vec::new();
-    let member = match member_of(&state, &headers)? {
+    let member = match member_of(&state, &queue, &headers)? {
         Some(member) => member,
         None => {
             let (member, value) = state.visitor_key.issue();
