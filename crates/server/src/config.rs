@@ -51,7 +51,7 @@ pub struct Config {
 }
 
 /// `value` of config key `key` within `range`, or an error naming the key.
-fn bounded<T: PartialOrd + std::fmt::Display + Copy>(
+pub(crate) fn bounded<T: PartialOrd + std::fmt::Display + Copy>(
     key: &str,
     value: T,
     range: std::ops::RangeInclusive<T>,

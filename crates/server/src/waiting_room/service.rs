@@ -51,7 +51,7 @@ pub struct WaitingRoom {
     pub(crate) identity: Identity,
     /// Set when running on the embedded backend, for its drill hooks.
     embedded: Option<Arc<EmbeddedStore>>,
-    /// Set when running on Redis: a poll is then one script (position + poll limit) instead of two.
+    /// Set when running on Redis, for the demos' key cleanup (requests reach Redis through `queues`).
     pub(crate) redis: Option<Arc<RedisStore>>,
     /// Last fail mode seen per queue: when the store is down it cannot be asked, yet the gate must decide.
     fail_modes: Mutex<HashMap<QueueName, FailMode>>,

@@ -27,6 +27,8 @@ pub mod status;
 
 use serde::Deserialize;
 
+use crate::config::bounded;
+
 /// Config-file keys this module reads (the top-level `kafka*` keys).
 pub const FILE_KEYS: [&str; 8] = [
     "kafka",
@@ -148,20 +150,6 @@ impl KafkaConfig {
             session_timeout_millis,
         }))
     }
-}
-
-fn bounded<T: PartialOrd + std::fmt::Display + Copy>(
-    key: &str,
-    value: T,
-    range: std::ops::RangeInclusive<T>,
-) -> anyhow::Result<T> {
-    anyhow::ensure!(
-        range.contains(&value),
-        "{key} must be {} to {}, got {value}",
-        range.start(),
-        range.end()
-    );
-    Ok(value)
 }
 
 /// `HOST:PORT[,HOST:PORT…]`; whitespace around each entry is ignored.
