@@ -14,6 +14,7 @@
 use axum::http::HeaderMap;
 use rankgate_core::ids::MemberId;
 use rankgate_core::queue::QueueName;
+use rankgate_store::queue::Placement;
 
 use super::page::cookies::{self, VisitorKey};
 use super::ticket::{TicketKey, TicketRefusal};
@@ -54,6 +55,13 @@ impl<'a> Credential<'a> {
         cookies::values_in(self.headers.get_all_str("cookie"), cookies::VISITOR_COOKIE)
     }
 
+    /// The place the request's ticket names (see [`super::ticket`]): meaningful only once
+    /// [`Identity::authorize`] accepted the credential; `None` without a ticket.
+    #[must_use]
+    pub fn claimed_placement(&self) -> Option<Placement> {
+        self.ticket.and_then(TicketKey::placement)
+    }
+
     /// Whether the request showed anything at all.
     #[must_use]
     pub fn is_empty(&self) -> bool {
@@ -81,10 +89,18 @@ impl Identity {
         &self.visitors
     }
 
-    /// The ticket of `member` in `queue`, for an entry's answer.
+    /// The ticket of `member` in `queue` at `placement`, for an entry's answer.
     #[must_use]
-    pub fn ticket_for(&self, queue: &QueueName, member: &MemberId) -> String {
-        self.tickets.issue(queue, member)
+    pub fn ticket_for(&self, queue: &QueueName, member: &MemberId, placement: Option<Placement>) -> String {
+        self.tickets.issue(queue, member, placement)
+    }
+
+    /// Whether `ticket` is `member`'s in `queue` (the waiting page's ticket cookie).
+    #[must_use]
+    pub fn ticket_proves(&self, queue: &QueueName, member: &MemberId, ticket: &str) -> bool {
+        self.tickets
+            .check(ticket.as_bytes(), queue.as_str(), member.as_str())
+            .is_ok()
     }
 
     /// Ok when `credential` proves `member` of `queue`; 401 when it proves nobody, 403 when it proves
