@@ -4,7 +4,7 @@
 -- The epoch is retired (KEYS[7], kept 30 days): its tickets name no place to come back to.
 local existed = redis.call('EXISTS', META)
 if existed == 1 then
-  redis.call('SADD', KEYS[7], tostring(epoch()))
+  redis.call('SADD', KEYS[7], int(epoch()))
   redis.call('EXPIRE', KEYS[7], 2592000)
 end
 redis.call('UNLINK', META, WAITING, HOLDERS, DEADLINES, ARRIVALS, ADMITTED)

@@ -13,7 +13,7 @@ local now = guarded_now()
 local member, lost, score = ARGV[12], ARGV[13], tonumber(ARGV[14])
 local st = state_of(member)
 local entered, restored = 0, 0
-local lost_here = tostring(epoch()) ~= lost and redis.call('SISMEMBER', KEYS[7], lost) == 0
+local lost_here = epoch() ~= tonumber(lost) and redis.call('SISMEMBER', KEYS[7], lost) == 0
 if lost_here and (st.kind == 'N' or (st.kind == 'W' and st.seq >= 0)) then
   if redis.call('HSETNX', META, 'restored:' .. lost .. ':' .. member, '1') == 1 then
     if st.kind == 'W' then
