@@ -90,27 +90,25 @@ impl KeptSettings {
         managed: Option<bool>,
     ) -> Observed {
         let mut state = self.state.lock();
-        let entry = state
-            .queues
-            .entry(queue.as_str().to_owned())
-            .or_insert_with(|| Kept {
-                settings: settings.clone(),
-                epoch: epoch.unwrap_or(0),
-                managed: managed.unwrap_or(false),
-            });
-        let before = entry.clone();
+        let previous = state.queues.get(queue.as_str()).cloned();
+        let mut next = previous.clone().unwrap_or(Kept {
+            settings: settings.clone(),
+            epoch: 0,
+            managed: false,
+        });
         let mut observed = Observed::Same;
-        entry.settings = settings.clone();
+        next.settings = settings.clone();
         if let Some(epoch) = epoch {
-            if entry.epoch != 0 && entry.epoch != epoch {
-                observed = Observed::EpochChanged(entry.epoch);
+            if next.epoch != 0 && next.epoch != epoch {
+                observed = Observed::EpochChanged(next.epoch);
             }
-            entry.epoch = epoch;
+            next.epoch = epoch;
         }
         if let Some(managed) = managed {
-            entry.managed = managed;
+            next.managed = managed;
         }
-        if *entry != before {
+        if previous.as_ref() != Some(&next) {
+            state.queues.insert(queue.as_str().to_owned(), next);
             if let Err(e) = write(&state) {
                 tracing::warn!(error = %e, "could not write the kept queue settings");
             }
