@@ -110,6 +110,66 @@ impl LocalRedis {
     }
 }
 
+/// One `redis-server` of a test's own that can be stopped and started again empty on the same port: what
+/// a Redis restarted without persistence, or failed over to an empty replica, looks like to its clients
+/// (issue 29, places that survive the store). Stopped when dropped.
+pub struct RestartableRedis {
+    /// Its port, the same across restarts.
+    pub port: u16,
+    watchdog: Option<(Child, std::process::ChildStdin)>,
+    restarts: u32,
+}
+
+impl RestartableRedis {
+    /// Starts it on a spare port and waits until it answers PING.
+    pub fn start() -> RestartableRedis {
+        let mut redis = RestartableRedis {
+            port: spare_ports(1)[0],
+            watchdog: None,
+            restarts: 0,
+        };
+        redis.up();
+        redis
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts it (empty) and waits until it answers PING.
+    pub fn up(&mut self) {
+        let dir = std::env::temp_dir().join(format!(
+            "rankgate-restartable-{}-{}-{}",
+            std::process::id(),
+            self.port,
+            self.restarts
+        ));
+        std::fs::create_dir_all(&dir).expect("redis dir");
+        self.watchdog = Some(spawn_watched_server(self.port, &dir, false));
+        let url = self.url();
+        wait_until(Duration::from_secs(20), "the restartable redis", || {
+            let mut connection = redis::Client::open(url.as_str()).ok()?.get_connection().ok()?;
+            redis::cmd("PING").query::<String>(&mut connection).ok()
+        });
+    }
+
+    /// Stops it and waits until it has exited: everything it held is gone.
+    pub fn down(&mut self) {
+        if let Some((mut child, stdin)) = self.watchdog.take() {
+            drop(stdin);
+            let _ = child.wait();
+        }
+        self.restarts += 1;
+    }
+}
+
+impl Drop for RestartableRedis {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
 /// Starts one `redis-server` on `port` (no persistence, files in `dir`) under a watchdog `sh`; dropping
 /// the returned stdin stops the server and deletes `dir`.
 pub fn spawn_watched_server(

@@ -12,64 +12,11 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::helpers::*;
-use crate::redis_servers::{spare_ports, spawn_watched_server, wait_until};
+use crate::redis_servers::RestartableRedis;
 
 const SECRET: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
 const MEMBERS: usize = 300;
 const FRESH: usize = 40;
-
-/// A Redis of this test's own, on a port that stays the same across its restart.
-struct PrivateRedis {
-    port: u16,
-    watchdog: Option<(std::process::Child, std::process::ChildStdin)>,
-    restarts: u32,
-}
-
-impl PrivateRedis {
-    fn start() -> PrivateRedis {
-        let mut redis = PrivateRedis {
-            port: spare_ports(1)[0],
-            watchdog: None,
-            restarts: 0,
-        };
-        redis.up();
-        redis
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn up(&mut self) {
-        let dir = std::env::temp_dir().join(format!(
-            "rankgate-store-loss-{}-{}-{}",
-            std::process::id(),
-            self.port,
-            self.restarts
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        self.watchdog = Some(spawn_watched_server(self.port, &dir, false));
-        let url = self.url();
-        wait_until(Duration::from_secs(20), "the private redis", || {
-            let mut connection = redis::Client::open(url.as_str()).ok()?.get_connection().ok()?;
-            redis::cmd("PING").query::<String>(&mut connection).ok()
-        });
-    }
-
-    fn down(&mut self) {
-        if let Some((mut child, stdin)) = self.watchdog.take() {
-            drop(stdin);
-            let _ = child.wait();
-        }
-        self.restarts += 1;
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        self.down();
-    }
-}
 
 async fn enter(app: &TestApp, body: Value, ticket: Option<&str>) -> reqwest::Response {
     let mut request = app.client.post(app.url("/v1/queues/sale/entries")).json(&body);
@@ -97,7 +44,7 @@ async fn admin_view(app: &TestApp) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restarted_empty_mid_sale_gives_every_ticket_holder_its_place_back() {
-    let mut redis = PrivateRedis::start();
+    let mut redis = RestartableRedis::start();
     let url = redis.url();
     let mut apps = Vec::new();
     for _ in 0..3 {

@@ -287,3 +287,107 @@ async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
         assert!(bytes > 1_000, "{shot} is a real screenshot ({bytes} bytes)");
     }
 }
+
+/// Issue 29, places that survive the store, in a real browser: a shopper waits behind three members on
+/// a queue served from Redis; Redis is restarted empty; the three come back with their tickets and two
+/// newcomers enter. The page, with nothing done by the shopper, notices it is no longer in line, reloads,
+/// and its `HttpOnly` ticket cookie brings it back to its place: behind the three, ahead of the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_page_gets_its_place_back_after_redis_restarts_empty() {
+    let chromium = std::env::var("RANKGATE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        std::path::Path::new(&chromium).exists(),
+        "{chromium} is missing: `apt-get install -y chromium` (as .ci/run does)"
+    );
+    let mut redis = rankgate_testkit::redis_servers::RestartableRedis::start();
+    let (upstream, _orders) = spawn_upstream().await;
+    let url = redis.url();
+    let app = spawn_gated_app("sale", &upstream, move |config| {
+        config.redis = vec![url];
+        config.redis_prefix = "page-loss:".into();
+        config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
+    })
+    .await;
+    app.put_settings("sale", json!({ "paused": true })).await;
+    let mut tickets = Vec::new();
+    for member in ["m-1", "m-2", "m-3"] {
+        let answer: serde_json::Value = app
+            .client
+            .post(app.url("/v1/queues/sale/entries"))
+            .json(&json!({ "memberId": member }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        tickets.push((member, answer["ticket"].as_str().unwrap().to_owned()));
+    }
+    let mut child = tokio::process::Command::new("node")
+        .arg("store_loss.mjs")
+        .args([&app.address, "sale"])
+        .current_dir(browser_dir())
+        .env("RANKGATE_CHROMIUM", &chromium)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs (apt-get install nodejs)");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut stderr = child.stderr.take().expect("stderr");
+    let mut seen = Vec::new();
+    let run = async {
+        while let Some(line) = lines.next_line().await.expect("read node's stdout") {
+            if line == "WAITING 3" {
+                redis.down();
+                redis.up();
+                // Two newcomers first, then the three ticket holders: these go ahead of them.
+                for _ in 0..2 {
+                    let fresh = loop {
+                        let answer = app
+                            .client
+                            .post(app.url("/v1/queues/sale/entries"))
+                            .json(&json!({}))
+                            .send()
+                            .await
+                            .unwrap();
+                        if answer.status() != 503 {
+                            break answer;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    };
+                    assert_eq!(fresh.status(), 200);
+                }
+                for (member, ticket) in &tickets {
+                    let back = app
+                        .client
+                        .post(app.url("/v1/queues/sale/entries"))
+                        .header("x-queue-ticket", ticket)
+                        .json(&json!({ "memberId": member }))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(back.status(), 200, "{member}");
+                }
+                stdin.write_all(b"3\n").await.expect("tell node");
+                stdin.flush().await.expect("flush");
+            }
+            seen.push(line);
+        }
+        child.wait().await.expect("node exits")
+    };
+    let status = tokio::time::timeout(Duration::from_secs(150), run)
+        .await
+        .expect("the browser run finishes within 150 s");
+    let mut errors = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut errors)
+        .await
+        .ok();
+    assert!(status.success(), "the browser script failed: {errors}\nstdout: {seen:?}");
+    assert_eq!(seen.first().map(String::as_str), Some("WAITING 3"), "{seen:?}");
+    assert!(seen.iter().any(|l| l.starts_with("RECOVERED 3 ")), "{seen:?}");
+    let settings: serde_json::Value = app.get("/v1/admin/queues/sale").await.json().await.unwrap();
+    assert_eq!(settings["paused"], true, "the queue came back paused: {settings}");
+}
