@@ -296,7 +296,9 @@ fn error(error: &StoreError) -> Normalized {
 
 /// Stats with the epoch left out: each store draws its own (a random number, Redis's clock in µs), and
 /// only that it stays the same matters (`queue_store_loss.rs` checks when it changes).
-fn without_epoch(stats: Option<rankgate_store::queue::QueueStats>) -> Option<rankgate_store::queue::QueueStats> {
+fn without_epoch(
+    stats: Option<rankgate_store::queue::QueueStats>,
+) -> Option<rankgate_store::queue::QueueStats> {
     stats.map(|stats| rankgate_store::queue::QueueStats { epoch: 0, ..stats })
 }
 

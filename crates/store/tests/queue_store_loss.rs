@@ -60,24 +60,50 @@ async fn a_lost_queue_comes_back_paused_and_ticket_holders_get_their_places_back
     store.update_settings(&queue, &paused).await.unwrap().unwrap();
     let mut places = Vec::new();
     for i in 0..10 {
-        places.push(placement(&store.enter(&queue, &member(&format!("m{i}"))).await.unwrap()));
+        places.push(placement(
+            &store.enter(&queue, &member(&format!("m{i}"))).await.unwrap(),
+        ));
     }
     let lost_epoch = places[0].epoch;
     assert_ne!(lost_epoch, 0, "a new queue has an epoch");
-    assert_eq!(
-        store.stats(&queue).await.unwrap().unwrap().epoch,
-        lost_epoch
-    );
+    assert_eq!(store.stats(&queue).await.unwrap().unwrap().epoch, lost_epoch);
+
+    // Another queue opens in an hour, with a pre-queue.
+    let later = QueueName::parse("later").unwrap();
+    let opens_at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        + 3_600_000;
+    store
+        .draws()
+        .schedule_opening(&later, Some(opens_at_ms), rankgate_core::queue::DrawSeed([1; 32]))
+        .await
+        .unwrap();
 
     lose_everything(&prefix);
-    assert!(store.stats(&queue).await.unwrap().is_none(), "the store lost the queue");
+    assert!(
+        store.stats(&queue).await.unwrap().is_none(),
+        "the store lost the queue"
+    );
+    assert!(store.draws().draw_record(&later).await.unwrap().is_none());
+    store.enter(&later, &member("early")).await.unwrap();
+    let record = store.draws().draw_record(&later).await.unwrap();
+    assert_eq!(
+        record.map(|record| record.opens_at_ms),
+        Some(opens_at_ms),
+        "an opening still ahead is scheduled again"
+    );
 
     // The first entry after the loss makes the queue again, with the settings kept, not the defaults.
     let fresh = store.enter(&queue, &member("fresh-1")).await.unwrap();
     assert!(matches!(fresh, EnterOutcome::Entered(_)));
     let settings = store.settings(&queue).await.unwrap().unwrap();
     assert!(settings.paused, "a paused queue never comes back unpaused");
-    assert_eq!((settings.admit_per_second, settings.token_ttl_seconds), (0.5, 900));
+    assert_eq!(
+        (settings.admit_per_second, settings.token_ttl_seconds),
+        (0.5, 900)
+    );
     let epoch = store.stats(&queue).await.unwrap().unwrap().epoch;
     assert_ne!(epoch, lost_epoch, "the epoch tells the loss");
 
@@ -89,7 +115,11 @@ async fn a_lost_queue_comes_back_paused_and_ticket_holders_get_their_places_back
             .await
             .unwrap();
         assert!(matches!(back, EnterOutcome::Entered(_)));
-        assert_eq!(placement(&back).epoch, epoch, "the new ticket names the new epoch");
+        assert_eq!(
+            placement(&back).epoch,
+            epoch,
+            "the new ticket names the new epoch"
+        );
         store.enter(&queue, &member(&format!("fresh-{i}"))).await.unwrap();
     }
     let order = [

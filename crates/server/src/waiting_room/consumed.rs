@@ -67,7 +67,10 @@ mod tests {
         for i in 1..=MAX_REMEMBERED_CONSUMES {
             ledger.record(&queue, &member(i));
         }
-        assert!(!ledger.contains(&queue, &member(0)), "the oldest is forgotten first");
+        assert!(
+            !ledger.contains(&queue, &member(0)),
+            "the oldest is forgotten first"
+        );
         assert!(ledger.contains(&queue, &member(MAX_REMEMBERED_CONSUMES)));
     }
 }

@@ -321,7 +321,8 @@ impl WaitingRoom {
         let mut outcome = self.queues.enter(queue, member).await.map_err(store_error)?;
         if let Some(claimed) = claimed {
             let epoch_now = outcome.view().placement.map(|now| now.epoch);
-            if epoch_now.is_some_and(|epoch| epoch != claimed.epoch) && !self.consumed.contains(queue, member) {
+            if epoch_now.is_some_and(|epoch| epoch != claimed.epoch) && !self.consumed.contains(queue, member)
+            {
                 let entered_now = matches!(outcome, EnterOutcome::Entered(_));
                 outcome = self
                     .queues

@@ -140,7 +140,12 @@ impl TicketKey {
         } else {
             VERSION_HEX
         };
-        let tag = self.tag(version, queue.as_str().as_bytes(), &place_digits, member.as_bytes());
+        let tag = self.tag(
+            version,
+            queue.as_str().as_bytes(),
+            &place_digits,
+            member.as_bytes(),
+        );
         let mut ticket = String::with_capacity(MEMBER_AT + 2 * member.len());
         ticket.push(char::from(version));
         ticket.push_str(std::str::from_utf8(&tag).expect("hex digits"));
@@ -213,7 +218,9 @@ impl TicketKey {
             hex::decode_to_slice(member_text, named).map_err(|_| TicketRefusal::Invalid)?;
             named
         };
-        if named.len() <= MemberId::MAX_BYTES && self.genuine(version, presented, queue.as_bytes(), place, named) {
+        if named.len() <= MemberId::MAX_BYTES
+            && self.genuine(version, presented, queue.as_bytes(), place, named)
+        {
             Err(TicketRefusal::OtherMember)
         } else {
             Err(TicketRefusal::Invalid)
@@ -321,8 +328,18 @@ mod tests {
 
     #[test]
     fn register_hex_is_the_hex_crate_s() {
-        for word in [0, 1, 0x0123_4567_89ab_cdef, u64::MAX, 0xfedc_ba98_7654_3210, 0x9a9a_0000_ffff_1010] {
-            assert_eq!(hex_of_u64(word).as_slice(), hex::encode(word.to_be_bytes()).as_bytes());
+        for word in [
+            0,
+            1,
+            0x0123_4567_89ab_cdef,
+            u64::MAX,
+            0xfedc_ba98_7654_3210,
+            0x9a9a_0000_ffff_1010,
+        ] {
+            assert_eq!(
+                hex_of_u64(word).as_slice(),
+                hex::encode(word.to_be_bytes()).as_bytes()
+            );
         }
     }
 
@@ -333,21 +350,34 @@ mod tests {
         let plain = key(1).issue(&queue, &MemberId::parse("v-0a1B_.~").unwrap(), placement);
         assert!(plain.starts_with('3') && plain.ends_with("v-0a1B_.~"), "{plain}");
         assert_eq!(check(key(1), &plain, "sale", "v-0a1B_.~"), Ok(()));
-        assert_eq!(check(key(1), &plain, "sale", "v-0a1B_.x"), Err(TicketRefusal::OtherMember));
+        assert_eq!(
+            check(key(1), &plain, "sale", "v-0a1B_.x"),
+            Err(TicketRefusal::OtherMember)
+        );
         let spaced = key(1).issue(&queue, &MemberId::parse("a b").unwrap(), placement);
         assert!(spaced.starts_with('2') && spaced.ends_with("612062"), "{spaced}");
         assert_eq!(check(key(1), &spaced, "sale", "a b"), Ok(()));
         // The same id written the other way is not a ticket this key issued.
         let mut other_way = spaced.clone();
         other_way.replace_range(..1, "3");
-        assert_eq!(check(key(1), &other_way, "sale", "a b"), Err(TicketRefusal::Invalid));
+        assert_eq!(
+            check(key(1), &other_way, "sale", "a b"),
+            Err(TicketRefusal::Invalid)
+        );
     }
 
     #[test]
     fn the_longest_ids_fit_the_bound() {
         let queue = QueueName::parse(&"q".repeat(QueueName::MAX_BYTES)).unwrap();
         let member = MemberId::parse(&"é".repeat(MemberId::MAX_BYTES / 2)).unwrap();
-        let ticket = key(1).issue(&queue, &member, Some(Placement { epoch: u64::MAX - 1, place: i64::MIN }));
+        let ticket = key(1).issue(
+            &queue,
+            &member,
+            Some(Placement {
+                epoch: u64::MAX - 1,
+                place: i64::MIN,
+            }),
+        );
         assert_eq!(ticket.len(), MAX_TICKET_CHARS);
         assert_eq!(check(key(1), &ticket, queue.as_str(), member.as_str()), Ok(()));
     }

@@ -94,7 +94,12 @@ async fn a_redis_restarted_empty_mid_sale_gives_every_ticket_holder_its_place_ba
         .await
         .unwrap();
     assert_eq!(resumed.status(), 200);
-    apps[1].state.waiting_room.admit_queue_now(&rankgate_core::queue::QueueName::parse("sale").unwrap()).await.unwrap();
+    apps[1]
+        .state
+        .waiting_room
+        .admit_queue_now(&rankgate_core::queue::QueueName::parse("sale").unwrap())
+        .await
+        .unwrap();
     let paused_again = apps[2]
         .client
         .put(apps[2].url("/v1/admin/queues/sale"))
@@ -141,7 +146,11 @@ async fn a_redis_restarted_empty_mid_sale_gives_every_ticket_holder_its_place_ba
     redis.down();
     let refused = enter(&apps[0], json!({ "memberId": "m005" }), Some(&tickets["m005"])).await;
     assert_eq!(refused.status(), 503);
-    assert!(refused.headers().get("retry-after").is_some(), "{:?}", refused.headers());
+    assert!(
+        refused.headers().get("retry-after").is_some(),
+        "{:?}",
+        refused.headers()
+    );
     let refused = apps[1]
         .client
         .get(apps[1].url("/v1/queues/sale/entries/m005"))
@@ -177,11 +186,18 @@ async fn a_redis_restarted_empty_mid_sale_gives_every_ticket_holder_its_place_ba
         };
         assert_eq!(answer.status(), 200, "{member}");
         let answer: Value = answer.json().await.unwrap();
-        assert_eq!(answer["status"], "WAITING", "READY members come back WAITING: {answer}");
+        assert_eq!(
+            answer["status"], "WAITING",
+            "READY members come back WAITING: {answer}"
+        );
         assert!(answer["entryToken"].is_null());
         new_tickets.insert(member.clone(), answer["ticket"].as_str().unwrap().to_owned());
         if i % (MEMBERS / FRESH) == 0 {
-            let newcomer: Value = enter(&apps[(i + 1) % 3], json!({}), None).await.json().await.unwrap();
+            let newcomer: Value = enter(&apps[(i + 1) % 3], json!({}), None)
+                .await
+                .json()
+                .await
+                .unwrap();
             let id = newcomer["memberId"].as_str().unwrap().to_owned();
             fresh_tickets.insert(id.clone(), newcomer["ticket"].as_str().unwrap().to_owned());
             fresh.push(id);
@@ -192,7 +208,11 @@ async fn a_redis_restarted_empty_mid_sale_gives_every_ticket_holder_its_place_ba
     for app in &apps {
         let view = admin_view(app).await;
         assert_eq!(
-            (view["paused"].as_bool(), view["admitPerSecond"].as_f64(), view["tokenTtlSeconds"].as_u64()),
+            (
+                view["paused"].as_bool(),
+                view["admitPerSecond"].as_f64(),
+                view["tokenTtlSeconds"].as_u64()
+            ),
             (Some(true), Some(5.0), Some(900)),
             "{view}"
         );
@@ -225,11 +245,15 @@ async fn a_redis_restarted_empty_mid_sale_gives_every_ticket_holder_its_place_ba
     assert!(fresh_ranks.windows(2).all(|w| w[0] < w[1]), "{fresh_ranks:?}");
 
     // A ticket restores once: the old ticket again changes nothing.
-    let again: Value = enter(&apps[1], json!({ "memberId": arrival[10] }), Some(&tickets[&arrival[10]]))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let again: Value = enter(
+        &apps[1],
+        json!({ "memberId": arrival[10] }),
+        Some(&tickets[&arrival[10]]),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
     let place = expected.iter().position(|member| *member == arrival[10]).unwrap();
     assert_eq!(again["rank"], place, "{again}");
 
@@ -253,7 +277,10 @@ async fn a_redis_restarted_empty_mid_sale_gives_every_ticket_holder_its_place_ba
             .admitted
             .len();
     }
-    assert!((1..=6).contains(&admitted), "one tick's budget (5, plus at most one refilled): {admitted}");
+    assert!(
+        (1..=6).contains(&admitted),
+        "one tick's budget (5, plus at most one refilled): {admitted}"
+    );
     for (member, _) in ranks.iter().take(admitted) {
         let view = position(&apps[0], member, &new_tickets[member]).await;
         assert_eq!(view["status"], "READY", "{member}: the front is admitted first");

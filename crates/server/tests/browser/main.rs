@@ -385,7 +385,10 @@ async fn the_waiting_page_gets_its_place_back_after_redis_restarts_empty() {
     tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut errors)
         .await
         .ok();
-    assert!(status.success(), "the browser script failed: {errors}\nstdout: {seen:?}");
+    assert!(
+        status.success(),
+        "the browser script failed: {errors}\nstdout: {seen:?}"
+    );
     assert_eq!(seen.first().map(String::as_str), Some("WAITING 3"), "{seen:?}");
     assert!(seen.iter().any(|l| l.starts_with("RECOVERED 3 ")), "{seen:?}");
     let settings: serde_json::Value = app.get("/v1/admin/queues/sale").await.json().await.unwrap();

@@ -29,6 +29,10 @@ pub struct Kept {
     pub epoch: u64,
     /// Configured by an admin PUT (the queue is made again as configured, so it is not forgotten idle).
     pub managed: bool,
+    /// The scheduled opening (`opensAt`, ms), if any: a lost queue whose opening is still ahead is
+    /// scheduled again (with a fresh seed: the old one, and its commitment, were lost with the store).
+    #[serde(default)]
+    pub opens_at_ms: Option<i64>,
 }
 
 /// Every queue's kept settings, in memory and (once [`KeptSettings::persist_in`] named a directory) on disk.
@@ -95,6 +99,7 @@ impl KeptSettings {
             settings: settings.clone(),
             epoch: 0,
             managed: false,
+            opens_at_ms: None,
         });
         let mut observed = Observed::Same;
         next.settings = settings.clone();
@@ -114,6 +119,21 @@ impl KeptSettings {
             }
         }
         observed
+    }
+
+    /// Records `queue`'s scheduled opening (`None`: cleared). Only queues already kept are changed: an
+    /// opening is scheduled through an admin write, which kept the queue first.
+    pub fn observe_opening(&self, queue: &QueueName, opens_at_ms: Option<i64>) {
+        let mut state = self.state.lock();
+        let Some(kept) = state.queues.get_mut(queue.as_str()) else {
+            return;
+        };
+        if kept.opens_at_ms != opens_at_ms {
+            kept.opens_at_ms = opens_at_ms;
+            if let Err(e) = write(&state) {
+                tracing::warn!(error = %e, "could not write the kept queue settings");
+            }
+        }
     }
 
     /// Forgets `queue` (deleted or forgotten on purpose: it must not come back configured).
@@ -158,8 +178,14 @@ mod tests {
         let again = KeptSettings::default();
         again.persist_in(dir.path()).unwrap();
         let read = again.get(&queue).unwrap();
-        assert_eq!((read.settings, read.epoch, read.managed), (paused.clone(), 7, true));
-        assert_eq!(again.observe(&queue, &paused, Some(9), None), Observed::EpochChanged(7));
+        assert_eq!(
+            (read.settings, read.epoch, read.managed),
+            (paused.clone(), 7, true)
+        );
+        assert_eq!(
+            again.observe(&queue, &paused, Some(9), None),
+            Observed::EpochChanged(7)
+        );
         assert_eq!(again.observe(&queue, &paused, None, None), Observed::Same);
         again.forget(&queue);
         let third = KeptSettings::default();

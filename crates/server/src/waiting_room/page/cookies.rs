@@ -182,7 +182,9 @@ pub fn without_token_cookies(header: &str) -> Option<String> {
         .split(';')
         .map(str::trim)
         .filter(|pair| {
-            !pair.is_empty() && !pair.starts_with(TOKEN_COOKIE_PREFIX) && !pair.starts_with(TICKET_COOKIE_PREFIX)
+            !pair.is_empty()
+                && !pair.starts_with(TOKEN_COOKIE_PREFIX)
+                && !pair.starts_with(TICKET_COOKIE_PREFIX)
         })
         .collect();
     (!kept.is_empty()).then(|| kept.join("; "))

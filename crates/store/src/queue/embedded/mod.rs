@@ -269,8 +269,9 @@ fn load_queues(
     options: &EmbeddedOptions,
 ) -> rusqlite::Result<HashMap<QueueName, Arc<Mutex<QueueState>>>> {
     let mut queues = HashMap::new();
-    let mut statement = connection
-        .prepare("SELECT name, settings, next_seq, budget, estimator, managed, abandoned, epoch FROM queues")?;
+    let mut statement = connection.prepare(
+        "SELECT name, settings, next_seq, budget, estimator, managed, abandoned, epoch FROM queues",
+    )?;
     let rows = statement.query_map([], |row| {
         Ok((
             row.get::<_, String>(0)?,

@@ -44,14 +44,25 @@ impl RedisStore {
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         Ok(match reply.int()? {
             0 => match self.draw_record_redis(queue).await? {
-                Some(record) => ScheduleOutcome::Scheduled(record),
+                Some(record) => {
+                    // Scheduling makes the queue admin-configured: kept with its settings, then the opening.
+                    if let Some((settings, epoch, managed)) = self.meta_settings(queue).await? {
+                        self.observe_kept(queue, &settings, Some(epoch), Some(managed));
+                    }
+                    self.kept_settings()
+                        .observe_opening(queue, Some(record.opens_at_ms));
+                    ScheduleOutcome::Scheduled(record)
+                }
                 None => {
                     return Err(StoreError::Unavailable(
                         "the queue was deleted during this update; try again".into(),
                     ))
                 }
             },
-            1 => ScheduleOutcome::Cleared,
+            1 => {
+                self.kept_settings().observe_opening(queue, None);
+                ScheduleOutcome::Cleared
+            }
             2 => ScheduleOutcome::DrawRunning,
             _ => ScheduleOutcome::NothingToClear,
         })

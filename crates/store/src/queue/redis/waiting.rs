@@ -18,13 +18,13 @@ use rankgate_core::queue::{
 
 use super::{settings_args, unhex, RedisStore, Reply};
 use crate::queue::draw::DrawStore;
+use crate::queue::kept_settings::Observed;
 use crate::queue::limiter::RateLimiter;
 use crate::queue::waiting::{
     poll_window_seconds, AdmissionPreview, AdmitOutcome, ClaimOutcome, Coalescing, ConsumeOutcome,
     EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome, MemberView, Placement, QueueStats, QueueStore,
     ReleaseOutcome, TokenCandidate,
 };
-use crate::queue::kept_settings::Observed;
 use crate::queue::StoreError;
 
 fn status_of(code: i64) -> Result<MemberStatus, StoreError> {
@@ -486,12 +486,26 @@ impl RedisStore {
             // Validation cannot fail: these settings were valid when stored.
             let _ = self.update_settings(queue, &patch).await?;
         }
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        if let Some(opens_at_ms) = kept.opens_at_ms.filter(|at| *at > now_ms) {
+            // Still ahead: the pre-queue forms again, under a fresh seed (the old one was lost).
+            let mut seed = [0u8; 32];
+            rand::fill(&mut seed);
+            let _ = self
+                .schedule_opening(queue, Some(opens_at_ms), rankgate_core::queue::DrawSeed(seed))
+                .await?;
+        }
         Ok(())
     }
 
     /// A queue's settings, epoch and whether an admin configured it, read from its meta hash (one
     /// `HMGET`, no script: a read that is not activity); `None` for a queue that does not exist.
-    async fn meta_settings(&self, queue: &QueueName) -> Result<Option<(QueueSettings, u64, bool)>, StoreError> {
+    pub(super) async fn meta_settings(
+        &self,
+        queue: &QueueName,
+    ) -> Result<Option<(QueueSettings, u64, bool)>, StoreError> {
         let meta = &self.queue_keys(queue)[0];
         let mut command = redis::cmd("HMGET");
         command.arg(meta);
@@ -529,7 +543,13 @@ impl RedisStore {
 
     /// Keeps `settings` of `queue` as read now ([`crate::queue::kept_settings`]); a changed epoch means
     /// the store lost the queue since this instance last looked, and is logged.
-    fn observe_kept(&self, queue: &QueueName, settings: &QueueSettings, epoch: Option<u64>, managed: Option<bool>) {
+    pub(super) fn observe_kept(
+        &self,
+        queue: &QueueName,
+        settings: &QueueSettings,
+        epoch: Option<u64>,
+        managed: Option<bool>,
+    ) {
         if let Observed::EpochChanged(lost) = self.kept.observe(queue, settings, epoch, managed) {
             tracing::warn!(queue = %queue, lost_epoch = lost, epoch = ?epoch, "the waiting room's store lost this queue (its epoch changed); members with tickets of the lost epoch get their places back when they return");
         }
@@ -686,10 +706,7 @@ impl QueueStore for RedisStore {
 
     async fn settings(&self, queue: &QueueName) -> Result<Option<QueueSettings>, StoreError> {
         self.check()?;
-        Ok(self
-            .meta_settings(queue)
-            .await?
-            .map(|(settings, _, _)| settings))
+        Ok(self.meta_settings(queue).await?.map(|(settings, _, _)| settings))
     }
 
     async fn update_settings(
