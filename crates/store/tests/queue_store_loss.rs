@@ -268,3 +268,39 @@ proptest! {
         });
     }
 }
+
+/// A queue deleted through another instance is dropped from this instance's kept copy at its next sweep
+/// (the store kept its data, so a queue it no longer lists was deleted, not lost): entries make it again
+/// with the defaults, not the deleted queue's pause. After a loss, the sweep keeps every copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_deleted_elsewhere_is_not_made_again_from_the_kept_copy() {
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup::standalone(prefix.clone());
+    let (one, other) = (store_on(&prefix).await, store_on(&prefix).await);
+    let queue = QueueName::parse("gone").unwrap();
+    let paused = SettingsPatch {
+        paused: Some(true),
+        ..SettingsPatch::default()
+    };
+    one.update_settings(&queue, &paused).await.unwrap().unwrap();
+    one.keep_settings().await.unwrap();
+    assert!(one.kept_settings().get(&queue).is_some());
+
+    // Lost: the sweep keeps the copy, and the next entry makes the queue paused again.
+    lose_everything(&prefix);
+    one.keep_settings().await.unwrap();
+    assert!(one.kept_settings().get(&queue).is_some(), "a loss keeps the copy");
+    one.enter(&queue, &member("a")).await.unwrap();
+    assert!(one.settings(&queue).await.unwrap().unwrap().paused);
+
+    // Deleted through the other instance: the sweep drops the copy; entries make a default queue.
+    one.keep_settings().await.unwrap();
+    assert!(other.delete_queue(&queue).await.unwrap());
+    one.keep_settings().await.unwrap();
+    assert!(
+        one.kept_settings().get(&queue).is_none(),
+        "a deletion drops the copy"
+    );
+    one.enter(&queue, &member("b")).await.unwrap();
+    assert!(!one.settings(&queue).await.unwrap().unwrap().paused);
+}

@@ -136,6 +136,19 @@ impl KeptSettings {
         }
     }
 
+    /// Keeps only the queues `keep` says yes to (the store lists the others no more: deleted or forgotten
+    /// by some instance).
+    pub fn retain(&self, mut keep: impl FnMut(&str) -> bool) {
+        let mut state = self.state.lock();
+        let before = state.queues.len();
+        state.queues.retain(|queue, _| keep(queue));
+        if state.queues.len() != before {
+            if let Err(e) = write(&state) {
+                tracing::warn!(error = %e, "could not write the kept queue settings");
+            }
+        }
+    }
+
     /// Forgets `queue` (deleted or forgotten on purpose: it must not come back configured).
     pub fn forget(&self, queue: &QueueName) {
         let mut state = self.state.lock();

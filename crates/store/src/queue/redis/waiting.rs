@@ -900,11 +900,25 @@ impl QueueStore for RedisStore {
 
     async fn keep_settings(&self) -> Result<(), StoreError> {
         self.check()?;
-        for queue in self.queues().await? {
-            if let Some((settings, epoch, managed)) = self.meta_settings(&queue).await? {
-                self.observe_kept(&queue, &settings, Some(epoch), Some(managed));
+        // A marker key tells "this store kept its data since the last sweep" from "it lost everything":
+        // only in the first case is a kept queue missing from the registry one that was deleted or
+        // forgotten (by any instance), to be dropped from the copy; after a loss every copy is kept.
+        let marker = format!("{}{{rg}}:kept-marker", self.options.prefix);
+        let store_kept_its_data: bool = self.connection.query(redis::cmd("EXISTS").arg(&marker)).await?;
+        let queues = self.queues().await?;
+        if store_kept_its_data {
+            self.kept
+                .retain(|queue| queues.iter().any(|listed| listed.as_str() == queue));
+        }
+        for queue in &queues {
+            if let Some((settings, epoch, managed)) = self.meta_settings(queue).await? {
+                self.observe_kept(queue, &settings, Some(epoch), Some(managed));
             }
         }
+        let _: () = self
+            .connection
+            .query(redis::cmd("SET").arg(&marker).arg("1"))
+            .await?;
         Ok(())
     }
 
