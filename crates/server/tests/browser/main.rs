@@ -340,6 +340,7 @@ async fn the_waiting_page_gets_its_place_back_after_redis_restarts_empty() {
     let mut seen = Vec::new();
     let run = async {
         while let Some(line) = lines.next_line().await.expect("read node's stdout") {
+            eprintln!("node: {line}");
             if line == "WAITING 3" {
                 redis.down();
                 redis.up();

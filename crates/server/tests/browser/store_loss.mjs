@@ -51,4 +51,6 @@ try {
   say("DONE");
 } finally {
   await browser.close();
+  // The readline on stdin would keep node alive.
+  stdinLines.close();
 }
