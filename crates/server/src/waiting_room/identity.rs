@@ -2,50 +2,69 @@
 //! every call for a member (its position, stream, leave, claim, consume, release) must show that member's
 //! credential, else 401 JSON (403 when it proves another member), and sees nothing of that member.
 //!
-//! `member_auth = "ticket"` (the default and, for now, the only mode) accepts either
+//! In every mode a request proves its member with
 //! - the `ticket` the member's entry answered with, as `X-Queue-Ticket` ([`super::ticket`]): API clients
 //!   and apps; or
 //! - the waiting page's signed `rankgate_visitor` cookie naming that member: browsers, with no
 //!   configuration ([`super::page::cookies::VisitorKey`]).
 //!
-//! The ticket wins when both are sent. An entry without a credential creates a member (`{}`: rankgate
-//! picks `v-` + 128 random bits; `{"memberId": …}` only while that id is not held yet).
+//! The ticket wins when both are sent. `[waiting_room] member_auth` ([`MemberAuth`]) adds the shop's own
+//! word, checked first:
+//! - `"ticket"` (default): nothing more. An entry without a credential creates a member (`{}`: rankgate
+//!   picks `v-` + 128 random bits; `{"memberId": …}` only while that id is not held yet). The poll's hot
+//!   path in this mode reads the ticket and nothing else (no `Authorization` parsing).
+//! - `"gateway"`: a request from a `trusted_proxies` peer, or carrying `Authorization: Bearer <gateway
+//!   key>`, is believed about any member id; a bearer that is not a gateway key gets 401 whatever else
+//!   came. An entry's `memberId` needs this (or the member's ticket); `{}` still gets an id rankgate
+//!   picks, nobody else's, as the waiting page does for a browser without `X-Member-Id`.
+//! - `"jwt"`: `Authorization: Bearer <JWT>` proves the JWT's `sub` (403 for another member's id, 401 for
+//!   a JWT that does not verify, see [`super::jwt`]); an entry's member is `sub`, and `{}` enters `sub`.
+
+use std::net::IpAddr;
 
 use axum::http::HeaderMap;
 use rankgate_core::ids::MemberId;
 use rankgate_core::queue::QueueName;
 
+use super::jwt::JwtVerifier;
+use super::member_auth::{GatewayAuth, MemberAuth};
 use super::page::cookies::{self, VisitorKey};
 use super::ticket::{TicketKey, TicketRefusal};
+use crate::http::auth::bearer_credential;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::fast_path::DirectHeaders;
+use crate::http::peer::PeerAddress;
 
 /// The request header that carries a ticket.
 pub const TICKET_HEADER: &str = "x-queue-ticket";
 
 /// What a request shows to prove which member it speaks for, as sent (checked by [`Identity::authorize`]).
-/// The visitor cookies are read only when no ticket came: a poll with a ticket never parses cookies.
+/// The visitor cookies are read only when no ticket came, and `Authorization` only in the gateway and
+/// jwt modes: a poll with a ticket in ticket mode parses nothing else.
 #[derive(Clone, Copy)]
 pub struct Credential<'a> {
     /// `X-Queue-Ticket`, if sent.
     ticket: Option<&'a [u8]>,
-    /// Where the `Cookie` headers are.
+    /// Where the `Cookie` and `Authorization` headers are.
     headers: DirectHeaders<'a>,
+    /// The TCP peer, when known: a `trusted_proxies` peer vouches for the member in gateway mode.
+    peer: Option<IpAddr>,
 }
 
 impl<'a> Credential<'a> {
-    /// The credential of a request hyper read.
+    /// The credential of a request hyper read, from `peer`.
     #[must_use]
-    pub fn of_headers(headers: &'a HeaderMap) -> Credential<'a> {
-        Credential::of_direct(&DirectHeaders::Map(headers))
+    pub fn of_request(headers: &'a HeaderMap, peer: PeerAddress) -> Credential<'a> {
+        Credential::of_direct(&DirectHeaders::Map(headers), peer.0)
     }
 
-    /// The credential of a request the fast path (or hyper) read.
+    /// The credential of a request the fast path (or hyper) read, from `peer`.
     #[must_use]
-    pub fn of_direct(headers: &DirectHeaders<'a>) -> Credential<'a> {
+    pub fn of_direct(headers: &DirectHeaders<'a>, peer: Option<IpAddr>) -> Credential<'a> {
         Credential {
             ticket: headers.get_bytes(TICKET_HEADER),
             headers: *headers,
+            peer,
         }
     }
 
@@ -54,25 +73,63 @@ impl<'a> Credential<'a> {
         cookies::values_in(self.headers.get_all_str("cookie"), cookies::VISITOR_COOKIE)
     }
 
-    /// Whether the request showed anything at all.
+    /// The `Authorization: Bearer` credential, if sent (unverified; never logged or echoed).
+    fn bearer(&self) -> Option<&'a str> {
+        bearer_credential(self.headers.get_bytes("authorization")?)
+    }
+
+    /// Whether the request showed a ticket or a visitor cookie.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.ticket.is_none() && self.visitor_cookies().is_empty()
     }
 }
 
-/// The keys that check credentials, derived once from the token secret.
+/// The member an entry enters, and whether the request proved it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entrant {
+    /// The member.
+    pub member: MemberId,
+    /// How far the request proved it.
+    pub proof: EntryProof,
+}
+
+/// Whether an entry's request proved its member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryProof {
+    /// Proven by the credential (or picked by rankgate, so nobody else's): answered whatever its state.
+    Proven,
+    /// Named by the body with no credential (ticket mode): entered only while nobody holds the id.
+    Claimed,
+}
+
+impl Entrant {
+    fn proven(member: MemberId) -> Entrant {
+        Entrant {
+            member,
+            proof: EntryProof::Proven,
+        }
+    }
+}
+
+/// The keys that check credentials, derived once from the token secret, and the room's
+/// `member_auth` mode.
 #[derive(Debug, Clone)]
 pub struct Identity {
     tickets: TicketKey,
     visitors: VisitorKey,
+    mode: MemberAuth,
 }
 
 impl Identity {
-    /// The identity keys of a room whose token secret gave these keys.
+    /// The identity keys of a room whose token secret gave these keys, in `mode`.
     #[must_use]
-    pub fn new(tickets: TicketKey, visitors: VisitorKey) -> Identity {
-        Identity { tickets, visitors }
+    pub fn new(tickets: TicketKey, visitors: VisitorKey, mode: MemberAuth) -> Identity {
+        Identity {
+            tickets,
+            visitors,
+            mode,
+        }
     }
 
     /// The key of the waiting page's visitor cookies.
@@ -90,6 +147,74 @@ impl Identity {
     /// Ok when `credential` proves `member` of `queue`; 401 when it proves nobody, 403 when it proves
     /// another member.
     pub fn authorize(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        credential: &Credential<'_>,
+    ) -> ApiResult<()> {
+        match &self.mode {
+            MemberAuth::Ticket => self.authorize_by_ticket(queue, member, credential),
+            MemberAuth::Gateway(gateway) => match gateway_word(gateway, credential)? {
+                Some(()) => Ok(()),
+                None => self.authorize_by_ticket_or(queue, member, credential, GATEWAY_MISSING),
+            },
+            MemberAuth::Jwt(verifier) => match jwt_subject(verifier, credential)? {
+                Some(subject) if &subject == member => Ok(()),
+                Some(_) => Err(ApiError::Forbidden(format!(
+                    "Authorization: the JWT's sub is another member, not {member}"
+                ))),
+                None => self.authorize_by_ticket_or(queue, member, credential, JWT_MISSING),
+            },
+        }
+    }
+
+    /// The member an entry enters: `requested` is the body's `memberId` (`None` for `{}`). Errors as
+    /// [`Identity::authorize`]'s; see the module docs for each mode.
+    pub fn entrant(
+        &self,
+        queue: &QueueName,
+        requested: Option<MemberId>,
+        credential: &Credential<'_>,
+    ) -> ApiResult<Entrant> {
+        match (&self.mode, requested) {
+            // An id rankgate picks is new: whatever credential came along (a browser's visitor cookie)
+            // is not asked to prove it.
+            (MemberAuth::Ticket | MemberAuth::Gateway(_), None) => {
+                Ok(Entrant::proven(super::page::cookies::new_visitor_id()))
+            }
+            (MemberAuth::Ticket, Some(member)) if credential.is_empty() => Ok(Entrant {
+                member,
+                proof: EntryProof::Claimed,
+            }),
+            (MemberAuth::Jwt(verifier), None) => match jwt_subject(verifier, credential)? {
+                Some(subject) => Ok(Entrant::proven(subject)),
+                None => Err(ApiError::Unauthorized(format!(
+                    "{JWT_MISSING} (an entry without memberId enters the JWT's sub)"
+                ))),
+            },
+            (_, Some(member)) => {
+                self.authorize(queue, &member, credential)?;
+                Ok(Entrant::proven(member))
+            }
+        }
+    }
+
+    /// The ticket (or visitor cookie) check, the only one of ticket mode; `missing` is the 401's message
+    /// when the request showed neither.
+    fn authorize_by_ticket_or(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        credential: &Credential<'_>,
+        missing: &str,
+    ) -> ApiResult<()> {
+        if credential.is_empty() {
+            return Err(ApiError::Unauthorized(missing.to_owned()));
+        }
+        self.authorize_by_ticket(queue, member, credential)
+    }
+
+    fn authorize_by_ticket(
         &self,
         queue: &QueueName,
         member: &MemberId,
@@ -128,4 +253,47 @@ impl Identity {
             )))
         }
     }
+}
+
+/// Gateway mode's 401 when the request showed nothing.
+const GATEWAY_MISSING: &str =
+    "Authorization: missing; in this waiting room (member_auth \"gateway\") a member \
+id is believed only with `Authorization: Bearer <gateway key>`, from a trusted proxy, or with the member's \
+X-Queue-Ticket";
+
+/// Jwt mode's 401 when the request showed nothing.
+const JWT_MISSING: &str = "Authorization: missing; in this waiting room (member_auth \"jwt\") send \
+`Authorization: Bearer <JWT>` signed by the shop, whose sub is the member (or the member's X-Queue-Ticket)";
+
+/// `Some(())` when the shop's gateway vouches for the request (a trusted peer, or a gateway key);
+/// `None` when it showed no bearer; 401 for a bearer that is not a gateway key.
+fn gateway_word(gateway: &GatewayAuth, credential: &Credential<'_>) -> ApiResult<Option<()>> {
+    if credential.peer.is_some_and(|peer| gateway.trusts(peer)) {
+        return Ok(Some(()));
+    }
+    match credential.bearer() {
+        None => Ok(None),
+        Some(key) if gateway.accepts_key(key) => Ok(Some(())),
+        Some(_) => Err(ApiError::Unauthorized(
+            "Authorization: not a gateway key of this waiting room; send `Authorization: Bearer <gateway \
+             key>` (waiting_room.gateway_keys)"
+                .into(),
+        )),
+    }
+}
+
+/// The member a JWT in `Authorization` proves; `None` when no bearer came; 401 for one that does not
+/// verify or whose `sub` is no member id.
+fn jwt_subject(verifier: &JwtVerifier, credential: &Credential<'_>) -> ApiResult<Option<MemberId>> {
+    let Some(token) = credential.bearer() else {
+        return Ok(None);
+    };
+    let subject = verifier
+        .verify(token)
+        .map_err(|refusal| ApiError::Unauthorized(refusal.message().into()))?;
+    MemberId::parse(&subject).map(Some).map_err(|_| {
+        ApiError::Unauthorized(
+            "Authorization: the JWT's sub is not a member id (1 to 128 bytes, no control characters)".into(),
+        )
+    })
 }
