@@ -311,7 +311,7 @@ async fn pause_and_enter_victim(app: &TestApp, queue: &str, entry_headers: &[(St
 async fn every_endpoint_refuses_and_serves(
     app: &TestApp,
     queue: &str,
-    refused: &[(&str, Vec<(String, String)>, u16)],
+    refused: &[Refused<'_>],
     proving: &[(&str, Vec<(String, String)>)],
 ) {
     for endpoint in endpoints(queue) {
@@ -425,6 +425,12 @@ async fn every_endpoint_refuses_and_serves(
     .await;
     assert_eq!(status, 204, "{head}");
 }
+
+/// Request headers, in order.
+type Headers = Vec<(String, String)>;
+
+/// A credential that must be refused: what it is, its headers, and the status (401 or 403).
+type Refused<'a> = (&'a str, Headers, u16);
 
 fn header(name: &str, value: impl Into<String>) -> Vec<(String, String)> {
     vec![(name.to_owned(), value.into())]
@@ -650,7 +656,7 @@ async fn jwt_mode_proves_the_member_by_sub(backend: Backend) {
         ("garbage", "not.a.jwt".to_owned(), 401),
         ("another member's JWT", hs256(SHOP_SECRET, &claims("other")), 403),
     ];
-    let mut refused: Vec<(&str, Vec<(String, String)>, u16)> = tokens
+    let mut refused: Vec<Refused<'_>> = tokens
         .iter()
         .map(|(what, token, status)| (*what, bearer(token), *status))
         .collect();
