@@ -571,3 +571,105 @@ fn jwks_keys(key_name: &str, bytes: &[u8], algorithms: &[Algorithm]) -> anyhow::
     );
     Ok(keys)
 }
+
+#[cfg(test)]
+mod tests {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    use jsonwebtoken::{EncodingKey, Header};
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    const SECRET: &str = "a-shop-secret-that-is-32-bytes-long!";
+    /// In the table below: the token verifies (an `exp` within the leeway).
+    const VERIFIES: Option<JwtRefusal> = None;
+
+    fn verifier(issuer: Option<&str>, audience: Option<&str>) -> JwtVerifier {
+        JwtVerifier::load(&JwtFile {
+            algorithms: vec!["HS256".into()],
+            secret: Some(SECRET.into()),
+            issuer: issuer.map(str::to_owned),
+            audience: audience.map(str::to_owned),
+            leeway_seconds: Some(5),
+            ..JwtFile::default()
+        })
+        .unwrap()
+    }
+
+    fn now() -> i64 {
+        jiff::Timestamp::now().as_second()
+    }
+
+    fn signed(secret: &str, claims: &Value) -> String {
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            claims,
+            &EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn each_way_a_token_fails_has_its_own_refusal() {
+        let checked = verifier(Some("shop"), Some("rankgate"));
+        let good = json!({ "sub": "m-1", "exp": now() + 60, "iss": "shop", "aud": "rankgate" });
+        assert_eq!(checked.verify(&signed(SECRET, &good)).as_deref(), Ok("m-1"));
+        let with = |key: &str, value: Value| {
+            let mut claims = good.clone();
+            claims[key] = value;
+            signed(SECRET, &claims)
+        };
+        let without = |key: &str| {
+            let mut claims = good.clone();
+            claims.as_object_mut().unwrap().remove(key);
+            signed(SECRET, &claims)
+        };
+        let none = format!(
+            "{}.{}.",
+            URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#),
+            URL_SAFE_NO_PAD.encode(good.to_string())
+        );
+        let hs384 = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS384),
+            &good,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap();
+        for (token, refusal) in [
+            (with("exp", json!(now() - 60)), Some(JwtRefusal::Expired)),
+            (with("exp", json!(now() - 3)), VERIFIES),
+            (with("nbf", json!(now() + 60)), Some(JwtRefusal::NotYetValid)),
+            (with("iss", json!("evil")), Some(JwtRefusal::WrongIssuer)),
+            (with("aud", json!("other")), Some(JwtRefusal::WrongAudience)),
+            (with("sub", json!(7)), Some(JwtRefusal::MissingClaim)),
+            (without("exp"), Some(JwtRefusal::MissingClaim)),
+            (without("sub"), Some(JwtRefusal::MissingClaim)),
+            (without("iss"), Some(JwtRefusal::MissingClaim)),
+            (
+                signed("another-secret-that-is-32-bytes-long", &good),
+                Some(JwtRefusal::BadSignature),
+            ),
+            (none, Some(JwtRefusal::Malformed)),
+            (hs384, Some(JwtRefusal::AlgorithmNotAccepted)),
+            ("garbage".to_owned(), Some(JwtRefusal::Malformed)),
+        ] {
+            match (checked.verify(&token), refusal) {
+                (Ok(_), VERIFIES) => {}
+                (Err(got), expected) => {
+                    assert_eq!(Some(got), expected, "{token}");
+                    assert!(got.message().starts_with("Authorization: "));
+                    assert!(!got.message().contains(&token));
+                }
+                (Ok(sub), expected) => panic!("{token} verified as {sub}, expected {expected:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn without_issuer_and_audience_those_claims_are_not_judged() {
+        let open = verifier(None, None);
+        let claims = json!({ "sub": "m-1", "exp": now() + 60, "iss": "anyone", "aud": "anything" });
+        assert_eq!(open.verify(&signed(SECRET, &claims)).as_deref(), Ok("m-1"));
+    }
+}
