@@ -259,6 +259,8 @@ enum Normalized {
         estimate: Option<u64>,
         estimate_p90: Option<u64>,
         now_ms: i64,
+        /// The place an entry's ticket would name (entries only; the epochs differ by design).
+        place: Option<i64>,
     },
     /// The shared clock after it moved (the same on both sides by construction; kept in the trace so a
     /// failure report reads as a timeline).
@@ -280,6 +282,7 @@ fn view(view: &MemberView) -> Normalized {
         estimate: view.estimated_wait_seconds,
         estimate_p90: view.estimated_wait_p90_seconds,
         now_ms: view.now_ms,
+        place: view.placement.map(|placement| placement.place),
     }
 }
 
@@ -289,6 +292,12 @@ fn error(error: &StoreError) -> Normalized {
         StoreError::Corrupt(_) => "Corrupt".into(),
         StoreError::TooManyQueues { max_queues } => format!("TooManyQueues({max_queues})"),
     })
+}
+
+/// Stats with the epoch left out: each store draws its own (a random number, Redis's clock in µs), and
+/// only that it stays the same matters (`queue_store_loss.rs` checks when it changes).
+fn without_epoch(stats: Option<rankgate_store::queue::QueueStats>) -> Option<rankgate_store::queue::QueueStats> {
+    stats.map(|stats| rankgate_store::queue::QueueStats { epoch: 0, ..stats })
 }
 
 fn plain(value: impl std::fmt::Debug) -> Normalized {
@@ -565,7 +574,7 @@ impl Side {
                 Err(e) => error(&e),
             }],
             Op::Stats(q) => vec![match self.queues.stats(&queue_name(q)).await {
-                Ok(stats) => plain(stats),
+                Ok(stats) => plain(without_epoch(stats)),
                 Err(e) => error(&e),
             }],
             Op::Delete(q) => vec![match self.queues.delete_queue(&queue_name(q)).await {
@@ -589,7 +598,7 @@ impl Side {
                 Err(e) => error(&e),
             });
             out.push(match self.queues.stats(&queue).await {
-                Ok(stats) => plain(stats),
+                Ok(stats) => plain(without_epoch(stats)),
                 Err(e) => error(&e),
             });
             out.push(match self.queues.admission_preview(&queue).await {

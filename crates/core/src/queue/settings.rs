@@ -356,6 +356,29 @@ pub struct SettingsPatch {
     pub max_error_rate: Option<f64>,
 }
 
+impl SettingsPatch {
+    /// A patch that sets every field to `settings`' value: writing a queue's whole settings again (a
+    /// queue a store lost, made again as it was).
+    #[must_use]
+    pub fn from_settings(settings: &QueueSettings) -> SettingsPatch {
+        SettingsPatch {
+            admit_per_second: Some(settings.admit_per_second),
+            tick_millis: Some(settings.tick_millis),
+            token_ttl_seconds: Some(settings.token_ttl_seconds),
+            claim_ttl_seconds: Some(settings.claim_ttl_seconds),
+            max_active: Some(settings.max_active),
+            paused: Some(settings.paused),
+            fail_mode: Some(settings.fail_mode),
+            abandon_after_seconds: Some(settings.abandon_after_seconds),
+            admission_mode: Some(settings.adaptive.admission_mode),
+            min_admit_per_second: Some(settings.adaptive.min_admit_per_second),
+            max_admit_per_second: Some(settings.adaptive.max_admit_per_second),
+            target_p95_millis: Some(settings.adaptive.target_p95_millis),
+            max_error_rate: Some(settings.adaptive.max_error_rate),
+        }
+    }
+}
+
 /// Writes `50` rather than `50.0` for whole rates, so clients that compare with an integer see what they PUT.
 fn serialize_whole_as_integer<S: serde::Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
     if value.fract() == 0.0 && value.abs() < 9.0e15 {

@@ -211,7 +211,9 @@ impl Application {
                     .await
                 }
             };
-            open.context("opening the waiting room on Redis (check --redis)")?
+            let room = open.context("opening the waiting room on Redis (check --redis)")?;
+            room.keep_settings_in(&config.data_dir)?;
+            room
         };
         let shutdown = CancellationToken::new();
         let rankings = Rankings::open(

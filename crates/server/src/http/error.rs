@@ -106,6 +106,14 @@ impl IntoResponse for ApiError {
                 }
             }
         }
+        if let ApiError::Unavailable(_) = &self {
+            // A store that is down (or restarting empty) is usually back within seconds: clients and
+            // load balancers retry after this rather than at once (SPEC 2.2, issue 29).
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(UNAVAILABLE_RETRY_AFTER_SECONDS),
+            );
+        }
         if let ApiError::Unauthorized(_) = &self {
             response
                 .headers_mut()
@@ -114,6 +122,9 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+/// `Retry-After` of every 503 answer.
+pub const UNAVAILABLE_RETRY_AFTER_SECONDS: u64 = 2;
 
 /// The body of every error answer.
 #[derive(Debug, serde::Serialize)]

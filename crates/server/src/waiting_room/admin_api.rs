@@ -161,6 +161,8 @@ struct QueueView {
     oldest_wait_seconds: u64,
     measured_admit_per_second: Option<f64>,
     abandoned: u64,
+    /// Changes when the store lost the queue (SPEC 2.2, "Places that survive the store").
+    epoch: u64,
     /// Adaptive admission (issue 12): the rate the budget spends.
     effective_admit_per_second: f64,
     #[serde(flatten)]
@@ -185,6 +187,7 @@ async fn show(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -
         oldest_wait_seconds: stats.oldest_wait_seconds,
         measured_admit_per_second: stats.measured_rate,
         abandoned: stats.abandoned,
+        epoch: stats.epoch,
         upstream: UpstreamView::from(upstream.as_ref()),
         opening: room.opening_view(&queue).await?,
         settings: stats.settings,

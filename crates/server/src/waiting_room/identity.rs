@@ -25,6 +25,7 @@ use std::net::IpAddr;
 use axum::http::HeaderMap;
 use rankgate_core::ids::MemberId;
 use rankgate_core::queue::QueueName;
+use rankgate_store::queue::Placement;
 
 use super::jwt::JwtVerifier;
 use super::member_auth::{GatewayAuth, MemberAuth};
@@ -78,6 +79,13 @@ impl<'a> Credential<'a> {
         bearer_credential(self.headers.get_bytes("authorization")?)
     }
 
+    /// The place the request's ticket names (see [`super::ticket`]): meaningful only once
+    /// [`Identity::authorize`] accepted the credential; `None` without a ticket.
+    #[must_use]
+    pub fn claimed_placement(&self) -> Option<Placement> {
+        self.ticket.and_then(TicketKey::placement)
+    }
+
     /// Whether the request showed a ticket or a visitor cookie.
     #[must_use]
     pub fn is_empty(&self) -> bool {
@@ -85,13 +93,16 @@ impl<'a> Credential<'a> {
     }
 }
 
-/// The member an entry enters, and whether the request proved it.
+/// The member an entry enters, whether the request proved it, and the place its ticket claims.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entrant {
     /// The member.
     pub member: MemberId,
     /// How far the request proved it.
     pub proof: EntryProof,
+    /// The place named by a ticket that proves this member (never by a ticket only sent along: in the
+    /// gateway and jwt modes the mode's credential may prove the member while the ticket is another's).
+    pub claimed: Option<Placement>,
 }
 
 /// Whether an entry's request proved its member.
@@ -104,10 +115,12 @@ pub enum EntryProof {
 }
 
 impl Entrant {
-    fn proven(member: MemberId) -> Entrant {
+    /// A member rankgate picked: nobody else's, and no ticket's place to claim.
+    fn picked(member: MemberId) -> Entrant {
         Entrant {
             member,
             proof: EntryProof::Proven,
+            claimed: None,
         }
     }
 }
@@ -138,10 +151,18 @@ impl Identity {
         &self.visitors
     }
 
-    /// The ticket of `member` in `queue`, for an entry's answer.
+    /// The ticket of `member` in `queue` at `placement`, for an entry's answer.
     #[must_use]
-    pub fn ticket_for(&self, queue: &QueueName, member: &MemberId) -> String {
-        self.tickets.issue(queue, member)
+    pub fn ticket_for(&self, queue: &QueueName, member: &MemberId, placement: Option<Placement>) -> String {
+        self.tickets.issue(queue, member, placement)
+    }
+
+    /// Whether `ticket` is `member`'s in `queue` (the waiting page's ticket cookie).
+    #[must_use]
+    pub fn ticket_proves(&self, queue: &QueueName, member: &MemberId, ticket: &str) -> bool {
+        self.tickets
+            .check(ticket.as_bytes(), queue.as_str(), member.as_str())
+            .is_ok()
     }
 
     /// Ok when `credential` proves `member` of `queue`; 401 when it proves nobody, 403 when it proves
@@ -176,27 +197,47 @@ impl Identity {
         requested: Option<MemberId>,
         credential: &Credential<'_>,
     ) -> ApiResult<Entrant> {
-        match (&self.mode, requested) {
+        let member = match (&self.mode, requested) {
             // An id rankgate picks is new: whatever credential came along (a browser's visitor cookie)
-            // is not asked to prove it.
+            // is not asked to prove it, nor can a ticket sent along give it a place.
             (MemberAuth::Ticket | MemberAuth::Gateway(_), None) => {
-                Ok(Entrant::proven(super::page::cookies::new_visitor_id()))
+                return Ok(Entrant::picked(super::page::cookies::new_visitor_id()));
             }
-            (MemberAuth::Ticket, Some(member)) if credential.is_empty() => Ok(Entrant {
-                member,
-                proof: EntryProof::Claimed,
-            }),
+            (MemberAuth::Ticket, Some(member)) if credential.is_empty() => {
+                return Ok(Entrant {
+                    member,
+                    proof: EntryProof::Claimed,
+                    claimed: None,
+                });
+            }
             (MemberAuth::Jwt(verifier), None) => match jwt_subject(verifier, credential)? {
-                Some(subject) => Ok(Entrant::proven(subject)),
-                None => Err(ApiError::Unauthorized(format!(
-                    "{JWT_MISSING} (an entry without memberId enters the JWT's sub)"
-                ))),
+                Some(subject) => subject,
+                None => {
+                    return Err(ApiError::Unauthorized(format!(
+                        "{JWT_MISSING} (an entry without memberId enters the JWT's sub)"
+                    )))
+                }
             },
             (_, Some(member)) => {
                 self.authorize(queue, &member, credential)?;
-                Ok(Entrant::proven(member))
+                member
             }
-        }
+        };
+        let claimed = match (&self.mode, credential.ticket) {
+            (_, None) => None,
+            // In ticket mode a ticket that came was the proof `authorize` checked: no second check.
+            (MemberAuth::Ticket, Some(ticket)) => TicketKey::placement(ticket),
+            (_, Some(ticket)) => self
+                .tickets
+                .check(ticket, queue.as_str(), member.as_str())
+                .ok()
+                .and_then(|()| TicketKey::placement(ticket)),
+        };
+        Ok(Entrant {
+            member,
+            proof: EntryProof::Proven,
+            claimed,
+        })
     }
 
     /// The ticket (or visitor cookie) check, the only one of ticket mode; `missing` is the 401's message

@@ -29,6 +29,7 @@
 mod adaptive;
 mod admin_api;
 pub mod config;
+mod consumed;
 pub mod draw_verify;
 mod errors;
 mod gate;

@@ -26,6 +26,10 @@ const GAUGES_EVERY: Duration = Duration::from_secs(1);
 /// How often the janitor looks for idle auto-created queues to forget: O(queues) work, so once a minute
 /// rather than every tick.
 const JANITOR_EVERY: Duration = Duration::from_secs(60);
+/// How often this instance brings the settings it keeps of every queue up to date (a store that can
+/// lose queues only; see `rankgate_store::queue::kept_settings`): one read per queue, so a few seconds
+/// apart. A change another instance made reaches this copy within this time.
+const KEEP_SETTINGS_EVERY: Duration = Duration::from_secs(5);
 
 impl WaitingRoom {
     /// Spawns the admission scheduler, the expiry sweeper and the gauge publisher; they stop when
@@ -74,6 +78,13 @@ impl WaitingRoom {
                 shutdown.clone(),
                 adaptive_round,
                 |room| async move { room.run_adaptive_control().await.map(|_| ()) },
+            ),
+            spawn_loop(
+                "kept settings",
+                Arc::clone(self),
+                shutdown.clone(),
+                KEEP_SETTINGS_EVERY,
+                |room| async move { room.keep_queue_settings().await },
             ),
             spawn_loop(
                 "janitor",

@@ -24,8 +24,8 @@ use rankgate_store::queue::embedded::{EmbeddedOptions, EmbeddedStore};
 use rankgate_store::queue::redis::RedisStore;
 use rankgate_store::queue::token::{digest_of, new_claim_id, TokenSecret};
 use rankgate_store::queue::{
-    poll_window_seconds, AdmitOutcome, ClaimOutcome, ConsumeOutcome, JobStore, LastOutcome, LeaveOutcome,
-    MemberView, QueueStats, QueueStore, RateLimiter, ReleaseOutcome,
+    poll_window_seconds, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, JobStore, LastOutcome,
+    LeaveOutcome, MemberView, Placement, QueueStats, QueueStore, RateLimiter, ReleaseOutcome,
 };
 
 use super::adaptive::{AdaptiveControl, ADAPTIVE_INTERVAL_MILLIS, ADAPTIVE_MIN_SAMPLES};
@@ -67,6 +67,8 @@ pub struct WaitingRoom {
     pub(crate) adaptive: AdaptiveControl,
     /// Recently read draw records of scheduled openings (see `opening`).
     pub(crate) openings: super::opening::OpeningCache,
+    /// Consumes this instance answered, so a lost store's consumed members get no place back by ticket.
+    consumed: super::consumed::ConsumedLedger,
 }
 
 impl std::fmt::Debug for WaitingRoom {
@@ -201,6 +203,7 @@ impl WaitingRoom {
             next_tick_ms: Mutex::new(HashMap::new()),
             http,
             openings: super::opening::OpeningCache::default(),
+            consumed: super::consumed::ConsumedLedger::default(),
         })
     }
 
@@ -237,10 +240,12 @@ impl WaitingRoom {
         self.identity.visitor_key().clone()
     }
 
-    /// The ticket an entry of `member` into `queue` answers with (SPEC 2.2, "Member identity").
+    /// A ticket that proves `member` of `queue` but names no place to come back to (SPEC 2.2, "Member
+    /// identity"): for members entered in process (the demos) and tests. Entries over HTTP answer the
+    /// ticket of the member's place.
     #[must_use]
     pub fn ticket_for(&self, queue: &QueueName, member: &MemberId) -> String {
-        self.identity.ticket_for(queue, member)
+        self.identity.ticket_for(queue, member, None)
     }
 
     /// Ok when `credential` proves `member` of `queue` (see [`super::identity`]).
@@ -300,8 +305,38 @@ impl WaitingRoom {
 
     /// The entry and whether it created the member (`false`: the member was in the queue already).
     async fn enter_once(&self, queue: &QueueName, member: &MemberId) -> ApiResult<(Position, bool)> {
-        let outcome = self.queues.enter(queue, member).await.map_err(store_error)?;
-        let entered = matches!(outcome, rankgate_store::queue::EnterOutcome::Entered(_));
+        self.enter_claiming(queue, member, None)
+            .await
+            .map(|(position, entered, _)| (position, entered))
+    }
+
+    /// The entry, claiming the place `claimed` (a ticket's) when the queue's epoch is no longer the
+    /// ticket's: the store lost the queue, and the member gets its place back ([`QueueStore::restore`])
+    /// unless this instance saw its order consumed. Answers the position, whether the entry created the
+    /// member, and the place its new ticket names.
+    async fn enter_claiming(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        claimed: Option<Placement>,
+    ) -> ApiResult<(Position, bool, Option<Placement>)> {
+        let mut outcome = self.queues.enter(queue, member).await.map_err(store_error)?;
+        if let Some(claimed) = claimed {
+            let epoch_now = outcome.view().placement.map(|now| now.epoch);
+            if epoch_now.is_some_and(|epoch| epoch != claimed.epoch) && !self.consumed.contains(queue, member)
+            {
+                let entered_now = matches!(outcome, EnterOutcome::Entered(_));
+                outcome = self
+                    .queues
+                    .restore(queue, member, claimed)
+                    .await
+                    .map_err(store_error)?;
+                if entered_now {
+                    outcome = EnterOutcome::Entered(outcome.view().clone());
+                }
+            }
+        }
+        let entered = matches!(outcome, EnterOutcome::Entered(_));
         if entered {
             self.refuse_entry_beyond_max_pre_queue(queue, member, outcome.view())
                 .await?;
@@ -309,7 +344,7 @@ impl WaitingRoom {
         }
         let mut position = self.position_from(outcome.view());
         self.mark_pre_queue(queue, &mut position).await?;
-        Ok((position, entered))
+        Ok((position, entered, outcome.view().placement))
     }
 
     /// `POST /v1/queues/{queue}/entries` (SPEC 2.2, "Member identity"): enters `member`, or a fresh
@@ -322,17 +357,37 @@ impl WaitingRoom {
         member: Option<MemberId>,
         credential: &Credential<'_>,
     ) -> ApiResult<Position> {
-        let Entrant { member, proof } = self.identity.entrant(queue, member, credential)?;
-        let (mut position, entered) = self.enter_once(queue, &member).await?;
+        let Entrant {
+            member,
+            proof,
+            claimed,
+        } = self.identity.entrant(queue, member, credential)?;
+        let (mut position, entered, placement) = self.enter_claiming(queue, &member, claimed).await?;
         if !entered && proof == EntryProof::Claimed {
             return Err(ApiError::Unauthorized(format!(
                 "X-Queue-Ticket: memberId {member} is already in this queue; only its own ticket (the one \
                  its entry answered with) can act for it"
             )));
         }
-        position.ticket = Some(self.ticket_for(queue, &member));
+        position.ticket = Some(self.identity.ticket_for(queue, &member, placement));
         position.member_id = Some(member.as_str().to_owned());
         Ok(position)
+    }
+
+    /// The waiting page's entry of its visitor (already proven by its visitor cookie or its gateway's
+    /// ticket): claims the place the page's ticket cookie names, if it is this member's, and answers the
+    /// position with the ticket to keep in that cookie.
+    pub(crate) async fn enter_page(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        ticket_cookie: Option<&str>,
+    ) -> ApiResult<(Position, String)> {
+        let claimed = ticket_cookie
+            .filter(|ticket| self.identity.ticket_proves(queue, member, ticket))
+            .and_then(|ticket| TicketKey::placement(ticket.as_bytes()));
+        let (position, _, placement) = self.enter_claiming(queue, member, claimed).await?;
+        Ok((position, self.identity.ticket_for(queue, member, placement)))
     }
 
     /// The member's position as the poll route answers it, without the poll limit: the member streams'
@@ -451,9 +506,13 @@ impl WaitingRoom {
         {
             ConsumeOutcome::Consumed => {
                 telemetry::token_event(queue, "consumed", 1);
+                self.consumed.record(queue, member);
                 Ok(())
             }
-            ConsumeOutcome::AlreadyConsumed => Ok(()),
+            ConsumeOutcome::AlreadyConsumed => {
+                self.consumed.record(queue, member);
+                Ok(())
+            }
             ConsumeOutcome::Rejected(ConsumeRejection::UnknownClaim) => Err(ApiError::NotFound(
                 "claimId: no such claim for this member".into(),
             )),
@@ -644,6 +703,24 @@ impl WaitingRoom {
             let expired = self.queues.expire_due(&queue).await?;
             telemetry::token_event(&queue, "expired", expired.tokens_expired);
             telemetry::token_event(&queue, "claim_expired", expired.claims_expired);
+        }
+        Ok(())
+    }
+
+    /// Brings the settings this instance keeps of every queue up to date (SPEC 2.2, "Places that survive
+    /// the store"): on Redis, so a queue the store loses is made again as the admin left it.
+    pub async fn keep_queue_settings(&self) -> anyhow::Result<()> {
+        Ok(self.queues.keep_settings().await?)
+    }
+
+    /// Keeps this instance's copy of every queue's settings in `data_dir` too, so it survives a restart of
+    /// this instance as well as a loss of the store. Only a store that can lose queues keeps one.
+    pub fn keep_settings_in(&self, data_dir: &Path) -> anyhow::Result<()> {
+        if let Some(redis) = &self.redis {
+            redis
+                .kept_settings()
+                .persist_in(data_dir)
+                .with_context(|| format!("reading the kept queue settings in {}", data_dir.display()))?;
         }
         Ok(())
     }

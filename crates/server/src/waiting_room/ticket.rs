@@ -1,42 +1,55 @@
-//! Member tickets (SPEC 2.2, "Member identity"; issue 29): the credential an entry answer hands a member,
-//! which every later call for that member must show (`X-Queue-Ticket`), so that knowing or guessing a
-//! member id (shops use their user ids, often sequential) buys nothing.
+//! Member tickets (SPEC 2.2, "Member identity" and "Places that survive the store"; issue 29): the
+//! credential an entry answer hands a member, which every later call for that member must show
+//! (`X-Queue-Ticket`), so that knowing or guessing a member id (shops use their user ids, often
+//! sequential) buys nothing; and the member's claim to its place should the store lose the queue.
 //!
-//! A ticket is opaque to clients: `1` (the layout's version), then the 128-bit tag in hex (32
-//! characters), then the member id in hex: at most 1 + 32 + 256 = 289 characters (SPEC: at most 512). The
-//! tag is SipHash-2-4 with a 128-bit output over the version, the queue and the member (each
-//! length-prefixed), keyed with 128 bits derived from the token secret (HMAC-SHA-256 of the secret with
-//! [`TICKET_KEY_LABEL`]), so every instance sharing the secret checks every other's tickets and the token
-//! key itself never signs one. The queue is not written in the ticket: it comes from the request, so a
-//! ticket of another queue does not verify.
+//! A ticket is opaque to clients: `2` (the layout's version), the 128-bit tag in hex (32 characters), the
+//! queue's epoch (16 hex digits), the member's place (16 hex digits: an `i64` as two's complement), then
+//! the member id in hex: at most 1 + 32 + 32 + 256 = 321 characters (SPEC: at most 512). The tag is
+//! SipHash-2-4 with a 128-bit output over the version, the queue (length-prefixed), the epoch and place
+//! digits as written, and the member (length-prefixed), keyed with 128 bits derived from the token secret
+//! (HMAC-SHA-256 of the secret with [`TICKET_KEY_LABEL`]), so every instance sharing the secret checks
+//! every other's tickets and the token key itself never signs one. The queue is not written in the
+//! ticket: it comes from the request, so a ticket of another queue does not verify. Changing any digit
+//! of the epoch or the place breaks the tag like any other change: a member cannot move its own place.
 //!
 //! Chosen for the check's cost, which every poll pays (issue 29: at most a tenth of a poll's
 //! instructions). SipHash rather than HMAC-SHA-256: HMAC-SHA-256 in software costs about 4,600
 //! instructions per check, more than a third of a whole embedded poll; SipHash is a keyed pseudo-random
 //! function made for short inputs, and forging a ticket means guessing a 128-bit tag under a 128-bit key.
 //! Hex rather than base64: the `base64` crate's setup costs more than the conversion itself on inputs this
-//! short (about 350 instructions for a 22-character tag). The check allocates nothing for member ids up
-//! to 32 bytes: it encodes the expected tag and the request's member and compares in hex, decoding the
-//! ticket's member only to tell another member's genuine ticket (403) from a forged one (401).
+//! short (about 350 instructions for a 22-character tag). The check signs the epoch and place digits as
+//! they are written, so it decodes neither; it allocates nothing for member ids up to 32 bytes: it
+//! encodes the request's member and compares in hex, decoding the ticket's member only to tell another
+//! member's genuine ticket (403) from a forged one (401).
 
 use rankgate_core::ids::MemberId;
 use rankgate_core::queue::QueueName;
 use rankgate_store::queue::token::{hmac_sha256, TokenSecret};
+use rankgate_store::queue::Placement;
 use siphasher::sip128::{Hasher128 as _, SipHasher24};
 use subtle::ConstantTimeEq as _;
 
 /// What the ticket key is derived for.
 pub const TICKET_KEY_LABEL: &[u8] = b"rankgate member ticket v1";
 /// The layout version this code writes and reads.
-const VERSION: u8 = b'1';
+const VERSION: u8 = b'2';
 /// The tag's length in characters (16 bytes in hex).
 const TAG_CHARS: usize = 32;
+/// The epoch's and the place's digits (8 bytes each, in hex).
+const PLACE_CHARS: usize = 32;
+/// Where the signed text after the tag starts.
+const PLACE_AT: usize = 1 + TAG_CHARS;
+/// Where the member's digits start.
+const MEMBER_AT: usize = PLACE_AT + PLACE_CHARS;
 /// The longest member id in characters.
 const MAX_MEMBER_CHARS: usize = MemberId::MAX_BYTES * 2;
 /// The longest ticket as sent.
-pub const MAX_TICKET_CHARS: usize = 1 + TAG_CHARS + MAX_MEMBER_CHARS;
+pub const MAX_TICKET_CHARS: usize = MEMBER_AT + MAX_MEMBER_CHARS;
 /// Inputs of the tag up to this long are hashed in one `write` from a stack copy.
-const SHORT_SIGNED_BYTES: usize = 64;
+const SHORT_SIGNED_BYTES: usize = 112;
+/// The epoch a ticket names when its entry answered no place (nothing to come back to).
+const NO_PLACE_EPOCH: u64 = u64::MAX;
 /// Member ids up to this long are compared by encoding them (longer ones by decoding the ticket's).
 const SHORT_MEMBER_BYTES: usize = 32;
 
@@ -77,25 +90,28 @@ impl TicketKey {
         }
     }
 
-    /// The tag of `member` in `queue`, in hex.
-    fn tag(&self, queue: &[u8], member: &[u8]) -> [u8; TAG_CHARS] {
+    /// The tag of `member` in `queue` at `place` (the epoch and place digits as written), in hex.
+    fn tag(&self, queue: &[u8], place: &[u8], member: &[u8]) -> [u8; TAG_CHARS] {
         // Length-prefixed, so no queue/member split of the same bytes shares a tag (both lengths fit a
-        // byte: QueueName and MemberId bound them). The hash reads a byte stream, so one `write` of a
-        // short copy (the common case: each `write` costs a call into the hasher's buffering) and four of
-        // the parts give the same tag.
+        // byte: QueueName and MemberId bound them; the place digits have a fixed length). The hash reads a
+        // byte stream, so one `write` of a short copy (the common case: each `write` costs a call into the
+        // hasher's buffering) and one per part give the same tag.
         let mut hasher = SipHasher24::new_with_keys(self.k0, self.k1);
-        let len = 3 + queue.len() + member.len();
+        let len = 3 + queue.len() + place.len() + member.len();
         let mut short = [0u8; SHORT_SIGNED_BYTES];
         if len <= SHORT_SIGNED_BYTES {
             short[0] = VERSION;
             short[1] = queue.len() as u8;
-            short[2..2 + queue.len()].copy_from_slice(queue);
-            short[2 + queue.len()] = member.len() as u8;
-            short[3 + queue.len()..len].copy_from_slice(member);
+            let mut at = 2;
+            for part in [queue, place, &[member.len() as u8][..], member] {
+                short[at..at + part.len()].copy_from_slice(part);
+                at += part.len();
+            }
             std::hash::Hasher::write(&mut hasher, &short[..len]);
         } else {
             std::hash::Hasher::write(&mut hasher, &[VERSION, queue.len() as u8]);
             std::hash::Hasher::write(&mut hasher, queue);
+            std::hash::Hasher::write(&mut hasher, place);
             std::hash::Hasher::write(&mut hasher, &[member.len() as u8]);
             std::hash::Hasher::write(&mut hasher, member);
         }
@@ -104,22 +120,39 @@ impl TicketKey {
         hex_tag
     }
 
-    /// The ticket of `member` in `queue`.
+    /// The ticket of `member` in `queue`, naming its `placement` (`None`: no place to come back to).
     #[must_use]
-    pub fn issue(&self, queue: &QueueName, member: &MemberId) -> String {
-        let tag = self.tag(queue.as_str().as_bytes(), member.as_str().as_bytes());
-        let mut ticket = String::with_capacity(1 + TAG_CHARS + 2 * member.as_str().len());
+    pub fn issue(&self, queue: &QueueName, member: &MemberId, placement: Option<Placement>) -> String {
+        let (epoch, place) = placement.map_or((NO_PLACE_EPOCH, 0), |p| (p.epoch, p.place));
+        let mut place_digits = [0u8; PLACE_CHARS];
+        hex::encode_to_slice(epoch.to_be_bytes(), &mut place_digits[..16]).expect("16 digits");
+        hex::encode_to_slice(place.to_be_bytes(), &mut place_digits[16..]).expect("16 digits");
+        let tag = self.tag(queue.as_str().as_bytes(), &place_digits, member.as_str().as_bytes());
+        let mut ticket = String::with_capacity(MEMBER_AT + 2 * member.as_str().len());
         ticket.push(char::from(VERSION));
         ticket.push_str(std::str::from_utf8(&tag).expect("hex digits"));
+        ticket.push_str(std::str::from_utf8(&place_digits).expect("hex digits"));
         ticket.push_str(&hex::encode(member.as_str()));
         ticket
+    }
+
+    /// The place a ticket names, once [`TicketKey::check`] accepted it; `None` when its entry answered
+    /// no place.
+    #[must_use]
+    pub fn placement(ticket: &[u8]) -> Option<Placement> {
+        let digits = ticket.get(PLACE_AT..MEMBER_AT)?;
+        let mut bytes = [0u8; 16];
+        hex::decode_to_slice(digits, &mut bytes).ok()?;
+        let epoch = u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"));
+        let place = i64::from_be_bytes(bytes[8..].try_into().expect("8 bytes"));
+        (epoch != NO_PLACE_EPOCH).then_some(Placement { epoch, place })
     }
 
     /// Whether `ticket` (as sent) proves `member` of `queue`. Compares in hex (lower case, as issued):
     /// encoding the expected tag and the request's short member id costs less than decoding the
     /// ticket's.
     pub fn check(&self, ticket: &[u8], queue: &str, member: &str) -> Result<(), TicketRefusal> {
-        if ticket.len() <= 1 + TAG_CHARS
+        if ticket.len() <= MEMBER_AT
             || ticket.len() > MAX_TICKET_CHARS
             || ticket[0] != VERSION
             || member.len() > MemberId::MAX_BYTES
@@ -127,7 +160,8 @@ impl TicketKey {
         {
             return Err(TicketRefusal::Invalid);
         }
-        let (presented, member_text) = ticket[1..].split_at(TAG_CHARS);
+        let presented = &ticket[1..PLACE_AT];
+        let (place, member_text) = ticket[PLACE_AT..].split_at(PLACE_CHARS);
         let names_this_member = member_text.len() == 2 * member.len() && {
             let mut encoded = [0u8; 2 * SHORT_MEMBER_BYTES];
             match encoded.get_mut(..member_text.len()) {
@@ -139,7 +173,7 @@ impl TicketKey {
             }
         };
         if names_this_member {
-            return if self.genuine(presented, queue.as_bytes(), member.as_bytes()) {
+            return if self.genuine(presented, queue.as_bytes(), place, member.as_bytes()) {
                 Ok(())
             } else {
                 Err(TicketRefusal::Invalid)
@@ -151,7 +185,7 @@ impl TicketKey {
             .get_mut(..member_text.len() / 2)
             .ok_or(TicketRefusal::Invalid)?;
         hex::decode_to_slice(member_text, named).map_err(|_| TicketRefusal::Invalid)?;
-        if self.genuine(presented, queue.as_bytes(), named) {
+        if self.genuine(presented, queue.as_bytes(), place, named) {
             Err(TicketRefusal::OtherMember)
         } else {
             Err(TicketRefusal::Invalid)
@@ -159,8 +193,8 @@ impl TicketKey {
     }
 
     /// Whether `presented` is the tag of `member` in `queue`, compared in constant time.
-    fn genuine(&self, presented: &[u8], queue: &[u8], member: &[u8]) -> bool {
-        let expected = self.tag(queue, member);
+    fn genuine(&self, presented: &[u8], queue: &[u8], place: &[u8], member: &[u8]) -> bool {
+        let expected = self.tag(queue, place, member);
         let word = |digits: &[u8], i: usize| {
             u64::from_le_bytes(digits[8 * i..8 * i + 8].try_into().expect("8 bytes"))
         };
@@ -188,8 +222,13 @@ mod tests {
     #[test]
     fn a_ticket_proves_its_member_of_its_queue_only() {
         let (queue, member) = (QueueName::parse("sale").unwrap(), MemberId::parse("m-1").unwrap());
-        let ticket = key(1).issue(&queue, &member);
+        let placement = Placement { epoch: 42, place: 7 };
+        let ticket = key(1).issue(&queue, &member, Some(placement));
         assert!(ticket.len() <= 512);
+        assert_eq!(TicketKey::placement(ticket.as_bytes()), Some(placement));
+        let placeless = key(1).issue(&queue, &member, None);
+        assert_eq!(TicketKey::placement(placeless.as_bytes()), None);
+        assert_eq!(check(key(1), &placeless, "sale", "m-1"), Ok(()));
         assert_eq!(check(key(1), &ticket, "sale", "m-1"), Ok(()));
         assert_eq!(
             check(key(1), &ticket, "sale", "m-2"),
@@ -227,7 +266,7 @@ mod tests {
     fn the_longest_ids_fit_the_bound() {
         let queue = QueueName::parse(&"q".repeat(QueueName::MAX_BYTES)).unwrap();
         let member = MemberId::parse(&"m".repeat(MemberId::MAX_BYTES)).unwrap();
-        let ticket = key(1).issue(&queue, &member);
+        let ticket = key(1).issue(&queue, &member, Some(Placement { epoch: u64::MAX - 1, place: i64::MIN }));
         assert_eq!(ticket.len(), MAX_TICKET_CHARS);
         assert_eq!(check(key(1), &ticket, queue.as_str(), member.as_str()), Ok(()));
     }
@@ -241,7 +280,7 @@ mod tests {
         ) {
             let Ok(member_id) = MemberId::parse(&member) else { return Ok(()) };
             let queue = QueueName::parse("sale").unwrap();
-            let ticket = key(3).issue(&queue, &member_id);
+            let ticket = key(3).issue(&queue, &member_id, Some(Placement { epoch: 5, place: -3 }));
             let mut chars: Vec<char> = ticket.chars().collect();
             let i = at.index(chars.len());
             let replacement = replacement.chars().next().unwrap();
@@ -258,7 +297,7 @@ mod tests {
                 return Ok(());
             };
             let queue = QueueName::parse("sale").unwrap();
-            let ticket = key(4).issue(&queue, &member_id);
+            let ticket = key(4).issue(&queue, &member_id, Some(Placement { epoch: 1, place: 99 }));
             prop_assert!(ticket.len() <= MAX_TICKET_CHARS);
             prop_assert_eq!(check(key(4), &ticket, "sale", &member), Ok(()));
             if other != member {

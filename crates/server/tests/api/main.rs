@@ -27,6 +27,7 @@ mod queue_admin;
 mod rankings;
 mod reads;
 mod serving_redis;
+mod store_loss;
 mod stream;
 mod top_streams;
 mod trending;

@@ -198,7 +198,7 @@ impl Ctx {
     fn ticket(&self, member: &str) -> String {
         let queue = rankgate_core::queue::QueueName::parse(QUEUE).expect("the soak's queue");
         let member = rankgate_core::ids::MemberId::parse(member).expect("a soak member id");
-        self.tickets.issue(&queue, &member)
+        self.tickets.issue(&queue, &member, None)
     }
 
     async fn enter(&self, member: &str, instance: usize, timeout: Duration) -> Answer {

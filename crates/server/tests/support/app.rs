@@ -195,8 +195,9 @@ impl TestApp {
         format!("{}{}", self.address, path_and_query)
     }
 
-    /// The ticket an entry of `member` into `queue` answers with (SPEC 2.2), from the app's own keys:
-    /// what a client that entered keeps. Every instance sharing the token secret accepts it.
+    /// A ticket of `member` in `queue` (SPEC 2.2), from the app's own keys: it proves the member as the
+    /// one its entry answered with does, but names no place (tests of places use the entry's own).
+    /// Every instance sharing the token secret accepts it.
     pub fn ticket(&self, queue: &str, member: &str) -> String {
         let queue = rankgate_core::queue::QueueName::parse(queue).expect("a queue name");
         let member = rankgate_core::ids::MemberId::parse(member).expect("a member id");

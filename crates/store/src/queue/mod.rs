@@ -39,6 +39,7 @@ pub mod draw;
 pub mod draw_conformance;
 pub mod embedded;
 pub mod jobs;
+pub mod kept_settings;
 pub mod limiter;
 pub mod redis;
 pub mod token;
@@ -51,8 +52,8 @@ pub use limiter::{RateLimiter, RateLimiterKind};
 pub use upstream::{InMemoryUpstreamObservations, UpstreamObservationStore};
 pub use waiting::{
     poll_limit_key, poll_window_seconds, AdmissionPreview, AdmitOutcome, ClaimOutcome, Coalescing,
-    ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome, MemberView, QueueStats,
-    QueueStore, ReleaseOutcome, TokenCandidate,
+    ConsumeOutcome, EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome, MemberView, Placement,
+    QueueStats, QueueStore, ReleaseOutcome, TokenCandidate,
 };
 
 /// Why a store operation failed. Business outcomes (wrong token, already claimed…) are not errors; they are

@@ -39,6 +39,43 @@ pub struct MemberView {
     pub estimated_wait_p90_seconds: Option<u64>,
     /// The store's time when this was read (ms).
     pub now_ms: i64,
+    /// Where the member stands in the queue's history, for its ticket: set by entries only
+    /// ([`QueueStore::enter`], [`QueueStore::restore`]), `None` on every other read.
+    pub placement: Option<Placement>,
+}
+
+/// A member's place in its queue's history (SPEC 2.2, "Places that survive the store"), written into its
+/// ticket so that the member can claim the place back after the store lost the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// The queue's epoch: it changes when the store lost the queue (or the queue was deleted and made
+    /// again), so a ticket of another epoch tells the entry that the place it names was lost.
+    pub epoch: u64,
+    /// The member's arrival key while it waits (its score in the waiting set: arrival sequence, below
+    /// zero for a restored place), or [`Placement::ADMITTED`] while it holds a token.
+    pub place: i64,
+}
+
+impl Placement {
+    /// The place of a member holding a token: it was at the front, and comes back there.
+    pub const ADMITTED: i64 = i64::MIN;
+    /// How far below the fresh arrivals of a new epoch a restored place goes: arrival sequences stay
+    /// below 2^41, so every restored member waits ahead of every fresh one, and restored members keep
+    /// their order among themselves. Scores stay integers well inside a double's 53 exact bits.
+    pub const RESTORED_OFFSET: i64 = 1 << 41;
+
+    /// The waiting-set score a member restored from this place gets in a later epoch: below every fresh
+    /// arrival, in the original order; a member who had been admitted goes ahead of all of them.
+    #[must_use]
+    pub fn restored_score(self) -> i64 {
+        if self.place == Placement::ADMITTED {
+            -4 * Placement::RESTORED_OFFSET
+        } else {
+            self.place
+                .clamp(-2 * Placement::RESTORED_OFFSET, Placement::RESTORED_OFFSET - 1)
+                - Placement::RESTORED_OFFSET
+        }
+    }
 }
 
 /// A remembered final outcome.
@@ -155,6 +192,8 @@ pub struct QueueStats {
     pub measured_rate: Option<f64>,
     /// Waiting members dropped as abandoned (unseen for `abandon_after_seconds`) since the queue was made.
     pub abandoned: u64,
+    /// The queue's epoch ([`Placement::epoch`]).
+    pub epoch: u64,
 }
 
 /// What an admission step needs to know beforehand, to prepare no more tokens than it can use (defect 5:
@@ -276,6 +315,23 @@ pub trait QueueStore: Send + Sync + 'static {
         Ok((view, decision))
     }
 
+    /// An entry by a member whose ticket names `claimed`, a place of an earlier epoch (SPEC 2.2, "Places
+    /// that survive the store"). When the store lost that epoch's queue (not when an admin deleted it or it
+    /// was forgotten idle: those epochs are retired), the member is put back at
+    /// [`Placement::restored_score`], ahead of every fresh arrival, once per member and lost epoch; a
+    /// member waiting as a fresh arrival of the new epoch moves up there. Otherwise (same epoch, a retired
+    /// one, already restored, or holding a token) it is [`QueueStore::enter`]. The default is `enter`: a
+    /// store that never loses a queue (the embedded one) has no lost epoch, only retired ones.
+    async fn restore(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        claimed: Placement,
+    ) -> Result<EnterOutcome, StoreError> {
+        let _ = claimed;
+        self.enter(queue, member).await
+    }
+
     /// Leaves the queue, or gives back an unclaimed token.
     async fn leave(&self, queue: &QueueName, member: &MemberId) -> Result<LeaveOutcome, StoreError>;
 
@@ -345,6 +401,13 @@ pub trait QueueStore: Send + Sync + 'static {
     /// (waiting, READY, CLAIMED, or a remembered consumed member) and nothing happened in it for `idle_ms`.
     /// Returns whether it was forgotten.
     async fn forget_if_idle(&self, queue: &QueueName, idle_ms: i64) -> Result<bool, StoreError>;
+
+    /// Brings the settings this instance keeps of every queue up to date (see
+    /// [`crate::queue::kept_settings`]): a store that can lose queues (Redis) reads every queue's settings
+    /// and epoch; the default, for a store that never loses one, does nothing. Called every few seconds.
+    async fn keep_settings(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// Checks the store can be reached.
     async fn ping(&self) -> Result<(), StoreError>;

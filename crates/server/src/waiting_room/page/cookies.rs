@@ -109,6 +109,16 @@ pub fn token_cookie_name(queue: &QueueName) -> String {
     format!("{TOKEN_COOKIE_PREFIX}{}", queue.as_str().replace(':', "~"))
 }
 
+/// Prefix of the per-queue ticket cookie (HttpOnly): the visitor's ticket, which brings it back to its
+/// place should the store lose the queue (SPEC 2.2, "Places that survive the store").
+pub const TICKET_COOKIE_PREFIX: &str = "rankgate_ticket_";
+
+/// The name of `queue`'s ticket cookie (`:` as `~`, as for the token cookie).
+#[must_use]
+pub fn ticket_cookie_name(queue: &QueueName) -> String {
+    format!("{TICKET_COOKIE_PREFIX}{}", queue.as_str().replace(':', "~"))
+}
+
 /// Values of the cookies called `name` in the request's `Cookie` headers (RFC 6265 §5.4 syntax; a
 /// header that is not ASCII is skipped, at most [`MAX_COOKIES_READ`] pairs are looked at).
 #[must_use]
@@ -164,14 +174,16 @@ pub fn set_cookie(name: &str, value: &str, max_age_seconds: u64, secure: bool) -
     )
 }
 
-/// The `Cookie` header without the entry-token cookies, for forwarding to the upstream: like
-/// `X-Entry-Token`, the token is the gate's business. `None` when nothing is left.
+/// The `Cookie` header without the entry-token and ticket cookies, for forwarding to the upstream: like
+/// `X-Entry-Token`, the token and the ticket are the gate's business. `None` when nothing is left.
 #[must_use]
 pub fn without_token_cookies(header: &str) -> Option<String> {
     let kept: Vec<&str> = header
         .split(';')
         .map(str::trim)
-        .filter(|pair| !pair.is_empty() && !pair.starts_with(TOKEN_COOKIE_PREFIX))
+        .filter(|pair| {
+            !pair.is_empty() && !pair.starts_with(TOKEN_COOKIE_PREFIX) && !pair.starts_with(TICKET_COOKIE_PREFIX)
+        })
         .collect();
     (!kept.is_empty()).then(|| kept.join("; "))
 }

@@ -4,7 +4,10 @@
 //! GET /wait/{queue}[?first=N]
 //!   ─► member: X-Member-Id (the shop's gateway) ▸ else a verified rankgate_visitor cookie ▸ else a new
 //!      visitor id (Set-Cookie)
-//!   ─► enter (idempotent: a member already in line keeps its place; READY/CLAIMED keep their state)
+//!   ─► enter (idempotent: a member already in line keeps its place; READY/CLAIMED keep their state),
+//!      claiming the place its rankgate_ticket_<queue> cookie (HttpOnly) names: after the store lost the
+//!      queue, the script's reload (it sees NOT_ENTERED) brings the shopper back to its place; the answer
+//!      sets the cookie to the new ticket
 //!   ─► WAITING: the waiting page, rendered with the position; its script follows
 //!      /v1/queues/{queue}/entries/{member}/events and falls back to polling the position route
 //!   ─► READY:   Set-Cookie rankgate_token_<queue> (HttpOnly) + the admitted page, which continues to
@@ -169,7 +172,19 @@ async fn waiting_page(
             member
         }
     };
-    let position = state.room.enter(&queue, &member).await?;
+    let ticket_cookie_name = cookies::ticket_cookie_name(&queue);
+    let sent_ticket = cookies::cookie_values(&headers, &ticket_cookie_name)
+        .into_iter()
+        .next();
+    let (position, ticket) = state.room.enter_page(&queue, &member, sent_ticket).await?;
+    if sent_ticket != Some(ticket.as_str()) {
+        set_cookies.push(cookies::set_cookie(
+            &ticket_cookie_name,
+            &ticket,
+            state.visitor_cookie_max_age_seconds,
+            secure,
+        ));
+    }
     let look = state.pages.for_queue(queue.as_str());
     let body = match position.status {
         MemberStatus::Ready => {

@@ -110,6 +110,7 @@ impl EmbeddedStore {
                 estimated_wait_seconds: None,
                 estimated_wait_p90_seconds: None,
                 now_ms: now,
+                placement: None,
             });
         };
         let mut q = state.lock();
@@ -269,7 +270,7 @@ fn load_queues(
 ) -> rusqlite::Result<HashMap<QueueName, Arc<Mutex<QueueState>>>> {
     let mut queues = HashMap::new();
     let mut statement = connection
-        .prepare("SELECT name, settings, next_seq, budget, estimator, managed, abandoned FROM queues")?;
+        .prepare("SELECT name, settings, next_seq, budget, estimator, managed, abandoned, epoch FROM queues")?;
     let rows = statement.query_map([], |row| {
         Ok((
             row.get::<_, String>(0)?,
@@ -279,11 +280,12 @@ fn load_queues(
             row.get::<_, String>(4)?,
             row.get::<_, bool>(5)?,
             row.get::<_, i64>(6)?,
+            row.get::<_, i64>(7)?,
         ))
     })?;
     let mut states: HashMap<String, QueueState> = HashMap::new();
     for row in rows {
-        let (name, settings, next_seq, budget, estimator, managed, abandoned) = row?;
+        let (name, settings, next_seq, budget, estimator, managed, abandoned, epoch) = row?;
         let Ok(queue_name) = QueueName::parse(&name) else {
             continue;
         };
@@ -293,6 +295,7 @@ fn load_queues(
         state.next_seq = next_seq.max(0) as u64;
         state.managed = managed;
         state.abandoned = abandoned.max(0) as u64;
+        state.epoch = epoch.max(0) as u64;
         if let Ok(budget) = serde_json::from_str(&budget) {
             state.budget = budget;
         }
@@ -386,7 +389,8 @@ impl QueueStore for EmbeddedStore {
                 q.set_state(member.as_str(), &current, next, now_ms, &mut writes);
                 writes.push(q.queue_write());
             }
-            let view = q.view(member.as_str(), now_ms);
+            let mut view = q.view(member.as_str(), now_ms);
+            view.placement = q.placement_of(member.as_str());
             let outcome = if used_seq {
                 EnterOutcome::Entered(view)
             } else {
@@ -732,6 +736,7 @@ impl QueueStore for EmbeddedStore {
             oldest_wait_seconds: (oldest_wait_ms / 1000) as u64,
             measured_rate: q.estimator.effective_rate(&q.settings),
             abandoned: q.abandoned,
+            epoch: q.epoch,
         }))
     }
 

@@ -55,6 +55,7 @@ pub(crate) struct QueueRow {
     pub estimator: ThroughputEstimator,
     pub managed: bool,
     pub abandoned: u64,
+    pub epoch: u64,
 }
 
 /// One row change.
@@ -162,6 +163,11 @@ const MIGRATIONS: &[Migration] = &[
             column: "abandoned",
         }),
     },
+    Migration {
+        version: 5,
+        sql: include_str!("migrations/0005_queue_epoch.sql"),
+        legacy_probe: None,
+    },
 ];
 
 /// Opens (creating) the database, sets its pragmas and brings its schema to the current version; answers
@@ -186,11 +192,11 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
     let transaction = connection.transaction()?;
     {
         let mut upsert_queue = transaction.prepare_cached(
-            "INSERT INTO queues (name, settings, next_seq, budget, estimator, managed, abandoned)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+            "INSERT INTO queues (name, settings, next_seq, budget, estimator, managed, abandoned, epoch)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
              ON CONFLICT(name) DO UPDATE SET settings = excluded.settings, next_seq = excluded.next_seq,
              budget = excluded.budget, estimator = excluded.estimator, managed = excluded.managed,
-             abandoned = excluded.abandoned",
+             abandoned = excluded.abandoned, epoch = excluded.epoch",
         )?;
         let mut delete_queue = transaction.prepare_cached("DELETE FROM queues WHERE name = ?1")?;
         let mut delete_queue_members = transaction.prepare_cached("DELETE FROM members WHERE queue = ?1")?;
@@ -233,7 +239,8 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
                                 serde_json::to_string(&row.budget).unwrap_or_default(),
                                 serde_json::to_string(&row.estimator).unwrap_or_default(),
                                 row.managed,
-                                i64::try_from(row.abandoned).unwrap_or(i64::MAX)
+                                i64::try_from(row.abandoned).unwrap_or(i64::MAX),
+                                i64::try_from(row.epoch).unwrap_or(i64::MAX)
                             ])?;
                         }
                     }

@@ -21,7 +21,7 @@ use rankgate_zset::{ScoreBound, SortedSet};
 
 use super::persist::{MemberRow, QueueRow, Write};
 use crate::queue::draw::DrawRecord;
-use crate::queue::waiting::{ExpiryOutcome, LastOutcome, MemberView};
+use crate::queue::waiting::{ExpiryOutcome, LastOutcome, MemberView, Placement};
 
 /// Most deadlines handled per step, so one step never holds the queue's lock for long (the store's
 /// `expire_due` loops, taking the lock anew for each step, until nothing due is left).
@@ -63,6 +63,9 @@ pub(crate) struct QueueState {
     pub draw: Option<DrawRecord>,
     /// The published drawn list, in drawn order (as long as the draw's `drawn`, at most `K0`).
     pub drawn: Vec<Box<str>>,
+    /// The queue's epoch ([`Placement::epoch`]): drawn when the queue is made, kept in its row. This store
+    /// never loses a queue, so it changes only when the queue is deleted (or forgotten) and made again.
+    pub epoch: u64,
 }
 
 impl QueueState {
@@ -92,7 +95,22 @@ impl QueueState {
             deleted: false,
             draw: None,
             drawn: Vec::new(),
+            epoch: new_epoch(),
         }
+    }
+
+    /// Where `member` stands, for its ticket: its arrival key while waiting, the front while it holds a
+    /// token; `None` otherwise.
+    pub(crate) fn placement_of(&self, member: &str) -> Option<Placement> {
+        let place = match self.state_of(member) {
+            MemberState::Waiting { .. } => self.waiting.zscore(member.as_bytes())? as i64,
+            MemberState::Ready { .. } | MemberState::Claimed { .. } => Placement::ADMITTED,
+            MemberState::Consumed { .. } | MemberState::NotEntered => return None,
+        };
+        Some(Placement {
+            epoch: self.epoch,
+            place,
+        })
     }
 
     /// Somebody waiting or a token outstanding: the scheduler must visit this queue.
@@ -156,6 +174,7 @@ impl QueueState {
                 estimator: self.estimator.clone(),
                 managed: self.managed,
                 abandoned: self.abandoned,
+                epoch: self.epoch,
             }),
         }
     }
@@ -374,6 +393,7 @@ impl QueueState {
             estimated_wait_seconds: None,
             estimated_wait_p90_seconds: None,
             now_ms,
+            placement: None,
         };
         match &state {
             MemberState::Waiting { .. } => {
@@ -456,6 +476,12 @@ impl QueueState {
         self.track_holder(member, state);
         Ok(())
     }
+}
+
+/// A fresh epoch: random, below 2^53 so that JSON readers of any language read it exactly, and never 0
+/// (the epoch of every queue stored before epochs existed).
+fn new_epoch() -> u64 {
+    (rand::random::<u64>() >> 11).max(1)
 }
 
 /// Parses a stored member id (it was valid when written).

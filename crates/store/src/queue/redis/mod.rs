@@ -82,6 +82,7 @@ use rankgate_core::queue::{FailMode, QueueName, QueueSettings};
 use redis::{Script, ScriptInvocation};
 
 use crate::clock::Clock;
+use crate::queue::kept_settings::{Kept, KeptSettings};
 use crate::queue::waiting::EnterOutcome;
 use crate::queue::StoreError;
 pub use crate::redis_connection::Timeouts;
@@ -142,6 +143,7 @@ impl Default for RedisOptions {
 struct Scripts {
     enter: Script,
     enter_fast: Script,
+    restore: Script,
     position: Script,
     poll: Script,
     leave: Script,
@@ -190,6 +192,7 @@ impl Scripts {
         Scripts {
             enter: queue(include_str!("lua/enter.lua")),
             enter_fast: fast(include_str!("lua/enter_fast.lua")),
+            restore: queue(include_str!("lua/restore.lua")),
             position: fast(include_str!("lua/position.lua")),
             poll: fast(include_str!("lua/poll.lua")),
             leave: queue(include_str!("lua/leave.lua")),
@@ -238,6 +241,8 @@ pub struct RedisStore {
     /// Test and drill hook: when set, every operation fails as if Redis were unreachable.
     unreachable: AtomicBool,
     cluster: bool,
+    /// Every queue's settings as this instance last saw them, kept out of Redis's reach.
+    kept: KeptSettings,
     /// This store, for the coalescing lanes' driver tasks (weak: the lanes belong to the store).
     me: Weak<RedisStore>,
     /// Concurrent entries, one `enter_fast.lua` call per queue per round.
@@ -275,6 +280,7 @@ impl RedisStore {
             default_args,
             unreachable: AtomicBool::new(false),
             cluster,
+            kept: KeptSettings::default(),
             me: me.clone(),
             entries: Coalescer::new(RedisStore::enter_batch),
             polls: Coalescer::new(RedisStore::poll_batch),
@@ -449,6 +455,53 @@ impl RedisStore {
             invocation.arg(arg);
         }
         invocation
+    }
+
+    /// [`RedisStore::queue_call`] for a script that may make the queue: with `kept` settings (a queue the
+    /// store lost) in place of the defaults.
+    fn creating_call<'a>(
+        &self,
+        script: &'a Script,
+        queue: &QueueName,
+        kept: Option<&Kept>,
+    ) -> ScriptInvocation<'a> {
+        let Some(kept) = kept else {
+            return self.queue_call(script, queue);
+        };
+        let mut invocation = script.prepare_invoke();
+        for key in self.queue_keys(queue) {
+            invocation.key(key);
+        }
+        invocation
+            .arg(self.now_arg())
+            .arg(self.options.consumed_memory_ms);
+        for arg in settings_args(&kept.settings) {
+            invocation.arg(arg);
+        }
+        invocation
+    }
+
+    /// [`RedisStore::creating_call`] with a seventh key, the queue's retired epochs (`restore.lua`,
+    /// `delete.lua`, `forget.lua`): kept beside the queue's keys (same slot) for 30 days after a delete.
+    fn retiring_call<'a>(
+        &self,
+        script: &'a Script,
+        queue: &QueueName,
+        kept: Option<&Kept>,
+    ) -> ScriptInvocation<'a> {
+        let mut invocation = self.creating_call(script, queue, kept);
+        invocation.key(format!(
+            "{}{{rg:q:{}}}:retired",
+            self.options.prefix,
+            queue.as_str()
+        ));
+        invocation
+    }
+
+    /// The settings this instance keeps of every queue, out of Redis's reach.
+    #[must_use]
+    pub fn kept_settings(&self) -> &KeptSettings {
+        &self.kept
     }
 
     /// A hot-path script invocation (`enter_fast`, `position`, `poll`): keys 1–6 and only ARGV 1 (the

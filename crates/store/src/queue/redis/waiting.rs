@@ -21,9 +21,10 @@ use crate::queue::draw::DrawStore;
 use crate::queue::limiter::RateLimiter;
 use crate::queue::waiting::{
     poll_window_seconds, AdmissionPreview, AdmitOutcome, ClaimOutcome, Coalescing, ConsumeOutcome,
-    EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome, MemberView, QueueStats, QueueStore,
+    EnterOutcome, ExpiryOutcome, LastOutcome, LeaveOutcome, MemberView, Placement, QueueStats, QueueStore,
     ReleaseOutcome, TokenCandidate,
 };
+use crate::queue::kept_settings::Observed;
 use crate::queue::StoreError;
 
 fn status_of(code: i64) -> Result<MemberStatus, StoreError> {
@@ -170,6 +171,7 @@ impl ViewHead {
             estimated_wait_seconds,
             estimated_wait_p90_seconds,
             now_ms: self.now_ms,
+            placement: None,
         }
     }
 }
@@ -352,12 +354,17 @@ impl RedisStore {
         }
         let mut reply = Reply::new(self.connection.invoke(&fast).await?)?;
         let head = ViewHead::read_batch(&mut reply)?;
+        let epoch = reply.int()?.max(0) as u64;
         let mut entered_now = 0u64;
         for member in members {
             // The script answers every member up to and including the one it stops at.
             let code = reply.int()?;
             if code >= 0 {
-                let view = head.view(MemberStatus::Waiting, Some((code / 2) as u64), None, None);
+                let mut view = head.view(MemberStatus::Waiting, Some((code / 2) as u64), None, None);
+                view.placement = Some(Placement {
+                    epoch,
+                    place: reply.int()?,
+                });
                 outcomes.push(Ok(if code % 2 == 1 {
                     entered_now += 1;
                     EnterOutcome::Entered(view)
@@ -384,10 +391,33 @@ impl RedisStore {
     /// `enter.lua` for one member. A queue that does not exist yet is first given its place in the
     /// registry under `max_queues` ([`StoreError::TooManyQueues`] beyond it), then created.
     async fn enter_full(&self, queue: &QueueName, member: &MemberId) -> Result<EnterOutcome, StoreError> {
+        self.enter_or_restore(queue, member, None)
+            .await
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// `enter.lua`, or `restore.lua` when the member claims a place of an earlier epoch; answers whether
+    /// the place came back. A queue that does not exist yet is first given its place in the registry under
+    /// `max_queues` ([`StoreError::TooManyQueues`] beyond it), then made: with the settings this instance
+    /// kept of it if it had any (the store lost it; see [`crate::queue::kept_settings`]), else the defaults.
+    async fn enter_or_restore(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        claimed: Option<Placement>,
+    ) -> Result<(EnterOutcome, bool), StoreError> {
         let mut may_create = "0";
         loop {
-            let mut call = self.queue_call(&self.scripts.enter, queue);
-            call.arg(member.as_str()).arg(may_create);
+            let kept = (may_create == "1").then(|| self.kept.get(queue)).flatten();
+            let mut call = match claimed {
+                None => self.creating_call(&self.scripts.enter, queue, kept.as_ref()),
+                Some(_) => self.retiring_call(&self.scripts.restore, queue, kept.as_ref()),
+            };
+            call.arg(member.as_str());
+            if let Some(claimed) = claimed {
+                call.arg(claimed.epoch).arg(claimed.restored_score());
+            }
+            call.arg(may_create);
             let mut full = Reply::new(self.connection.invoke(&call).await?)?;
             let entered = match full.int()? {
                 -1 => {
@@ -400,16 +430,108 @@ impl RedisStore {
             if full.int()? == 1 {
                 // Created just now: listed again, in case the janitor dropped the name in between.
                 self.register(queue).await?;
+                if let Some(kept) = &kept {
+                    self.made_again_as_kept(queue, kept).await?;
+                }
             }
-            let view = read_view(full.array()?)?;
-            if entered && view.waiting_count <= 1 {
+            let mut view = read_view(full.array()?)?;
+            let epoch = full.int()?.max(0) as u64;
+            let place = full.string()?;
+            view.placement = match place.as_str() {
+                "" => None,
+                "A" => Some(Placement {
+                    epoch,
+                    place: Placement::ADMITTED,
+                }),
+                seq => Some(Placement {
+                    epoch,
+                    place: seq
+                        .parse()
+                        .map_err(|_| StoreError::Corrupt(format!("a place {seq:?}")))?,
+                }),
+            };
+            let restored = claimed.is_some() && full.int()? == 1;
+            if (entered || restored) && view.waiting_count <= 1 {
                 self.activate(queue).await?;
             }
-            return Ok(if entered {
+            if restored {
+                self.activate(queue).await?;
+            }
+            let outcome = if entered {
                 EnterOutcome::Entered(view)
             } else {
                 EnterOutcome::AlreadyPresent(view)
-            });
+            };
+            return Ok((outcome, restored));
+        }
+    }
+
+    /// A queue the store had lost was made again by an entry with the settings kept of it: the rest of
+    /// them (the adaptive controller's, and that an admin configured it) are written now, and the loss
+    /// is logged.
+    async fn made_again_as_kept(
+        &self,
+        queue: &QueueName,
+        kept: &crate::queue::kept_settings::Kept,
+    ) -> Result<(), StoreError> {
+        tracing::warn!(
+            queue = %queue,
+            lost_epoch = kept.epoch,
+            paused = kept.settings.paused,
+            admit_per_second = kept.settings.admit_per_second,
+            "the waiting room's store had lost this queue; made it again with the settings this instance kept"
+        );
+        if kept.managed {
+            let patch = SettingsPatch::from_settings(&kept.settings);
+            // Validation cannot fail: these settings were valid when stored.
+            let _ = self.update_settings(queue, &patch).await?;
+        }
+        Ok(())
+    }
+
+    /// A queue's settings, epoch and whether an admin configured it, read from its meta hash (one
+    /// `HMGET`, no script: a read that is not activity); `None` for a queue that does not exist.
+    async fn meta_settings(&self, queue: &QueueName) -> Result<Option<(QueueSettings, u64, bool)>, StoreError> {
+        let meta = &self.queue_keys(queue)[0];
+        let mut command = redis::cmd("HMGET");
+        command.arg(meta);
+        for field in [
+            "aps",
+            "rate_milli",
+            "tick",
+            "token_ttl",
+            "claim_ttl",
+            "max_active",
+            "paused",
+            "fail_mode",
+            "abandon",
+            "adaptive",
+            "epoch",
+            "managed",
+        ] {
+            command.arg(field);
+        }
+        let values: Vec<Option<String>> = self.connection.query(&command).await?;
+        if values.first().is_none_or(Option::is_none) {
+            return Ok(None);
+        }
+        let values = values
+            .into_iter()
+            .map(|v| redis::Value::BulkString(v.unwrap_or_default().into_bytes()))
+            .collect();
+        let mut reply = Reply::new(redis::Value::Array(values))?;
+        let mut settings = read_settings(&mut reply)?;
+        settings.adaptive = read_adaptive(&reply.string()?)?;
+        let epoch = reply.string()?.parse().unwrap_or(0);
+        let managed = reply.string()? == "1";
+        Ok(Some((settings, epoch, managed)))
+    }
+
+    /// Keeps `settings` of `queue` as read now ([`crate::queue::kept_settings`]); a changed epoch means
+    /// the store lost the queue since this instance last looked, and is logged.
+    fn observe_kept(&self, queue: &QueueName, settings: &QueueSettings, epoch: Option<u64>, managed: Option<bool>) {
+        if let Observed::EpochChanged(lost) = self.kept.observe(queue, settings, epoch, managed) {
+            tracing::warn!(queue = %queue, lost_epoch = lost, epoch = ?epoch, "the waiting room's store lost this queue (its epoch changed); members with tickets of the lost epoch get their places back when they return");
         }
     }
 
@@ -564,35 +686,10 @@ impl QueueStore for RedisStore {
 
     async fn settings(&self, queue: &QueueName) -> Result<Option<QueueSettings>, StoreError> {
         self.check()?;
-        let meta = &self.queue_keys(queue)[0];
-        let mut command = redis::cmd("HMGET");
-        command.arg(meta);
-        for field in [
-            "aps",
-            "rate_milli",
-            "tick",
-            "token_ttl",
-            "claim_ttl",
-            "max_active",
-            "paused",
-            "fail_mode",
-            "abandon",
-            "adaptive",
-        ] {
-            command.arg(field);
-        }
-        let values: Vec<Option<String>> = self.connection.query(&command).await?;
-        if values.first().is_none_or(Option::is_none) {
-            return Ok(None);
-        }
-        let values = values
-            .into_iter()
-            .map(|v| redis::Value::BulkString(v.unwrap_or_default().into_bytes()))
-            .collect();
-        let mut reply = Reply::new(redis::Value::Array(values))?;
-        let mut settings = read_settings(&mut reply)?;
-        settings.adaptive = read_adaptive(&reply.string()?)?;
-        Ok(Some(settings))
+        Ok(self
+            .meta_settings(queue)
+            .await?
+            .map(|(settings, _, _)| settings))
     }
 
     async fn update_settings(
@@ -627,6 +724,7 @@ impl QueueStore for RedisStore {
         }
         let mut settings = read_settings(&mut reply)?;
         settings.adaptive = read_adaptive(&reply.string()?)?;
+        self.observe_kept(queue, &settings, None, Some(true));
         Ok(Ok(settings))
     }
 
@@ -657,7 +755,10 @@ impl QueueStore for RedisStore {
         let abandoned = reply.int()?.max(0) as u64;
         let mut settings = settings;
         settings.adaptive = read_adaptive(&reply.string()?)?;
+        let epoch = reply.int()?.max(0) as u64;
+        self.observe_kept(queue, &settings, Some(epoch), None);
         Ok(Some(QueueStats {
+            epoch,
             abandoned,
             waiting,
             ready,
@@ -702,6 +803,7 @@ impl QueueStore for RedisStore {
         let waiting = reply.int()?.max(0) as u64;
         let outstanding = reply.int()?.max(0) as u64;
         settings.adaptive = read_adaptive(&reply.string()?)?;
+        self.observe_kept(queue, &settings, None, None);
         Ok(Some(AdmissionPreview {
             settings,
             waiting,
@@ -721,8 +823,9 @@ impl QueueStore for RedisStore {
             .connection
             .query(redis::cmd("SREM").arg(self.active_key()).arg(queue.as_str()))
             .await?;
-        let call = self.queue_call(&self.scripts.delete, queue);
+        let call = self.retiring_call(&self.scripts.delete, queue, None);
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        self.kept.forget(queue);
         let _: i64 = self
             .connection
             .query(redis::cmd("UNLINK").arg(self.drawn_key(queue)))
@@ -732,11 +835,12 @@ impl QueueStore for RedisStore {
 
     async fn forget_if_idle(&self, queue: &QueueName, idle_ms: i64) -> Result<bool, StoreError> {
         self.check()?;
-        let mut call = self.queue_call(&self.scripts.forget, queue);
+        let mut call = self.retiring_call(&self.scripts.forget, queue, None);
         call.arg(idle_ms);
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         match reply.int()? {
             1 => {
+                self.kept.forget(queue);
                 let _: i64 = self
                     .connection
                     .query(redis::cmd("SREM").arg(self.registry_key()).arg(queue.as_str()))
@@ -761,6 +865,30 @@ impl QueueStore for RedisStore {
             }
             _ => Ok(false),
         }
+    }
+
+    async fn restore(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        claimed: Placement,
+    ) -> Result<EnterOutcome, StoreError> {
+        self.check()?;
+        let (outcome, restored) = self.enter_or_restore(queue, member, Some(claimed)).await?;
+        if restored {
+            tracing::info!(queue = %queue, lost_epoch = claimed.epoch, "a member came back to its place by ticket");
+        }
+        Ok(outcome)
+    }
+
+    async fn keep_settings(&self) -> Result<(), StoreError> {
+        self.check()?;
+        for queue in self.queues().await? {
+            if let Some((settings, epoch, managed)) = self.meta_settings(&queue).await? {
+                self.observe_kept(&queue, &settings, Some(epoch), Some(managed));
+            }
+        }
+        Ok(())
     }
 
     fn draws(&self) -> &dyn DrawStore {

@@ -1,4 +1,4 @@
--- enter: ARGV[12] member. Atomic and idempotent: the state check and ZADD NX run in one script, so fifty
+-- enter: ARGV[12] member. Answers {entered, created, view, epoch, place} (place_of in queue_common.lua). Atomic and idempotent: the state check and ZADD NX run in one script, so fifty
 -- concurrent first entries produce one position; the sequence comes from this queue's own counter.
 -- ARGV[13] '1' allows creating the queue: the caller has first reserved it a place in the registry under
 -- max_queues (register.lua); with '0' a missing queue answers {-1} and nothing is written.
@@ -16,4 +16,5 @@ elseif st.kind == 'W' then
   -- Entering again is a visit: the member was seen.
   touch_waiting(member, now, abandon_seconds())
 end
-return {entered, created and 1 or 0, view(member, now)}
+st = state_of(member)
+return {entered, created and 1 or 0, view(member, now), epoch(), place_of(st)}

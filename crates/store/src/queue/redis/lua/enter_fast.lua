@@ -6,16 +6,18 @@
 -- token) STOPS the batch at that member, who gets -1 having changed nothing: the caller runs enter.lua,
 -- the full entry (itself one atomic script that checks everything again), and sends the members after
 -- them again, so nobody behind them in line is entered ahead of them.
--- Returns batch_head, then one code per member up to the first -1: 2 × rank + 1 entered now, 2 × rank
--- already waiting, -1 for the full entry. Every member coded is WAITING, and the head's count is the
+-- Returns batch_head, the queue's epoch, then for each member up to the first -1 its code (2 × rank + 1
+-- entered now, 2 × rank already waiting, -1 for the full entry) and, unless -1, its arrival sequence (the
+-- place its ticket names). Every member coded is WAITING, and the head's count is the
 -- queue's after the batch (a member's rank does not change while later members join behind them).
 local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms', 'seq', 'arr_ms', 'abandon',
-  'mw', 'wv')
+  'mw', 'wv', 'epoch')
 e.mw, e.wv = e[10], e[11]
 -- No 'abandon' yet (a queue stored before the setting, not yet ticked): the full entry handles it.
 if not e[1] or not e[9] then
   local out = batch_head(clock_now(), 0, nil)
-  out[10] = -1
+  out[10] = 0
+  out[11] = -1
   return out
 end
 local now = clock_now()
@@ -24,7 +26,7 @@ if last and last > now then now = last end
 local seq = tonumber(e[7])
 local first_seq = nil
 local waiting = redis.call('ZCARD', WAITING)
-local codes = {}
+local codes, seqs = {}, {}
 -- The batch is read and written with one command per set, not three per member: a redis.call costs about
 -- as much as the command it runs. HMGET finds the first member with a record (the batch stops there),
 -- ZMSCORE the ones already waiting; the newcomers go into the waiting and deadline sets in one ZADD each.
@@ -47,10 +49,12 @@ if stop > 1 then
     if scores[i] then
       -- Already waiting: their position, and the sequence is not spent; they were seen.
       codes[i] = 2 * redis.call('ZRANK', WAITING, member)
+      seqs[i] = scores[i]
       touch_waiting(member, now, e[9])
     elseif fresh[member] then
       -- Named twice in the batch: entered by the first mention, already waiting at the second.
-      codes[i] = 2 * fresh[member]
+      codes[i] = 2 * fresh[member][1]
+      seqs[i] = fresh[member][2]
     else
       -- Sequences only grow and only entries assign them, so the newcomer is last in line.
       first_seq = first_seq or seq
@@ -58,8 +62,9 @@ if stop > 1 then
       new_waiting[#new_waiting + 1] = member
       new_deadlines[#new_deadlines + 1] = deadline
       new_deadlines[#new_deadlines + 1] = member
-      fresh[member] = waiting
+      fresh[member] = {waiting, int(seq)}
       codes[i] = 2 * waiting + 1
+      seqs[i] = int(seq)
       seq = seq + 1
       waiting = waiting + 1
     end
@@ -80,5 +85,9 @@ if first_seq then
   end
 end
 local out = batch_head(now, waiting, e)
-for i = 1, #codes do out[9 + i] = codes[i] end
+out[10] = tonumber(e[12] or '0')
+for i = 1, #codes do
+  out[#out + 1] = codes[i]
+  if codes[i] >= 0 then out[#out + 1] = seqs[i] end
+end
 return out

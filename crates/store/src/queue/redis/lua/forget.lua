@@ -12,5 +12,8 @@ end
 if redis.call('HGET', META, 'managed') == '1' then return {0} end
 expire_due(now)
 if redis.call('HLEN', HOLDERS) > 0 or now - last < tonumber(ARGV[12]) then return {0} end
+-- Retired, as delete.lua does: the queue was forgotten on purpose, not lost.
+redis.call('SADD', KEYS[7], int(epoch()))
+redis.call('EXPIRE', KEYS[7], 2592000)
 redis.call('UNLINK', META, WAITING, HOLDERS, DEADLINES, ARRIVALS, ADMITTED)
 return {1}

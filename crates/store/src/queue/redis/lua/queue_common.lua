@@ -75,9 +75,27 @@ local function ensure_queue(now)
   end
   redis.call('HSET', META, unpack(args))
   local s = settings()
+  -- The epoch (SPEC 2.2, "Places that survive the store"): Redis's own microsecond clock when the queue
+  -- is made, so a queue made again after the store lost it (or after a delete) has another one, and the
+  -- tickets of the old epoch tell their entries that their places were lost. Below 2^53: exact in Lua and
+  -- in JSON.
+  local t = redis.call('TIME')
   redis.call('HSET', META, 'seq', '0', 'ready', '0', 'claimed', '0', 'cs', '0',
-    'credit', int(capacity(s)), 'refilled', int(now), 'last_ms', int(now))
+    'credit', int(capacity(s)), 'refilled', int(now), 'last_ms', int(now),
+    'epoch', int(tonumber(t[1]) * 1000000 + tonumber(t[2])))
   return true
+end
+
+-- The queue's epoch (0 for a queue made before epochs existed).
+local function epoch()
+  return tonumber(redis.call('HGET', META, 'epoch') or '0')
+end
+
+-- Where a member stands, for its ticket: its waiting score, 'A' while it holds a token, '' otherwise.
+local function place_of(st)
+  if st.kind == 'W' then return int(st.seq) end
+  if st.kind == 'R' or st.kind == 'C' then return 'A' end
+  return ''
 end
 
 local function encode(st)

@@ -1,5 +1,5 @@
 -- stats: {settings x9, waiting, ready, claimed, oldest wait ms, now, admit rate, consume rate, {second, n, ...},
--- abandoned (total), adaptive settings (JSON, '' for the defaults)};
+-- abandoned (total), adaptive settings (JSON, '' for the defaults), epoch};
 -- {} for a queue that does not exist.
 if redis.call('EXISTS', META) == 0 then return {} end
 local now = guarded_now()
@@ -17,4 +17,5 @@ out[#out + 1] = e[4] or ''
 out[#out + 1] = redis.call('HGETALL', ADMITTED)
 out[#out + 1] = tonumber(e[5] or '0')
 out[#out + 1] = redis.call('HGET', META, 'adaptive') or ''
+out[#out + 1] = epoch()
 return out
