@@ -338,3 +338,82 @@ fn jwt_subject(verifier: &JwtVerifier, credential: &Credential<'_>) -> ApiResult
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::http::HeaderValue;
+    use rankgate_store::queue::token::TokenSecret;
+
+    use super::*;
+    use crate::waiting_room::jwt::JwtFile;
+
+    const SHOP_SECRET: &str = "a-shop-secret-that-is-32-bytes-long!";
+
+    fn identity(mode: MemberAuth) -> Identity {
+        let secret = TokenSecret::from_bytes([7; 32]);
+        Identity::new(
+            TicketKey::derived_from(&secret),
+            VisitorKey::derived_from(&secret),
+            mode,
+        )
+    }
+
+    fn jwt_mode() -> MemberAuth {
+        let file = JwtFile {
+            algorithms: vec!["HS256".into()],
+            secret: Some(SHOP_SECRET.into()),
+            ..JwtFile::default()
+        };
+        MemberAuth::Jwt(Arc::new(JwtVerifier::load(&file).unwrap()))
+    }
+
+    fn jwt_of(sub: &str) -> String {
+        let exp = jiff::Timestamp::now().as_second() + 60;
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &serde_json::json!({ "sub": sub, "exp": exp }),
+            &jsonwebtoken::EncodingKey::from_secret(SHOP_SECRET.as_bytes()),
+        )
+        .unwrap()
+    }
+
+    fn id(text: &str) -> MemberId {
+        MemberId::parse(text).unwrap()
+    }
+
+    /// Found merging the tickets that name a place: with the JWT proving the member, a ticket sent along
+    /// was never checked, so another member's ticket (of a lost epoch) could have claimed that member's
+    /// place. Only a ticket that proves the entering member names the place claimed.
+    #[test]
+    fn an_entry_claims_only_the_place_of_a_ticket_that_proves_its_member() {
+        let room = identity(jwt_mode());
+        let queue = QueueName::parse("sale").unwrap();
+        let place = Placement { epoch: 5, place: 1 };
+        let mut headers = HeaderMap::new();
+        let bearer = HeaderValue::try_from(format!("Bearer {}", jwt_of("attacker"))).unwrap();
+        headers.insert("authorization", bearer);
+        let victims = room.ticket_for(&queue, &id("victim"), Some(place));
+        headers.insert(TICKET_HEADER, HeaderValue::try_from(victims).unwrap());
+        let entrant = room
+            .entrant(&queue, None, &Credential::of_request(&headers, PeerAddress(None)))
+            .unwrap();
+        assert_eq!((entrant.member.as_str(), entrant.claimed), ("attacker", None));
+
+        let own = room.ticket_for(&queue, &id("attacker"), Some(place));
+        headers.insert(TICKET_HEADER, HeaderValue::try_from(own).unwrap());
+        let entrant = room
+            .entrant(&queue, None, &Credential::of_request(&headers, PeerAddress(None)))
+            .unwrap();
+        assert_eq!(entrant.claimed, Some(place));
+
+        // `{}` in ticket mode picks a new id: a ticket sent along claims nothing for it.
+        let room = identity(MemberAuth::Ticket);
+        let entrant = room
+            .entrant(&queue, None, &Credential::of_request(&headers, PeerAddress(None)))
+            .unwrap();
+        assert!(entrant.member.as_str().starts_with("v-"));
+        assert_eq!(entrant.claimed, None);
+    }
+}
