@@ -18,6 +18,7 @@ pub use crate::http::auth::BearerKeys;
 use crate::rankings::config::{RankingsConfig, TopStreamConfig};
 use crate::rankings::ingest::kafka::{KafkaConfig, KafkaFile, KafkaOverrides, FILE_KEYS as KAFKA_FILE_KEYS};
 use crate::rankings::webhooks::config::{webhooks_from_file, WebhookFile};
+use crate::waiting_room::config::MemberAuth;
 use crate::waiting_room::{GateConfig, WaitingRoomConfig};
 
 /// The settings of a running service, after every layer is merged.
@@ -266,6 +267,7 @@ impl Config {
         let mut waiting_room = file.waiting_room;
         waiting_room.gates.extend(file.gate);
         waiting_room.validate_pages()?;
+        waiting_room.member_auth = MemberAuth::from_file(&mut waiting_room.member_auth_file)?;
         // A secret from the command line or the environment replaces the file's, in whichever form.
         if overrides.token_secret.is_some() || overrides.token_secret_file.is_some() {
             waiting_room.token_secret = overrides.token_secret.clone();
@@ -590,18 +592,44 @@ mod tests {
     }
 
     #[test]
-    fn member_auth_is_ticket_and_a_mode_not_built_yet_is_refused_naming_the_key() {
-        let file: FileConfig = toml::from_str("[waiting_room]\nmember_auth = \"ticket\"").unwrap();
-        assert_eq!(
-            file.waiting_room.member_auth,
-            crate::waiting_room::config::MemberAuth::Ticket
+    fn member_auth_is_resolved_at_load_and_a_bad_one_is_refused_naming_the_key() {
+        let parse = |text: &str| Config::merge(toml::from_str(text).unwrap(), &Overrides::default());
+        assert_eq!(parse("").unwrap().waiting_room.member_auth.name(), "ticket");
+        let config = parse(
+            "[waiting_room]\nmember_auth = \"gateway\"\ngateway_keys = [\"gw-topsecret\"]\n\
+             trusted_proxies = [\"10.0.0.0/8\"]",
+        )
+        .unwrap();
+        assert_eq!(config.waiting_room.member_auth.name(), "gateway");
+        assert!(
+            config.waiting_room.member_auth_file.gateway_keys.is_empty(),
+            "only the hashes stay"
         );
-        for mode in ["gateway", "jwt", "none"] {
-            let error = toml::from_str::<FileConfig>(&format!("[waiting_room]\nmember_auth = \"{mode}\""))
-                .err()
-                .unwrap_or_else(|| panic!("{mode} was accepted"))
-                .to_string();
-            assert!(error.contains("member_auth") && error.contains(mode), "{error}");
+        assert!(!format!("{config:?} {:?}", config.waiting_room).contains("topsecret"));
+        for (text, key) in [
+            (
+                "[waiting_room]\nmember_auth = \"none\"",
+                "waiting_room.member_auth",
+            ),
+            (
+                "[waiting_room]\nmember_auth = \"gateway\"",
+                "waiting_room.member_auth",
+            ),
+            (
+                "[waiting_room]\nmember_auth = \"gateway\"\ntrusted_proxies = [\"10.0.0.0/40\"]",
+                "waiting_room.trusted_proxies[0]",
+            ),
+            (
+                "[waiting_room]\nmember_auth = \"jwt\"",
+                "waiting_room.member_auth",
+            ),
+            (
+                "[waiting_room]\nmember_auth = \"jwt\"\n[waiting_room.jwt]\nalgorithms = [\"none\"]",
+                "waiting_room.jwt.algorithms[0]",
+            ),
+        ] {
+            let error = format!("{:#}", parse(text).unwrap_err());
+            assert!(error.starts_with(key), "{text}: {error}");
         }
     }
 

@@ -85,11 +85,11 @@ impl DirectRoutes for DirectRoutesOfApp {
                     .await
             }
             DirectTarget::Poll { queue, member } => {
-                let credential = Credential::of_direct(&request.headers);
+                let credential = Credential::of_direct(&request.headers, request.peer);
                 waiting_room::poll_reply(&self.waiting_room, &path[queue], &path[member], &credential).await
             }
             DirectTarget::Enter { queue } => {
-                let credential = Credential::of_direct(&request.headers);
+                let credential = Credential::of_direct(&request.headers, request.peer);
                 waiting_room::enter_reply(&self.waiting_room, &path[queue], &request.body, &credential).await
             }
         }

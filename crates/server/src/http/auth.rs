@@ -69,8 +69,16 @@ pub struct AccessKeys {
 
 /// The key of an `Authorization: Bearer <key>` header, if the request carries one.
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, key) = value.split_once(' ')?;
+    bearer_credential(headers.get(header::AUTHORIZATION)?.as_bytes())
+}
+
+/// The credential of an `Authorization` header value of the `Bearer` scheme (any case), trimmed; `None`
+/// for another scheme or a value that is not UTF-8. Shared by the guards here and by the waiting room's
+/// member identity, which reads headers from the fast path as well as from hyper.
+#[must_use]
+pub fn bearer_credential(value: &[u8]) -> Option<&str> {
+    let value = std::str::from_utf8(value).ok()?;
+    let (scheme, key) = value.trim_start().split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
 }
 

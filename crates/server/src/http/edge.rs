@@ -177,7 +177,15 @@ fn spawn_connection<R: DirectRoutes>(
         let io = match lane {
             None => fast_path::Prefixed::new(Bytes::new(), stream),
             Some(lane) => {
-                match fast_path::serve(stream, lane.routes.as_ref(), &lane.limits, &lane.shutdown).await {
+                match fast_path::serve(
+                    stream,
+                    Some(peer.ip()),
+                    lane.routes.as_ref(),
+                    &lane.limits,
+                    &lane.shutdown,
+                )
+                .await
+                {
                     fast_path::LaneEnd::Closed => return drop(permit),
                     fast_path::LaneEnd::ToHyper(io) => io,
                 }
@@ -281,6 +289,7 @@ impl<R: DirectRoutes> Edge<R> {
                         body: Bytes::new(),
                         if_none_match: &if_none_match,
                         headers: DirectHeaders::Map(request.headers()),
+                        peer: crate::http::peer::PeerAddress::of_extensions(request.extensions()).0,
                     };
                     return routes.answer(target, direct).await.into_response();
                 }

@@ -90,6 +90,8 @@ pub struct DirectRequest<'a> {
     pub if_none_match: &'a IfNoneMatch,
     /// The request's headers, for the routes' own reading (a member's credential).
     pub headers: DirectHeaders<'a>,
+    /// The connection's TCP peer, when known (a member's credential in gateway mode: a trusted proxy).
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// Whether `token` (a header name as httparse accepted it: token characters only) is `lower`, a name of
@@ -222,9 +224,10 @@ pub struct LaneLimits {
 }
 
 /// Serves `stream`'s requests that `routes` recognise until it closes or sends anything else (module
-/// docs).
+/// docs); `peer` is the connection's peer address, handed to every request.
 pub async fn serve<R: DirectRoutes>(
     mut stream: TcpStream,
+    peer: Option<std::net::IpAddr>,
     routes: &R,
     limits: &LaneLimits,
     shutdown: &CancellationToken,
@@ -292,6 +295,7 @@ pub async fn serve<R: DirectRoutes>(
                 head: &head_bytes,
                 spans: &head.headers[..head.header_count],
             },
+            peer,
         };
         let reply = routes.answer(head.target, request).await;
         out.clear();

@@ -12,6 +12,7 @@
 //! - [`route_table`]: routes as data, so the served routes can be listed and checked against
 //!   `openapi.json`.
 //! - [`auth`]: bearer keys, stored hashed, compared in constant time; the admin and ingest guards.
+//! - [`peer`]: the peer address of a request, and the trusted proxies (CIDRs) whose word is believed.
 //! - [`sse`]: Server-Sent Event streams with an instance limit, bounded buffers and slow clients
 //!   dropped: the one mechanism behind every stream a product offers.
 //! - [`error`]: the one `ApiError` every handler returns, and the JSON shape of every error.
@@ -26,5 +27,6 @@ pub mod entity_tag;
 pub mod error;
 pub mod fast_path;
 pub mod json_writer;
+pub mod peer;
 pub mod route_table;
 pub mod sse;

@@ -16,6 +16,8 @@
 //! forget_idle_queues_after_seconds = 3600  # auto-created queues idle this long are forgotten
 //! # fsync_every_commit = true  # deprecated: the top-level `sqlite_synchronous` decides (default "full")
 //!
+//! member_auth = "ticket"      # or "gateway", "jwt": how a request proves its member; see `member_auth`
+//!
 //! page_cookie_secure = "auto"  # Secure cookies on TLS / X-Forwarded-Proto: https; or "always", "never"
 //! visitor_cookie_max_age_seconds = 86400
 //!
@@ -35,6 +37,7 @@ use rankgate_core::queue::{FailMode, QueueSettings};
 use rankgate_store::synchronous::Synchronous;
 use serde::Deserialize;
 
+pub use super::member_auth::{GatewayAuth, MemberAuth, MemberAuthFile};
 use super::page::config::Pages;
 pub use super::page::config::{CookieSecure, PageConfig};
 
@@ -115,18 +118,15 @@ pub struct WaitingRoomConfig {
     /// Most members a scheduled opening's pre-queue holds (the draw sorts them in one instance's
     /// memory); past it, an entry gets 429 naming this key.
     pub max_pre_queue: u64,
-    /// How a request proves which member it speaks for (SPEC 2.2, "Member identity").
+    /// `member_auth`, `gateway_keys`, `gateway_key_files`, `trusted_proxies` and `[waiting_room.jwt]` as
+    /// the file gives them; [`crate::config::Config`] resolves them into `member_auth` and takes the
+    /// secrets out (see [`super::member_auth`]).
+    #[serde(flatten)]
+    pub member_auth_file: MemberAuthFile,
+    /// How a request proves which member it speaks for (SPEC 2.2, "Member identity"), resolved from
+    /// `member_auth_file` (not a file key of its own).
+    #[serde(skip)]
     pub member_auth: MemberAuth,
-}
-
-/// `[waiting_room] member_auth`. SPEC 2.2 also names `"gateway"` and `"jwt"`; they are not built yet, and
-/// a config that asks for one is refused at start (naming the key) rather than run with another mode.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MemberAuth {
-    /// The member's entry ticket (`X-Queue-Ticket`), or the waiting page's visitor cookie.
-    #[default]
-    Ticket,
 }
 
 impl std::fmt::Debug for WaitingRoomConfig {
@@ -138,6 +138,7 @@ impl std::fmt::Debug for WaitingRoomConfig {
             .field("token_secret", &self.token_secret.as_ref().map(|_| "(hidden)"))
             .field("token_secret_file", &self.token_secret_file)
             .field("gates", &self.gates.len())
+            .field("member_auth", &self.member_auth)
             .finish_non_exhaustive()
     }
 }
@@ -172,6 +173,7 @@ impl Default for WaitingRoomConfig {
             adaptive_min_samples: 10,
             adaptive_round_millis: None,
             max_pre_queue: rankgate_core::queue::draw::DEFAULT_MAX_PRE_QUEUE,
+            member_auth_file: MemberAuthFile::default(),
             member_auth: MemberAuth::Ticket,
         }
     }

@@ -39,6 +39,7 @@ use super::page::{self, cookies};
 use super::service::WaitingRoom;
 use super::telemetry::gate_outcome;
 use crate::http::error::{ApiError, PassThrough};
+use crate::http::peer::PeerAddress;
 
 /// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus the ones we set ourselves.
 const HOP_BY_HOP: &[&str] = &[
@@ -203,7 +204,8 @@ async fn handle_for_json(room: Arc<WaitingRoom>, table: Arc<MethodTable>, reques
         Some(raw) => match MemberId::parse(raw)
             .map_err(|e| ApiError::bad_field("X-Member-Id", e))
             .and_then(|member| {
-                room.authorize(&queue, &member, &Credential::of_headers(&parts.headers))?;
+                let peer = PeerAddress::of_extensions(&parts.extensions);
+                room.authorize(&queue, &member, &Credential::of_request(&parts.headers, peer))?;
                 Ok(member)
             }) {
             Ok(member) => (member, false),

@@ -18,6 +18,7 @@ use super::identity::Credential;
 use super::service::WaitingRoom;
 use crate::http::direct_reply::DirectReply;
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::peer::PeerAddress;
 use crate::http::route_table::{self, Endpoint};
 
 pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
@@ -135,10 +136,11 @@ fn optional_member_field(
 async fn enter(
     State(room): State<Arc<WaitingRoom>>,
     Path(queue): Path<String>,
+    peer: PeerAddress,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    enter_reply(&room, &queue, &body, &Credential::of_headers(&headers))
+    enter_reply(&room, &queue, &body, &Credential::of_request(&headers, peer))
         .await
         .into_response()
 }
@@ -192,9 +194,10 @@ pub fn direct_enter_queue(path: &str) -> Option<&str> {
 async fn poll(
     State(room): State<Arc<WaitingRoom>>,
     Path((queue, member)): Path<(String, String)>,
+    peer: PeerAddress,
     headers: HeaderMap,
 ) -> Response {
-    poll_reply(&room, &queue, &member, &Credential::of_headers(&headers))
+    poll_reply(&room, &queue, &member, &Credential::of_request(&headers, peer))
         .await
         .into_response()
 }
@@ -252,11 +255,12 @@ pub fn direct_poll_target(path: &str) -> Option<(&str, &str)> {
 async fn events(
     State(room): State<Arc<WaitingRoom>>,
     Path((queue, member)): Path<(String, String)>,
+    peer: PeerAddress,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let member = WaitingRoom::parse_member("memberId", &member)?;
-    room.authorize(&queue, &member, &Credential::of_headers(&headers))?;
+    room.authorize(&queue, &member, &Credential::of_request(&headers, peer))?;
     let stream = room.open_member_stream(queue, member).await?;
     Ok(axum::response::Sse::new(stream).into_response())
 }
@@ -264,11 +268,12 @@ async fn events(
 async fn leave(
     State(room): State<Arc<WaitingRoom>>,
     Path((queue, member)): Path<(String, String)>,
+    peer: PeerAddress,
     headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let member = WaitingRoom::parse_member("memberId", &member)?;
-    room.authorize(&queue, &member, &Credential::of_headers(&headers))?;
+    room.authorize(&queue, &member, &Credential::of_request(&headers, peer))?;
     room.leave(&queue, &member).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -276,13 +281,14 @@ async fn leave(
 async fn claim(
     State(room): State<Arc<WaitingRoom>>,
     Path(queue): Path<String>,
+    peer: PeerAddress,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let map = json_object(&body)?;
     let member = member_field(&map)?;
-    room.authorize(&queue, &member, &Credential::of_headers(&headers))?;
+    room.authorize(&queue, &member, &Credential::of_request(&headers, peer))?;
     let token = string_field(&map, "token", || {
         ApiError::Unauthorized("token: missing entry token".into())
     })?;
@@ -301,6 +307,7 @@ fn claim_id_field(map: &serde_json::Map<String, Value>) -> ApiResult<&str> {
 async fn consume(
     State(room): State<Arc<WaitingRoom>>,
     Path(queue): Path<String>,
+    peer: PeerAddress,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
@@ -308,7 +315,7 @@ async fn consume(
     let map = json_object(&body)?;
     let member = member_field(&map)?;
     let claim_id = claim_id_field(&map)?;
-    room.authorize(&queue, &member, &Credential::of_headers(&headers))?;
+    room.authorize(&queue, &member, &Credential::of_request(&headers, peer))?;
     room.consume(&queue, &member, claim_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -316,6 +323,7 @@ async fn consume(
 async fn release(
     State(room): State<Arc<WaitingRoom>>,
     Path(queue): Path<String>,
+    peer: PeerAddress,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
@@ -323,7 +331,7 @@ async fn release(
     let map = json_object(&body)?;
     let member = member_field(&map)?;
     let claim_id = claim_id_field(&map)?;
-    room.authorize(&queue, &member, &Credential::of_headers(&headers))?;
+    room.authorize(&queue, &member, &Credential::of_request(&headers, peer))?;
     room.release(&queue, &member, claim_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

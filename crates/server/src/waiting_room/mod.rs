@@ -20,7 +20,9 @@
 //! - `scheduler`: admission, expiry and metrics workers, driven by the store's clock.
 //! - `telemetry`: metric names and helpers.
 //! - [`identity`] and [`ticket`]: who a request speaks for: every call for a member needs that member's
-//!   credential (its entry's ticket, or the waiting page's visitor cookie).
+//!   credential (its entry's ticket, or the waiting page's visitor cookie; with `member_auth` "gateway"
+//!   also the shop's gateway's word, with "jwt" the shop's JWT). [`member_auth`]: the modes' settings;
+//!   [`jwt`]: the JWT check and its key rotation.
 //! - `draw_verify`: `rankgate queue verify-draw`, the check of a scheduled opening's published draw.
 //! - `adaptive`: adaptive admission: gate measurements → shared store → AIMD controller → the queue's rate.
 
@@ -32,7 +34,9 @@ pub mod draw_verify;
 mod errors;
 mod gate;
 pub mod identity;
+pub mod jwt;
 mod member_api;
+pub mod member_auth;
 mod member_streams;
 mod opening;
 mod page;

@@ -31,7 +31,7 @@ use rankgate_store::queue::{
 use super::adaptive::{AdaptiveControl, ADAPTIVE_INTERVAL_MILLIS, ADAPTIVE_MIN_SAMPLES};
 use super::config::WaitingRoomConfig;
 pub(crate) use super::errors::store_error;
-use super::identity::{Credential, Identity};
+use super::identity::{Credential, Entrant, EntryProof, Identity};
 use super::member_streams::{MemberStreamLimits, MemberStreams};
 use super::position::{rate_limit_value, ClaimGranted, PollLimitHeaders, Position};
 use super::secret::load_or_create_secret;
@@ -182,6 +182,11 @@ impl WaitingRoom {
                 .filter_map(|gate| QueueName::parse(&gate.queue).ok())
                 .collect(),
         );
+        let identity = Identity::new(
+            TicketKey::derived_from(&secret),
+            super::page::cookies::VisitorKey::derived_from(&secret),
+            config.member_auth.clone(),
+        );
         Ok(WaitingRoom {
             adaptive,
             member_streams,
@@ -190,10 +195,7 @@ impl WaitingRoom {
             jobs,
             clock,
             config,
-            identity: Identity::new(
-                TicketKey::derived_from(&secret),
-                super::page::cookies::VisitorKey::derived_from(&secret),
-            ),
+            identity,
             secret,
             embedded: None,
             redis: None,
@@ -355,23 +357,13 @@ impl WaitingRoom {
         member: Option<MemberId>,
         credential: &Credential<'_>,
     ) -> ApiResult<Position> {
-        // An id rankgate picks is new: whatever credential came along (a browser's visitor cookie) is
-        // not asked to prove it.
-        let (member, proven) = match member {
-            None => (super::page::cookies::new_visitor_id(), true),
-            Some(member) if credential.is_empty() => (member, false),
-            Some(member) => {
-                self.authorize(queue, &member, credential)?;
-                (member, true)
-            }
-        };
-        let claimed = if proven {
-            credential.claimed_placement()
-        } else {
-            None
-        };
+        let Entrant {
+            member,
+            proof,
+            claimed,
+        } = self.identity.entrant(queue, member, credential)?;
         let (mut position, entered, placement) = self.enter_claiming(queue, &member, claimed).await?;
-        if !entered && !proven {
+        if !entered && proof == EntryProof::Claimed {
             return Err(ApiError::Unauthorized(format!(
                 "X-Queue-Ticket: memberId {member} is already in this queue; only its own ticket (the one \
                  its entry answered with) can act for it"

@@ -17,6 +17,7 @@ mod events;
 mod faults;
 mod hostile;
 mod instances;
+mod member_auth_modes;
 mod member_identity;
 mod member_streams;
 mod opening;

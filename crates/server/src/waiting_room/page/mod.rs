@@ -42,6 +42,7 @@ use self::cookies::VisitorKey;
 use super::identity::Credential;
 use super::service::WaitingRoom;
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::peer::PeerAddress;
 use crate::http::route_table::{self, Endpoint};
 
 /// What the page handler needs: the room, the validated pages and the visitor cookie key.
@@ -126,16 +127,22 @@ fn first_rank_of(uri: &Uri) -> ApiResult<Option<u64>> {
     Ok(first)
 }
 
-/// The member: `X-Member-Id` with that member's credential (its `X-Queue-Ticket`; a member id alone
-/// proves nothing, see `identity`), else a verified visitor cookie; `None` means issue one.
-fn member_of(state: &PageState, queue: &QueueName, headers: &HeaderMap) -> ApiResult<Option<MemberId>> {
+/// The member: `X-Member-Id` with that member's credential (its `X-Queue-Ticket`, or as `member_auth`
+/// allows the gateway's word or the shop's JWT; a member id alone proves nothing, see `identity`), else a
+/// verified visitor cookie; `None` means issue one.
+fn member_of(
+    state: &PageState,
+    queue: &QueueName,
+    headers: &HeaderMap,
+    peer: PeerAddress,
+) -> ApiResult<Option<MemberId>> {
     if let Some(raw) = headers.get("x-member-id") {
         let raw = std::str::from_utf8(raw.as_bytes())
             .map_err(|_| ApiError::bad_field("X-Member-Id", "must be UTF-8"))?;
         let member = WaitingRoom::parse_member("X-Member-Id", raw.trim())?;
         state
             .room
-            .authorize(queue, &member, &Credential::of_headers(headers))?;
+            .authorize(queue, &member, &Credential::of_request(headers, peer))?;
         return Ok(Some(member));
     }
     Ok(state.visitor_key.visitor_of(headers))
@@ -145,13 +152,14 @@ async fn waiting_page(
     State(state): State<Arc<PageState>>,
     Path(queue): Path<String>,
     uri: Uri,
+    peer: PeerAddress,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let queue = WaitingRoom::parse_queue(&queue)?;
     let first_rank = first_rank_of(&uri)?;
     let secure = cookies::secure_for(state.cookie_secure, &uri, &headers);
     let mut set_cookies = Vec::new();
-    let member = match member_of(&state, &queue, &headers)? {
+    let member = match member_of(&state, &queue, &headers, peer)? {
         Some(member) => member,
         None => {
             let (member, value) = state.visitor_key.issue();
