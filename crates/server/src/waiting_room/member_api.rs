@@ -225,8 +225,10 @@ pub async fn poll_reply(
                 .zip(HeaderValue::try_from(limit.limit).ok())
                 .map(|(policy, limit)| {
                     [
-                        (HeaderName::from_static("ratelimit-policy"), policy),
-                        (HeaderName::from_static("ratelimit"), limit),
+                        // Built at compile time: `from_static` at run time checks every byte,
+                        // ~230 instructions of every poll.
+                        (const { HeaderName::from_static("ratelimit-policy") }, policy),
+                        (const { HeaderName::from_static("ratelimit") }, limit),
                     ]
                 });
             DirectReply::json(position.to_json(), headers.into_iter().flatten())

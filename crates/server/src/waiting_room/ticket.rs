@@ -4,9 +4,11 @@
 //! sequential) buys nothing; and the member's claim to its place should the store lose the queue.
 //!
 //! A ticket is opaque to clients: the layout's version (`3` when the member id is written as it is, for
-//! ids of unreserved URL characters only; `2` when it is written in hex), the 128-bit tag in hex (32
-//! characters), the queue's epoch (16 hex digits), the member's place (16 hex digits: an `i64` as two's
-//! complement), then the member id: at most 1 + 32 + 32 + 256 = 321 characters (SPEC: at most 512). The tag is
+//! ids of unreserved URL characters only; `2` when it is written in hex), the 96-bit tag in hex (24
+//! characters), the queue's epoch and the member's place (each a length code and its hex digits without
+//! leading zeros, see [`push_number`]), then the member id: at most 1 + 24 + 34 + 256 = 315 characters
+//! (SPEC: at most 512), typically 45 to 60. Every byte of it is read and hashed on every poll, so it is
+//! kept short. The tag is
 //! SipHash-2-4 with a 128-bit output over the version, the queue (length-prefixed), the epoch and place
 //! digits as written, and the member (length-prefixed), keyed with 128 bits derived from the token secret
 //! (HMAC-SHA-256 of the secret with [`TICKET_KEY_LABEL`]), so every instance sharing the secret checks
@@ -39,18 +41,16 @@ const VERSION_HEX: u8 = b'2';
 /// only (`A-Z a-z 0-9 - . _ ~`: user ids, rankgate's `v-…`), the common case. Half the length of hex, so
 /// a poll's head is shorter, and checking it is a plain comparison.
 const VERSION_RAW: u8 = b'3';
-/// The tag's length in characters (16 bytes in hex).
-const TAG_CHARS: usize = 32;
-/// The epoch's and the place's digits (8 bytes each, in hex).
-const PLACE_CHARS: usize = 32;
-/// Where the signed text after the tag starts.
+/// The tag's length in characters: 96 bits (12 bytes) in hex.
+const TAG_CHARS: usize = 24;
+/// Where the place text (after the tag) starts.
 const PLACE_AT: usize = 1 + TAG_CHARS;
-/// Where the member's digits start.
-const MEMBER_AT: usize = PLACE_AT + PLACE_CHARS;
+/// The longest place text: a length digit and up to 16 hex digits, for the epoch and for the place.
+const MAX_PLACE_CHARS: usize = 2 * (1 + 16);
 /// The longest member id in characters.
 const MAX_MEMBER_CHARS: usize = MemberId::MAX_BYTES * 2;
 /// The longest ticket as sent.
-pub const MAX_TICKET_CHARS: usize = MEMBER_AT + MAX_MEMBER_CHARS;
+pub const MAX_TICKET_CHARS: usize = PLACE_AT + MAX_PLACE_CHARS + MAX_MEMBER_CHARS;
 /// Inputs of the tag up to this long are hashed in one `write` from a stack copy.
 const SHORT_SIGNED_BYTES: usize = 112;
 /// The epoch a ticket names when its entry answered no place (nothing to come back to).
@@ -120,10 +120,12 @@ impl TicketKey {
             std::hash::Hasher::write(&mut hasher, &[member.len() as u8]);
             std::hash::Hasher::write(&mut hasher, member);
         }
+        // SipHash-2-4-128 cut to 96 bits: as strong as any forgery needs through an HTTP endpoint (2^96
+        // guesses), eight characters fewer in every poll's head.
         let tag = hasher.finish128();
         let mut hex_tag = [0u8; TAG_CHARS];
         hex_tag[..16].copy_from_slice(&hex_of_u64(tag.h1));
-        hex_tag[16..].copy_from_slice(&hex_of_u64(tag.h2));
+        hex_tag[16..].copy_from_slice(&hex_of_u64(tag.h2)[..8]);
         hex_tag
     }
 
@@ -131,9 +133,14 @@ impl TicketKey {
     #[must_use]
     pub fn issue(&self, queue: &QueueName, member: &MemberId, placement: Option<Placement>) -> String {
         let (epoch, place) = placement.map_or((NO_PLACE_EPOCH, 0), |p| (p.epoch, p.place));
-        let mut place_digits = [0u8; PLACE_CHARS];
-        hex::encode_to_slice(epoch.to_be_bytes(), &mut place_digits[..16]).expect("16 digits");
-        hex::encode_to_slice(place.to_be_bytes(), &mut place_digits[16..]).expect("16 digits");
+        let mut place_text = [0u8; MAX_PLACE_CHARS];
+        let mut at = push_number(&mut place_text, 0, epoch, b'0');
+        at = if place >= 0 {
+            push_number(&mut place_text, at, place as u64, b'g')
+        } else {
+            push_number(&mut place_text, at, (place as u64).wrapping_neg(), b'G')
+        };
+        let place_digits = &place_text[..at];
         let member = member.as_str();
         let version = if is_unreserved(member.as_bytes()) {
             VERSION_RAW
@@ -143,13 +150,13 @@ impl TicketKey {
         let tag = self.tag(
             version,
             queue.as_str().as_bytes(),
-            &place_digits,
+            place_digits,
             member.as_bytes(),
         );
-        let mut ticket = String::with_capacity(MEMBER_AT + 2 * member.len());
+        let mut ticket = String::with_capacity(PLACE_AT + place_digits.len() + 2 * member.len());
         ticket.push(char::from(version));
         ticket.push_str(std::str::from_utf8(&tag).expect("hex digits"));
-        ticket.push_str(std::str::from_utf8(&place_digits).expect("hex digits"));
+        ticket.push_str(std::str::from_utf8(place_digits).expect("hex digits"));
         if version == VERSION_RAW {
             ticket.push_str(member);
         } else {
@@ -162,11 +169,15 @@ impl TicketKey {
     /// no place.
     #[must_use]
     pub fn placement(ticket: &[u8]) -> Option<Placement> {
-        let digits = ticket.get(PLACE_AT..MEMBER_AT)?;
-        let mut bytes = [0u8; 16];
-        hex::decode_to_slice(digits, &mut bytes).ok()?;
-        let epoch = u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"));
-        let place = i64::from_be_bytes(bytes[8..].try_into().expect("8 bytes"));
+        let end = place_end(ticket)?;
+        let text = &ticket[PLACE_AT..end];
+        let epoch_end = 2 + usize::from(length_code(text[0], b'0')?);
+        let epoch = read_hex(&text[1..epoch_end])?;
+        let place = read_hex(&text[epoch_end + 1..])?;
+        let place = match text[epoch_end] {
+            b'g'..=b'v' => i64::try_from(place).ok()?,
+            _ => (place.wrapping_neg()) as i64,
+        };
         (epoch != NO_PLACE_EPOCH).then_some(Placement { epoch, place })
     }
 
@@ -174,16 +185,21 @@ impl TicketKey {
     /// encoding the expected tag and the request's short member id costs less than decoding the
     /// ticket's.
     pub fn check(&self, ticket: &[u8], queue: &str, member: &str) -> Result<(), TicketRefusal> {
-        if ticket.len() <= MEMBER_AT
-            || ticket.len() > MAX_TICKET_CHARS
+        if ticket.len() > MAX_TICKET_CHARS
             || member.len() > MemberId::MAX_BYTES
             || queue.len() > QueueName::MAX_BYTES
         {
             return Err(TicketRefusal::Invalid);
         }
+        let Some(member_at) = place_end(ticket) else {
+            return Err(TicketRefusal::Invalid);
+        };
         let version = ticket[0];
         let presented = &ticket[1..PLACE_AT];
-        let (place, member_text) = ticket[PLACE_AT..].split_at(PLACE_CHARS);
+        let (place, member_text) = (&ticket[PLACE_AT..member_at], &ticket[member_at..]);
+        if member_text.is_empty() {
+            return Err(TicketRefusal::Invalid);
+        }
         let names_this_member = match version {
             VERSION_RAW => member_text == member.as_bytes(),
             VERSION_HEX => {
@@ -238,6 +254,62 @@ impl TicketKey {
             .fold(subtle::Choice::from(1), |all, one| all & one);
         bool::from(equal)
     }
+}
+
+/// Writes `value` in hex without leading zeros (at least one digit) after a length code, `base` plus
+/// the digit count less one, at `at` in `out`; returns where the text ends. The codes tell the reader
+/// where the number ends: `0`–`f` for the epoch, `g`–`v` for a place at or above zero, `G`–`V` for a
+/// place below zero (its magnitude follows).
+fn push_number(out: &mut [u8; MAX_PLACE_CHARS], at: usize, value: u64, base: u8) -> usize {
+    let digits = hex_of_u64(value);
+    let skip = (value.leading_zeros() / 4).min(15) as usize;
+    let count = 16 - skip;
+    out[at] = if base == b'0' {
+        b"0123456789abcdef"[count - 1]
+    } else {
+        base + (count as u8 - 1)
+    };
+    out[at + 1..at + 1 + count].copy_from_slice(&digits[skip..]);
+    at + 1 + count
+}
+
+/// The digit count less one that a length code written with `base` names.
+fn length_code(code: u8, base: u8) -> Option<u8> {
+    let count = if base == b'0' {
+        (code as char).to_digit(16)? as u8
+    } else {
+        code.checked_sub(base).filter(|n| *n < 16)?
+    };
+    Some(count)
+}
+
+/// Where `ticket`'s place text ends (its member starts), if the length codes are well formed.
+fn place_end(ticket: &[u8]) -> Option<usize> {
+    let epoch_code = *ticket.get(PLACE_AT)?;
+    let place_code_at = PLACE_AT + 2 + usize::from(length_code(epoch_code, b'0')?);
+    let place_code = *ticket.get(place_code_at)?;
+    let place_digits = match place_code {
+        b'g'..=b'v' => place_code - b'g',
+        b'G'..=b'V' => place_code - b'G',
+        _ => return None,
+    };
+    let end = place_code_at + 2 + usize::from(place_digits);
+    (end <= ticket.len()).then_some(end)
+}
+
+/// The value of 1 to 16 lower-case hex digits.
+fn read_hex(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 16 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |value, digit| {
+        let nibble = match digit {
+            b'0'..=b'9' => digit - b'0',
+            b'a'..=b'f' => digit - b'a' + 10,
+            _ => return None,
+        };
+        Some(value << 4 | u64::from(nibble))
+    })
 }
 
 /// Whether every byte of `member` is an unreserved URL character (RFC 3986: `A-Z a-z 0-9 - . _ ~`),
