@@ -27,7 +27,10 @@ impl DirectReply {
         // Room for the content type and the few headers a route adds (a poll's two rate-limit headers),
         // so the vector is allocated once, not grown (~300 instructions of a poll).
         let mut all = Vec::with_capacity(4);
-        all.push((header::CONTENT_TYPE, const { HeaderValue::from_static("application/json") }));
+        all.push((
+            header::CONTENT_TYPE,
+            const { HeaderValue::from_static("application/json") },
+        ));
         all.extend(headers);
         DirectReply {
             status: StatusCode::OK,
