@@ -162,6 +162,76 @@ fn browser_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser")
 }
 
+/// One of this folder's node scripts driving Chromium (headless, playwright-core), talking to the test
+/// over its stdin and stdout, a line a step (each script's head comment says which).
+struct NodeScript {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    stderr: tokio::process::ChildStderr,
+}
+
+impl NodeScript {
+    /// Starts `script` with `args`, after checking that Chromium and playwright-core are installed.
+    fn start(script: &str, args: &[&std::ffi::OsStr]) -> NodeScript {
+        let chromium = std::env::var("RANKGATE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        assert!(
+            std::path::Path::new(&chromium).exists(),
+            "{chromium} is missing: `apt-get install -y chromium` (as .ci/run does)"
+        );
+        assert!(
+            browser_dir().join("node_modules/playwright-core").exists(),
+            "playwright-core is missing: `npm ci` in {} (as .ci/run does)",
+            browser_dir().display()
+        );
+        let mut child = tokio::process::Command::new("node")
+            .arg(script)
+            .args(args)
+            .current_dir(browser_dir())
+            .env("RANKGATE_CHROMIUM", &chromium)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node runs (apt-get install nodejs)");
+        NodeScript {
+            stdin: child.stdin.take().expect("stdin"),
+            lines: BufReader::new(child.stdout.take().expect("stdout")).lines(),
+            stderr: child.stderr.take().expect("stderr"),
+            child,
+        }
+    }
+
+    /// The script's next line, `None` once it closed its stdout.
+    async fn next_line(&mut self) -> Option<String> {
+        self.lines.next_line().await.expect("read node's stdout")
+    }
+
+    /// Answers the script a line on its stdin.
+    async fn tell(&mut self, line: &str) {
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .expect("tell node");
+        self.stdin.flush().await.expect("flush");
+    }
+
+    /// Waits for the script to exit and fails the test, with its stderr and the lines `seen`, unless it
+    /// succeeded.
+    async fn finish(mut self, seen: &[String]) {
+        let status = self.child.wait().await.expect("node exits");
+        let mut errors = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut self.stderr, &mut errors)
+            .await
+            .ok();
+        assert!(
+            status.success(),
+            "the browser script failed: {errors}\nstdout: {seen:?}"
+        );
+    }
+}
+
 /// The browser test of issue 12: at 320 px the page shows the position falling as admission runs, is
 /// admitted, continues to the gated route by itself, and the order reaches the upstream exactly once;
 /// with scripts off the position and a refresh meta tag are there; the controls are reachable by
@@ -169,16 +239,6 @@ fn browser_dir() -> std::path::PathBuf {
 /// RANKGATE_UPDATE_SCREENSHOTS=1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
-    let chromium = std::env::var("RANKGATE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        std::path::Path::new(&chromium).exists(),
-        "{chromium} is missing: `apt-get install -y chromium` (as .ci/run does)"
-    );
-    assert!(
-        browser_dir().join("node_modules/playwright-core").exists(),
-        "playwright-core is missing: `npm ci` in {} (as .ci/run does)",
-        browser_dir().display()
-    );
     let (upstream, orders) = spawn_upstream().await;
     let app = spawn_gated_app("sale", &upstream, |_| {}).await;
     // Four members ahead of the browser, admitted one per second once the browser has looked.
@@ -214,24 +274,20 @@ async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
         scratch.path().to_path_buf()
     };
     std::fs::create_dir_all(&shots).expect("the screenshot dir");
-    let mut child = tokio::process::Command::new("node")
-        .arg("waiting_page.mjs")
-        .args([&app.address, "sale", "quiet", "polled"])
-        .arg(&shots)
-        .current_dir(browser_dir())
-        .env("RANKGATE_CHROMIUM", &chromium)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs (apt-get install nodejs)");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut stderr = child.stderr.take().expect("stderr");
+    let address = std::ffi::OsString::from(&app.address);
+    let mut node = NodeScript::start(
+        "waiting_page.mjs",
+        &[
+            address.as_os_str(),
+            "sale".as_ref(),
+            "quiet".as_ref(),
+            "polled".as_ref(),
+            shots.as_os_str(),
+        ],
+    );
     let mut seen = Vec::new();
     let run = async {
-        while let Some(line) = lines.next_line().await.expect("read node's stdout") {
+        while let Some(line) = node.next_line().await {
             if let Some(waiting) = line.strip_prefix("WAITING ") {
                 let (queue, rank) = waiting.split_once(' ').expect("WAITING <queue> <rank>");
                 let ahead = if queue == "sale" { "4" } else { "2" };
@@ -240,24 +296,16 @@ async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
                     assert_eq!(orders.count(), 0, "nothing ordered while waiting");
                 }
                 app.put_settings(queue, json!({ "paused": false })).await;
-                stdin.write_all(b"go\n").await.expect("tell node");
-                stdin.flush().await.expect("flush");
+                node.tell("go").await;
             }
             seen.push(line);
         }
-        child.wait().await.expect("node exits")
+        node
     };
-    let status = tokio::time::timeout(Duration::from_secs(180), run)
+    let node = tokio::time::timeout(Duration::from_secs(180), run)
         .await
         .expect("the browser run finishes within 180 s");
-    let mut errors = String::new();
-    tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut errors)
-        .await
-        .ok();
-    assert!(
-        status.success(),
-        "the browser script failed: {errors}\nstdout: {seen:?}"
-    );
+    node.finish(&seen).await;
     assert_eq!(seen.last().map(String::as_str), Some("DONE"), "{seen:?}");
     assert!(seen.iter().any(|l| l == "SECOND_USE 401"), "{seen:?}");
 
@@ -294,11 +342,6 @@ async fn a_browser_waits_is_admitted_and_orders_exactly_once() {
 /// and its `HttpOnly` ticket cookie brings it back to its place: behind the three, ahead of the two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_page_gets_its_place_back_after_redis_restarts_empty() {
-    let chromium = std::env::var("RANKGATE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        std::path::Path::new(&chromium).exists(),
-        "{chromium} is missing: `apt-get install -y chromium` (as .ci/run does)"
-    );
     let mut redis = rankgate_testkit::redis_servers::RestartableRedis::start();
     let (upstream, _orders) = spawn_upstream().await;
     let url = redis.url();
@@ -323,24 +366,11 @@ async fn the_waiting_page_gets_its_place_back_after_redis_restarts_empty() {
             .unwrap();
         tickets.push((member, answer["ticket"].as_str().unwrap().to_owned()));
     }
-    let mut child = tokio::process::Command::new("node")
-        .arg("store_loss.mjs")
-        .args([&app.address, "sale"])
-        .current_dir(browser_dir())
-        .env("RANKGATE_CHROMIUM", &chromium)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs (apt-get install nodejs)");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut stderr = child.stderr.take().expect("stderr");
+    let address = std::ffi::OsString::from(&app.address);
+    let mut node = NodeScript::start("store_loss.mjs", &[address.as_os_str(), "sale".as_ref()]);
     let mut seen = Vec::new();
     let run = async {
-        while let Some(line) = lines.next_line().await.expect("read node's stdout") {
-            eprintln!("node: {line}");
+        while let Some(line) = node.next_line().await {
             if line == "WAITING 3" {
                 redis.down();
                 redis.up();
@@ -372,24 +402,16 @@ async fn the_waiting_page_gets_its_place_back_after_redis_restarts_empty() {
                         .unwrap();
                     assert_eq!(back.status(), 200, "{member}");
                 }
-                stdin.write_all(b"3\n").await.expect("tell node");
-                stdin.flush().await.expect("flush");
+                node.tell("3").await;
             }
             seen.push(line);
         }
-        child.wait().await.expect("node exits")
+        node
     };
-    let status = tokio::time::timeout(Duration::from_secs(150), run)
+    let node = tokio::time::timeout(Duration::from_secs(150), run)
         .await
         .expect("the browser run finishes within 150 s");
-    let mut errors = String::new();
-    tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut errors)
-        .await
-        .ok();
-    assert!(
-        status.success(),
-        "the browser script failed: {errors}\nstdout: {seen:?}"
-    );
+    node.finish(&seen).await;
     assert_eq!(seen.first().map(String::as_str), Some("WAITING 3"), "{seen:?}");
     assert!(seen.iter().any(|l| l.starts_with("RECOVERED 3 ")), "{seen:?}");
     let settings: serde_json::Value = app.get("/v1/admin/queues/sale").await.json().await.unwrap();

@@ -444,30 +444,17 @@ impl RedisStore {
 
     /// A queue script invocation with the common arguments (keys 1–6, ARGV 1–11).
     fn queue_call<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptInvocation<'a> {
-        let mut invocation = script.prepare_invoke();
-        for key in self.queue_keys(queue) {
-            invocation.key(key);
-        }
-        invocation
-            .arg(self.now_arg())
-            .arg(self.options.consumed_memory_ms);
-        for arg in &self.default_args {
-            invocation.arg(arg);
-        }
-        invocation
+        self.creating_call(script, queue, None)
     }
 
     /// [`RedisStore::queue_call`] for a script that may make the queue: with `kept` settings (a queue the
-    /// store lost) in place of the defaults.
+    /// store lost) in place of the defaults as ARGV 3–11.
     fn creating_call<'a>(
         &self,
         script: &'a Script,
         queue: &QueueName,
         kept: Option<&Kept>,
     ) -> ScriptInvocation<'a> {
-        let Some(kept) = kept else {
-            return self.queue_call(script, queue);
-        };
         let mut invocation = script.prepare_invoke();
         for key in self.queue_keys(queue) {
             invocation.key(key);
@@ -475,8 +462,17 @@ impl RedisStore {
         invocation
             .arg(self.now_arg())
             .arg(self.options.consumed_memory_ms);
-        for arg in settings_args(&kept.settings) {
-            invocation.arg(arg);
+        match kept {
+            None => {
+                for arg in &self.default_args {
+                    invocation.arg(arg);
+                }
+            }
+            Some(kept) => {
+                for arg in settings_args(&kept.settings) {
+                    invocation.arg(arg);
+                }
+            }
         }
         invocation
     }

@@ -237,3 +237,18 @@ local function view(member, now)
   e.mw, e.wv = e[6], e[7]
   return view_of(st, rank, waiting, now, e)
 end
+
+-- The entry of enter.lua (and restore.lua's when no place comes back): a member not in the queue (or
+-- remembered as consumed) waits at the back under the queue's next sequence; a waiting one was seen.
+-- Returns 1 when it entered now.
+local function enter_member(member, st, now)
+  if st.kind == 'N' or st.kind == 'X' then
+    local seq = redis.call('HINCRBY', META, 'seq', 1) - 1
+    set_state(member, st, {kind = 'W', seq = seq}, now)
+    return 1
+  elseif st.kind == 'W' then
+    -- Entering again is a visit: the member was seen.
+    touch_waiting(member, now, abandon_seconds())
+  end
+  return 0
+end

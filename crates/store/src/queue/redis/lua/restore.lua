@@ -26,14 +26,6 @@ if lost_here and (st.kind == 'N' or (st.kind == 'W' and st.seq >= 0)) then
     restored = 1
   end
 end
-if restored == 0 then
-  if st.kind == 'N' or st.kind == 'X' then
-    local seq = redis.call('HINCRBY', META, 'seq', 1) - 1
-    set_state(member, st, {kind = 'W', seq = seq}, now)
-    entered = 1
-  elseif st.kind == 'W' then
-    touch_waiting(member, now, abandon_seconds())
-  end
-end
+if restored == 0 then entered = enter_member(member, st, now) end
 st = state_of(member)
 return {entered, created and 1 or 0, view(member, now), epoch(), place_of(st), restored}
