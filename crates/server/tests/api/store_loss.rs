@@ -289,3 +289,76 @@ async fn a_redis_restarted_empty_mid_sale_gives_every_ticket_holder_its_place_ba
         app.stop().await;
     }
 }
+
+/// The same ticket path on the embedded store, which never loses a queue: its epoch survives a restart
+/// (a member's ticket from before still finds its place, unchanged), and a queue deleted by an admin
+/// retires its epoch, so an old ticket enters at the back like anybody new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_embedded_store_tickets_keep_their_place_across_a_restart_and_a_deleted_queue_restores_nothing(
+) {
+    let app = TestApp::builder().admission_stepped_by_test().spawn().await;
+    let put = app
+        .client
+        .put(app.url("/v1/admin/queues/sale"))
+        .json(&json!({ "paused": true }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let mut tickets = HashMap::new();
+    for member in ["a", "b"] {
+        let answer: Value = enter(&app, json!({ "memberId": member }), None)
+            .await
+            .json()
+            .await
+            .unwrap();
+        tickets.insert(member, answer["ticket"].as_str().unwrap().to_owned());
+    }
+    let epoch = admin_view(&app).await["epoch"].as_u64().unwrap();
+
+    let dir = app.stop().await.expect("the app's own data dir");
+    let app = TestApp::builder()
+        .admission_stepped_by_test()
+        .in_temp_dir(dir)
+        .spawn()
+        .await;
+    assert_eq!(
+        admin_view(&app).await["epoch"].as_u64(),
+        Some(epoch),
+        "the epoch survives a restart"
+    );
+    let again: Value = enter(&app, json!({ "memberId": "b" }), Some(&tickets["b"]))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (again["status"].as_str(), again["rank"].as_u64()),
+        (Some("WAITING"), Some(1)),
+        "{again}"
+    );
+
+    let deleted = app
+        .client
+        .delete(app.url("/v1/admin/queues/sale"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    enter(&app, json!({ "memberId": "c" }), None).await;
+    assert_ne!(
+        admin_view(&app).await["epoch"].as_u64(),
+        Some(epoch),
+        "a new queue, a new epoch"
+    );
+    let back: Value = enter(&app, json!({ "memberId": "a" }), Some(&tickets["a"]))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        back["rank"], 1,
+        "behind the newcomer: a deleted queue's ticket names no place: {back}"
+    );
+    app.stop().await;
+}
