@@ -562,6 +562,8 @@ const ADD_MANAGED: &str =
     "ALTER TABLE queues ADD COLUMN managed INTEGER NOT NULL DEFAULT 0; UPDATE queues SET managed = 1;";
 /// The probe-guarded step of `8e17666`.
 const ADD_ABANDONED: &str = "ALTER TABLE queues ADD COLUMN abandoned INTEGER NOT NULL DEFAULT 0;";
+/// Migration 5 (the first numbered one after the inline schema): each queue's epoch.
+const ADD_EPOCH: &str = "ALTER TABLE queues ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;";
 
 /// The queue schemas older builds created, oldest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -698,7 +700,16 @@ async fn every_older_queue_database_is_brought_to_the_current_schema_with_its_ro
         }
 
         let upgraded = Connection::open(dir.path().join(DATABASE_FILE)).unwrap();
-        assert_eq!(user_version(&upgraded), 4, "{build:?}");
+        assert_eq!(user_version(&upgraded), 5, "{build:?}");
+        let epoch: i64 = upgraded
+            .query_row("SELECT epoch FROM queues WHERE name = 'old'", [], |row| {
+                row.get(0)
+            })
+            .unwrap();
+        assert_eq!(
+            epoch, 0,
+            "{build:?}: a queue stored before epochs keeps epoch 0 (its tickets stay current)"
+        );
         let managed: i64 = upgraded
             .query_row("SELECT managed FROM queues WHERE name = 'old'", [], |row| {
                 row.get(0)
@@ -732,8 +743,10 @@ async fn a_new_queue_database_gets_the_schema_the_last_inline_build_gave() {
     let old = Connection::open_in_memory().unwrap();
     old.execute_batch(&queue_schema_of(QueueBuild::Abandoned))
         .unwrap();
+    // What numbered migrations added since (5: each queue's epoch, issue 29).
+    old.execute_batch(ADD_EPOCH).unwrap();
     assert_eq!(schema_shape(&new), schema_shape(&old));
     assert_eq!(create_statements(&new, false), create_statements(&old, false));
-    assert_eq!(user_version(&new), 4);
-    assert!(has_column(&new, "queues", "abandoned"));
+    assert_eq!(user_version(&new), 5);
+    assert!(has_column(&new, "queues", "abandoned") && has_column(&new, "queues", "epoch"));
 }
