@@ -157,12 +157,14 @@ impl Identity {
         self.tickets.issue(queue, member, placement)
     }
 
-    /// Whether `ticket` is `member`'s in `queue` (the waiting page's ticket cookie).
+    /// The place `ticket` claims for `member` in `queue`: `None` unless the ticket is that member's (an
+    /// entry proven by other means, the waiting page's ticket cookie) and names a place.
     #[must_use]
-    pub fn ticket_proves(&self, queue: &QueueName, member: &MemberId, ticket: &str) -> bool {
+    pub fn place_claimed_by(&self, queue: &QueueName, member: &MemberId, ticket: &[u8]) -> Option<Placement> {
         self.tickets
-            .check(ticket.as_bytes(), queue.as_str(), member.as_str())
-            .is_ok()
+            .check(ticket, queue.as_str(), member.as_str())
+            .ok()
+            .and_then(|()| TicketKey::placement(ticket))
     }
 
     /// Ok when `credential` proves `member` of `queue`; 401 when it proves nobody, 403 when it proves
@@ -227,11 +229,7 @@ impl Identity {
             (_, None) => None,
             // In ticket mode a ticket that came was the proof `authorize` checked: no second check.
             (MemberAuth::Ticket, Some(ticket)) => TicketKey::placement(ticket),
-            (_, Some(ticket)) => self
-                .tickets
-                .check(ticket, queue.as_str(), member.as_str())
-                .ok()
-                .and_then(|()| TicketKey::placement(ticket)),
+            (_, Some(ticket)) => self.place_claimed_by(queue, &member, ticket),
         };
         Ok(Entrant {
             member,

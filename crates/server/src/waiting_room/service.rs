@@ -300,14 +300,7 @@ impl WaitingRoom {
 
     /// `POST /v1/queues/{queue}/entries`.
     pub async fn enter(&self, queue: &QueueName, member: &MemberId) -> ApiResult<Position> {
-        Ok(self.enter_once(queue, member).await?.0)
-    }
-
-    /// The entry and whether it created the member (`false`: the member was in the queue already).
-    async fn enter_once(&self, queue: &QueueName, member: &MemberId) -> ApiResult<(Position, bool)> {
-        self.enter_claiming(queue, member, None)
-            .await
-            .map(|(position, entered, _)| (position, entered))
+        Ok(self.enter_claiming(queue, member, None).await?.0)
     }
 
     /// The entry, claiming the place `claimed` (a ticket's) when the queue's epoch is no longer the
@@ -383,9 +376,8 @@ impl WaitingRoom {
         member: &MemberId,
         ticket_cookie: Option<&str>,
     ) -> ApiResult<(Position, String)> {
-        let claimed = ticket_cookie
-            .filter(|ticket| self.identity.ticket_proves(queue, member, ticket))
-            .and_then(|ticket| TicketKey::placement(ticket.as_bytes()));
+        let claimed =
+            ticket_cookie.and_then(|ticket| self.identity.place_claimed_by(queue, member, ticket.as_bytes()));
         let (position, _, placement) = self.enter_claiming(queue, member, claimed).await?;
         Ok((position, self.identity.ticket_for(queue, member, placement)))
     }

@@ -388,8 +388,7 @@ impl RedisStore {
         Ok(())
     }
 
-    /// `enter.lua` for one member. A queue that does not exist yet is first given its place in the
-    /// registry under `max_queues` ([`StoreError::TooManyQueues`] beyond it), then created.
+    /// `enter.lua` for one member ([`RedisStore::enter_or_restore`] without a claimed place).
     async fn enter_full(&self, queue: &QueueName, member: &MemberId) -> Result<EnterOutcome, StoreError> {
         self.enter_or_restore(queue, member, None)
             .await
@@ -451,10 +450,8 @@ impl RedisStore {
                 }),
             };
             let restored = claimed.is_some() && full.int()? == 1;
-            if (entered || restored) && view.waiting_count <= 1 {
-                self.activate(queue).await?;
-            }
-            if restored {
+            // A restore may be the first member of a queue made again: it is made busy either way.
+            if restored || (entered && view.waiting_count <= 1) {
                 self.activate(queue).await?;
             }
             let outcome = if entered {
