@@ -59,18 +59,26 @@ pub enum Observed {
 
 impl KeptSettings {
     /// Loads `dir`'s kept settings (if any) under what is already kept in memory, and writes every later
-    /// change there. A file that cannot be read is reported, not fatal: the copy is a safety net.
+    /// change there. A file that does not parse is set aside (`.json.damaged`) and reported, not fatal: the
+    /// copy is a safety net. An I/O failure (the directory cannot be read or written) is an error.
     pub fn persist_in(&self, dir: &Path) -> std::io::Result<()> {
         let path = dir.join(KEPT_SETTINGS_FILE);
         let mut state = self.state.lock();
         match std::fs::read(&path) {
-            Ok(bytes) => {
-                let loaded: BTreeMap<String, Kept> = serde_json::from_slice(&bytes)
-                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-                for (queue, kept) in loaded {
-                    state.queues.entry(queue).or_insert(kept);
+            Ok(bytes) => match serde_json::from_slice::<BTreeMap<String, Kept>>(&bytes) {
+                Ok(loaded) => {
+                    for (queue, kept) in loaded {
+                        state.queues.entry(queue).or_insert(kept);
+                    }
                 }
-            }
+                Err(e) => {
+                    // A damaged copy is set aside (for whoever investigates) and the start goes on with
+                    // what the store holds: the copy is a safety net, not the source of truth.
+                    let aside = path.with_extension("json.damaged");
+                    tracing::warn!(error = %e, file = %path.display(), aside = %aside.display(), "the kept queue settings could not be read; set aside");
+                    std::fs::rename(&path, &aside)?;
+                }
+            },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
@@ -204,5 +212,18 @@ mod tests {
         let third = KeptSettings::default();
         third.persist_in(dir.path()).unwrap();
         assert!(third.get(&queue).is_none());
+    }
+
+    #[test]
+    fn a_damaged_copy_is_set_aside_and_the_start_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(KEPT_SETTINGS_FILE), b"{\"sale\": {\x01garbage").unwrap();
+        let kept = KeptSettings::default();
+        kept.persist_in(dir.path()).unwrap();
+        assert!(kept.get(&QueueName::parse("sale").unwrap()).is_none());
+        assert!(dir.path().join("kept-queue-settings.json.damaged").exists());
+        let written: BTreeMap<String, Kept> =
+            serde_json::from_slice(&std::fs::read(dir.path().join(KEPT_SETTINGS_FILE)).unwrap()).unwrap();
+        assert!(written.is_empty(), "a fresh copy replaces it");
     }
 }
