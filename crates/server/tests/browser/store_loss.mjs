@@ -5,22 +5,11 @@
 // Talks to main.rs over stdout: `WAITING <rank>` once the page shows the position (main.rs then restarts
 // Redis, lets the others come back and answers a line on stdin), then `RECOVERED <rank> <reloads>` once
 // the page shows the expected rank again after reloading itself, then `DONE`.
-import { chromium } from "playwright-core";
-import { createInterface } from "node:readline";
+import { check, closeStdin, launchChromium, nextStdinLine, say } from "./driver.mjs";
 
 const [base, queue] = process.argv.slice(2);
-const say = (line) => process.stdout.write(line + "\n");
-const check = (ok, what) => {
-  if (!ok) throw new Error("check failed: " + what);
-};
-const stdinLines = createInterface({ input: process.stdin });
-const nextStdinLine = () => new Promise((resolve) => stdinLines.once("line", resolve));
 
-const browser = await chromium.launch({
-  executablePath: process.env.RANKGATE_CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-});
+const browser = await launchChromium();
 try {
   const context = await browser.newContext();
   const page = await context.newPage();
@@ -51,6 +40,5 @@ try {
   say("DONE");
 } finally {
   await browser.close();
-  // The readline on stdin would keep node alive.
-  stdinLines.close();
+  closeStdin();
 }

@@ -5,22 +5,11 @@
 // queue's admission and answers a line on stdin), `RANKS <r1,r2,...>`, `ADMITTED`, `ORDERED`,
 // `SECOND_USE <status>`, `SCRIPTS_OFF ok`, `POLLED <r1,...>`, `DONE`.
 // Any failed check throws: the process exits non-zero and main.rs fails with stderr.
-import { chromium } from "playwright-core";
-import { createInterface } from "node:readline";
+import { check, closeStdin, launchChromium, nextStdinLine, say } from "./driver.mjs";
 
 const [base, queue, quietQueue, polledQueue, shots] = process.argv.slice(2);
-const say = (line) => process.stdout.write(line + "\n");
-const check = (ok, what) => {
-  if (!ok) throw new Error("check failed: " + what);
-};
-const stdinLines = createInterface({ input: process.stdin });
-const nextStdinLine = () => new Promise((resolve) => stdinLines.once("line", resolve));
 
-const browser = await chromium.launch({
-  executablePath: process.env.RANKGATE_CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-});
+const browser = await launchChromium();
 try {
   // ---- scripts on, 320 px wide: watch the position fall, be admitted, continue by itself ----
   const context = await browser.newContext({ viewport: { width: 320, height: 640 } });
@@ -134,6 +123,6 @@ try {
   await polling.close();
   say("DONE");
 } finally {
-  stdinLines.close();
+  closeStdin();
   await browser.close();
 }
