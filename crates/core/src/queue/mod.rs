@@ -17,6 +17,7 @@
 //! - [`adaptive`]: [`AdmissionMode`], upstream samples and the AIMD controller of adaptive admission
 //!   (issue 12).
 //! - [`draw`]: the verifiable pre-queue draw of a scheduled opening (`opensAt`): commitment, HMAC order.
+//! - [`refusal`]: [`RefusalReason`], why an entry was refused before it made a member.
 
 pub mod adaptive;
 pub mod admission;
@@ -25,6 +26,7 @@ pub mod estimate;
 pub mod member;
 pub mod name;
 pub mod polling;
+pub mod refusal;
 pub mod settings;
 
 pub use adaptive::{AdaptiveSettings, AdmissionMode, UpstreamOutcome, UpstreamSamples};
@@ -37,4 +39,5 @@ pub use member::{
 };
 pub use name::{QueueName, QueueNameError};
 pub use polling::{polling_interval_seconds, polling_tier_seconds};
+pub use refusal::RefusalReason;
 pub use settings::{FailMode, QueueSettings, SettingsError, SettingsPatch};

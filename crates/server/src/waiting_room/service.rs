@@ -17,7 +17,7 @@ use rankgate_core::ids::MemberId;
 use rankgate_core::limiter::RateDecision;
 use rankgate_core::queue::{
     polling_interval_seconds, ClaimRejection, ConsumeRejection, FailMode, MemberStatus, QueueName,
-    QueueSettings, ReleaseRejection, SettingsPatch,
+    QueueSettings, RefusalReason, ReleaseRejection, SettingsPatch,
 };
 use rankgate_store::clock::Clock;
 use rankgate_store::queue::embedded::{EmbeddedOptions, EmbeddedStore};
@@ -296,6 +296,12 @@ impl WaitingRoom {
             member_id: None,
             ticket: None,
         }
+    }
+
+    /// Counts an entry refused before it made a member: the metric, and (issue 28) the admin view's
+    /// `refused` counts and the sale report's refusals of this minute.
+    pub(crate) async fn count_refusal(&self, queue: &QueueName, reason: RefusalReason) {
+        telemetry::entry_refused(queue, reason);
     }
 
     /// `POST /v1/queues/{queue}/entries`.

@@ -13,6 +13,7 @@
 //! | `rankgate_queue_effective_admit_per_second` | gauge (the rate the budget spends; the controller's in adaptive mode) | queue |
 //! | `rankgate_gate_upstream_p95_seconds`, `rankgate_gate_upstream_error_rate`, `rankgate_gate_upstream_samples` | gauge (last closed control interval, all instances) | queue |
 //! | `rankgate_queue_poll_limited_total` | counter (429s) | queue |
+//! | `rankgate_queue_entries_refused_total` | counter (entries refused before they made a member) | queue, reason = challenge, address, captcha |
 //! | `rankgate_queue_admission_step_seconds` | histogram | queue |
 //! | `rankgate_queue_redis_script_calls_total`, `rankgate_queue_redis_requests_total` | counter (Redis backend: entries and polls coalesced into script calls) | lane = enter, poll |
 //!
@@ -23,7 +24,7 @@
 //! updated for [`SERIES_IDLE_TIMEOUT`], so the series of a queue that is gone disappear from `/metrics`
 //! (a rarely moving counter then restarts from 0 when it next moves, which Prometheus reads as a reset).
 
-use rankgate_core::queue::QueueName;
+use rankgate_core::queue::{QueueName, RefusalReason};
 use rankgate_store::queue::Coalescing;
 use rankgate_store::queue::{AdmitOutcome, QueueStats};
 
@@ -44,6 +45,12 @@ pub(crate) fn token_event(queue: &QueueName, outcome: &'static str, count: u64) 
 /// An admin removed a member (`DELETE /v1/admin/queues/{queue}/members/{memberId}`).
 pub(crate) fn member_removed(queue: &QueueName) {
     metrics::counter!("rankgate_queue_members_removed_total", "queue" => queue.to_string()).increment(1);
+}
+
+/// An entry refused before it made a member (SPEC 2.2, "Per-address budgets").
+pub(crate) fn entry_refused(queue: &QueueName, reason: RefusalReason) {
+    metrics::counter!("rankgate_queue_entries_refused_total", "queue" => queue.to_string(), "reason" => reason.as_str())
+        .increment(1);
 }
 
 pub(crate) fn poll_limited(queue: &QueueName) {
