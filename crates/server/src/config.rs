@@ -268,6 +268,7 @@ impl Config {
         waiting_room.gates.extend(file.gate);
         waiting_room.validate_pages()?;
         waiting_room.member_auth = MemberAuth::from_file(&mut waiting_room.member_auth_file)?;
+        waiting_room.resolve_entry_guards()?;
         // A secret from the command line or the environment replaces the file's, in whichever form.
         if overrides.token_secret.is_some() || overrides.token_secret_file.is_some() {
             waiting_room.token_secret = overrides.token_secret.clone();

@@ -16,11 +16,13 @@
 //! - [`estimate`]: [`ThroughputEstimator`], wait estimates from measured throughput (limitation 5).
 //! - [`adaptive`]: [`AdmissionMode`], upstream samples and the AIMD controller of adaptive admission
 //!   (issue 12).
+//! - [`challenge`]: entry challenges' settings and the proof-of-work rule.
 //! - [`draw`]: the verifiable pre-queue draw of a scheduled opening (`opensAt`): commitment, HMAC order.
 //! - [`refusal`]: [`RefusalReason`], why an entry was refused before it made a member.
 
 pub mod adaptive;
 pub mod admission;
+pub mod challenge;
 pub mod draw;
 pub mod estimate;
 pub mod member;
@@ -31,6 +33,7 @@ pub mod settings;
 
 pub use adaptive::{AdaptiveSettings, AdmissionMode, UpstreamOutcome, UpstreamSamples};
 pub use admission::{AdmissionBudget, AdmissionPlan};
+pub use challenge::{EntryChallenge, EntryChallengeSettings};
 pub use draw::{DrawPhase, DrawSeed};
 pub use estimate::ThroughputEstimator;
 pub use member::{

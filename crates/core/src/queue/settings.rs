@@ -7,6 +7,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::adaptive::{AdaptiveSettings, AdmissionMode};
+use super::challenge::{EntryChallenge, EntryChallengeSettings, POW_DIFFICULTY};
 
 /// What the order gate does when the queue store cannot be reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -47,6 +48,10 @@ pub struct QueueSettings {
     /// same JSON object. Settings stored before they existed read `fixed` and the defaults.
     #[serde(flatten, default)]
     pub adaptive: AdaptiveSettings,
+    /// `entryChallenge` and `powDifficulty` (issue 28), flattened into the same JSON object. Settings
+    /// stored before they existed read `none` and the default difficulty.
+    #[serde(flatten, default)]
+    pub entry: EntryChallengeSettings,
 }
 
 fn default_abandon_after_seconds() -> u64 {
@@ -65,6 +70,7 @@ impl Default for QueueSettings {
             fail_mode: FailMode::Closed,
             abandon_after_seconds: default_abandon_after_seconds(),
             adaptive: AdaptiveSettings::default(),
+            entry: EntryChallengeSettings::default(),
         }
     }
 }
@@ -118,6 +124,9 @@ pub enum SettingsError {
     /// `maxErrorRate` is not a finite number in (0, 1].
     #[error("maxErrorRate: must be a number above 0 and at most 1 (0.01 = 1%)")]
     MaxErrorRate,
+    /// `powDifficulty` is outside [`POW_DIFFICULTY`].
+    #[error("powDifficulty: must be a whole number of leading zero bits between 0 and 32")]
+    PowDifficulty,
 }
 
 impl SettingsError {
@@ -136,6 +145,7 @@ impl SettingsError {
             SettingsError::MaxAdmitPerSecond | SettingsError::AdaptiveMembersPerTick => "maxAdmitPerSecond",
             SettingsError::TargetP95Millis => "targetP95Millis",
             SettingsError::MaxErrorRate => "maxErrorRate",
+            SettingsError::PowDifficulty => "powDifficulty",
         }
     }
 }
@@ -190,6 +200,9 @@ impl QueueSettings {
         }
         if self.members_per_tick() > Self::MAX_MEMBERS_PER_TICK {
             return Err(SettingsError::MembersPerTick);
+        }
+        if !POW_DIFFICULTY.contains(&self.entry.pow_difficulty) {
+            return Err(SettingsError::PowDifficulty);
         }
         self.validate_adaptive()
     }
@@ -312,6 +325,12 @@ impl QueueSettings {
         if let Some(value) = patch.max_error_rate {
             next.adaptive.max_error_rate = value;
         }
+        if let Some(value) = patch.entry_challenge {
+            next.entry.entry_challenge = value;
+        }
+        if let Some(value) = patch.pow_difficulty {
+            next.entry.pow_difficulty = value;
+        }
         next.validate()?;
         if next.adaptive.is_adaptive() {
             // The controller's rate starts (or stays) inside the bounds the admin just gave.
@@ -354,6 +373,10 @@ pub struct SettingsPatch {
     pub target_p95_millis: Option<u64>,
     /// New `maxErrorRate`.
     pub max_error_rate: Option<f64>,
+    /// New `entryChallenge`.
+    pub entry_challenge: Option<EntryChallenge>,
+    /// New `powDifficulty`.
+    pub pow_difficulty: Option<u32>,
 }
 
 impl SettingsPatch {
@@ -375,6 +398,8 @@ impl SettingsPatch {
             max_admit_per_second: Some(settings.adaptive.max_admit_per_second),
             target_p95_millis: Some(settings.adaptive.target_p95_millis),
             max_error_rate: Some(settings.adaptive.max_error_rate),
+            entry_challenge: Some(settings.entry.entry_challenge),
+            pow_difficulty: Some(settings.entry.pow_difficulty),
         }
     }
 }

@@ -52,6 +52,10 @@ pub enum ApiError {
     /// 503: a store we depend on is unreachable (fail-closed) or we are not ready yet.
     #[error("{0}")]
     Unavailable(String),
+    /// An entry refused before it made a member (428, 429): the body names the `reason` and may carry
+    /// what the client needs next (a fresh challenge).
+    #[error("{}", .0.message)]
+    Refused(Box<Refusal>),
     /// 500: a bug or an unexpected failure. Logged in full, answered generically.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -76,6 +80,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Refused(refusal) => refusal.status,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -91,6 +96,9 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
+        if let ApiError::Refused(refusal) = self {
+            return refusal.into_response();
+        }
         let mut response = json_error(status, &message);
         if let ApiError::TooManyRequests {
             retry_after_secs,
@@ -118,6 +126,38 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// An entry refused before it made a member: `{"error", "reason", …extra}` with its status and an
+/// optional `Retry-After`.
+#[derive(Debug)]
+pub struct Refusal {
+    /// 428 (a challenge to solve) or 429 (a budget spent).
+    pub status: StatusCode,
+    /// What was wrong, naming the field or key, and what to do next.
+    pub message: String,
+    /// The refusal's reason label.
+    pub reason: &'static str,
+    /// Seconds before trying again makes sense.
+    pub retry_after_secs: Option<u64>,
+    /// More fields of the body, e.g. `"challenge": {…}`.
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let mut body = serde_json::Map::new();
+        body.insert("error".into(), self.message.into());
+        body.insert("reason".into(), self.reason.into());
+        body.extend(self.extra);
+        let mut response = (self.status, Json(serde_json::Value::Object(body))).into_response();
+        if let Some(seconds) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }

@@ -9,13 +9,21 @@
 //! [`TrustedProxies`] is `[waiting_room] trusted_proxies` parsed once at start: CIDRs, a bare address
 //! meaning exactly that address (/32, /128). A peer in one of them is the shop's own gateway, whose
 //! word on who a request speaks for is believed (SPEC 2.2, "Member identity").
+//!
+//! [`client_address`] is the address a request counts against in per-address budgets (SPEC 2.2,
+//! "Per-address budgets"): the peer's, or, when the peer is a trusted proxy, the `Forwarded` /
+//! `X-Forwarded-For` hop just before the nearest untrusted one. Hops a client wrote itself (left of
+//! the first untrusted hop, reading from the right) are never believed. [`AddressKey`] is what a budget
+//! counts by: an IPv4 address, or an IPv6 address's /64 (one subscriber's usual allocation).
 
 use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use ipnet::IpNet;
+
+use super::fast_path::DirectHeaders;
 
 /// The request's TCP peer address, when the edge recorded one.
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +101,114 @@ impl TrustedProxies {
     }
 }
 
+/// Most forwarding hops read from a request's headers (the nearest ones): a longer chain is a client
+/// padding the header, and reading it would cost time for nothing.
+pub const MAX_FORWARDED_HOPS: usize = 32;
+
+/// The address a request counts against (see the module docs); `None` when the edge recorded no peer.
+#[must_use]
+pub fn client_address(
+    peer: Option<IpAddr>,
+    headers: &DirectHeaders<'_>,
+    proxies: &TrustedProxies,
+) -> Option<IpAddr> {
+    let peer = unmapped(peer?);
+    if !proxies.contains(peer) {
+        return Some(peer);
+    }
+    let hops = forwarded_hops(headers);
+    let mut nearest_trusted = peer;
+    for hop in hops.iter().rev() {
+        match hop {
+            Some(address) if proxies.contains(*address) => nearest_trusted = *address,
+            Some(address) => return Some(*address),
+            // A hop that is no address (`unknown`, an obfuscated name, garbage): nothing left of it can
+            // be attributed, so the request counts against the trusted proxy that passed it on.
+            None => return Some(nearest_trusted),
+        }
+    }
+    Some(nearest_trusted)
+}
+
+/// The forwarding hops a request names, nearest last, at most [`MAX_FORWARDED_HOPS`]: from `Forwarded`
+/// (RFC 7239, its `for=` parameters) when the request has one, else from `X-Forwarded-For`. `None` marks
+/// a hop that is not an IP address.
+fn forwarded_hops(headers: &DirectHeaders<'_>) -> Vec<Option<IpAddr>> {
+    let forwarded: Vec<&str> = headers.get_all_str("forwarded").collect();
+    let hops: Vec<Option<IpAddr>> = if forwarded.is_empty() {
+        headers
+            .get_all_str("x-forwarded-for")
+            .flat_map(|line| line.split(','))
+            .map(|hop| parse_hop(hop.trim()))
+            .collect()
+    } else {
+        forwarded
+            .iter()
+            .flat_map(|line| line.split(','))
+            .filter_map(|element| {
+                element.split(';').find_map(|pair| {
+                    let (name, value) = pair.trim().split_once('=')?;
+                    name.trim()
+                        .eq_ignore_ascii_case("for")
+                        .then(|| parse_hop(value.trim()))
+                })
+            })
+            .collect()
+    };
+    let skip = hops.len().saturating_sub(MAX_FORWARDED_HOPS);
+    hops.into_iter().skip(skip).map(|hop| hop.map(unmapped)).collect()
+}
+
+/// One hop's address: `192.0.2.1`, `192.0.2.1:4711`, `2001:db8::1`, `[2001:db8::1]:4711`, optionally in
+/// double quotes (RFC 7239 quotes IPv6 and ports).
+fn parse_hop(raw: &str) -> Option<IpAddr> {
+    let raw = raw
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .unwrap_or(raw);
+    if let Ok(address) = raw.parse::<IpAddr>() {
+        return Some(address);
+    }
+    if let Some(bracketed) = raw.strip_prefix('[') {
+        let (inside, _port) = bracketed.split_once(']')?;
+        return inside.parse::<Ipv6Addr>().ok().map(IpAddr::V6);
+    }
+    raw.parse::<SocketAddr>().ok().map(|socket| socket.ip())
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn unmapped(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// What a per-address budget counts by: an IPv4 address, or the /64 of an IPv6 address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AddressKey(IpNet);
+
+impl AddressKey {
+    /// The key of `address`.
+    #[must_use]
+    pub fn of(address: IpAddr) -> AddressKey {
+        let network = match unmapped(address) {
+            IpAddr::V4(v4) => IpNet::from(IpAddr::V4(v4)),
+            IpAddr::V6(v6) => IpNet::V6(ipnet::Ipv6Net::new(v6, 64).expect("64 is a valid prefix").trunc()),
+        };
+        AddressKey(network)
+    }
+}
+
+impl std::fmt::Display for AddressKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            IpNet::V4(v4) => write!(f, "{}", v4.addr()),
+            IpNet::V6(v6) => write!(f, "{v6}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +267,91 @@ mod tests {
                 "{bad}: {error}"
             );
         }
+    }
+
+    fn client(peer: &str, lines: &[(&'static str, &str)], proxies: &[&str]) -> Option<IpAddr> {
+        let mut map = axum::http::HeaderMap::new();
+        for (name, value) in lines {
+            map.append(*name, value.parse().unwrap());
+        }
+        let proxies = TrustedProxies::parse("trusted_proxies", proxies).unwrap();
+        client_address(Some(ip(peer)), &DirectHeaders::Map(&map), &proxies)
+    }
+
+    #[test]
+    fn an_untrusted_peer_is_the_client_whatever_it_forwards() {
+        let forged = [
+            ("x-forwarded-for", "203.0.113.9"),
+            ("forwarded", "for=203.0.113.9"),
+        ];
+        assert_eq!(client("198.51.100.1", &forged, &[]), Some(ip("198.51.100.1")));
+        assert_eq!(
+            client("198.51.100.1", &forged, &["10.0.0.0/8"]),
+            Some(ip("198.51.100.1"))
+        );
+        assert_eq!(client("::ffff:198.51.100.1", &[], &[]), Some(ip("198.51.100.1")));
+    }
+
+    #[test]
+    fn a_trusted_peer_names_the_hop_before_the_nearest_untrusted_one() {
+        let proxies = ["10.0.0.0/8"];
+        // The client wrote 1.1.1.1 itself; 203.0.113.9 is what our first proxy saw.
+        let chain = [("x-forwarded-for", "1.1.1.1, 203.0.113.9, 10.0.0.2")];
+        assert_eq!(client("10.0.0.1", &chain, &proxies), Some(ip("203.0.113.9")));
+        let split = [
+            ("x-forwarded-for", "1.1.1.1"),
+            ("x-forwarded-for", "203.0.113.9 , 10.0.0.2"),
+        ];
+        assert_eq!(client("10.0.0.1", &split, &proxies), Some(ip("203.0.113.9")));
+        // Every hop trusted: the farthest.
+        let internal = [("x-forwarded-for", "10.9.9.9, 10.0.0.2")];
+        assert_eq!(client("10.0.0.1", &internal, &proxies), Some(ip("10.9.9.9")));
+        // No header: the proxy itself.
+        assert_eq!(client("10.0.0.1", &[], &proxies), Some(ip("10.0.0.1")));
+        // Garbage next to a trusted hop: the trusted hop that passed it on.
+        let garbage = [("x-forwarded-for", "203.0.113.9, nonsense, 10.0.0.2")];
+        assert_eq!(client("10.0.0.1", &garbage, &proxies), Some(ip("10.0.0.2")));
+    }
+
+    #[test]
+    fn forwarded_wins_over_x_forwarded_for_and_its_forms_parse() {
+        let proxies = ["10.0.0.0/8"];
+        let both = [
+            ("x-forwarded-for", "192.0.2.200"),
+            (
+                "forwarded",
+                "for=192.0.2.60;proto=http;by=203.0.113.43, for=\"[2001:db8:cafe::17]:4711\"",
+            ),
+        ];
+        assert_eq!(client("10.0.0.1", &both, &proxies), Some(ip("2001:db8:cafe::17")));
+        let port = [("forwarded", "For=\"192.0.2.43:47011\"")];
+        assert_eq!(client("10.0.0.1", &port, &proxies), Some(ip("192.0.2.43")));
+        let unknown = [("forwarded", "for=unknown")];
+        assert_eq!(client("10.0.0.1", &unknown, &proxies), Some(ip("10.0.0.1")));
+    }
+
+    #[test]
+    fn a_padded_chain_is_read_only_near_its_end() {
+        let padded = format!("{}203.0.113.9", "10.1.1.1, ".repeat(10_000));
+        let line = [("x-forwarded-for", padded.as_str())];
+        assert_eq!(
+            client("10.0.0.1", &line, &["10.0.0.0/8"]),
+            Some(ip("203.0.113.9"))
+        );
+        assert_eq!(
+            client("10.0.0.1", &line, &["10.0.0.0/8", "203.0.113.0/24"]),
+            Some(ip("10.1.1.1"))
+        );
+    }
+
+    #[test]
+    fn ipv6_counts_by_its_64_and_ipv4_by_its_address() {
+        let key = |text: &str| AddressKey::of(ip(text)).to_string();
+        assert_eq!(key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+        assert_eq!(key("2001:db8:1:2:ffff:ffff:ffff:ffff"), key("2001:db8:1:2::"));
+        assert_ne!(key("2001:db8:1:3::1"), key("2001:db8:1:2::1"));
+        assert_eq!(key("192.0.2.7"), "192.0.2.7");
+        assert_eq!(key("::ffff:192.0.2.7"), "192.0.2.7");
+        assert_ne!(key("192.0.2.7"), key("192.0.2.8"));
     }
 }

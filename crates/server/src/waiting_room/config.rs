@@ -17,6 +17,10 @@
 //! # fsync_every_commit = true  # deprecated: the top-level `sqlite_synchronous` decides (default "full")
 //!
 //! member_auth = "ticket"      # or "gateway", "jwt": how a request proves its member; see `member_auth`
+//! entries_per_address_per_minute = 30  # new members per client address per queue per minute; 0: off
+//! # trusted_proxies = ["10.0.0.0/8"]  # peers whose X-Forwarded-For / Forwarded names the client
+//!
+//! # [waiting_room.captcha]    # entryChallenge = "captcha": see `captcha`
 //!
 //! page_cookie_secure = "auto"  # Secure cookies on TLS / X-Forwarded-Proto: https; or "always", "never"
 //! visitor_cookie_max_age_seconds = 86400
@@ -37,9 +41,12 @@ use rankgate_core::queue::{FailMode, QueueSettings};
 use rankgate_store::synchronous::Synchronous;
 use serde::Deserialize;
 
+pub use super::captcha::{Captcha, CaptchaFile};
+use super::entry_guard::MAX_ENTRIES_PER_ADDRESS_PER_MINUTE;
 pub use super::member_auth::{GatewayAuth, MemberAuth, MemberAuthFile};
 use super::page::config::Pages;
 pub use super::page::config::{CookieSecure, PageConfig};
+use crate::http::peer::TrustedProxies;
 
 /// Longest `visitor_cookie_max_age_seconds`: 400 days, the longest a browser keeps a cookie (RFC 6265bis).
 pub const MAX_VISITOR_COOKIE_MAX_AGE_SECONDS: u64 = 400 * 86_400;
@@ -127,6 +134,19 @@ pub struct WaitingRoomConfig {
     /// `member_auth_file` (not a file key of its own).
     #[serde(skip)]
     pub member_auth: MemberAuth,
+    /// New members one client address may make per queue per minute (SPEC 2.2, "Per-address
+    /// budgets"); 0 turns the budget off. A member's own re-entries do not count.
+    pub entries_per_address_per_minute: u32,
+    /// `trusted_proxies` resolved (not a file key of its own): peers whose `Forwarded` /
+    /// `X-Forwarded-For` names the client address budgets count by. Parsed in every `member_auth` mode.
+    #[serde(skip)]
+    pub client_proxies: TrustedProxies,
+    /// `[waiting_room.captcha]` as the file gives it; [`crate::config::Config`] resolves it into
+    /// `captcha_hook` and takes the secret out.
+    pub captcha: Option<CaptchaFile>,
+    /// The CAPTCHA hook, resolved from `captcha` (not a file key of its own).
+    #[serde(skip)]
+    pub captcha_hook: Option<Captcha>,
 }
 
 impl std::fmt::Debug for WaitingRoomConfig {
@@ -175,6 +195,10 @@ impl Default for WaitingRoomConfig {
             max_pre_queue: rankgate_core::queue::draw::DEFAULT_MAX_PRE_QUEUE,
             member_auth_file: MemberAuthFile::default(),
             member_auth: MemberAuth::Ticket,
+            entries_per_address_per_minute: 30,
+            client_proxies: TrustedProxies::default(),
+            captcha: None,
+            captcha_hook: None,
         }
     }
 }
@@ -192,6 +216,23 @@ impl WaitingRoomConfig {
         Ok(())
     }
 
+    /// Resolves the entry guards' keys: `trusted_proxies` for client addresses, the CAPTCHA hook (its
+    /// secret taken out of the file), and checks `entries_per_address_per_minute`.
+    pub fn resolve_entry_guards(&mut self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.entries_per_address_per_minute <= MAX_ENTRIES_PER_ADDRESS_PER_MINUTE,
+            "waiting_room.entries_per_address_per_minute must be 0 (off) to {MAX_ENTRIES_PER_ADDRESS_PER_MINUTE}, \
+             got {}",
+            self.entries_per_address_per_minute
+        );
+        self.client_proxies = TrustedProxies::parse(
+            "waiting_room.trusted_proxies",
+            &self.member_auth_file.trusted_proxies,
+        )?;
+        self.captcha_hook = Captcha::from_file(self.captcha.as_mut())?;
+        Ok(())
+    }
+
     /// The settings a queue gets when its first entry creates it; validated.
     pub fn default_settings(&self) -> anyhow::Result<QueueSettings> {
         let settings = QueueSettings {
@@ -204,6 +245,7 @@ impl WaitingRoomConfig {
             fail_mode: self.fail_mode,
             abandon_after_seconds: self.abandon_after_seconds,
             adaptive: Default::default(),
+            entry: Default::default(),
         };
         settings
             .validate()

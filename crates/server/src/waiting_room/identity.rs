@@ -86,6 +86,18 @@ impl<'a> Credential<'a> {
         self.ticket.and_then(TicketKey::placement)
     }
 
+    /// The request's headers (for the entry guards' `X-Queue-Challenge`, `Forwarded`, …).
+    #[must_use]
+    pub fn headers(&self) -> &DirectHeaders<'a> {
+        &self.headers
+    }
+
+    /// The TCP peer, when known.
+    #[must_use]
+    pub fn peer(&self) -> Option<IpAddr> {
+        self.peer
+    }
+
     /// Whether the request showed a ticket or a visitor cookie.
     #[must_use]
     pub fn is_empty(&self) -> bool {
@@ -103,6 +115,21 @@ pub struct Entrant {
     /// The place named by a ticket that proves this member (never by a ticket only sent along: in the
     /// gateway and jwt modes the mode's credential may prove the member while the ticket is another's).
     pub claimed: Option<Placement>,
+    /// Whether the entry would make a new member, as far as the request shows (the entry guards ask
+    /// only new members for anything).
+    pub standing: Standing,
+}
+
+/// Whether an entry would make a new member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// New: an id rankgate picked, or one named without a credential.
+    New,
+    /// A member's own re-entry: its ticket proves it was entered before.
+    Returning,
+    /// Proven by a visitor cookie, the gateway's word or the shop's JWT, which say who the member is but
+    /// not whether it is in this queue: the store knows.
+    Unknown,
 }
 
 /// Whether an entry's request proved its member.
@@ -121,6 +148,7 @@ impl Entrant {
             member,
             proof: EntryProof::Proven,
             claimed: None,
+            standing: Standing::New,
         }
     }
 }
@@ -210,6 +238,7 @@ impl Identity {
                     member,
                     proof: EntryProof::Claimed,
                     claimed: None,
+                    standing: Standing::New,
                 });
             }
             (MemberAuth::Jwt(verifier), None) => match jwt_subject(verifier, credential)? {
@@ -225,16 +254,20 @@ impl Identity {
                 member
             }
         };
-        let claimed = match (&self.mode, credential.ticket) {
-            (_, None) => None,
+        let (claimed, standing) = match (&self.mode, credential.ticket) {
+            (_, None) => (None, Standing::Unknown),
             // In ticket mode a ticket that came was the proof `authorize` checked: no second check.
-            (MemberAuth::Ticket, Some(ticket)) => TicketKey::placement(ticket),
-            (_, Some(ticket)) => self.place_claimed_by(queue, &member, ticket),
+            (MemberAuth::Ticket, Some(ticket)) => (TicketKey::placement(ticket), Standing::Returning),
+            (_, Some(ticket)) => match self.tickets.check(ticket, queue.as_str(), member.as_str()) {
+                Ok(()) => (TicketKey::placement(ticket), Standing::Returning),
+                Err(_) => (None, Standing::Unknown),
+            },
         };
         Ok(Entrant {
             member,
             proof: EntryProof::Proven,
             claimed,
+            standing,
         })
     }
 

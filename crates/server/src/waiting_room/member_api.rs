@@ -14,6 +14,7 @@ use axum::routing::on;
 use axum::{Json, Router};
 use serde_json::Value;
 
+use super::entry_guard::EntryEvidence;
 use super::identity::Credential;
 use super::service::WaitingRoom;
 use crate::http::direct_reply::DirectReply;
@@ -40,7 +41,32 @@ pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
         on(m, release)
     }),
     Endpoint::new(Method::GET, "/v1/queues/{queue}/draw", |m| on(m, draw)),
+    Endpoint::new(Method::GET, "/v1/queues/{queue}/challenge", |m| on(m, challenge)),
 ];
+
+/// `GET /v1/queues/{queue}/challenge`: what a new member's entry must show (SPEC 2.2, "Entry
+/// challenges"): a proof-of-work challenge bound to the caller's address, the CAPTCHA's site key, or
+/// `{"kind": "none"}`. Never cached: each challenge is spent once.
+async fn challenge(
+    State(room): State<Arc<WaitingRoom>>,
+    Path(queue): Path<String>,
+    peer: PeerAddress,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let client = crate::http::peer::client_address(
+        peer.0,
+        &crate::http::fast_path::DirectHeaders::Map(&headers),
+        &room.config.client_proxies,
+    );
+    let body = room.challenge_for(&queue, client).await?;
+    let mut response = Json(body).into_response();
+    response.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    Ok(response)
+}
 
 /// `GET /v1/queues/{queue}/draw?offset&limit`: a scheduled opening's commitment, and after the draw its
 /// seed and the drawn order as draw keys (no member ids; see `opening`).
@@ -156,16 +182,55 @@ pub async fn enter_reply(
 ) -> DirectReply {
     let entered = async {
         let queue = WaitingRoom::parse_queue(queue)?;
+        let mut evidence = EntryEvidence::of_headers(credential.headers());
+        let object;
         let member = match plain_member(body) {
             Some(raw) => Some(WaitingRoom::parse_member("memberId", raw)?),
-            None => optional_member_field(&json_object(body)?)?,
+            None => {
+                object = json_object(body)?;
+                evidence_fields(&object, &mut evidence)?;
+                optional_member_field(&object)?
+            }
         };
-        room.enter_member(&queue, member, credential).await
+        room.enter_member(&queue, member, credential, &evidence).await
     };
     match entered.await {
         Ok(position) => DirectReply::json(position.to_json(), []),
         Err(error) => DirectReply::error(error).await,
     }
+}
+
+/// The entry guards' fields of an entry body: `challenge` with `nonce` (what `X-Queue-Challenge` says,
+/// which they replace), and `captchaToken`.
+fn evidence_fields<'a>(
+    map: &'a serde_json::Map<String, Value>,
+    evidence: &mut EntryEvidence<'a>,
+) -> ApiResult<()> {
+    let text = |field: &str| -> ApiResult<Option<&'a str>> {
+        match map.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(_) => Err(ApiError::bad_field(field, "must be a string")),
+        }
+    };
+    match (text("challenge")?, text("nonce")?) {
+        (Some(challenge), Some(nonce)) => evidence.solution = Some((challenge, nonce)),
+        (None, None) => {}
+        (Some(_), None) => {
+            return Err(ApiError::bad_field(
+                "nonce",
+                "missing; a challenge comes with its nonce",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ApiError::bad_field(
+                "challenge",
+                "missing; a nonce comes with its challenge",
+            ))
+        }
+    }
+    evidence.captcha_token = text("captchaToken")?;
+    Ok(())
 }
 
 /// The member id of an entry body written plainly, `{"memberId":"…"}` with nothing else and a string

@@ -25,12 +25,16 @@
 //!   [`jwt`]: the JWT check and its key rotation.
 //! - `draw_verify`: `rankgate queue verify-draw`, the check of a scheduled opening's published draw.
 //! - `adaptive`: adaptive admission: gate measurements → shared store → AIMD controller → the queue's rate.
+//! - [`entry_guard`]: what a new member's entry must get past (proof-of-work challenges, the CAPTCHA
+//!   hook, per-address budgets); [`captcha`]: `[waiting_room.captcha]` and the provider's siteverify.
 
 mod adaptive;
 mod admin_api;
+pub mod captcha;
 pub mod config;
 mod consumed;
 pub mod draw_verify;
+pub mod entry_guard;
 mod errors;
 mod gate;
 pub mod identity;

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use rand::Rng as _;
 use rankgate_core::ids::MemberId;
 use rankgate_core::limiter::RateDecision;
+use rankgate_core::queue::EntryChallenge;
 use rankgate_core::queue::{
     polling_interval_seconds, ClaimRejection, ConsumeRejection, FailMode, MemberStatus, QueueName,
     QueueSettings, RefusalReason, ReleaseRejection, SettingsPatch,
@@ -30,14 +31,16 @@ use rankgate_store::queue::{
 
 use super::adaptive::{AdaptiveControl, ADAPTIVE_INTERVAL_MILLIS, ADAPTIVE_MIN_SAMPLES};
 use super::config::WaitingRoomConfig;
+use super::entry_guard::{address_label, ChallengeKey, ChallengeRefusal, EntryEvidence, EntryGuards};
 pub(crate) use super::errors::store_error;
-use super::identity::{Credential, Entrant, EntryProof, Identity};
+use super::identity::{Credential, Entrant, EntryProof, Identity, Standing};
 use super::member_streams::{MemberStreamLimits, MemberStreams};
 use super::position::{rate_limit_value, ClaimGranted, PollLimitHeaders, Position};
 use super::secret::load_or_create_secret;
 use super::telemetry;
 use super::ticket::TicketKey;
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::peer::client_address;
 
 /// The waiting room.
 pub struct WaitingRoom {
@@ -69,6 +72,17 @@ pub struct WaitingRoom {
     pub(crate) openings: super::opening::OpeningCache,
     /// Consumes this instance answered, so a lost store's consumed members get no place back by ticket.
     consumed: super::consumed::ConsumedLedger,
+    /// What a new member's entry must get past (issue 28).
+    guards: EntryGuards,
+}
+
+/// Whether [`WaitingRoom::guard_entry`] counts a missing proof as a refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CountMissing {
+    /// An API entry: it was told to fetch a challenge first.
+    Yes,
+    /// The waiting page's first view: showing the challenge is its normal first step.
+    No,
 }
 
 impl std::fmt::Debug for WaitingRoom {
@@ -182,6 +196,11 @@ impl WaitingRoom {
                 .filter_map(|gate| QueueName::parse(&gate.queue).ok())
                 .collect(),
         );
+        let guards = EntryGuards::new(
+            ChallengeKey::derived_from(&secret),
+            config.entries_per_address_per_minute,
+            config.captcha_hook.clone(),
+        );
         let identity = Identity::new(
             TicketKey::derived_from(&secret),
             super::page::cookies::VisitorKey::derived_from(&secret),
@@ -196,6 +215,7 @@ impl WaitingRoom {
             clock,
             config,
             identity,
+            guards,
             secret,
             embedded: None,
             redis: None,
@@ -304,6 +324,135 @@ impl WaitingRoom {
         telemetry::entry_refused(queue, reason);
     }
 
+    /// The entry guards (see [`super::entry_guard`]): Ok when `member`'s entry may go on. Only a new
+    /// member is asked for anything; a member of unknown standing is looked up first when a guard is on.
+    /// Each refusal is counted, except a missing proof-of-work solution when `count_missing` is `No`
+    /// (the waiting page's first view, which is how a browser gets its challenge).
+    pub(crate) async fn guard_entry(
+        &self,
+        queue: &QueueName,
+        member: &MemberId,
+        standing: Standing,
+        evidence: &EntryEvidence<'_>,
+        client: Option<std::net::IpAddr>,
+        count_missing: CountMissing,
+    ) -> ApiResult<()> {
+        if standing == Standing::Returning {
+            return Ok(());
+        }
+        let settings = self.guard_settings(queue).await?;
+        let challenge = settings.entry.entry_challenge;
+        if challenge == EntryChallenge::None && !self.guards.budget_is_on() {
+            return Ok(());
+        }
+        if standing == Standing::Unknown {
+            let view = self.queues.position(queue, member).await.map_err(store_error)?;
+            if view.status != MemberStatus::NotEntered {
+                return Ok(());
+            }
+        }
+        let address = address_label(client);
+        match challenge {
+            EntryChallenge::None => {}
+            EntryChallenge::Pow => {
+                let now_ms = self.clock.now_millis();
+                let passed = self
+                    .guards
+                    .pass_challenge(
+                        &*self.limiter,
+                        queue,
+                        &address,
+                        settings.entry.pow_difficulty,
+                        evidence,
+                        now_ms,
+                    )
+                    .await;
+                if let Err((refusal, error)) = passed {
+                    if refusal != ChallengeRefusal::Missing || count_missing == CountMissing::Yes {
+                        self.count_refusal(queue, RefusalReason::Challenge).await;
+                    }
+                    return Err(error);
+                }
+            }
+            EntryChallenge::Captcha => {
+                let passed = self
+                    .guards
+                    .pass_captcha(&self.http, settings.fail_mode, evidence, client)
+                    .await;
+                if let Err(error) = passed {
+                    let missing = evidence.captcha_token.is_none_or(str::is_empty);
+                    if matches!(error, ApiError::Refused(_))
+                        && (!missing || count_missing == CountMissing::Yes)
+                    {
+                        self.count_refusal(queue, RefusalReason::Captcha).await;
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        let budget = self.guards.pass_budget(&*self.limiter, queue, &address).await;
+        if let Err(error @ ApiError::Refused(_)) = budget {
+            self.count_refusal(queue, RefusalReason::Address).await;
+            return Err(error);
+        }
+        budget
+    }
+
+    /// `queue`'s settings as the entry guards read them: this instance's copy of the last second, else
+    /// the store's (the defaults for a queue that does not exist yet).
+    async fn guard_settings(&self, queue: &QueueName) -> ApiResult<QueueSettings> {
+        let now_ms = self.clock.now_millis();
+        if let Some(settings) = self.guards.cached_settings(queue, now_ms) {
+            return Ok(settings);
+        }
+        let settings = match self.queues.settings(queue).await.map_err(store_error)? {
+            Some(settings) => settings,
+            None => self.config.default_settings().map_err(ApiError::Internal)?,
+        };
+        self.guards.remember_settings(queue, settings.clone(), now_ms);
+        Ok(settings)
+    }
+
+    /// `GET /v1/queues/{queue}/challenge`: what a new member's entry into `queue` must show now: a fresh
+    /// proof-of-work challenge bound to `client`, the CAPTCHA's provider and site key, or nothing.
+    pub async fn challenge_for(
+        &self,
+        queue: &QueueName,
+        client: Option<std::net::IpAddr>,
+    ) -> ApiResult<serde_json::Value> {
+        let settings = self.guard_settings(queue).await?;
+        Ok(match settings.entry.entry_challenge {
+            EntryChallenge::None => serde_json::json!({"kind": "none"}),
+            EntryChallenge::Pow => self
+                .guards
+                .key()
+                .issue(
+                    queue,
+                    &address_label(client),
+                    settings.entry.pow_difficulty,
+                    self.clock.now_millis(),
+                )
+                .to_json(),
+            EntryChallenge::Captcha => match self.guards.captcha() {
+                Some(captcha) => serde_json::json!({
+                    "kind": "captcha",
+                    "provider": captcha.provider.name(),
+                    "siteKey": captcha.site_key,
+                }),
+                None => {
+                    return Err(ApiError::Unavailable(
+                        "this queue asks for a CAPTCHA but this server has no [waiting_room.captcha]".into(),
+                    ))
+                }
+            },
+        })
+    }
+
+    /// The entry guards (the waiting page renders challenges with their key and CAPTCHA hook).
+    pub(crate) fn guards(&self) -> &EntryGuards {
+        &self.guards
+    }
+
     /// `POST /v1/queues/{queue}/entries`.
     pub async fn enter(&self, queue: &QueueName, member: &MemberId) -> ApiResult<Position> {
         Ok(self.enter_claiming(queue, member, None).await?.0)
@@ -355,12 +504,21 @@ impl WaitingRoom {
         queue: &QueueName,
         member: Option<MemberId>,
         credential: &Credential<'_>,
+        evidence: &EntryEvidence<'_>,
     ) -> ApiResult<Position> {
         let Entrant {
             member,
             proof,
             claimed,
+            standing,
         } = self.identity.entrant(queue, member, credential)?;
+        let client = client_address(
+            credential.peer(),
+            credential.headers(),
+            &self.config.client_proxies,
+        );
+        self.guard_entry(queue, &member, standing, evidence, client, CountMissing::Yes)
+            .await?;
         let (mut position, entered, placement) = self.enter_claiming(queue, &member, claimed).await?;
         if !entered && proof == EntryProof::Claimed {
             return Err(ApiError::Unauthorized(format!(
@@ -551,6 +709,8 @@ impl WaitingRoom {
         {
             Ok(settings) => {
                 self.fail_modes.lock().insert(queue.clone(), settings.fail_mode);
+                self.guards
+                    .remember_settings(queue, settings.clone(), self.clock.now_millis());
                 Ok(settings)
             }
             Err(error) => Err(ApiError::BadRequest(error.to_string())),

@@ -11,9 +11,9 @@ use futures_util::future::BoxFuture;
 use rankgate_core::ids::MemberId;
 use rankgate_core::limiter::RateDecision;
 use rankgate_core::queue::{
-    polling_tier_seconds, AdaptiveSettings, ClaimRejection, ConsumeRejection, Digest, FailMode,
-    LeaveRejection, MemberStatus, QueueName, QueueSettings, ReleaseRejection, ReleasedTo, SettingsError,
-    SettingsPatch, ThroughputEstimator,
+    polling_tier_seconds, AdaptiveSettings, ClaimRejection, ConsumeRejection, Digest, EntryChallengeSettings,
+    FailMode, LeaveRejection, MemberStatus, QueueName, QueueSettings, ReleaseRejection, ReleasedTo,
+    SettingsError, SettingsPatch, ThroughputEstimator,
 };
 
 use super::{settings_args, unhex, RedisStore, Reply};
@@ -69,17 +69,34 @@ fn read_settings(reply: &mut Reply) -> Result<QueueSettings, StoreError> {
         max_active,
         paused,
         fail_mode,
-        // Kept in its own meta field (`adaptive`, JSON); the caller reads it with [`read_adaptive`].
+        // Kept in their own meta field (`adaptive`, JSON); the caller reads it with [`read_json_settings`].
         adaptive: AdaptiveSettings::default(),
+        entry: EntryChallengeSettings::default(),
     })
 }
 
-/// The `adaptive` meta field: JSON of [`AdaptiveSettings`], or empty for a queue never given any.
-fn read_adaptive(raw: &str) -> Result<AdaptiveSettings, StoreError> {
-    if raw.is_empty() {
-        return Ok(AdaptiveSettings::default());
-    }
-    serde_json::from_str(raw).map_err(|_| StoreError::Corrupt("queue setting adaptive is unreadable".into()))
+/// The settings kept as JSON in the `adaptive` meta field: the adaptive-admission fields (issue 12) and,
+/// since issue 28, the entry challenge's, flattened into one object. The field keeps its first name so
+/// queues stored before read as they were (absent keys read their defaults).
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct JsonKeptSettings {
+    #[serde(flatten, default)]
+    adaptive: AdaptiveSettings,
+    #[serde(flatten, default)]
+    entry: EntryChallengeSettings,
+}
+
+/// Reads the `adaptive` meta field (empty for a queue never given any) into `settings`.
+fn read_json_settings(raw: &str, settings: &mut QueueSettings) -> Result<(), StoreError> {
+    let kept = if raw.is_empty() {
+        JsonKeptSettings::default()
+    } else {
+        serde_json::from_str(raw)
+            .map_err(|_| StoreError::Corrupt("queue setting adaptive is unreadable".into()))?
+    };
+    settings.adaptive = kept.adaptive;
+    settings.entry = kept.entry;
+    Ok(())
 }
 
 /// Whether a patch changes any adaptive-admission field.
@@ -91,14 +108,17 @@ fn touches_adaptive(patch: &SettingsPatch) -> bool {
         || patch.max_error_rate.is_some()
 }
 
-/// The `adaptive` argument of `update_settings.lua`: the validated settings when the patch touches them,
-/// else empty (keep what is stored).
-fn adaptive_arg(patch: &SettingsPatch, validated: &QueueSettings) -> Result<String, StoreError> {
-    if !touches_adaptive(patch) {
+/// The `adaptive` argument of `update_settings.lua`: the validated JSON-kept settings when the patch
+/// touches any of them, else empty (keep what is stored).
+fn json_settings_arg(patch: &SettingsPatch, validated: &QueueSettings) -> Result<String, StoreError> {
+    if !touches_adaptive(patch) && patch.entry_challenge.is_none() && patch.pow_difficulty.is_none() {
         return Ok(String::new());
     }
-    serde_json::to_string(&validated.adaptive)
-        .map_err(|e| StoreError::Corrupt(format!("adaptive settings: {e}")))
+    serde_json::to_string(&JsonKeptSettings {
+        adaptive: validated.adaptive,
+        entry: validated.entry,
+    })
+    .map_err(|e| StoreError::Corrupt(format!("adaptive settings: {e}")))
 }
 
 /// What every member's view shares: the clock reading, the waiting count and the meta fields the wait
@@ -532,7 +552,7 @@ impl RedisStore {
             .collect();
         let mut reply = Reply::new(redis::Value::Array(values))?;
         let mut settings = read_settings(&mut reply)?;
-        settings.adaptive = read_adaptive(&reply.string()?)?;
+        read_json_settings(&reply.string()?, &mut settings)?;
         let epoch = reply.string()?.parse().unwrap_or(0);
         let managed = reply.string()? == "1";
         Ok(Some((settings, epoch, managed)))
@@ -729,7 +749,7 @@ impl QueueStore for RedisStore {
         for arg in patch_args(patch, &validated) {
             call.arg(arg);
         }
-        call.arg(adaptive_arg(patch, &validated)?);
+        call.arg(json_settings_arg(patch, &validated)?);
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         match reply.int()? {
             2 => return Ok(Err(SettingsError::MembersPerTick)),
@@ -737,7 +757,7 @@ impl QueueStore for RedisStore {
             _ => {}
         }
         let mut settings = read_settings(&mut reply)?;
-        settings.adaptive = read_adaptive(&reply.string()?)?;
+        read_json_settings(&reply.string()?, &mut settings)?;
         self.observe_kept(queue, &settings, None, Some(true));
         Ok(Ok(settings))
     }
@@ -768,7 +788,7 @@ impl QueueStore for RedisStore {
         }
         let abandoned = reply.int()?.max(0) as u64;
         let mut settings = settings;
-        settings.adaptive = read_adaptive(&reply.string()?)?;
+        read_json_settings(&reply.string()?, &mut settings)?;
         let epoch = reply.int()?.max(0) as u64;
         self.observe_kept(queue, &settings, Some(epoch), None);
         Ok(Some(QueueStats {
@@ -816,7 +836,7 @@ impl QueueStore for RedisStore {
         let mut settings = read_settings(&mut reply)?;
         let waiting = reply.int()?.max(0) as u64;
         let outstanding = reply.int()?.max(0) as u64;
-        settings.adaptive = read_adaptive(&reply.string()?)?;
+        read_json_settings(&reply.string()?, &mut settings)?;
         self.observe_kept(queue, &settings, None, None);
         Ok(Some(AdmissionPreview {
             settings,
