@@ -182,6 +182,8 @@ pub async fn run_flash_sale_demo(
             timeout_millis: 10_000,
             max_body_bytes: 65_536,
         }],
+        // The demo's shoppers all come from 127.0.0.1: one address, no per-address budget (issue 28).
+        entries_per_address_per_minute: 0,
         // A fresh secret of the demo's own, as an operator would configure one for a shared store.
         token_secret: Some(
             URL_SAFE_NO_PAD.encode(

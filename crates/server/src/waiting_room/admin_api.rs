@@ -11,7 +11,7 @@ use axum::http::{Method, StatusCode};
 use axum::routing::on;
 use axum::{Json, Router};
 use futures_util::StreamExt as _;
-use rankgate_core::queue::{AdmissionMode, FailMode, QueueSettings, SettingsPatch};
+use rankgate_core::queue::{AdmissionMode, EntryChallenge, FailMode, QueueSettings, SettingsPatch};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -89,6 +89,33 @@ fn parse_patch(map: &serde_json::Map<String, Value>) -> ApiResult<SettingsPatch>
             "maxAdmitPerSecond" => patch.max_admit_per_second = Some(number(field, value)?),
             "maxErrorRate" => patch.max_error_rate = Some(number(field, value)?),
             "targetP95Millis" => patch.target_p95_millis = Some(whole(field, value)?),
+            "entryChallenge" => {
+                patch.entry_challenge = Some(match value.as_str() {
+                    Some("none") => EntryChallenge::None,
+                    Some("pow") => EntryChallenge::Pow,
+                    Some("captcha") => EntryChallenge::Captcha,
+                    _ => {
+                        return Err(ApiError::bad_field(
+                            field,
+                            "must be \"none\", \"pow\" or \"captcha\"",
+                        ))
+                    }
+                })
+            }
+            "powDifficulty" => {
+                patch.pow_difficulty = Some(
+                    value
+                        .as_u64()
+                        .and_then(|bits| u32::try_from(bits).ok())
+                        .filter(|bits| *bits <= 32)
+                        .ok_or_else(|| {
+                            ApiError::bad_field(
+                                field,
+                                "must be a whole number of leading zero bits between 0 and 32",
+                            )
+                        })?,
+                )
+            }
             "failMode" => {
                 patch.fail_mode = Some(match value.as_str() {
                     Some("closed") => FailMode::Closed,
@@ -119,6 +146,12 @@ async fn update(
     let queue = WaitingRoom::parse_queue(&queue)?;
     let object = json_object(&body)?;
     let patch = parse_patch(&object)?;
+    if patch.entry_challenge == Some(EntryChallenge::Captcha) && room.guards().captcha().is_none() {
+        return Err(ApiError::bad_field(
+            "entryChallenge",
+            "\"captcha\" needs [waiting_room.captcha] (provider, site_key, secret) in this server's config",
+        ));
+    }
     // `opensAt` is checked before anything changes, so a bad one leaves the settings as they were.
     let opens_at = object
         .get("opensAt")

@@ -195,6 +195,14 @@ impl Identity {
             .and_then(|()| TicketKey::placement(ticket))
     }
 
+    /// Whether `ticket` is `member`'s in `queue`.
+    #[must_use]
+    pub fn ticket_proves(&self, queue: &QueueName, member: &MemberId, ticket: &[u8]) -> bool {
+        self.tickets
+            .check(ticket, queue.as_str(), member.as_str())
+            .is_ok()
+    }
+
     /// Ok when `credential` proves `member` of `queue`; 401 when it proves nobody, 403 when it proves
     /// another member.
     pub fn authorize(

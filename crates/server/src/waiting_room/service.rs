@@ -268,6 +268,11 @@ impl WaitingRoom {
         self.identity.ticket_for(queue, member, None)
     }
 
+    /// Whether `ticket` is `member`'s in `queue` (the waiting page's ticket cookie).
+    pub(crate) fn ticket_proves(&self, queue: &QueueName, member: &MemberId, ticket: &str) -> bool {
+        self.identity.ticket_proves(queue, member, ticket.as_bytes())
+    }
+
     /// Ok when `credential` proves `member` of `queue` (see [`super::identity`]).
     pub(crate) fn authorize(
         &self,

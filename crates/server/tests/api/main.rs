@@ -12,6 +12,7 @@ mod admin;
 mod crash;
 mod delisting;
 mod edge;
+mod entry_guards;
 mod estimates;
 mod events;
 mod faults;

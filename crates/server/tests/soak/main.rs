@@ -605,6 +605,7 @@ async fn three_instances_on_one_redis_survive_a_kill_and_a_pause_with_every_inva
              [waiting_room]\n\
              token_secret = \"{TOKEN_SECRET}\"\n\
              poll_burst = 5\n\
+             entries_per_address_per_minute = 0\n\
              [[gate]]\n\
              queue = \"{QUEUE}\"\n\
              upstream = \"{upstream}\"\n\

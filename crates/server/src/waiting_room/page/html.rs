@@ -87,7 +87,7 @@ pub struct Waiting<'a> {
     pub nonce: &'a str,
 }
 
-fn head(out: &mut String, look: &PageLook, title: &str, refresh: Option<(u64, &str, bool)>) {
+pub(super) fn head(out: &mut String, look: &PageLook, title: &str, refresh: Option<(u64, &str, bool)>) {
     let _ = write!(
         out,
         "<!doctype html>\n<html lang=\"{lang}\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -132,7 +132,7 @@ fn head(out: &mut String, look: &PageLook, title: &str, refresh: Option<(u64, &s
     );
 }
 
-fn logo(out: &mut String, look: &PageLook) {
+pub(super) fn logo(out: &mut String, look: &PageLook) {
     if let Some(url) = &look.logo_url {
         let _ = writeln!(
             out,

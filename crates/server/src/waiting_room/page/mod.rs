@@ -20,6 +20,7 @@
 //! cookie. The gate (`gate.rs`) then reads the token and the member from the cookies on the shop's
 //! navigation; headers keep precedence for API clients.
 
+mod challenge;
 pub mod config;
 pub mod cookies;
 mod html;
@@ -39,9 +40,15 @@ use rankgate_core::queue::{MemberStatus, QueueName};
 
 use self::config::{CookieSecure, Pages};
 use self::cookies::VisitorKey;
+use super::entry_guard::{EntryEvidence, IssuedChallenge};
 use super::identity::Credential;
+use super::identity::Standing;
+use super::service::CountMissing;
 use super::service::WaitingRoom;
+use crate::http::error::Refusal;
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::fast_path::DirectHeaders;
+use crate::http::peer::client_address;
 use crate::http::peer::PeerAddress;
 use crate::http::route_table::{self, Endpoint};
 
@@ -54,10 +61,79 @@ pub(crate) struct PageState {
     visitor_cookie_max_age_seconds: u64,
 }
 
-pub(crate) const ENDPOINTS: &[Endpoint<Arc<PageState>>] =
-    &[Endpoint::new(Method::GET, "/wait/{queue}", |m| {
-        on(m, waiting_page)
-    })];
+pub(crate) const ENDPOINTS: &[Endpoint<Arc<PageState>>] = &[
+    Endpoint::new(Method::GET, "/wait/{queue}", |m| on(m, waiting_page)),
+    Endpoint::new(Method::POST, "/wait/{queue}", |m| on(m, waiting_page_entry)),
+    Endpoint::new(Method::GET, challenge::POW_WORKER_PATH, |m| on(m, pow_worker)),
+];
+
+/// `GET /wait-assets/pow-worker.js`: the proof-of-work solver the challenge page runs in a Web Worker.
+async fn pow_worker() -> Response {
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/javascript; charset=utf-8"),
+            ),
+            (
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("public, max-age=3600"),
+            ),
+            (
+                header::HeaderName::from_static("x-content-type-options"),
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        challenge::POW_WORKER_JS,
+    )
+        .into_response()
+}
+
+/// What the challenge page's form posts: `challenge` + `nonce`, or the CAPTCHA's token (as
+/// `captchaToken`, or in the provider widget's own field).
+#[derive(Debug, Default)]
+struct EntryForm {
+    challenge: Option<String>,
+    nonce: Option<String>,
+    captcha_token: Option<String>,
+}
+
+impl EntryForm {
+    /// Most form fields read: the page posts three.
+    const MAX_FIELDS: usize = 16;
+
+    fn parse(body: &[u8]) -> ApiResult<EntryForm> {
+        let mut form = EntryForm::default();
+        for (key, value) in form_urlencoded::parse(body).take(Self::MAX_FIELDS) {
+            let slot = match key.as_ref() {
+                "challenge" => &mut form.challenge,
+                "nonce" => &mut form.nonce,
+                "captchaToken" | "cf-turnstile-response" | "h-captcha-response" | "g-recaptcha-response" => {
+                    if value.is_empty() {
+                        continue;
+                    }
+                    &mut form.captcha_token
+                }
+                _ => continue,
+            };
+            if slot.is_some() {
+                return Err(ApiError::bad_field(
+                    &key,
+                    "given twice in the form; give each field once",
+                ));
+            }
+            *slot = Some(value.into_owned());
+        }
+        Ok(form)
+    }
+
+    fn evidence(&self) -> EntryEvidence<'_> {
+        EntryEvidence {
+            solution: self.challenge.as_deref().zip(self.nonce.as_deref()),
+            captcha_token: self.captcha_token.as_deref(),
+        }
+    }
+}
 
 /// The room's pages. `Config` validated them at load; a config built in code that skipped that gets the
 /// built-in page rather than a half-valid one.
@@ -155,12 +231,37 @@ async fn waiting_page(
     peer: PeerAddress,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let queue = WaitingRoom::parse_queue(&queue)?;
-    let first_rank = first_rank_of(&uri)?;
-    let secure = cookies::secure_for(state.cookie_secure, &uri, &headers);
+    serve_page(&state, &queue, &uri, peer, &headers, None).await
+}
+
+/// `POST /wait/{queue}`: the challenge page's form (a solved proof of work, a CAPTCHA token). Entered,
+/// it answers 303 to the waiting page, so a reload never posts again.
+async fn waiting_page_entry(
+    State(state): State<Arc<PageState>>,
+    Path(queue): Path<String>,
+    uri: Uri,
+    peer: PeerAddress,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let form = EntryForm::parse(&body)?;
+    serve_page(&state, &queue, &uri, peer, &headers, Some(&form)).await
+}
+
+async fn serve_page(
+    state: &PageState,
+    queue: &str,
+    uri: &Uri,
+    peer: PeerAddress,
+    headers: &HeaderMap,
+    form: Option<&EntryForm>,
+) -> ApiResult<Response> {
+    let queue = WaitingRoom::parse_queue(queue)?;
+    let first_rank = first_rank_of(uri)?;
+    let secure = cookies::secure_for(state.cookie_secure, uri, headers);
     let mut set_cookies = Vec::new();
-    let member = match member_of(&state, &queue, &headers, peer)? {
-        Some(member) => member,
+    let (member, mut standing) = match member_of(state, &queue, headers, peer)? {
+        Some(member) => (member, Standing::Unknown),
         None => {
             let (member, value) = state.visitor_key.issue();
             set_cookies.push(cookies::set_cookie(
@@ -169,14 +270,57 @@ async fn waiting_page(
                 state.visitor_cookie_max_age_seconds,
                 secure,
             ));
-            member
+            (member, Standing::New)
         }
     };
     let ticket_cookie_name = cookies::ticket_cookie_name(&queue);
-    let sent_ticket = cookies::cookie_values(&headers, &ticket_cookie_name)
+    let sent_ticket = cookies::cookie_values(headers, &ticket_cookie_name)
         .into_iter()
         .next();
+    if sent_ticket.is_some_and(|ticket| state.room.ticket_proves(&queue, &member, ticket)) {
+        standing = Standing::Returning;
+    }
+    let client = client_address(
+        peer.0,
+        &DirectHeaders::Map(headers),
+        &state.room.config.client_proxies,
+    );
+    let evidence = form.map(EntryForm::evidence).unwrap_or_default();
+    let count_missing = if form.is_some() {
+        CountMissing::Yes
+    } else {
+        CountMissing::No
+    };
+    let guarded = state
+        .room
+        .guard_entry(&queue, &member, standing, &evidence, client, count_missing)
+        .await;
+    match guarded {
+        Ok(()) => {}
+        Err(ApiError::Refused(refusal)) => {
+            return Ok(refusal_answer(
+                state,
+                &queue,
+                *refusal,
+                headers,
+                form.is_some(),
+                &set_cookies,
+            ));
+        }
+        Err(other) => return Err(other),
+    }
     let (position, ticket) = state.room.enter_page(&queue, &member, sent_ticket).await?;
+    if form.is_some() {
+        if sent_ticket != Some(ticket.as_str()) {
+            set_cookies.push(cookies::set_cookie(
+                &ticket_cookie_name,
+                &ticket,
+                state.visitor_cookie_max_age_seconds,
+                secure,
+            ));
+        }
+        return Ok(see_other(&format!("/wait/{queue}"), &set_cookies));
+    }
     if sent_ticket != Some(ticket.as_str()) {
         set_cookies.push(cookies::set_cookie(
             &ticket_cookie_name,
@@ -239,6 +383,95 @@ async fn waiting_page(
     Ok(html_response(body, None, &set_cookies))
 }
 
+/// A refused entry's answer: for a browser (`Accept: text/html`), the challenge page (a fresh proof of
+/// work, the CAPTCHA) or the budget page, with the refusal's status; for anything else the JSON refusal.
+/// The visitor cookie just issued goes along either way, so the solved try is the same visitor.
+fn refusal_answer(
+    state: &PageState,
+    queue: &QueueName,
+    refusal: Refusal,
+    headers: &HeaderMap,
+    tried: bool,
+    set_cookies: &[String],
+) -> Response {
+    let wants_html = headers
+        .get(header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/html"));
+    let status = refusal.status;
+    let retry_after = refusal.retry_after_secs;
+    if !wants_html {
+        let mut response = refusal.into_response();
+        for cookie in set_cookies {
+            if let Ok(value) = HeaderValue::from_str(cookie) {
+                response.headers_mut().append(header::SET_COOKIE, value);
+            }
+        }
+        return response;
+    }
+    let look = state.pages.for_queue(queue.as_str());
+    let nonce = new_nonce();
+    let problem = tried.then_some(refusal.message.as_str());
+    let issued = refusal.extra.get("challenge").and_then(|challenge| {
+        Some(IssuedChallenge {
+            challenge: challenge.get("challenge")?.as_str()?.to_owned(),
+            difficulty: u32::try_from(challenge.get("difficulty")?.as_u64()?).ok()?,
+            expires_at_ms: 0,
+        })
+    });
+    let captcha = state.room.guards().captcha();
+    let (body, csp) = match (refusal.reason, &issued, captcha) {
+        ("challenge", Some(issued), _) => (
+            challenge::challenge_page(
+                look,
+                queue.as_str(),
+                &challenge::Asked::Pow(issued),
+                problem,
+                &nonce,
+            ),
+            challenge::challenge_csp(&nonce, None),
+        ),
+        ("captcha", _, Some(captcha)) => (
+            challenge::challenge_page(
+                look,
+                queue.as_str(),
+                &challenge::Asked::Captcha(captcha),
+                problem,
+                &nonce,
+            ),
+            challenge::challenge_csp(&nonce, Some(captcha)),
+        ),
+        _ => (
+            challenge::budget_page(look, queue.as_str(), retry_after.unwrap_or(60)),
+            challenge::challenge_csp(&nonce, None),
+        ),
+    };
+    let mut response = html_response_with_csp(body, csp, set_cookies);
+    *response.status_mut() = status;
+    if let Some(seconds) = retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// 303 See Other to `location`, setting `set_cookies`.
+fn see_other(location: &str, set_cookies: &[String]) -> Response {
+    let mut response = axum::http::StatusCode::SEE_OTHER.into_response();
+    let headers = response.headers_mut();
+    if let Ok(location) = HeaderValue::from_str(location) {
+        headers.insert(header::LOCATION, location);
+    }
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    for cookie in set_cookies {
+        if let Ok(value) = HeaderValue::from_str(cookie) {
+            headers.append(header::SET_COOKIE, value);
+        }
+    }
+    response
+}
+
 fn new_nonce() -> String {
     let mut bytes = [0u8; 16];
     rand::rng().fill_bytes(&mut bytes);
@@ -253,6 +486,10 @@ fn html_response(body: String, script_nonce: Option<&str>, set_cookies: &[String
         "default-src 'none'; script-src {script}; style-src 'unsafe-inline'; img-src 'self' https: http:; \
          connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     );
+    html_response_with_csp(body, csp, set_cookies)
+}
+
+fn html_response_with_csp(body: String, csp: String, set_cookies: &[String]) -> Response {
     let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(
