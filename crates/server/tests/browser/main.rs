@@ -417,3 +417,116 @@ async fn the_waiting_page_gets_its_place_back_after_redis_restarts_empty() {
     let settings: serde_json::Value = app.get("/v1/admin/queues/sale").await.json().await.unwrap();
     assert_eq!(settings["paused"], true, "the queue came back paused: {settings}");
 }
+
+/// The CAPTCHA provider's stand-in, on a spare port: `/api.js` turns each `.cf-turnstile` element into
+/// two buttons, `#fake-human` and `#fake-bot`, that call the widget's `data-callback` with the token
+/// `human` or `bot` (as Turnstile's implicit rendering calls it with its token); `/siteverify` speaks
+/// the providers' protocol (form `secret`, `response`, `remoteip` → `{"success": …}`), saying yes to
+/// `human` under the secret `site-secret`. The real providers cannot be reached from here.
+async fn spawn_captcha_provider() -> String {
+    const WIDGET: &str = r#"(function () {
+  document.querySelectorAll('.cf-turnstile').forEach(function (el) {
+    [['fake-human', 'human'], ['fake-bot', 'bot']].forEach(function (pair) {
+      var button = document.createElement('button');
+      button.type = 'button';
+      button.id = pair[0];
+      button.textContent = pair[0];
+      button.onclick = function () { window[el.dataset.callback](pair[1]); };
+      el.appendChild(button);
+    });
+  });
+})();"#;
+    let router = axum::Router::new()
+        .route(
+            "/api.js",
+            axum::routing::get(|| async { ([("content-type", "text/javascript")], WIDGET) }),
+        )
+        .route(
+            "/siteverify",
+            axum::routing::post(|body: axum::body::Bytes| async move {
+                let form: std::collections::HashMap<String, String> =
+                    form_urlencoded::parse(&body).into_owned().collect();
+                let success = form.get("secret").map(String::as_str) == Some("site-secret")
+                    && form.get("response").map(String::as_str) == Some("human");
+                axum::Json(json!({ "success": success }))
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    format!("http://{address}")
+}
+
+/// Issue 28 in a real browser: the waiting page meets a proof-of-work queue (its Web Worker solves, the
+/// page enters by itself; a reload asks nothing again; scripts off, it says the queue needs them) and a
+/// CAPTCHA queue (the provider's widget, here a local stand-in, passes a person and refuses a bot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_page_solves_its_challenge_and_meets_the_captcha() {
+    let provider = spawn_captcha_provider().await;
+    let app = TestApp::builder()
+        .configure(move |config: &mut Config| {
+            config.waiting_room.entries_per_address_per_minute = 30;
+            config.waiting_room.captcha = Some(
+                toml::from_str(&format!(
+                    "provider = \"turnstile\"\nsite_key = \"site-key-1\"\nsecret = \"site-secret\"\n\
+                     verify_url = \"{provider}/siteverify\"\nscript_url = \"{provider}/api.js\"\n"
+                ))
+                .unwrap(),
+            );
+            config.waiting_room.resolve_entry_guards().unwrap();
+        })
+        .spawn()
+        .await;
+    for (queue, body) in [
+        (
+            "work",
+            json!({ "paused": true, "entryChallenge": "pow", "powDifficulty": 14 }),
+        ),
+        ("human", json!({ "paused": true, "entryChallenge": "captcha" })),
+    ] {
+        let put = app
+            .client
+            .put(app.url(&format!("/v1/admin/queues/{queue}")))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), 200, "{queue}");
+    }
+    let address = std::ffi::OsString::from(&app.address);
+    let mut node = NodeScript::start(
+        "entry_challenge.mjs",
+        &[address.as_os_str(), "work".as_ref(), "human".as_ref()],
+    );
+    let mut seen = Vec::new();
+    let run = async {
+        while let Some(line) = node.next_line().await {
+            seen.push(line);
+        }
+        node
+    };
+    let node = tokio::time::timeout(Duration::from_secs(150), run)
+        .await
+        .expect("the browser run finishes within 150 s");
+    node.finish(&seen).await;
+    assert!(seen.iter().any(|l| l.starts_with("POW_ENTERED 0 ")), "{seen:?}");
+    assert!(seen.iter().any(|l| l == "NOSCRIPT"), "{seen:?}");
+    assert!(seen.iter().any(|l| l == "CAPTCHA_PASSED 0"), "{seen:?}");
+    assert_eq!(seen.last().map(String::as_str), Some("DONE"), "{seen:?}");
+    let view = |queue: &'static str| {
+        let app = &app;
+        async move {
+            app.get(&format!("/v1/admin/queues/{queue}"))
+                .await
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(view("work").await["waiting"], 1, "one browser, one place");
+    assert_eq!(
+        view("human").await["waiting"],
+        1,
+        "the person is in, the bot is not"
+    );
+}

@@ -45,8 +45,8 @@ use super::identity::Credential;
 use super::identity::Standing;
 use super::service::CountMissing;
 use super::service::WaitingRoom;
-use crate::http::error::Refusal;
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::error::{PassThrough, Refusal};
 use crate::http::fast_path::DirectHeaders;
 use crate::http::peer::client_address;
 use crate::http::peer::PeerAddress;
@@ -448,6 +448,8 @@ fn refusal_answer(
     };
     let mut response = html_response_with_csp(body, csp, set_cookies);
     *response.status_mut() = status;
+    // A page for the browser, not an API error: the edge must not rewrite it as JSON.
+    response.extensions_mut().insert(PassThrough);
     if let Some(seconds) = retry_after {
         response
             .headers_mut()
