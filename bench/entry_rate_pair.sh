@@ -6,13 +6,22 @@
 # rounds alternating A and B. Prints each run's rate and rankgate's CPU per entry (utime + stime from
 # /proc/<pid>/stat), then the medians and B / A.
 #
-#   bench/entry_rate_pair.sh A_BIN_DIR B_BIN_DIR      (each holding a release `rankgate`)
+#   bench/entry_rate_pair.sh A_BIN_DIR[:CONFIG] B_BIN_DIR[:CONFIG]   (each holding a release `rankgate`)
 #
-# Environment: DURATION (10s), ROUNDS (3), PORT (18240), REDIS_PORT (16393), BACKENDS ("embedded redis").
+# A config, when given, is passed as `--config` (issue 28: bench/configs/budget-off.toml and
+# budget-on.toml compare an entry with and without the per-address budget in the same build). Without
+# one, the per-address budget is off (bench/configs/budget-off.toml): wrk enters from one address.
+# Environment: DURATION (10s), ROUNDS (3), PORT (18240), REDIS_PORT (16393), BACKENDS ("embedded redis"),
+# XFF (set: each entry carries its own X-Forwarded-For address, see bench/queue-enter.lua).
 set -euo pipefail
-A=$(readlink -f "$1")
-B=$(readlink -f "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
+split() { # split BIN_DIR[:CONFIG] → "bin_dir config"
+  local bin=${1%%:*} config=${1#*:}
+  [ "$config" = "$1" ] && config="$HERE/configs/budget-off.toml"
+  echo "$(readlink -f "$bin") $(readlink -f "$config")"
+}
+read -r A A_CONFIG <<<"$(split "$1")"
+read -r B B_CONFIG <<<"$(split "$2")"
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-3}
 PORT=${PORT:-18240}
@@ -35,12 +44,12 @@ cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
 BASE="http://127.0.0.1:$PORT"
 head -c 32 /dev/urandom | base64 | tr '+/' '-_' >"$WORK/token.secret"
 
-run() { # run BACKEND LABEL BIN ROUND
-  local backend=$1 label=$2 bin=$3 round=$4
-  local flags=() dir="$WORK/$1-$2-$4"
+run() { # run BACKEND LABEL BIN ROUND CONFIG
+  local backend=$1 label=$2 bin=$3 round=$4 config=$5
+  local flags=(--config "$config") dir="$WORK/$1-$2-$4"
   if [ "$backend" = redis ]; then
     redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
-    flags=(--redis "redis://127.0.0.1:$REDIS_PORT" --token-secret-file "$WORK/token.secret")
+    flags+=(--redis "redis://127.0.0.1:$REDIS_PORT" --token-secret-file "$WORK/token.secret")
   fi
   taskset -c 1 "$bin/rankgate" serve --listen "127.0.0.1:$PORT" --data-dir "$dir" "${flags[@]}" >"$dir.log" 2>&1 &
   SERVER=$!
@@ -69,8 +78,8 @@ for backend in $BACKENDS; do
     until redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; do sleep 0.1; done
   fi
   for round in $(seq 1 "$ROUNDS"); do
-    run "$backend" A "$A" "$round"
-    run "$backend" B "$B" "$round"
+    run "$backend" A "$A" "$round" "$A_CONFIG"
+    run "$backend" B "$B" "$round" "$B_CONFIG"
   done
   if [ -n "$REDIS" ]; then kill "$REDIS"; wait "$REDIS" 2>/dev/null || true; REDIS=""; fi
 done

@@ -91,7 +91,7 @@ rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 start_server() {
   local dir=$1
   shift
-  taskset -c 1 "$BIN/rankgate" serve --listen "127.0.0.1:$PORT" --data-dir "$dir" "$@" >"$dir.log" 2>&1 &
+  taskset -c 1 "$BIN/rankgate" serve --listen "127.0.0.1:$PORT" --data-dir "$dir" --config "$ROOT/bench/configs/budget-off.toml" "$@" >"$dir.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 1 3000); do
     [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/readyz" || true)" = 200 ] && return 0

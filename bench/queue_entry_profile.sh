@@ -30,7 +30,7 @@ cleanup() {
 trap cleanup EXIT
 BASE="http://127.0.0.1:$PORT"
 RANKGATE_SQLITE_SYNCHRONOUS=$SYNCHRONOUS taskset -c 1 "$BIN/rankgate" serve --listen "127.0.0.1:$PORT" \
-  --data-dir "$WORK/data" >"$WORK/serve.log" 2>&1 &
+  --data-dir "$WORK/data" --config "$HERE/configs/budget-off.toml" >"$WORK/serve.log" 2>&1 &
 SERVER=$!
 until curl -fs "$BASE/readyz" >/dev/null 2>&1; do
   kill -0 "$SERVER" 2>/dev/null || { cat "$WORK/serve.log" >&2; exit 1; }
