@@ -579,7 +579,32 @@ mod tests {
             serde_json::json!({"admitPerSecond": 50, "tickMillis": 1000, "tokenTtlSeconds": 300,
                 "claimTtlSeconds": 30, "maxActive": null, "paused": false, "failMode": "closed",
                 "abandonAfterSeconds": 300, "admissionMode": "fixed", "minAdmitPerSecond": 1.0,
-                "maxAdmitPerSecond": 1000.0, "targetP95Millis": 500, "maxErrorRate": 0.01})
+                "maxAdmitPerSecond": 1000.0, "targetP95Millis": 500, "maxErrorRate": 0.01,
+                "entryChallenge": "none", "powDifficulty": 18})
         );
+    }
+
+    #[test]
+    fn entry_challenge_settings_patch_validate_and_leave_the_rest() {
+        let mut settings = QueueSettings::default();
+        let patch: SettingsPatch =
+            serde_json::from_str(r#"{"entryChallenge": "pow", "powDifficulty": 22}"#).unwrap();
+        settings.apply(&patch).unwrap();
+        assert_eq!(
+            settings.entry,
+            EntryChallengeSettings {
+                entry_challenge: EntryChallenge::Pow,
+                pow_difficulty: 22
+            }
+        );
+        assert_eq!(settings.admit_per_second, 50.0);
+        let too_hard: SettingsPatch = serde_json::from_str(r#"{"powDifficulty": 33}"#).unwrap();
+        assert_eq!(settings.apply(&too_hard), Err(SettingsError::PowDifficulty));
+        assert_eq!(settings.entry.pow_difficulty, 22, "an invalid patch changes nothing");
+        assert_eq!(SettingsError::PowDifficulty.field(), "powDifficulty");
+        let again = SettingsPatch::from_settings(&settings);
+        let mut copy = QueueSettings::default();
+        copy.apply(&again).unwrap();
+        assert_eq!(copy, settings, "a lost queue made again keeps its challenge");
     }
 }
