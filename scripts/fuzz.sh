@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes rankgate's parsers with cargo-fuzz (libFuzzer): the ingest body (event_body), the read API's
 # parameters through the real router (read_params), period keys (period_key), identifiers (ids) and the
-# config file (config_file). See fuzz/fuzz_targets/*.rs for what each asserts.
+# config file (config_file), the entry guards' client address and challenge check (entry_guard). See fuzz/fuzz_targets/*.rs for what each asserts.
 #
 #   scripts/fuzz.sh            # CI: ~10 s per target
 #   scripts/fuzz.sh 600        # a longer run: 10 minutes per target
@@ -28,7 +28,7 @@ shift || true
 targets=("$@")
 target_dir="${RANKGATE_FUZZ_TARGET_DIR:-/var/tmp/rankgate-fuzz-target}"
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(event_body read_params period_key ids config_file)
+  targets=(event_body read_params period_key ids config_file entry_guard)
 fi
 
 # cargo fuzz passes nightly-only flags to rustc. Use the nightly toolchain when the machine has one; else the
