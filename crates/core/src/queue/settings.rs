@@ -600,7 +600,10 @@ mod tests {
         assert_eq!(settings.admit_per_second, 50.0);
         let too_hard: SettingsPatch = serde_json::from_str(r#"{"powDifficulty": 33}"#).unwrap();
         assert_eq!(settings.apply(&too_hard), Err(SettingsError::PowDifficulty));
-        assert_eq!(settings.entry.pow_difficulty, 22, "an invalid patch changes nothing");
+        assert_eq!(
+            settings.entry.pow_difficulty, 22,
+            "an invalid patch changes nothing"
+        );
         assert_eq!(SettingsError::PowDifficulty.field(), "powDifficulty");
         let again = SettingsPatch::from_settings(&settings);
         let mut copy = QueueSettings::default();

@@ -590,3 +590,87 @@ async fn the_captcha_hook_asks_the_providers_siteverify_and_follows_the_fail_mod
         started.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_pages_form_checks_its_solution_and_answers_303() {
+    let app = TestApp::builder()
+        .configure(with_budget(BUDGET))
+        .client(
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+        )
+        .spawn()
+        .await;
+    put_settings(
+        &app,
+        "form",
+        json!({"paused": true, "entryChallenge": "pow", "powDifficulty": 8}),
+    )
+    .await;
+    let post = |form: String| {
+        app.client
+            .post(app.url("/wait/form"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form)
+            .send()
+    };
+    // A browser's first view: the challenge page, 428, not counted as a refusal.
+    let page = app
+        .client
+        .get(app.url("/wait/form"))
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 428);
+    assert!(page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .contains("worker-src 'self'"));
+    let html = page.text().await.unwrap();
+    assert!(html.contains("id=\"needs-scripts\""), "{html}");
+    assert_eq!(refused_metric(&app, "form", "challenge").await, 0);
+    // A field given twice, a wrong nonce, then the solution.
+    let twice = post("nonce=1&nonce=2".into()).await.unwrap();
+    assert_eq!(twice.status(), 400);
+    assert!(twice.text().await.unwrap().contains("nonce"));
+    let (solution, _) = solved_challenge(&app, "form").await;
+    let (challenge, nonce) = solution.rsplit_once(':').unwrap();
+    let wrong = (0u64..)
+        .map(|n| n.to_string())
+        .find(|n| !rankgate_core::queue::challenge::solves(challenge, n, 8))
+        .unwrap();
+    let refused = post(format!("challenge={challenge}&nonce={wrong}"))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 428);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["reason"], "challenge");
+    let entered = post(format!("challenge={challenge}&nonce={nonce}"))
+        .await
+        .unwrap();
+    assert_eq!(entered.status(), 303);
+    assert_eq!(entered.headers()["location"], "/wait/form");
+    let cookies: Vec<&str> = entered
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|value| value.to_str().unwrap())
+        .collect();
+    assert!(
+        cookies.iter().any(|c| c.starts_with("rankgate_visitor=")),
+        "{cookies:?}"
+    );
+    assert!(
+        cookies.iter().any(|c| c.starts_with("rankgate_ticket_form=")),
+        "{cookies:?}"
+    );
+    assert_eq!(admin_view(&app, "form").await["waiting"], 1);
+    assert_eq!(
+        refused_metric(&app, "form", "challenge").await,
+        1,
+        "only the wrong nonce"
+    );
+}
