@@ -4,6 +4,8 @@
 //!
 //! `cargo bench -p rankgate --bench entry_challenge`; figures in BENCHMARKS.md, "Entry challenges".
 
+#![allow(missing_docs)] // criterion_group! makes an undocumented function
+
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};

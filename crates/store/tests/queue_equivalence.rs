@@ -49,7 +49,8 @@ use proptest::test_runner::{FileFailurePersistence, TestCaseError};
 use rankgate_core::ids::MemberId;
 use rankgate_core::limiter::RateLimit;
 use rankgate_core::queue::{
-    AdmissionMode, Digest, FailMode, MemberStatus, QueueName, QueueSettings, SettingsError, SettingsPatch,
+    AdmissionMode, Digest, EntryChallenge, FailMode, MemberStatus, QueueName, QueueSettings, SettingsError,
+    SettingsPatch,
 };
 use rankgate_store::clock::ManualClock;
 use rankgate_store::queue::embedded::{EmbeddedOptions, EmbeddedStore};
@@ -175,6 +176,19 @@ fn patch() -> impl Strategy<Value = SettingsPatch> {
             prop::option::weighted(0.2, abandon),
         ),
         prop::option::weighted(0.2, adaptive),
+        // The entry challenge's settings (issue 28) ride in the same JSON meta field on Redis; 40 is
+        // out of range (both must refuse it alike).
+        prop::option::weighted(
+            0.2,
+            (
+                prop::sample::select(vec![
+                    EntryChallenge::None,
+                    EntryChallenge::Pow,
+                    EntryChallenge::Captcha,
+                ]),
+                prop::sample::select(vec![0u32, 18, 32, 40]),
+            ),
+        ),
     )
         .prop_map(
             |(
@@ -189,8 +203,11 @@ fn patch() -> impl Strategy<Value = SettingsPatch> {
                     abandon_after_seconds,
                 ),
                 adaptive,
+                entry,
             )| {
                 SettingsPatch {
+                    entry_challenge: entry.map(|e| e.0),
+                    pow_difficulty: entry.map(|e| e.1),
                     admission_mode: adaptive.map(|a| a.0),
                     min_admit_per_second: adaptive.map(|a| a.1),
                     max_admit_per_second: adaptive.map(|a| a.2),
