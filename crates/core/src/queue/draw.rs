@@ -553,7 +553,10 @@ mod tests {
         assert!(matches!(verify_draw(&twice), Err(DrawMismatch::Duplicate { .. })));
         let mut other_beacon = draw.clone();
         other_beacon.beacon = b"beacom".to_vec();
-        assert!(matches!(verify_draw(&other_beacon), Err(DrawMismatch::Order { .. })));
+        assert!(matches!(
+            verify_draw(&other_beacon),
+            Err(DrawMismatch::Order { .. })
+        ));
         let mut no_beacon = draw;
         no_beacon.beacon.clear();
         assert!(matches!(verify_draw(&no_beacon), Err(DrawMismatch::Order { .. })));
@@ -563,7 +566,10 @@ mod tests {
     fn beacon_values_are_whole_bytes_of_hex_and_bounded() {
         assert_eq!(parse_beacon_value("00ff"), Ok(vec![0, 255]));
         assert_eq!(parse_beacon_value("ABcd"), Ok(vec![0xab, 0xcd]));
-        assert_eq!(parse_beacon_value(&"a".repeat(MAX_BEACON_HEX)).map(|v| v.len()), Ok(512));
+        assert_eq!(
+            parse_beacon_value(&"a".repeat(MAX_BEACON_HEX)).map(|v| v.len()),
+            Ok(512)
+        );
         for bad in ["", "0", "abc", "zz", "+f", " 00", "0x00", "éé"] {
             assert_eq!(parse_beacon_value(bad), Err(BeaconValueError::NotHex), "{bad:?}");
         }

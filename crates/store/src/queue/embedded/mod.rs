@@ -356,6 +356,15 @@ fn load_queues(
             state.drawn.push(member.into_boxed_str());
         }
     }
+    let mut statement =
+        connection.prepare("SELECT queue, member FROM queue_draw_entrants ORDER BY queue, position")?;
+    let rows = statement.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
+    for row in rows {
+        let (queue, member) = row?;
+        if let Some(state) = states.get_mut(&queue) {
+            state.entrants.push(member.into_boxed_str());
+        }
+    }
     for (_, state) in states {
         queues.insert(state.name.clone(), Arc::new(Mutex::new(state)));
     }

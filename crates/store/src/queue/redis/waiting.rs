@@ -842,7 +842,11 @@ impl QueueStore for RedisStore {
         self.kept.forget(queue);
         let _: i64 = self
             .connection
-            .query(redis::cmd("UNLINK").arg(self.drawn_key(queue)))
+            .query(
+                redis::cmd("UNLINK")
+                    .arg(self.drawn_key(queue))
+                    .arg(self.entrants_key(queue)),
+            )
             .await?;
         Ok(reply.int()? == 1)
     }
