@@ -278,10 +278,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                      (and --beacon when the draw named a beacon round)"
                 ),
             };
-            let expected = Expectations {
-                beacon,
-                beacon_round,
-            };
+            let expected = Expectations { beacon, beacon_round };
             Ok(if check_and_report(&published, &expected) {
                 ExitCode::SUCCESS
             } else {

@@ -56,7 +56,8 @@ pub fn beacon_argument(name: &str, raw: &str) -> anyhow::Result<Vec<u8>> {
     if raw.is_empty() {
         return Ok(Vec::new());
     }
-    parse_beacon_value(raw).map_err(|_| anyhow::anyhow!("{name}: must be hex, whole bytes, at most 1024 digits"))
+    parse_beacon_value(raw)
+        .map_err(|_| anyhow::anyhow!("{name}: must be hex, whole bytes, at most 1024 digits"))
 }
 
 /// Reads `--members FILE`: one member id per line, blank lines ignored.

@@ -396,22 +396,23 @@ impl WaitingRoom {
             SupplyBeacon::WrongRound { expected: None } | SupplyBeacon::NotAwaiting => {
                 let why = match self.opening_fresh(queue).await? {
                     None => "it has no scheduled opening".to_string(),
-                    Some(record) if record.beacon_round.is_none() => "its draw names no drawBeaconRound".into(),
+                    Some(record) if record.beacon_round.is_none() => {
+                        "its draw names no drawBeaconRound".into()
+                    }
                     Some(record) => format!(
                         "its pre-queue closes at {} and the beacon is taken only once the entrants \
                          commitment is published",
                         rfc3339(record.opens_at_ms)
                     ),
                 };
-                return Err(ApiError::Conflict(format!("no draw of {queue} awaits a beacon: {why}")));
+                return Err(ApiError::Conflict(format!(
+                    "no draw of {queue} awaits a beacon: {why}"
+                )));
             }
         }
-        Ok(OpeningView::of(
-            &self
-                .opening_fresh(queue)
-                .await?
-                .ok_or_else(|| ApiError::Conflict(format!("the opening of {queue} was cleared meanwhile")))?,
-        ))
+        Ok(OpeningView::of(&self.opening_fresh(queue).await?.ok_or_else(
+            || ApiError::Conflict(format!("the opening of {queue} was cleared meanwhile")),
+        )?))
     }
 
     /// Sets or clears the queue's opening (a fresh seed from the OS generator when a new draw starts).
@@ -431,7 +432,8 @@ impl WaitingRoom {
         self.openings.forget(queue);
         match outcome {
             ScheduleOutcome::DrawRunning => Err(ApiError::Conflict(
-                "opensAt: the pre-queue has closed and is being drawn; change it once the draw is done".into(),
+                "opensAt: the pre-queue has closed and is being drawn; change it once the draw is done"
+                    .into(),
             )),
             ScheduleOutcome::Scheduled(record) => {
                 tracing::info!(
@@ -505,7 +507,9 @@ pub(crate) fn parse_beacon_body(object: &serde_json::Map<String, Value>) -> ApiR
         .get("round")
         .and_then(Value::as_u64)
         .filter(|round| (1..=MAX_BEACON_ROUND).contains(round))
-        .ok_or_else(|| ApiError::bad_field("round", "must be a positive whole number up to 9007199254740991"))?;
+        .ok_or_else(|| {
+            ApiError::bad_field("round", "must be a positive whole number up to 9007199254740991")
+        })?;
     let value = object
         .get("value")
         .and_then(Value::as_str)
