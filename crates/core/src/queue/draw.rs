@@ -247,7 +247,7 @@ pub enum BeaconValueError {
 
 /// Parses a beacon value as supplied: hex, either case, whole bytes, 1 to 512 of them.
 pub fn parse_beacon_value(raw: &str) -> Result<Vec<u8>, BeaconValueError> {
-    if raw.is_empty() || raw.len() > MAX_BEACON_HEX || raw.len() % 2 != 0 {
+    if raw.is_empty() || raw.len() > MAX_BEACON_HEX || !raw.len().is_multiple_of(2) {
         return Err(BeaconValueError::NotHex);
     }
     hex::decode(raw).map_err(|_| BeaconValueError::NotHex)
