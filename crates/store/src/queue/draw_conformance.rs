@@ -139,6 +139,13 @@ pub async fn the_pre_queue_admits_nobody_and_is_drawn_by_hmac_ahead_of_later_arr
     );
 
     backend.clock.advance(30_000);
+    // opensAt has come, and no drawer ran yet: this entry closes the pre-queue and queues behind it.
+    store.enter(&q, &member("at-opens-at")).await.unwrap();
+    assert_eq!(
+        draws.draw_record(&q).await.unwrap().unwrap().phase,
+        DrawPhase::Closing,
+        "the close is exact: the first entry at opensAt closes the pre-queue"
+    );
     // Due, but not drawn yet: still nobody is admitted by an admission step.
     assert!(store.admit(&q, tokens(10)).await.unwrap().admitted.is_empty());
     assert_eq!(
@@ -162,7 +169,8 @@ pub async fn the_pre_queue_admits_nobody_and_is_drawn_by_hmac_ahead_of_later_arr
         "the entrant list is dropped once the drawn list holds them"
     );
 
-    let late: Vec<String> = (0..5).map(|i| format!("late-{}", 9 - i)).collect();
+    let mut late: Vec<String> = vec!["at-opens-at".into()];
+    late.extend((0..5).map(|i| format!("late-{}", 9 - i)));
     for m in &late {
         store.enter(&q, &member(m)).await.unwrap();
     }
@@ -173,7 +181,7 @@ pub async fn the_pre_queue_admits_nobody_and_is_drawn_by_hmac_ahead_of_later_arr
     let ranked = ranks_of(store, &q, &everyone).await;
     assert_eq!(
         ranked.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
-        (0..45).collect::<Vec<_>>()
+        (0..46).collect::<Vec<_>>()
     );
     assert_eq!(
         ranked.into_iter().map(|(_, m)| m).collect::<Vec<_>>(),

@@ -11,12 +11,47 @@ use rankgate_core::queue::{DrawPhase, DrawSeed, QueueName};
 use rankgate_zset::ScoreBound;
 
 use super::persist::{committed, MemberRow, Write};
+use super::waiting::QueueState;
 use super::{Creation, EmbeddedStore};
 use crate::queue::draw::{
     BeaconRoundOutcome, BeginDraw, DrawPass, DrawRecord, DrawStage, DrawStep, DrawStore, FinishDraw,
     ScheduleOutcome, SealEntrants, SupplyBeacon,
 };
 use crate::queue::StoreError;
+
+impl QueueState {
+    /// Step 2 of the draw, the close, once `opensAt` has come: B = the next sequence, K0 = members
+    /// waiting (all below B), and the next sequence moves to L = B + K0, so whoever enters from now on
+    /// queues behind every position the draw can write and is not an entrant. Run by the first entry at or
+    /// after `opensAt` (so the close is exact, not a tick late) or else by the first drawer. No drawer holds
+    /// it yet. An empty pre-queue is done at once, committed to the empty set. The caller persists the
+    /// queue row and the draw record.
+    pub(crate) fn close_pre_queue_if_due(&mut self, now_ms: i64) -> bool {
+        let waiting = self.waiting.len() as u64;
+        let next_seq = self.next_seq;
+        let Some(record) = self.draw.as_mut() else {
+            return false;
+        };
+        if record.phase != DrawPhase::Scheduled || now_ms < record.opens_at_ms {
+            return false;
+        }
+        record.boundary = next_seq;
+        record.pre_queue_size = waiting;
+        record.late_from = next_seq + waiting;
+        record.owner.clear();
+        record.lease_until_ms = 0;
+        record.drawn = 0;
+        if waiting == 0 {
+            record.entrants_commitment = Some(entrants_commitment::<&str>(&[]));
+            record.entrant_count = 0;
+            record.phase = DrawPhase::Done;
+        } else {
+            record.phase = DrawPhase::Closing;
+        }
+        self.next_seq = next_seq + waiting;
+        true
+    }
+}
 
 impl EmbeddedStore {
     pub(super) async fn schedule_opening_embedded(
@@ -89,41 +124,31 @@ impl EmbeddedStore {
         let Some(state) = self.existing(queue) else {
             return Ok(BeginDraw::NotScheduled);
         };
-        let (outcome, pending) = {
+        let (outcome, pending) = 'step: {
             let mut q = state.lock();
             if q.deleted {
                 return Ok(BeginDraw::NotScheduled);
             }
             let now_ms = q.observe_now(self.clock.now_millis());
-            let waiting = q.waiting.len() as u64;
-            let next_seq = q.next_seq;
+            // Closed here unless an entry at or after opensAt closed it already.
+            let closed_now = q.close_pre_queue_if_due(now_ms);
             let Some(record) = q.draw.as_mut() else {
                 return Ok(BeginDraw::NotScheduled);
             };
             match record.phase {
+                DrawPhase::Done if closed_now => {
+                    // An empty pre-queue, done at its close: persist that.
+                    let writes = vec![q.queue_write(), q.draw_write()];
+                    break 'step (BeginDraw::Done, self.writer.submit(writes));
+                }
                 DrawPhase::Done => return Ok(BeginDraw::Done),
                 DrawPhase::AwaitingBeacon => return Ok(BeginDraw::AwaitingBeacon),
-                DrawPhase::Scheduled if now_ms < record.opens_at_ms => return Ok(BeginDraw::NotDue),
                 DrawPhase::Closing | DrawPhase::Drawing
                     if record.owner != owner && record.lease_until_ms > now_ms =>
                 {
                     return Ok(BeginDraw::HeldElsewhere)
                 }
-                DrawPhase::Scheduled => {
-                    // Close: everyone waiting now has a sequence below B; later arrivals start at
-                    // L = B + K0, behind every position the draw can write, and are not entrants.
-                    record.boundary = next_seq;
-                    record.pre_queue_size = waiting;
-                    record.late_from = next_seq + waiting;
-                    if waiting == 0 {
-                        // Nobody to draw: the empty set is committed and the draw is done at once.
-                        record.entrants_commitment = Some(entrants_commitment::<&str>(&[]));
-                        record.entrant_count = 0;
-                        record.phase = DrawPhase::Done;
-                    } else {
-                        record.phase = DrawPhase::Closing;
-                    }
-                }
+                DrawPhase::Scheduled => return Ok(BeginDraw::NotDue),
                 // A draw that began before entrant commitments existed is closed again.
                 DrawPhase::Drawing if record.entrants_commitment.is_none() => {
                     record.phase = DrawPhase::Closing;
@@ -164,12 +189,7 @@ impl EmbeddedStore {
                 writes.push(Write::ClearDrawEntrants { queue: queue_name });
             }
             writes.push(q.draw_write());
-            let outcome = if phase == DrawPhase::Done {
-                BeginDraw::Done
-            } else {
-                BeginDraw::Begun(pass)
-            };
-            (outcome, self.writer.submit(writes))
+            (BeginDraw::Begun(pass), self.writer.submit(writes))
         };
         committed(pending).await?;
         Ok(outcome)

@@ -7,7 +7,7 @@
 //! one script would stall Redis for everyone.
 
 use async_trait::async_trait;
-use rankgate_core::queue::draw::{entrants_commitment, from_hex_32};
+use rankgate_core::queue::draw::from_hex_32;
 use rankgate_core::queue::{DrawPhase, DrawSeed, QueueName};
 use redis::{Script, ScriptInvocation};
 
@@ -133,9 +133,7 @@ impl RedisStore {
         lease_ms: i64,
     ) -> Result<BeginDraw, StoreError> {
         let mut call = self.draw_call(&self.scripts.draw_begin, queue);
-        call.arg(owner)
-            .arg(lease_ms)
-            .arg(hex::encode(entrants_commitment::<&str>(&[])));
+        call.arg(owner).arg(lease_ms);
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         Ok(match reply.int()? {
             0 => BeginDraw::NotScheduled,

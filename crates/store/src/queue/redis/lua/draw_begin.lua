@@ -1,8 +1,7 @@
--- draw_begin: ARGV[12] owner, ARGV[13] lease ms, ARGV[14] the entrants commitment of an empty pre-queue
--- (hex; Lua has no SHA-256). KEYS[7] the drawn list, KEYS[8] the entrant list. Step 2 of the draw
--- (crate::queue::draw): when opensAt is due, close the pre-queue (B = next sequence, K0 = waiting, next
--- sequence := L = B + K0) and lease the entrant pass to the caller; a closing or drawing pass whose lease
--- lapsed is granted anew, writing its list again from empty. Returns {0} not scheduled, {1} not due, {2}
+-- draw_begin: ARGV[12] owner, ARGV[13] lease ms. KEYS[7] the drawn list, KEYS[8] the entrant list. Step 2
+-- of the draw (crate::queue::draw): when opensAt is due, close the pre-queue if no entry did
+-- (close_pre_queue_if_due in queue_common.lua) and lease the entrant pass to the caller; a closing or
+-- drawing pass nobody holds, or whose lease lapsed, is granted anew, writing its list again from empty. Returns {0} not scheduled, {1} not due, {2}
 -- held elsewhere, {3, seed, B, L, stage, entrants commitment, beacon} begun (stage 'E' entrants, 'O'
 -- order), {4} done, {5} awaiting the beacon.
 local DRAWN, ENTRANTS = KEYS[7], KEYS[8]
@@ -15,19 +14,12 @@ if d[1] == 'B' then return {5} end
 local now = guarded_now()
 local phase = d[1]
 if phase == 'S' then
-  if now < tonumber(d[2]) then return {1} end
-  local k0 = redis.call('ZCARD', WAITING)
-  local b = tonumber(redis.call('HGET', META, 'seq'))
-  local l = b + k0
-  redis.call('HSET', META, 'seq', int(l), 'dB', int(b), 'dL', int(l), 'dk0', int(k0), 'ddrawn', '0')
-  redis.call('DEL', DRAWN, ENTRANTS)
-  if k0 == 0 then
-    redis.call('HSET', META, 'dphase', 'F', 'dentc', ARGV[14], 'dentn', '0')
-    return {4}
-  end
-  d[6], d[7] = int(b), int(l)
+  if not close_pre_queue_if_due(now) then return {1} end
+  d = redis.call('HMGET', META, 'dphase', 'dopens', 'dseed', 'downer', 'dlease', 'dB', 'dL', 'dentc',
+    'dbeacon')
+  if d[1] == 'F' then return {4} end
   phase = 'C'
-elseif d[4] ~= ARGV[12] and tonumber(d[5] or '0') > now then
+elseif d[4] and d[4] ~= ARGV[12] and tonumber(d[5] or '0') > now then
   return {2}
 elseif phase == 'D' and not d[8] then
   -- A draw that began before entrant commitments existed is closed again.
