@@ -63,6 +63,8 @@ impl RedisStore {
                     }
                     self.kept_settings()
                         .observe_opening(queue, Some(record.opens_at_ms));
+                    self.kept_settings()
+                        .observe_beacon_round(queue, record.beacon_round);
                     ScheduleOutcome::Scheduled(record)
                 }
                 None => {
@@ -73,6 +75,7 @@ impl RedisStore {
             },
             1 => {
                 self.kept_settings().observe_opening(queue, None);
+                self.kept_settings().observe_beacon_round(queue, None);
                 ScheduleOutcome::Cleared
             }
             2 => ScheduleOutcome::DrawRunning,
@@ -184,7 +187,12 @@ impl RedisStore {
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         Ok(match reply.int()? {
             1 => match self.draw_record_redis(queue).await? {
-                Some(record) => BeaconRoundOutcome::Set(record),
+                Some(record) => {
+                    // Kept with the opening, so a store loss before the close schedules it again with it.
+                    self.kept_settings()
+                        .observe_beacon_round(queue, record.beacon_round);
+                    BeaconRoundOutcome::Set(record)
+                }
                 None => BeaconRoundOutcome::NoOpening,
             },
             2 => BeaconRoundOutcome::Closed,

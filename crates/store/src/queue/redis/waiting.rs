@@ -493,6 +493,9 @@ impl RedisStore {
             let _ = self
                 .schedule_opening(queue, Some(opens_at_ms), rankgate_core::queue::DrawSeed(seed))
                 .await?;
+            if let Some(round) = kept.beacon_round {
+                let _ = self.set_beacon_round_redis(queue, Some(round)).await?;
+            }
         }
         Ok(())
     }
