@@ -361,7 +361,8 @@ pub enum ScheduleOutcome {
     Cleared,
     /// There was nothing to clear.
     NothingToClear,
-    /// A draw is being written: it cannot be moved or cleared until it is done.
+    /// The pre-queue has closed and is not drawn yet (closing, awaiting the beacon or drawing): the opening
+    /// cannot be moved or cleared until the draw is done.
     DrawRunning,
 }
 
