@@ -106,8 +106,10 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum QueueCommand {
-    /// Recompute a scheduled opening's draw: SHA-256(seed) must equal the commitment and the members must
-    /// be in HMAC-SHA-256(seed, memberId) order; exits 0 when both hold, 1 when not
+    /// Recompute a scheduled opening's draw: SHA-256(seed) must equal drawCommitment, the entrant list must
+    /// hash to entrantsCommitment, the beacon must be the expected one, and the entrants must be in
+    /// HMAC-SHA-256(drawKey, memberId) order, drawKey = HMAC-SHA-256(seed, entrantsCommitment ‖ beacon);
+    /// exits 0 when all hold, 1 when not
     VerifyDraw {
         /// A running rankgate to read the finished draw from (its admin draw read)
         #[arg(long, requires = "queue")]
@@ -119,14 +121,25 @@ enum QueueCommand {
         #[arg(long, env = "RANKGATE_ADMIN_KEY", hide_env_values = true)]
         key: Option<String>,
         /// The revealed seed, 64 hex digits (without --url)
-        #[arg(long, conflicts_with = "url", requires_all = ["commitment", "members"])]
+        #[arg(long, conflicts_with = "url", requires_all = ["commitment", "entrants_commitment", "members"])]
         seed: Option<String>,
         /// The commitment published before the draw, 64 hex digits (without --url)
         #[arg(long, conflicts_with = "url")]
         commitment: Option<String>,
-        /// A file of the pre-queue member ids in the published order, one per line (without --url)
+        /// The entrants commitment published at the close, 64 hex digits (without --url)
+        #[arg(long, conflicts_with = "url")]
+        entrants_commitment: Option<String>,
+        /// A file of the entrants' member ids in the published order, one per line (without --url)
         #[arg(long, conflicts_with = "url")]
         members: Option<PathBuf>,
+        /// The beacon round's value in hex, as fetched from the beacon network itself: the draw must have
+        /// used exactly this (with --url: must equal the published beacon; without: the beacon to use,
+        /// empty when the draw named no round)
+        #[arg(long)]
+        beacon: Option<String>,
+        /// The beacon round the draw must name (with --url)
+        #[arg(long, requires = "url")]
+        beacon_round: Option<u64>,
     },
 }
 
@@ -229,27 +242,44 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     key,
                     seed,
                     commitment,
+                    entrants_commitment,
                     members,
+                    beacon,
+                    beacon_round,
                 },
         } => {
             use crate::waiting_room::draw_verify::{
-                check_and_report, fetch_published_draw, hex_argument, read_members_file,
+                beacon_argument, check_and_report, fetch_published_draw, hex_argument, read_members_file,
+                Expectations, PublishedDraw,
             };
-            let draw = match (url, seed, commitment, members) {
-                (Some(url), _, _, _) => {
+            let beacon = beacon.map(|raw| beacon_argument("--beacon", &raw)).transpose()?;
+            let published = match (url, seed, commitment, entrants_commitment, members) {
+                (Some(url), _, _, _, _) => {
                     let queue = queue.context("--queue is required with --url")?;
                     runtime()?.block_on(fetch_published_draw(&url, &queue, key.as_deref()))?
                 }
-                (None, Some(seed), Some(commitment), Some(members)) => {
-                    crate::waiting_room::draw_verify::PublishedDraw {
-                        seed: rankgate_core::queue::DrawSeed(hex_argument("--seed", &seed)?),
-                        commitment: hex_argument("--commitment", &commitment)?,
-                        members: read_members_file(&members)?,
+                (None, Some(seed), Some(commitment), Some(entrants_commitment), Some(members)) => {
+                    PublishedDraw {
+                        draw: rankgate_core::queue::draw::RevealedDraw {
+                            seed: rankgate_core::queue::DrawSeed(hex_argument("--seed", &seed)?),
+                            commitment: hex_argument("--commitment", &commitment)?,
+                            entrants_commitment: Some(hex_argument(
+                                "--entrants-commitment",
+                                &entrants_commitment,
+                            )?),
+                            beacon: beacon.clone().unwrap_or_default(),
+                            order: read_members_file(&members)?,
+                        },
+                        beacon_round: None,
                     }
                 }
-                _ => anyhow::bail!("give --url and --queue, or --seed, --commitment and --members"),
+                _ => anyhow::bail!(
+                    "give --url and --queue, or --seed, --commitment, --entrants-commitment and --members \
+                     (and --beacon when the draw named a beacon round)"
+                ),
             };
-            Ok(if check_and_report(&draw) {
+            let expected = Expectations { beacon, beacon_round };
+            Ok(if check_and_report(&published, &expected) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)

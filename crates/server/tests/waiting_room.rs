@@ -1246,7 +1246,8 @@ mod counting {
     use rankgate_core::ids::MemberId;
     use rankgate_core::queue::{Digest, DrawSeed, QueueName, QueueSettings, SettingsError, SettingsPatch};
     use rankgate_store::queue::draw::{
-        BeginDraw, DrawRecord, DrawStep, DrawStore, FinishDraw, ScheduleOutcome,
+        BeaconRoundOutcome, BeginDraw, DrawRecord, DrawStep, DrawStore, FinishDraw, ScheduleOutcome,
+        SealEntrants, SupplyBeacon,
     };
     use rankgate_store::queue::{
         AdmissionPreview, AdmitOutcome, ClaimOutcome, ConsumeOutcome, EnterOutcome, ExpiryOutcome,
@@ -1348,6 +1349,51 @@ mod counting {
             seed: DrawSeed,
         ) -> Result<ScheduleOutcome, StoreError> {
             counted!(self, self.inner.schedule_opening(q, opens_at_ms, seed))
+        }
+        async fn set_beacon_round(
+            &self,
+            q: &QueueName,
+            round: Option<u64>,
+        ) -> Result<BeaconRoundOutcome, StoreError> {
+            counted!(self, self.inner.set_beacon_round(q, round))
+        }
+        async fn write_entrants_chunk(
+            &self,
+            q: &QueueName,
+            owner: &str,
+            lease_ms: i64,
+            first: u64,
+            members: &[String],
+        ) -> Result<DrawStep, StoreError> {
+            counted!(
+                self,
+                self.inner
+                    .write_entrants_chunk(q, owner, lease_ms, first, members)
+            )
+        }
+        async fn seal_entrants(
+            &self,
+            q: &QueueName,
+            owner: &str,
+            commitment: [u8; 32],
+        ) -> Result<SealEntrants, StoreError> {
+            counted!(self, self.inner.seal_entrants(q, owner, commitment))
+        }
+        async fn supply_beacon(
+            &self,
+            q: &QueueName,
+            round: u64,
+            value: &[u8],
+        ) -> Result<SupplyBeacon, StoreError> {
+            counted!(self, self.inner.supply_beacon(q, round, value))
+        }
+        async fn entrants(
+            &self,
+            q: &QueueName,
+            offset: u64,
+            limit: usize,
+        ) -> Result<Vec<String>, StoreError> {
+            counted!(self, self.inner.entrants(q, offset, limit))
         }
         async fn draw_record(&self, q: &QueueName) -> Result<Option<DrawRecord>, StoreError> {
             counted!(self, self.inner.draw_record(q))

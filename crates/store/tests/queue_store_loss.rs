@@ -80,6 +80,11 @@ async fn a_lost_queue_comes_back_paused_and_ticket_holders_get_their_places_back
         .schedule_opening(&later, Some(opens_at_ms), rankgate_core::queue::DrawSeed([1; 32]))
         .await
         .unwrap();
+    store
+        .draws()
+        .set_beacon_round(&later, Some(12_345))
+        .await
+        .unwrap();
 
     lose_everything(&prefix);
     assert!(
@@ -90,9 +95,9 @@ async fn a_lost_queue_comes_back_paused_and_ticket_holders_get_their_places_back
     store.enter(&later, &member("early")).await.unwrap();
     let record = store.draws().draw_record(&later).await.unwrap();
     assert_eq!(
-        record.map(|record| record.opens_at_ms),
-        Some(opens_at_ms),
-        "an opening still ahead is scheduled again"
+        record.map(|record| (record.opens_at_ms, record.beacon_round)),
+        Some((opens_at_ms, Some(12_345))),
+        "an opening still ahead is scheduled again, with its beacon round"
     );
 
     // The first entry after the loss makes the queue again, with the settings kept, not the defaults.

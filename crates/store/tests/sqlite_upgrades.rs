@@ -564,6 +564,11 @@ const ADD_MANAGED: &str =
 const ADD_ABANDONED: &str = "ALTER TABLE queues ADD COLUMN abandoned INTEGER NOT NULL DEFAULT 0;";
 /// Migration 5 (the first numbered one after the inline schema): each queue's epoch.
 const ADD_EPOCH: &str = "ALTER TABLE queues ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;";
+/// Migration 6: a closed pre-queue's entrant list (issue 28).
+const ADD_DRAW_ENTRANTS: &str = "CREATE TABLE IF NOT EXISTS queue_draw_entrants (
+    queue TEXT NOT NULL, position INTEGER NOT NULL, member TEXT NOT NULL,
+    PRIMARY KEY (queue, position)
+) WITHOUT ROWID;";
 
 /// The queue schemas older builds created, oldest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -607,6 +612,17 @@ fn scheduled_draw() -> DrawRecord {
     DrawRecord::scheduled(NOW_MS + 3_600_000, DrawSeed([7; 32]))
 }
 
+/// [`scheduled_draw`] as JSON without the fields added since (the beacon round, the entrants commitment
+/// and count, the beacon: issue 28), which serde defaults must fill.
+fn draw_record_as_old_builds_wrote_it() -> String {
+    let mut record = serde_json::to_value(scheduled_draw()).unwrap();
+    let fields = record.as_object_mut().unwrap();
+    for added in ["beacon_round", "entrants_commitment", "entrant_count", "beacon"] {
+        assert!(fields.remove(added).is_some(), "{added}");
+    }
+    record.to_string()
+}
+
 /// A queue database as `build` left it, with rows in every table: queue `old` with two waiting members
 /// (and, where stored, unmanaged with 3 abandoned), a job, and a scheduled draw where the tables exist.
 fn write_old_queue_database(dir: &Path, build: QueueBuild) {
@@ -645,7 +661,7 @@ fn write_old_queue_database(dir: &Path, build: QueueBuild) {
         connection
             .execute(
                 "INSERT INTO queue_draws VALUES ('old', ?1)",
-                params![serde_json::to_string(&scheduled_draw()).unwrap()],
+                params![draw_record_as_old_builds_wrote_it()],
             )
             .unwrap();
     }
@@ -700,7 +716,7 @@ async fn every_older_queue_database_is_brought_to_the_current_schema_with_its_ro
         }
 
         let upgraded = Connection::open(dir.path().join(DATABASE_FILE)).unwrap();
-        assert_eq!(user_version(&upgraded), 5, "{build:?}");
+        assert_eq!(user_version(&upgraded), 6, "{build:?}");
         let epoch: i64 = upgraded
             .query_row("SELECT epoch FROM queues WHERE name = 'old'", [], |row| {
                 row.get(0)
@@ -743,10 +759,12 @@ async fn a_new_queue_database_gets_the_schema_the_last_inline_build_gave() {
     let old = Connection::open_in_memory().unwrap();
     old.execute_batch(&queue_schema_of(QueueBuild::Abandoned))
         .unwrap();
-    // What numbered migrations added since (5: each queue's epoch, issue 29).
+    // What numbered migrations added since (5: each queue's epoch, issue 29; 6: the draw's entrant list,
+    // issue 28).
     old.execute_batch(ADD_EPOCH).unwrap();
+    old.execute_batch(ADD_DRAW_ENTRANTS).unwrap();
     assert_eq!(schema_shape(&new), schema_shape(&old));
     assert_eq!(create_statements(&new, false), create_statements(&old, false));
-    assert_eq!(user_version(&new), 5);
+    assert_eq!(user_version(&new), 6);
     assert!(has_column(&new, "queues", "abandoned") && has_column(&new, "queues", "epoch"));
 }

@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::member_api::json_object;
-use super::opening::{parse_draw_page_query, DrawPage, DrawReader, OpeningView};
+use super::opening::{parse_beacon_body, parse_draw_page_query, DrawPage, DrawReader, OpeningView};
 use super::service::WaitingRoom;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::route_table::{self, Endpoint};
@@ -30,6 +30,9 @@ pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
         on(m, remove_member)
     }),
     Endpoint::new(Method::GET, "/v1/admin/queues/{queue}/draw", |m| on(m, draw)),
+    Endpoint::new(Method::PUT, "/v1/admin/queues/{queue}/draw/beacon", |m| {
+        on(m, supply_beacon)
+    }),
 ];
 
 pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
@@ -152,14 +155,26 @@ async fn update(
             "\"captcha\" needs [waiting_room.captcha] (provider, site_key, secret) in this server's config",
         ));
     }
-    // `opensAt` is checked before anything changes, so a bad one leaves the settings as they were.
+    // `opensAt` and `drawBeaconRound` are checked before anything changes, so a bad one leaves the
+    // settings as they were.
     let opens_at = object
         .get("opensAt")
         .map(|value| room.parse_opens_at_field(value))
         .transpose()?;
+    let beacon_round = object
+        .get("drawBeaconRound")
+        .map(WaitingRoom::parse_beacon_round_field)
+        .transpose()?;
+    if let Some(round) = beacon_round {
+        room.check_beacon_round_applies(&queue, round, opens_at).await?;
+    }
     let settings = room.update_settings(&queue, &patch).await?;
     if let Some(opens_at) = opens_at {
         room.schedule_opening(&queue, opens_at).await?;
+    }
+    // After the opening: a new draw starts without a round, and a cleared opening has none to set.
+    if let (Some(round), false) = (beacon_round, opens_at == Some(None)) {
+        room.set_beacon_round(&queue, round).await?;
     }
     Ok(Json(SettingsView {
         settings,
@@ -178,6 +193,31 @@ async fn draw(
     Ok(Json(
         room.draw_page(&queue, offset, limit, DrawReader::Admin).await?,
     ))
+}
+
+/// The answer of `PUT /v1/admin/queues/{queue}/draw/beacon`: the queue's opening as it now stands.
+#[derive(Debug, Serialize)]
+struct BeaconAccepted {
+    queue: String,
+    #[serde(flatten)]
+    opening: OpeningView,
+}
+
+/// `PUT /v1/admin/queues/{queue}/draw/beacon {"round": R, "value": "<hex>"}`: 200 with the opening when the
+/// value is accepted (or was, the same, before); 400 naming `round` or `value`; 409 when no draw awaits a
+/// beacon or another value was accepted.
+async fn supply_beacon(
+    State(room): State<Arc<WaitingRoom>>,
+    Path(queue): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<BeaconAccepted>> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let (round, value) = parse_beacon_body(&json_object(&body)?)?;
+    let opening = room.supply_beacon(&queue, round, &value).await?;
+    Ok(Json(BeaconAccepted {
+        queue: queue.to_string(),
+        opening,
+    }))
 }
 
 /// `GET /v1/admin/queues/{queue}` (SPEC 2.1): the settings, the live counts, the upstream's last

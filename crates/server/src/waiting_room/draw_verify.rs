@@ -1,28 +1,45 @@
-//! `rankgate queue verify-draw`: recomputes a scheduled opening's draw from its revealed seed and its
-//! pre-queue member ids, and says whether the published commitment and order match (exit 0) or not
-//! (exit 1). The algorithm is `rankgate_core::queue::draw`'s: commitment = SHA-256(seed), order = member
-//! ids sorted by HMAC-SHA-256(seed, memberId) ascending by bytes.
+//! `rankgate queue verify-draw`: recomputes a scheduled opening's draw and says whether what was published
+//! holds (exit 0) or not (exit 1, naming the first mismatch). The algorithm is
+//! `rankgate_core::queue::draw`'s; the checks, in order:
 //!
-//! The inputs come either from files (`--seed`, `--commitment`, `--members FILE` with one id per line in
-//! the published order) or from a running rankgate (`--url`, `--queue`, the admin key), whose admin draw
-//! read (`GET /v1/admin/queues/{queue}/draw`) is paged through.
+//! 1. `SHA-256(seed) == drawCommitment` (the seed was fixed before anybody entered);
+//! 2. the published list names each member once, and its `SHA-256(memberId)` digests, sorted and hashed,
+//!    give the published `entrantsCommitment` (nobody was added or dropped after the close);
+//! 3. the beacon: the published round and value are the ones the caller expects (`--beacon-round`,
+//!    `--beacon`, fetched independently from the beacon's own network), and a queue that named a round
+//!    published a value;
+//! 4. the list is in `HMAC-SHA-256(drawKey, memberId)` order, `drawKey = HMAC-SHA-256(seed,
+//!    entrantsCommitment ‖ beacon)`.
+//!
+//! The inputs come either from files (`--seed`, `--commitment`, `--entrants-commitment`, `--beacon`,
+//! `--members FILE` with one id per line in the published order) or from a running rankgate (`--url`,
+//! `--queue`, the admin key), whose admin draw read (`GET /v1/admin/queues/{queue}/draw`) is paged through.
+//! A draw finished before entrant commitments existed (`entrantsCommitment` null) is checked by the rule
+//! it was drawn with, `HMAC-SHA-256(seed, memberId)`.
 
 use std::path::Path;
 
 use anyhow::Context as _;
-use rankgate_core::queue::draw::{from_hex_32, verify_draw};
+use rankgate_core::queue::draw::{from_hex_32, parse_beacon_value, verify_draw, RevealedDraw};
 use rankgate_core::queue::DrawSeed;
 use serde::Deserialize;
 
-/// What a verification needs.
+/// What a verification needs: the draw as published, and its beacon round if it named one.
 #[derive(Debug, Clone)]
 pub struct PublishedDraw {
-    /// The revealed seed.
-    pub seed: DrawSeed,
-    /// The commitment published before the draw.
-    pub commitment: [u8; 32],
-    /// The pre-queue member ids in the published order.
-    pub members: Vec<String>,
+    /// Seed, commitments, beacon and the order.
+    pub draw: RevealedDraw,
+    /// `drawBeaconRound` as published.
+    pub beacon_round: Option<u64>,
+}
+
+/// What the caller knows independently of the server, to hold the published draw to.
+#[derive(Debug, Clone, Default)]
+pub struct Expectations {
+    /// `--beacon`: the beacon round's value as the beacon network publishes it.
+    pub beacon: Option<Vec<u8>>,
+    /// `--beacon-round`: the round the caller expects the draw to have used.
+    pub beacon_round: Option<u64>,
 }
 
 /// Most members read from a server (the pre-queue is bounded by `max_pre_queue` there too).
@@ -31,6 +48,16 @@ const MAX_MEMBERS: usize = 10_000_000;
 /// Parses a 32-byte hex argument, naming it.
 pub fn hex_argument(name: &str, raw: &str) -> anyhow::Result<[u8; 32]> {
     from_hex_32(raw).with_context(|| format!("{name}: must be 64 hex digits (32 bytes)"))
+}
+
+/// Parses a beacon value argument (`""` is an empty beacon), naming it.
+pub fn beacon_argument(name: &str, raw: &str) -> anyhow::Result<Vec<u8>> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Ok(Vec::new());
+    }
+    parse_beacon_value(raw)
+        .map_err(|_| anyhow::anyhow!("{name}: must be hex, whole bytes, at most 1024 digits"))
 }
 
 /// Reads `--members FILE`: one member id per line, blank lines ignored.
@@ -50,6 +77,12 @@ struct DrawPageBody {
     draw_phase: String,
     draw_commitment: String,
     draw_seed: Option<String>,
+    #[serde(default)]
+    draw_beacon_round: Option<u64>,
+    #[serde(default)]
+    entrants_commitment: Option<String>,
+    #[serde(default)]
+    beacon: Option<String>,
     drawn_count: u64,
     #[serde(default)]
     members: Option<Vec<String>>,
@@ -103,23 +136,77 @@ pub async fn fetch_published_draw(
         members.extend(page_members);
         if members.len() as u64 >= page.drawn_count || empty || members.len() >= MAX_MEMBERS {
             return Ok(PublishedDraw {
-                seed: DrawSeed(hex_argument("drawSeed", seed)?),
-                commitment: hex_argument("drawCommitment", &page.draw_commitment)?,
-                members,
+                draw: RevealedDraw {
+                    seed: DrawSeed(hex_argument("drawSeed", seed)?),
+                    commitment: hex_argument("drawCommitment", &page.draw_commitment)?,
+                    entrants_commitment: page
+                        .entrants_commitment
+                        .as_deref()
+                        .map(|raw| hex_argument("entrantsCommitment", raw))
+                        .transpose()?,
+                    beacon: beacon_argument("beacon", page.beacon.as_deref().unwrap_or(""))?,
+                    order: members,
+                },
+                beacon_round: page.draw_beacon_round,
             });
         }
     }
 }
 
-/// Checks the draw; prints the verdict. `Ok(true)` when it matches.
-pub fn check_and_report(draw: &PublishedDraw) -> bool {
-    match verify_draw(&draw.seed, &draw.commitment, &draw.members) {
+/// Why the beacon of a published draw is not the one expected.
+fn beacon_mismatch(published: &PublishedDraw, expected: &Expectations) -> Option<String> {
+    let draw = &published.draw;
+    if let Some(round) = expected.beacon_round {
+        if published.beacon_round != Some(round) {
+            return Some(format!(
+                "the draw names beacon round {}, not the expected {round}",
+                published
+                    .beacon_round
+                    .map_or_else(|| "none".to_string(), |r| r.to_string())
+            ));
+        }
+    }
+    if published.beacon_round.is_some() && draw.beacon.is_empty() {
+        return Some("the draw names a beacon round but published no beacon value".into());
+    }
+    if let Some(beacon) = &expected.beacon {
+        if &draw.beacon != beacon {
+            return Some(format!(
+                "the published beacon {:?} is not the expected {:?}",
+                hex::encode(&draw.beacon),
+                hex::encode(beacon)
+            ));
+        }
+    }
+    None
+}
+
+/// Checks the draw; prints the verdict. `Ok(true)` when everything matches.
+pub fn check_and_report(published: &PublishedDraw, expected: &Expectations) -> bool {
+    if let Some(why) = beacon_mismatch(published, expected) {
+        println!("draw does NOT verify: {why}");
+        return false;
+    }
+    let draw = &published.draw;
+    match verify_draw(draw) {
         Ok(()) => {
-            println!(
-                "draw verified: SHA-256(seed) equals the commitment, and the {} members are in \
-                 HMAC-SHA-256(seed, memberId) order",
-                draw.members.len()
-            );
+            match draw.entrants_commitment {
+                Some(_) => println!(
+                    "draw verified: SHA-256(seed) equals drawCommitment, the {} entrants hash to \
+                     entrantsCommitment, and they are in HMAC-SHA-256(drawKey, memberId) order with drawKey \
+                     = HMAC-SHA-256(seed, entrantsCommitment ‖ beacon){}",
+                    draw.order.len(),
+                    match published.beacon_round {
+                        Some(round) => format!(" (beacon round {round}: {})", hex::encode(&draw.beacon)),
+                        None => " (no beacon)".into(),
+                    }
+                ),
+                None => println!(
+                    "draw verified (a draw from before entrant commitments): SHA-256(seed) equals the \
+                     commitment, and the {} members are in HMAC-SHA-256(seed, memberId) order",
+                    draw.order.len()
+                ),
+            }
             true
         }
         Err(mismatch) => {

@@ -14,8 +14,9 @@
 //! - `member_api`, `admin_api`, `gate`: thin axum handlers, one module per route group.
 //! - `member_streams`: members' position streams (SSE), one watch per queue per instance.
 //! - `page`: the waiting page at `GET /wait/{queue}` and its visitor / entry-token cookies.
-//! - `opening`: scheduled openings (`opensAt`): the pre-queue in positions, the draw at the first tick,
-//!   the published draw (`GET /v1/queues/{queue}/draw`).
+//! - `opening`: scheduled openings (`opensAt`, `drawBeaconRound`): the pre-queue in positions, the draw
+//!   after the close (and the beacon, `PUT /v1/admin/queues/{queue}/draw/beacon`), the published draw
+//!   (`GET /v1/queues/{queue}/draw`).
 //! - `redis_backend`: [`WaitingRoom::open_redis`], the room on Redis (standalone or Cluster).
 //! - `scheduler`: admission, expiry and metrics workers, driven by the store's clock.
 //! - `telemetry`: metric names and helpers.

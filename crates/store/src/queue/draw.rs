@@ -4,34 +4,43 @@
 //! # The draw, step by step (each step one atomic store operation)
 //! 1. **Schedule** ([`DrawStore::schedule_opening`]): `opensAt` and a fresh secret seed are stored (a
 //!    queue already `Scheduled` keeps its seed, so the commitment a member noted stays valid when an admin
-//!    moves the time). From then on every waiting member is in the pre-queue and admission holds.
-//! 2. **Begin** ([`DrawStore::begin_draw`], at the first admission tick at or after `opensAt`): the store
+//!    moves the time); [`DrawStore::set_beacon_round`] names or clears `drawBeaconRound` while scheduled.
+//!    From then on every waiting member is in the pre-queue and admission holds.
+//! 2. **Close** ([`DrawStore::begin_draw`], at the first admission tick at or after `opensAt`): the store
 //!    freezes the pre-queue: `B` = the next arrival sequence, `K0` = members waiting (all have a sequence
 //!    below `B`), and moves the queue's next sequence to `L = B + K0`, so every later arrival queues behind
-//!    whatever the draw writes. It grants a **lease** to one drawer: the store's atomic step decides who
-//!    draws, once across instances.
-//! 3. **Read** ([`DrawStore::pre_queue_page`]): the drawer reads the waiting members scored below `L` in
-//!    bounded pages, keyed by score (a member leaving meanwhile shifts nothing).
-//! 4. **Sort** in the drawer's memory by `HMAC-SHA-256(seed, memberId)` (Redis Lua has no HMAC; the sort of
-//!    up to `max_pre_queue` members is no script's business either).
-//! 5. **Write** ([`DrawStore::write_draw_chunk`]) in chunks of [`DRAW_WRITE_CHUNK`]: drawn position `i`
-//!    gets the sequence `B + i` (still below `L`), and the chunk is appended to the published drawn list.
-//!    A chunk is applied at most once (the list's length is its idempotency key) and only by the lease
-//!    holder; a member that left and came back since (a sequence ≥ `L`) is not moved.
+//!    whatever the draw writes and is not an entrant. Phase `Closing`, with a **lease** to one drawer: the
+//!    store's atomic step decides who draws, once across instances.
+//! 3. **Record the entrants**: the drawer reads the waiting members scored below `L`
+//!    ([`DrawStore::pre_queue_page`], bounded pages keyed by score), appends them to the entrant list
+//!    ([`DrawStore::write_entrants_chunk`], chunks of [`DRAW_WRITE_CHUNK`]) and seals it
+//!    ([`DrawStore::seal_entrants`]) with `entrantsCommitment` computed in Rust (Redis Lua has no
+//!    SHA-256). Sealing publishes the commitment, the first thing revealed after the close; the phase
+//!    becomes `AwaitingBeacon` when the queue names `drawBeaconRound`, else `Drawing`.
+//! 4. **Beacon** ([`DrawStore::supply_beacon`], an admin's `PUT …/draw/beacon`): only in
+//!    `AwaitingBeacon` and only for the named round; the phase becomes `Drawing`.
+//! 5. **Order**: a `Drawing` pass (leased like the close) reads the sealed entrant list
+//!    ([`DrawStore::entrants`]), sorts it by `HMAC-SHA-256(drawKey, memberId)` in the drawer's memory, and
+//!    writes it ([`DrawStore::write_draw_chunk`]) in chunks: drawn position `i` gets the sequence `B + i`
+//!    (still below `L`) and the chunk is appended to the published drawn list. A chunk is applied at most
+//!    once (the list's length is its idempotency key) and only by the lease holder; an entrant who left
+//!    meanwhile stays in the published list (it is the committed set) but is not put back in line, and
+//!    one who came back since (a sequence ≥ `L`) is not moved.
 //! 6. **Finish** ([`DrawStore::finish_draw`]): refused while any member is still scored below `B` (a pass
-//!    that missed somebody); otherwise `Done`, the seed becomes public and admission resumes.
+//!    that missed somebody); otherwise `Done`, the seed becomes public, the entrant list (now the drawn
+//!    list, reordered) is dropped and admission resumes.
 //!
 //! # Why a crash mid-draw loses and duplicates nobody
 //! Writes only ever change the score of a member that is still waiting (never add or remove one), so the
 //! waiting set keeps exactly the members it had. A drawer that dies leaves a lease that expires; the next
-//! begin grants a new pass, which clears the drawn list and rewrites **every** pre-queue member from a
-//! fresh read, so no half-written order survives. Scores of a dead pass may tie with the new pass's while
-//! it runs; reads page by `(score, member)` so a tie never hides a member, and finish checks nobody was
-//! left below `B`.
+//! begin grants a new pass, which clears the list it writes (the entrant list before the seal, the drawn
+//! list after it) and rewrites it whole, so no half-written list survives; once sealed, the entrant set
+//! never changes. Scores of a dead pass may tie with the new pass's while it runs; finish checks nobody
+//! was left below `B`.
 
 use std::collections::HashSet;
 
-use rankgate_core::queue::draw::{commitment_of, sort_in_draw_order};
+use rankgate_core::queue::draw::{commitment_of, draw_key, entrants_commitment, sort_in_draw_order, DrawKey};
 use rankgate_core::queue::{DrawPhase, DrawSeed, QueueName};
 
 use async_trait::async_trait;
@@ -71,6 +80,19 @@ pub struct DrawRecord {
     /// When that lease ends (store ms).
     #[serde(default)]
     pub lease_until_ms: i64,
+    /// `drawBeaconRound`: the public beacon round the draw waits for after the close, if any.
+    #[serde(default)]
+    pub beacon_round: Option<u64>,
+    /// `entrantsCommitment`, once the entrant list is sealed (`None` before, and on draws finished before
+    /// entrant commitments existed).
+    #[serde(default, with = "optional_hex_32")]
+    pub entrants_commitment: Option<[u8; 32]>,
+    /// Members in the sealed entrant list.
+    #[serde(default)]
+    pub entrant_count: u64,
+    /// The beacon round's value, once an admin supplied it.
+    #[serde(default, with = "optional_hex")]
+    pub beacon: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for DrawRecord {
@@ -80,6 +102,10 @@ impl std::fmt::Debug for DrawRecord {
             .field("phase", &self.phase)
             .field("pre_queue_size", &self.pre_queue_size)
             .field("drawn", &self.drawn)
+            .field("beacon_round", &self.beacon_round)
+            .field("entrants_commitment", &self.entrants_commitment.map(hex::encode))
+            .field("entrant_count", &self.entrant_count)
+            .field("beacon", &self.beacon.as_ref().map(hex::encode))
             .finish_non_exhaustive()
     }
 }
@@ -98,6 +124,10 @@ impl DrawRecord {
             late_from: 0,
             owner: String::new(),
             lease_until_ms: 0,
+            beacon_round: None,
+            entrants_commitment: None,
+            entrant_count: 0,
+            beacon: None,
         }
     }
 
@@ -113,13 +143,38 @@ impl DrawRecord {
         (self.phase == DrawPhase::Done).then_some(self.seed)
     }
 
+    /// The beacon bytes the order uses: empty without `drawBeaconRound`, `None` while the round's value
+    /// is awaited.
+    #[must_use]
+    pub fn beacon_bytes(&self) -> Option<&[u8]> {
+        match (&self.beacon, self.beacon_round) {
+            (Some(beacon), _) => Some(beacon),
+            (None, None) => Some(&[]),
+            (None, Some(_)) => None,
+        }
+    }
+
+    /// The key the order is drawn with, once the draw is done (a legacy draw, without an entrants
+    /// commitment, was drawn with its seed).
+    #[must_use]
+    pub fn revealed_draw_key(&self) -> Option<DrawKey> {
+        let seed = self.revealed_seed()?;
+        Some(match self.entrants_commitment {
+            Some(entrants) => draw_key(&seed, &entrants, self.beacon_bytes().unwrap_or_default()),
+            None => DrawKey::legacy(&seed),
+        })
+    }
+
     /// Whether a waiting member at 0-based `rank` is in the pre-queue (not yet placed by a finished draw).
-    /// While drawing, pre-queue members are the first `K0` ranks at most (leavers make it fewer).
+    /// After the close, pre-queue members are the first `K0` ranks at most (leavers make it fewer); later
+    /// arrivals rank behind them.
     #[must_use]
     pub fn holds_in_pre_queue(&self, rank: Option<u64>) -> bool {
         match self.phase {
             DrawPhase::Scheduled => true,
-            DrawPhase::Drawing => rank.is_some_and(|rank| rank < self.pre_queue_size),
+            DrawPhase::Closing | DrawPhase::AwaitingBeacon | DrawPhase::Drawing => {
+                rank.is_some_and(|rank| rank < self.pre_queue_size)
+            }
             DrawPhase::Done => false,
         }
     }
@@ -156,6 +211,41 @@ mod seed_hex {
     }
 }
 
+mod optional_hex_32 {
+    use rankgate_core::queue::draw::from_hex_32;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<[u8; 32]>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(bytes) => s.serialize_some(&hex::encode(bytes)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<[u8; 32]>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|raw| from_hex_32(&raw).ok_or_else(|| serde::de::Error::custom("bad entrants commitment")))
+            .transpose()
+    }
+}
+
+mod optional_hex {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(bytes) => s.serialize_some(&hex::encode(bytes)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|raw| hex::decode(raw).map_err(|_| serde::de::Error::custom("bad beacon")))
+            .transpose()
+    }
+}
+
 /// The storage of scheduled openings: a queue's `opensAt`, its secret seed and the steps of its draw
 /// (module doc), each one atomic step on the store with the store's clock, like [`QueueStore`]'s.
 ///
@@ -179,6 +269,14 @@ pub trait DrawStore: Send + Sync + 'static {
         fresh_seed: DrawSeed,
     ) -> Result<ScheduleOutcome, StoreError>;
 
+    /// Names (`Some`) or clears (`None`) the queue's `drawBeaconRound`; only while its opening is
+    /// `Scheduled` (the round is part of what the close fixes).
+    async fn set_beacon_round(
+        &self,
+        queue: &QueueName,
+        round: Option<u64>,
+    ) -> Result<BeaconRoundOutcome, StoreError>;
+
     /// The queue's draw record; `None` when it has no `opensAt` (or does not exist).
     async fn draw_record(&self, queue: &QueueName) -> Result<Option<DrawRecord>, StoreError>;
 
@@ -198,6 +296,39 @@ pub trait DrawStore: Send + Sync + 'static {
         below: u64,
         limit: usize,
     ) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// Step 3: appends `members` (entrant list positions `first_index..`) to the entrant list; only the
+    /// lease holder of a `Closing` pass, at most once per position.
+    async fn write_entrants_chunk(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+        first_index: u64,
+        members: &[String],
+    ) -> Result<DrawStep, StoreError>;
+
+    /// Step 3's end: stores `entrantsCommitment` (computed by the drawer over the entrant list as written)
+    /// and moves on to `AwaitingBeacon` or `Drawing` (the lease kept, so the same drawer goes on).
+    async fn seal_entrants(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        commitment: [u8; 32],
+    ) -> Result<SealEntrants, StoreError>;
+
+    /// Step 4: the value of the queue's `drawBeaconRound`.
+    async fn supply_beacon(
+        &self,
+        queue: &QueueName,
+        round: u64,
+        value: &[u8],
+    ) -> Result<SupplyBeacon, StoreError>;
+
+    /// The sealed entrant list, `offset..offset + limit` (empty once the draw is done: the drawn list
+    /// holds the same members).
+    async fn entrants(&self, queue: &QueueName, offset: u64, limit: usize)
+        -> Result<Vec<String>, StoreError>;
 
     /// Step 5: places `members` (drawn positions `first_index..`) and appends them to the drawn list.
     async fn write_draw_chunk(
@@ -230,8 +361,49 @@ pub enum ScheduleOutcome {
     Cleared,
     /// There was nothing to clear.
     NothingToClear,
-    /// A draw is being written: it cannot be moved or cleared until it is done.
+    /// The pre-queue has closed and is not drawn yet (closing, awaiting the beacon or drawing): the opening
+    /// cannot be moved or cleared until the draw is done.
     DrawRunning,
+}
+
+/// Result of [`DrawStore::set_beacon_round`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BeaconRoundOutcome {
+    /// Set (or cleared); the record as stored.
+    Set(DrawRecord),
+    /// The queue has no `opensAt`.
+    NoOpening,
+    /// The pre-queue has closed (or been drawn): the round can no longer change.
+    Closed,
+}
+
+/// Result of [`DrawStore::seal_entrants`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealEntrants {
+    /// Sealed; the draw waits for the beacon round's value.
+    AwaitingBeacon,
+    /// Sealed; the order can be drawn now (by the same lease holder).
+    ReadyToDraw,
+    /// This drawer no longer holds the lease.
+    LostLease,
+}
+
+/// Result of [`DrawStore::supply_beacon`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SupplyBeacon {
+    /// Accepted: the draw goes on.
+    Accepted,
+    /// This very value was accepted before (a retried PUT).
+    AlreadyAccepted,
+    /// Another value was accepted before: the draw's beacon never changes.
+    DifferentValueAccepted,
+    /// The round is not the queue's `drawBeaconRound` (`None`: it names none).
+    WrongRound {
+        /// The queue's `drawBeaconRound`.
+        expected: Option<u64>,
+    },
+    /// No draw awaits a beacon (no opening, not closed yet, or not sealed yet).
+    NotAwaiting,
 }
 
 /// Result of [`DrawStore::begin_draw`].
@@ -243,9 +415,11 @@ pub enum BeginDraw {
     NotDue,
     /// Another drawer holds a live lease.
     HeldElsewhere,
+    /// The entrants are sealed and the draw waits for the beacon round's value.
+    AwaitingBeacon,
     /// Already drawn.
     Done,
-    /// This drawer holds the lease: read, sort and write a full pass.
+    /// This drawer holds the lease: run a full pass of the stage the draw is at.
     Begun(DrawPass),
 }
 
@@ -258,6 +432,22 @@ pub struct DrawPass {
     pub boundary: u64,
     /// `L`.
     pub late_from: u64,
+    /// Which list this pass writes.
+    pub stage: DrawStage,
+}
+
+/// The two kinds of pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrawStage {
+    /// `Closing`: read the pre-queue, write the entrant list, seal it.
+    RecordEntrants,
+    /// `Drawing`: order the sealed entrant list and write it.
+    WriteOrder {
+        /// The sealed `entrantsCommitment`.
+        entrants_commitment: [u8; 32],
+        /// The beacon bytes (empty without `drawBeaconRound`).
+        beacon: Vec<u8>,
+    },
 }
 
 /// Result of [`DrawStore::write_draw_chunk`].
@@ -288,48 +478,96 @@ pub enum FinishDraw {
 pub enum DrawRun {
     /// Nothing to do (no `opensAt`, not due, or somebody else is drawing).
     Idle,
+    /// The entrants are sealed (`entrantsCommitment` published); the draw waits for the beacon.
+    AwaitingBeacon,
     /// The draw is done (by this call or before); this many members were drawn (`None`: not by this call).
     Done(Option<u64>),
     /// This drawer lost its lease mid-way; another instance carries on.
     Interrupted,
 }
 
-/// Passes one [`run_draw`] call tries before leaving the draw to the next tick.
-const PASSES_PER_RUN: usize = 3;
+/// Passes one [`run_draw`] call tries before leaving the draw to the next tick (a close and an order pass
+/// make two).
+const PASSES_PER_RUN: usize = 4;
 
-/// Performs a due draw on `queue`: begin, read, sort, write in chunks, finish. Safe to call from every
-/// instance at every tick: the store grants one drawer at a time, and any pass can be cut off at any
-/// point without losing or duplicating a member (module doc). `owner` must be unique per call site
-/// (a random id per instance).
+/// Performs a due draw on `queue`: close, record and seal the entrants, then (once the beacon is in, if
+/// the queue names one) order, write in chunks and finish. Safe to call from every instance at every
+/// tick: the store grants one drawer at a time, and any pass can be cut off at any point without losing
+/// or duplicating a member (module doc). `owner` must be unique per call site (a random id per instance).
 pub async fn run_draw(store: &dyn DrawStore, queue: &QueueName, owner: &str) -> Result<DrawRun, StoreError> {
     for _ in 0..PASSES_PER_RUN {
         let pass = match store.begin_draw(queue, owner, DRAW_LEASE_MS).await? {
             BeginDraw::NotScheduled | BeginDraw::NotDue | BeginDraw::HeldElsewhere => {
                 return Ok(DrawRun::Idle)
             }
+            BeginDraw::AwaitingBeacon => return Ok(DrawRun::AwaitingBeacon),
             BeginDraw::Done => return Ok(DrawRun::Done(None)),
             BeginDraw::Begun(pass) => pass,
         };
-        let mut members = read_pre_queue(store, queue, pass.late_from).await?;
-        sort_in_draw_order(&pass.seed, &mut members);
-        let mut first_index = 0u64;
-        for chunk in members.chunks(DRAW_WRITE_CHUNK) {
-            if store
-                .write_draw_chunk(queue, owner, DRAW_LEASE_MS, first_index, chunk)
-                .await?
-                == DrawStep::LostLease
-            {
-                return Ok(DrawRun::Interrupted);
+        match pass.stage {
+            DrawStage::RecordEntrants => {
+                let entrants = read_pre_queue(store, queue, pass.late_from).await?;
+                let mut first_index = 0u64;
+                for chunk in entrants.chunks(DRAW_WRITE_CHUNK) {
+                    if store
+                        .write_entrants_chunk(queue, owner, DRAW_LEASE_MS, first_index, chunk)
+                        .await?
+                        == DrawStep::LostLease
+                    {
+                        return Ok(DrawRun::Interrupted);
+                    }
+                    first_index += chunk.len() as u64;
+                }
+                match store
+                    .seal_entrants(queue, owner, entrants_commitment(&entrants))
+                    .await?
+                {
+                    SealEntrants::AwaitingBeacon => return Ok(DrawRun::AwaitingBeacon),
+                    SealEntrants::ReadyToDraw => continue,
+                    SealEntrants::LostLease => return Ok(DrawRun::Interrupted),
+                }
             }
-            first_index += chunk.len() as u64;
-        }
-        match store.finish_draw(queue, owner).await? {
-            FinishDraw::Done { drawn } => return Ok(DrawRun::Done(Some(drawn))),
-            FinishDraw::LostLease => return Ok(DrawRun::Interrupted),
-            FinishDraw::Incomplete => continue,
+            DrawStage::WriteOrder {
+                entrants_commitment,
+                beacon,
+            } => {
+                let mut members = read_entrants(store, queue).await?;
+                sort_in_draw_order(&draw_key(&pass.seed, &entrants_commitment, &beacon), &mut members);
+                let mut first_index = 0u64;
+                for chunk in members.chunks(DRAW_WRITE_CHUNK) {
+                    if store
+                        .write_draw_chunk(queue, owner, DRAW_LEASE_MS, first_index, chunk)
+                        .await?
+                        == DrawStep::LostLease
+                    {
+                        return Ok(DrawRun::Interrupted);
+                    }
+                    first_index += chunk.len() as u64;
+                }
+                match store.finish_draw(queue, owner).await? {
+                    FinishDraw::Done { drawn } => return Ok(DrawRun::Done(Some(drawn))),
+                    FinishDraw::LostLease => return Ok(DrawRun::Interrupted),
+                    FinishDraw::Incomplete => continue,
+                }
+            }
         }
     }
     Ok(DrawRun::Interrupted)
+}
+
+/// The whole sealed entrant list, page by page.
+async fn read_entrants(store: &dyn DrawStore, queue: &QueueName) -> Result<Vec<String>, StoreError> {
+    let mut members: Vec<String> = Vec::new();
+    loop {
+        let page = store
+            .entrants(queue, members.len() as u64, DRAW_READ_PAGE)
+            .await?;
+        let full = page.len() == DRAW_READ_PAGE;
+        members.extend(page);
+        if !full {
+            return Ok(members);
+        }
+    }
 }
 
 /// Every waiting member scored below `late_from`, in pages keyed by score. Pages start at the last score

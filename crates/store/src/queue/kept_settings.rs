@@ -33,6 +33,9 @@ pub struct Kept {
     /// scheduled again (with a fresh seed: the old one, and its commitment, were lost with the store).
     #[serde(default)]
     pub opens_at_ms: Option<i64>,
+    /// That opening's `drawBeaconRound`, if it names one: scheduled again with it.
+    #[serde(default)]
+    pub beacon_round: Option<u64>,
 }
 
 /// Every queue's kept settings, in memory and (once [`KeptSettings::persist_in`] named a directory) on disk.
@@ -108,6 +111,7 @@ impl KeptSettings {
             epoch: 0,
             managed: false,
             opens_at_ms: None,
+            beacon_round: None,
         });
         let mut observed = Observed::Same;
         next.settings = settings.clone();
@@ -138,6 +142,21 @@ impl KeptSettings {
         };
         if kept.opens_at_ms != opens_at_ms {
             kept.opens_at_ms = opens_at_ms;
+            if let Err(e) = write(&state) {
+                tracing::warn!(error = %e, "could not write the kept queue settings");
+            }
+        }
+    }
+
+    /// Records the `drawBeaconRound` of `queue`'s scheduled opening (`None`: none). Only queues already
+    /// kept are changed, as for [`KeptSettings::observe_opening`].
+    pub fn observe_beacon_round(&self, queue: &QueueName, round: Option<u64>) {
+        let mut state = self.state.lock();
+        let Some(kept) = state.queues.get_mut(queue.as_str()) else {
+            return;
+        };
+        if kept.beacon_round != round {
+            kept.beacon_round = round;
             if let Err(e) = write(&state) {
                 tracing::warn!(error = %e, "could not write the kept queue settings");
             }

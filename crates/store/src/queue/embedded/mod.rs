@@ -356,6 +356,15 @@ fn load_queues(
             state.drawn.push(member.into_boxed_str());
         }
     }
+    let mut statement =
+        connection.prepare("SELECT queue, member FROM queue_draw_entrants ORDER BY queue, position")?;
+    let rows = statement.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
+    for row in rows {
+        let (queue, member) = row?;
+        if let Some(state) = states.get_mut(&queue) {
+            state.entrants.push(member.into_boxed_str());
+        }
+    }
     for (_, state) in states {
         queues.insert(state.name.clone(), Arc::new(Mutex::new(state)));
     }
@@ -379,8 +388,13 @@ impl QueueStore for EmbeddedStore {
                 MemberState::Waiting { .. } => q.read_now(self.clock.now_millis(), &current),
                 _ => q.observe_now(self.clock.now_millis()),
             };
-            let (next, used_seq) = current.enter(q.next_seq);
             let mut writes = Vec::new();
+            if !matches!(current, MemberState::Waiting { .. }) && q.close_pre_queue_if_due(now_ms) {
+                // This entry comes at or after opensAt: the pre-queue closes first, so it queues behind.
+                writes.push(q.queue_write());
+                writes.push(q.draw_write());
+            }
+            let (next, used_seq) = current.enter(q.next_seq);
             if matches!(current, MemberState::Waiting { .. }) {
                 // Entering again is a visit: the member was seen.
                 q.touch_waiting(member.as_str(), now_ms);

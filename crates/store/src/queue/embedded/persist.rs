@@ -85,12 +85,20 @@ pub(crate) enum Write {
     },
     /// Delete a job (acked).
     DeleteJob { queue: String, id: String },
-    /// Upsert (`Some`, JSON of `DrawRecord`) or delete (`None`, with the drawn list) a queue's draw.
+    /// Upsert (`Some`, JSON of `DrawRecord`) or delete (`None`, with its lists) a queue's draw.
     Draw { queue: String, record: Option<String> },
     /// Empty a queue's drawn list (a new draw pass starts).
     ClearDrawnMembers { queue: String },
     /// Append to a queue's drawn list at positions `first_index..`.
     DrawnMembers {
+        queue: String,
+        first_index: i64,
+        members: Vec<String>,
+    },
+    /// Empty a queue's entrant list (a new close pass starts, or the draw is done).
+    ClearDrawEntrants { queue: String },
+    /// Append to a queue's entrant list at positions `first_index..`.
+    DrawEntrants {
         queue: String,
         first_index: i64,
         members: Vec<String>,
@@ -168,6 +176,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("migrations/0005_queue_epoch.sql"),
         legacy_probe: None,
     },
+    Migration {
+        version: 6,
+        sql: include_str!("migrations/0006_draw_entrants.sql"),
+        legacy_probe: None,
+    },
 ];
 
 /// Opens (creating) the database, sets its pragmas and brings its schema to the current version; answers
@@ -218,6 +231,11 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
         let mut insert_drawn = transaction.prepare_cached(
             "INSERT OR REPLACE INTO queue_drawn_members (queue, position, member) VALUES (?1, ?2, ?3)",
         )?;
+        let mut clear_entrants =
+            transaction.prepare_cached("DELETE FROM queue_draw_entrants WHERE queue = ?1")?;
+        let mut insert_entrant = transaction.prepare_cached(
+            "INSERT OR REPLACE INTO queue_draw_entrants (queue, position, member) VALUES (?1, ?2, ?3)",
+        )?;
         // A queue row is rewritten by every entry (its sequence); within one batch only the last matters.
         let mut last_queue_write = std::collections::HashMap::new();
         for (unit_index, unit) in units.iter().enumerate() {
@@ -249,6 +267,7 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
                         delete_queue.execute(params![name])?;
                         delete_draw.execute(params![name])?;
                         clear_drawn.execute(params![name])?;
+                        clear_entrants.execute(params![name])?;
                     }
                     Write::Member { queue, member, row } => {
                         upsert_member.execute(params![
@@ -287,6 +306,19 @@ fn apply_batch(connection: &mut Connection, units: &[Unit]) -> rusqlite::Result<
                     Write::Draw { queue, record: None } => {
                         delete_draw.execute(params![queue])?;
                         clear_drawn.execute(params![queue])?;
+                        clear_entrants.execute(params![queue])?;
+                    }
+                    Write::ClearDrawEntrants { queue } => {
+                        clear_entrants.execute(params![queue])?;
+                    }
+                    Write::DrawEntrants {
+                        queue,
+                        first_index,
+                        members,
+                    } => {
+                        for (offset, member) in members.iter().enumerate() {
+                            insert_entrant.execute(params![queue, first_index + offset as i64, member])?;
+                        }
                     }
                     Write::ClearDrawnMembers { queue } => {
                         clear_drawn.execute(params![queue])?;

@@ -63,6 +63,8 @@ pub(crate) struct QueueState {
     pub draw: Option<DrawRecord>,
     /// The published drawn list, in drawn order (as long as the draw's `drawn`, at most `K0`).
     pub drawn: Vec<Box<str>>,
+    /// The entrant list of a closed pre-queue, from the close to the end of the draw (then empty).
+    pub entrants: Vec<Box<str>>,
     /// The queue's epoch ([`Placement::epoch`]): drawn when the queue is made, kept in its row. This store
     /// never loses a queue, so it changes only when the queue is deleted (or forgotten) and made again.
     pub epoch: u64,
@@ -95,6 +97,7 @@ impl QueueState {
             deleted: false,
             draw: None,
             drawn: Vec::new(),
+            entrants: Vec::new(),
             epoch: new_epoch(),
         }
     }

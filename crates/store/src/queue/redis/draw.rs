@@ -1,8 +1,10 @@
 //! The Redis store's steps of a scheduled opening's draw (protocol: `crate::queue::draw`): one script per
-//! writing step (`draw_schedule.lua`, `draw_begin.lua`, `draw_write.lua`, `draw_finish.lua`) over the
-//! queue's keys plus its drawn list, all in the queue's slot; reads are single commands. The HMAC order
-//! itself is computed in Rust by the shared driver: Redis Lua has no HMAC, and a sort of a million members
-//! inside one script would stall Redis for everyone.
+//! writing step (`draw_schedule.lua`, `draw_round.lua`, `draw_begin.lua`, `draw_entrants.lua`,
+//! `draw_seal.lua`, `draw_beacon.lua`, `draw_write.lua`, `draw_finish.lua`) over the queue's keys plus its
+//! drawn and entrant lists, all in the queue's slot; reads are single commands. The entrants commitment
+//! and the HMAC order are computed in Rust by the shared driver, with the same core functions as the
+//! embedded store: Redis Lua has neither SHA-256 nor HMAC, and hashing or sorting a million members inside
+//! one script would stall Redis for everyone.
 
 use async_trait::async_trait;
 use rankgate_core::queue::draw::from_hex_32;
@@ -10,12 +12,16 @@ use rankgate_core::queue::{DrawPhase, DrawSeed, QueueName};
 use redis::{Script, ScriptInvocation};
 
 use super::{RedisStore, Reply};
-use crate::queue::draw::{BeginDraw, DrawPass, DrawRecord, DrawStep, DrawStore, FinishDraw, ScheduleOutcome};
+use crate::queue::draw::{
+    BeaconRoundOutcome, BeginDraw, DrawPass, DrawRecord, DrawStage, DrawStep, DrawStore, FinishDraw,
+    ScheduleOutcome, SealEntrants, SupplyBeacon, DRAW_LEASE_MS,
+};
 use crate::queue::StoreError;
 
 /// The meta fields of a draw, in the order [`RedisStore::draw_record_redis`] reads them.
-const DRAW_FIELDS: [&str; 9] = [
-    "dphase", "dopens", "dseed", "dk0", "ddrawn", "dB", "dL", "downer", "dlease",
+const DRAW_FIELDS: [&str; 13] = [
+    "dphase", "dopens", "dseed", "dk0", "ddrawn", "dB", "dL", "downer", "dlease", "dround", "dentc", "dentn",
+    "dbeacon",
 ];
 
 impl RedisStore {
@@ -24,9 +30,15 @@ impl RedisStore {
         format!("{}{{rg:q:{}}}:drawn", self.options.prefix, queue.as_str())
     }
 
+    /// The queue's entrant list (from the close to the end of the draw).
+    pub(super) fn entrants_key(&self, queue: &QueueName) -> String {
+        format!("{}{{rg:q:{}}}:entrants", self.options.prefix, queue.as_str())
+    }
+
     fn draw_call<'a>(&self, script: &'a Script, queue: &QueueName) -> ScriptInvocation<'a> {
         let mut call = self.queue_call(script, queue);
         call.key(self.drawn_key(queue));
+        call.key(self.entrants_key(queue));
         call
     }
 
@@ -51,6 +63,8 @@ impl RedisStore {
                     }
                     self.kept_settings()
                         .observe_opening(queue, Some(record.opens_at_ms));
+                    self.kept_settings()
+                        .observe_beacon_round(queue, record.beacon_round);
                     ScheduleOutcome::Scheduled(record)
                 }
                 None => {
@@ -61,6 +75,7 @@ impl RedisStore {
             },
             1 => {
                 self.kept_settings().observe_opening(queue, None);
+                self.kept_settings().observe_beacon_round(queue, None);
                 ScheduleOutcome::Cleared
             }
             2 => ScheduleOutcome::DrawRunning,
@@ -101,6 +116,16 @@ impl RedisStore {
             late_from: number(6)?.max(0) as u64,
             owner: get(7).unwrap_or_default(),
             lease_until_ms: number(8)?,
+            beacon_round: get(9)
+                .map(|raw| raw.parse().map_err(|_| corrupt("dround")))
+                .transpose()?,
+            entrants_commitment: get(10)
+                .map(|raw| from_hex_32(&raw).ok_or_else(|| corrupt("dentc")))
+                .transpose()?,
+            entrant_count: number(11)?.max(0) as u64,
+            beacon: get(12)
+                .map(|raw| hex::decode(raw).map_err(|_| corrupt("dbeacon")))
+                .transpose()?,
         }))
     }
 
@@ -128,14 +153,118 @@ impl RedisStore {
                     .string()?
                     .parse()
                     .map_err(|_| StoreError::Corrupt("dL".into()))?;
+                let stage = reply.string()?;
+                let entrants = reply.string()?;
+                let beacon = reply.string()?;
+                let stage = if stage == "O" {
+                    DrawStage::WriteOrder {
+                        entrants_commitment: from_hex_32(&entrants)
+                            .ok_or_else(|| StoreError::Corrupt("dentc".into()))?,
+                        beacon: hex::decode(beacon).map_err(|_| StoreError::Corrupt("dbeacon".into()))?,
+                    }
+                } else {
+                    DrawStage::RecordEntrants
+                };
                 BeginDraw::Begun(DrawPass {
                     seed: DrawSeed(seed),
                     boundary,
                     late_from,
+                    stage,
                 })
             }
+            5 => BeginDraw::AwaitingBeacon,
             _ => BeginDraw::Done,
         })
+    }
+
+    pub(super) async fn set_beacon_round_redis(
+        &self,
+        queue: &QueueName,
+        round: Option<u64>,
+    ) -> Result<BeaconRoundOutcome, StoreError> {
+        let mut call = self.draw_call(&self.scripts.draw_round, queue);
+        call.arg(round.map_or_else(String::new, |r| r.to_string()));
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(match reply.int()? {
+            1 => match self.draw_record_redis(queue).await? {
+                Some(record) => {
+                    // Kept with the opening, so a store loss before the close schedules it again with it.
+                    self.kept_settings()
+                        .observe_beacon_round(queue, record.beacon_round);
+                    BeaconRoundOutcome::Set(record)
+                }
+                None => BeaconRoundOutcome::NoOpening,
+            },
+            2 => BeaconRoundOutcome::Closed,
+            _ => BeaconRoundOutcome::NoOpening,
+        })
+    }
+
+    pub(super) async fn write_entrants_chunk_redis(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+        first_index: u64,
+        members: &[String],
+    ) -> Result<DrawStep, StoreError> {
+        let mut call = self.draw_call(&self.scripts.draw_entrants, queue);
+        call.arg(owner).arg(lease_ms).arg(first_index);
+        for member in members {
+            call.arg(member.as_str());
+        }
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(if reply.int()? == 1 {
+            DrawStep::Written
+        } else {
+            DrawStep::LostLease
+        })
+    }
+
+    pub(super) async fn seal_entrants_redis(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        commitment: [u8; 32],
+    ) -> Result<SealEntrants, StoreError> {
+        let mut call = self.draw_call(&self.scripts.draw_seal, queue);
+        call.arg(owner).arg(DRAW_LEASE_MS).arg(hex::encode(commitment));
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(match reply.int()? {
+            1 => SealEntrants::AwaitingBeacon,
+            2 => SealEntrants::ReadyToDraw,
+            _ => SealEntrants::LostLease,
+        })
+    }
+
+    pub(super) async fn supply_beacon_redis(
+        &self,
+        queue: &QueueName,
+        round: u64,
+        value: &[u8],
+    ) -> Result<SupplyBeacon, StoreError> {
+        let mut call = self.draw_call(&self.scripts.draw_beacon, queue);
+        call.arg(round).arg(hex::encode(value));
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        Ok(match reply.int()? {
+            1 => SupplyBeacon::Accepted,
+            2 => SupplyBeacon::AlreadyAccepted,
+            3 => SupplyBeacon::DifferentValueAccepted,
+            4 => SupplyBeacon::WrongRound {
+                expected: reply.string()?.parse().ok(),
+            },
+            _ => SupplyBeacon::NotAwaiting,
+        })
+    }
+
+    async fn list_range(&self, key: String, offset: u64, limit: usize) -> Result<Vec<String>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let stop = offset.saturating_add(limit as u64 - 1);
+        self.connection
+            .query(redis::cmd("LRANGE").arg(key).arg(offset).arg(stop))
+            .await
     }
 
     pub(super) async fn pre_queue_page_redis(
@@ -215,18 +344,7 @@ impl RedisStore {
         offset: u64,
         limit: usize,
     ) -> Result<Vec<String>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let stop = offset.saturating_add(limit as u64 - 1);
-        self.connection
-            .query(
-                redis::cmd("LRANGE")
-                    .arg(self.drawn_key(queue))
-                    .arg(offset)
-                    .arg(stop),
-            )
-            .await
+        self.list_range(self.drawn_key(queue), offset, limit).await
     }
 }
 
@@ -240,6 +358,58 @@ impl DrawStore for RedisStore {
     ) -> Result<ScheduleOutcome, StoreError> {
         self.check()?;
         self.schedule_opening_redis(queue, opens_at_ms, fresh_seed).await
+    }
+
+    async fn set_beacon_round(
+        &self,
+        queue: &QueueName,
+        round: Option<u64>,
+    ) -> Result<BeaconRoundOutcome, StoreError> {
+        self.check()?;
+        self.set_beacon_round_redis(queue, round).await
+    }
+
+    async fn write_entrants_chunk(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        lease_ms: i64,
+        first_index: u64,
+        members: &[String],
+    ) -> Result<DrawStep, StoreError> {
+        self.check()?;
+        self.write_entrants_chunk_redis(queue, owner, lease_ms, first_index, members)
+            .await
+    }
+
+    async fn seal_entrants(
+        &self,
+        queue: &QueueName,
+        owner: &str,
+        commitment: [u8; 32],
+    ) -> Result<SealEntrants, StoreError> {
+        self.check()?;
+        self.seal_entrants_redis(queue, owner, commitment).await
+    }
+
+    async fn supply_beacon(
+        &self,
+        queue: &QueueName,
+        round: u64,
+        value: &[u8],
+    ) -> Result<SupplyBeacon, StoreError> {
+        self.check()?;
+        self.supply_beacon_redis(queue, round, value).await
+    }
+
+    async fn entrants(
+        &self,
+        queue: &QueueName,
+        offset: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        self.check()?;
+        self.list_range(self.entrants_key(queue), offset, limit).await
     }
 
     async fn draw_record(&self, queue: &QueueName) -> Result<Option<DrawRecord>, StoreError> {

@@ -48,6 +48,7 @@
 //! | `P{rg:q:<queue>}:arrivals` | zset | arrival ms → first sequence of that ms (oldest-wait without a timestamp per member) |
 //! | `P{rg:q:<queue>}:admitted` | hash | second → members admitted (last 60 s) |
 //! | `P{rg:q:<queue>}:drawn` | list | a scheduled opening's drawn list: pre-queue member ids in drawn order (`draw_*.lua`; the draw's state is in `meta`'s `d*` fields) |
+//! | `P{rg:q:<queue>}:entrants` | list | a closed pre-queue's entrant list, sealed by `dentc` (the entrants commitment); from the close to the end of the draw |
 //! | `P{rg:q:<queue>}:poll:<member>` | string | the member's poll log (`poll.lua`); expires when idle |
 //! | `P{rg:j:<jobs>}:{ready,processing,dead,records,payloads,reasons,meta}` | | one job queue |
 //! | `P{rg:rl:<key>}:{log,window,meta}` | | one rate-limit key; expires when idle |
@@ -173,6 +174,10 @@ struct Scripts {
     draw_begin: Script,
     draw_write: Script,
     draw_finish: Script,
+    draw_entrants: Script,
+    draw_seal: Script,
+    draw_beacon: Script,
+    draw_round: Script,
 }
 
 /// Helpers shared by every waiting-room, job and limiter script (integers, `|` records, the clock).
@@ -223,6 +228,10 @@ impl Scripts {
             draw_begin: queue(include_str!("lua/draw_begin.lua")),
             draw_write: queue(include_str!("lua/draw_write.lua")),
             draw_finish: queue(include_str!("lua/draw_finish.lua")),
+            draw_entrants: queue(include_str!("lua/draw_entrants.lua")),
+            draw_seal: queue(include_str!("lua/draw_seal.lua")),
+            draw_beacon: queue(include_str!("lua/draw_beacon.lua")),
+            draw_round: queue(include_str!("lua/draw_round.lua")),
         }
     }
 }

@@ -513,6 +513,9 @@ impl RedisStore {
             let _ = self
                 .schedule_opening(queue, Some(opens_at_ms), rankgate_core::queue::DrawSeed(seed))
                 .await?;
+            if let Some(round) = kept.beacon_round {
+                let _ = self.set_beacon_round_redis(queue, Some(round)).await?;
+            }
         }
         Ok(())
     }
@@ -862,7 +865,11 @@ impl QueueStore for RedisStore {
         self.kept.forget(queue);
         let _: i64 = self
             .connection
-            .query(redis::cmd("UNLINK").arg(self.drawn_key(queue)))
+            .query(
+                redis::cmd("UNLINK")
+                    .arg(self.drawn_key(queue))
+                    .arg(self.entrants_key(queue)),
+            )
             .await?;
         Ok(reply.int()? == 1)
     }

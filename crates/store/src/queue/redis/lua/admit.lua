@@ -9,7 +9,7 @@ local outstanding = hnum(META, 'ready') + hnum(META, 'claimed')
 local s = settings()
 -- A scheduled opening admits nobody before and during its draw (the pre-queue; draw_begin.lua).
 local dphase = redis.call('HGET', META, 'dphase')
-if dphase == 'S' or dphase == 'D' then s.paused = true end
+if dphase and dphase ~= 'F' then s.paused = true end
 local credit = refill(s, now)
 local plan = 0
 if not s.paused then

@@ -1,29 +1,35 @@
--- draw_begin: ARGV[12] owner, ARGV[13] lease ms. KEYS[7] the drawn list. Step 2 of the draw
--- (crate::queue::draw): when opensAt is due, freeze the pre-queue (B = next sequence, K0 = waiting,
--- next sequence := L = B + K0) and lease the draw to the caller; a draw whose lease lapsed is granted anew
--- (a new pass, from an empty drawn list). Returns {0} not scheduled, {1} not due, {2} held elsewhere,
--- {3, seed, B, L} begun, {4} done.
-local DRAWN = KEYS[7]
+-- draw_begin: ARGV[12] owner, ARGV[13] lease ms. KEYS[7] the drawn list, KEYS[8] the entrant list. Step 2
+-- of the draw (crate::queue::draw): when opensAt is due, close the pre-queue if no entry did
+-- (close_pre_queue_if_due in queue_common.lua) and lease the entrant pass to the caller; a closing or
+-- drawing pass nobody holds, or whose lease lapsed, is granted anew, writing its list again from empty. Returns {0} not scheduled, {1} not due, {2}
+-- held elsewhere, {3, seed, B, L, stage, entrants commitment, beacon} begun (stage 'E' entrants, 'O'
+-- order), {4} done, {5} awaiting the beacon.
+local DRAWN, ENTRANTS = KEYS[7], KEYS[8]
 if redis.call('EXISTS', META) == 0 then return {0} end
-local d = redis.call('HMGET', META, 'dphase', 'dopens', 'dseed', 'downer', 'dlease', 'dB', 'dL')
+local d = redis.call('HMGET', META, 'dphase', 'dopens', 'dseed', 'downer', 'dlease', 'dB', 'dL', 'dentc',
+  'dbeacon')
 if not d[1] then return {0} end
 if d[1] == 'F' then return {4} end
+if d[1] == 'B' then return {5} end
 local now = guarded_now()
-if d[1] == 'S' then
-  if now < tonumber(d[2]) then return {1} end
-  local k0 = redis.call('ZCARD', WAITING)
-  local b = tonumber(redis.call('HGET', META, 'seq'))
-  local l = b + k0
-  redis.call('HSET', META, 'seq', int(l), 'dB', int(b), 'dL', int(l), 'dk0', int(k0), 'ddrawn', '0')
-  redis.call('DEL', DRAWN)
-  if k0 == 0 then
-    redis.call('HSET', META, 'dphase', 'F')
-    return {4}
-  end
-  redis.call('HSET', META, 'dphase', 'D', 'downer', ARGV[12], 'dlease', int(now + tonumber(ARGV[13])))
-  return {3, d[3], int(b), int(l)}
+local phase = d[1]
+if phase == 'S' then
+  if not close_pre_queue_if_due(now) then return {1} end
+  d = redis.call('HMGET', META, 'dphase', 'dopens', 'dseed', 'downer', 'dlease', 'dB', 'dL', 'dentc',
+    'dbeacon')
+  if d[1] == 'F' then return {4} end
+  phase = 'C'
+elseif d[4] and d[4] ~= ARGV[12] and tonumber(d[5] or '0') > now then
+  return {2}
+elseif phase == 'D' and not d[8] then
+  -- A draw that began before entrant commitments existed is closed again.
+  phase = 'C'
 end
-if d[4] ~= ARGV[12] and tonumber(d[5] or '0') > now then return {2} end
-redis.call('HSET', META, 'downer', ARGV[12], 'dlease', int(now + tonumber(ARGV[13])), 'ddrawn', '0')
+redis.call('HSET', META, 'dphase', phase, 'downer', ARGV[12], 'dlease', int(now + tonumber(ARGV[13])),
+  'ddrawn', '0')
 redis.call('DEL', DRAWN)
-return {3, d[3], d[6], d[7]}
+if phase == 'C' then
+  redis.call('DEL', ENTRANTS)
+  return {3, d[3], d[6], d[7], 'E', '', ''}
+end
+return {3, d[3], d[6], d[7], 'O', d[8], d[9] or ''}

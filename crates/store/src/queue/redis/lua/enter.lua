@@ -6,6 +6,8 @@ if ARGV[13] ~= '1' and redis.call('EXISTS', META) == 0 then return {-1} end
 local created = ensure_queue(clock_now())
 local now = guarded_now()
 local member = ARGV[12]
+-- An entry at or after a scheduled opening's time closes its pre-queue first, so it queues behind it.
+close_pre_queue_if_due(now)
 local entered = enter_member(member, state_of(member), now)
 local st = state_of(member)
 return {entered, created and 1 or 0, view(member, now), epoch(), place_of(st)}

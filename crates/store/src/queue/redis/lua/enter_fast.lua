@@ -11,7 +11,7 @@
 -- place its ticket names). Every member coded is WAITING, and the head's count is the
 -- queue's after the batch (a member's rank does not change while later members join behind them).
 local e = redis.call('HMGET', META, 'aps', 'max_active', 'paused', 'ar', 'cr', 'last_ms', 'seq', 'arr_ms', 'abandon',
-  'mw', 'wv', 'epoch')
+  'mw', 'wv', 'epoch', 'dphase', 'dopens')
 e.mw, e.wv = e[10], e[11]
 -- No 'abandon' yet (a queue stored before the setting, not yet ticked): the full entry handles it.
 if not e[1] or not e[9] then
@@ -40,6 +40,9 @@ for i = 1, #members do
     break
   end
 end
+-- A scheduled opening's time has come and its pre-queue is not closed yet: the full entry closes it
+-- (queue_common.lua) before anybody else joins.
+if e[13] == 'S' and now >= tonumber(e[14]) then stop = 1 end
 if stop > 1 then
   local scores = redis.call('ZMSCORE', WAITING, unpack(members, 1, stop - 1))
   local deadline = int(abandon_deadline(now, e[9]))

@@ -252,3 +252,28 @@ local function enter_member(member, st, now)
   end
   return 0
 end
+
+-- The entrants commitment of an empty pre-queue: SHA-256 of nothing (Lua has no SHA-256; the draw
+-- conformance suite holds this equal to rankgate_core's entrants_commitment of an empty list).
+local EMPTY_ENTRANTS_COMMITMENT = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'
+
+-- Step 2 of a scheduled opening's draw (crate::queue::draw), the close, once opensAt has come: B = next
+-- sequence, K0 = waiting, next sequence := L = B + K0, so whoever enters from now on queues behind every
+-- position the draw can write and is not an entrant. Run by the first entry at or after opensAt (the
+-- close is exact, not a tick late) or else by draw_begin.lua. No drawer holds it yet. An empty pre-queue
+-- is done at once, committed to the empty set. Returns true when it closed the pre-queue now.
+local function close_pre_queue_if_due(now)
+  local d = redis.call('HMGET', META, 'dphase', 'dopens')
+  if d[1] ~= 'S' or now < tonumber(d[2]) then return false end
+  local k0 = redis.call('ZCARD', WAITING)
+  local b = tonumber(redis.call('HGET', META, 'seq'))
+  local l = b + k0
+  redis.call('HSET', META, 'seq', int(l), 'dB', int(b), 'dL', int(l), 'dk0', int(k0), 'ddrawn', '0')
+  redis.call('HDEL', META, 'downer', 'dlease')
+  if k0 == 0 then
+    redis.call('HSET', META, 'dphase', 'F', 'dentc', EMPTY_ENTRANTS_COMMITMENT, 'dentn', '0')
+  else
+    redis.call('HSET', META, 'dphase', 'C')
+  end
+  return true
+end
