@@ -105,7 +105,11 @@ impl TrustedProxies {
 /// padding the header, and reading it would cost time for nothing.
 pub const MAX_FORWARDED_HOPS: usize = 32;
 
+/// Most header lines of one name read (the nearest ones); a request rarely has more than one.
+const MAX_FORWARDED_LINES: usize = 16;
+
 /// The address a request counts against (see the module docs); `None` when the edge recorded no peer.
+/// Reads the hops nearest first and stops at the first untrusted one, without allocating.
 #[must_use]
 pub fn client_address(
     peer: Option<IpAddr>,
@@ -116,12 +120,18 @@ pub fn client_address(
     if !proxies.contains(peer) {
         return Some(peer);
     }
-    let hops = forwarded_hops(headers);
     let mut nearest_trusted = peer;
-    for hop in hops.iter().rev() {
-        match hop {
-            Some(address) if proxies.contains(*address) => nearest_trusted = *address,
-            Some(address) => return Some(*address),
+    let (forwarded, lines) = forwarded_lines(headers);
+    let nearest_first = lines.iter().rev().flat_map(|line| line.rsplit(','));
+    let hops: &mut dyn Iterator<Item = Option<IpAddr>> = if forwarded {
+        &mut nearest_first.filter_map(forwarded_for)
+    } else {
+        &mut nearest_first.map(|hop| parse_hop(hop.trim()))
+    };
+    for hop in hops.take(MAX_FORWARDED_HOPS) {
+        match hop.map(unmapped) {
+            Some(address) if proxies.contains(address) => nearest_trusted = address,
+            Some(address) => return Some(address),
             // A hop that is no address (`unknown`, an obfuscated name, garbage): nothing left of it can
             // be attributed, so the request counts against the trusted proxy that passed it on.
             None => return Some(nearest_trusted),
@@ -130,33 +140,55 @@ pub fn client_address(
     Some(nearest_trusted)
 }
 
-/// The forwarding hops a request names, nearest last, at most [`MAX_FORWARDED_HOPS`]: from `Forwarded`
-/// (RFC 7239, its `for=` parameters) when the request has one, else from `X-Forwarded-For`. `None` marks
-/// a hop that is not an IP address.
-fn forwarded_hops(headers: &DirectHeaders<'_>) -> Vec<Option<IpAddr>> {
-    let forwarded: Vec<&str> = headers.get_all_str("forwarded").collect();
-    let hops: Vec<Option<IpAddr>> = if forwarded.is_empty() {
-        headers
-            .get_all_str("x-forwarded-for")
-            .flat_map(|line| line.split(','))
-            .map(|hop| parse_hop(hop.trim()))
-            .collect()
-    } else {
-        forwarded
-            .iter()
-            .flat_map(|line| line.split(','))
-            .filter_map(|element| {
-                element.split(';').find_map(|pair| {
-                    let (name, value) = pair.trim().split_once('=')?;
-                    name.trim()
-                        .eq_ignore_ascii_case("for")
-                        .then(|| parse_hop(value.trim()))
-                })
-            })
-            .collect()
-    };
-    let skip = hops.len().saturating_sub(MAX_FORWARDED_HOPS);
-    hops.into_iter().skip(skip).map(|hop| hop.map(unmapped)).collect()
+/// The request's `Forwarded` lines (RFC 7239) when it has any, else its `X-Forwarded-For` lines: whether
+/// they are `Forwarded`, and the last [`MAX_FORWARDED_LINES`] of them in order.
+fn forwarded_lines<'a>(headers: &DirectHeaders<'a>) -> (bool, LastLines<'a>) {
+    let mut lines = LastLines::default();
+    for line in headers.get_all_str("forwarded") {
+        lines.push(line);
+    }
+    if !lines.is_empty() {
+        return (true, lines);
+    }
+    for line in headers.get_all_str("x-forwarded-for") {
+        lines.push(line);
+    }
+    (false, lines)
+}
+
+/// The last [`MAX_FORWARDED_LINES`] lines pushed, oldest first, on the stack.
+#[derive(Default)]
+struct LastLines<'a> {
+    lines: [&'a str; MAX_FORWARDED_LINES],
+    pushed: usize,
+}
+
+impl<'a> LastLines<'a> {
+    fn push(&mut self, line: &'a str) {
+        self.lines[self.pushed % MAX_FORWARDED_LINES] = line;
+        self.pushed += 1;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pushed == 0
+    }
+
+    /// The kept lines, oldest first.
+    fn iter(&self) -> impl DoubleEndedIterator<Item = &'a str> + '_ {
+        let kept = self.pushed.min(MAX_FORWARDED_LINES);
+        let first = self.pushed - kept;
+        (first..self.pushed).map(|index| self.lines[index % MAX_FORWARDED_LINES])
+    }
+}
+
+/// The `for=` hop of one `Forwarded` element (`None` for an element without one: not a hop), parsed.
+fn forwarded_for(element: &str) -> Option<Option<IpAddr>> {
+    element.split(';').find_map(|pair| {
+        let (name, value) = pair.trim().split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("for")
+            .then(|| parse_hop(value.trim()))
+    })
 }
 
 /// One hop's address: `192.0.2.1`, `192.0.2.1:4711`, `2001:db8::1`, `[2001:db8::1]:4711`, optionally in
@@ -197,6 +229,29 @@ impl AddressKey {
             IpAddr::V6(v6) => IpNet::V6(ipnet::Ipv6Net::new(v6, 64).expect("64 is a valid prefix").trunc()),
         };
         AddressKey(network)
+    }
+}
+
+impl AddressKey {
+    /// The key as a compact label for limiter keys and challenge tags: `4:` and the IPv4 address's 8 hex
+    /// digits, or `6:` and the /64's 16 (no `fmt`: an entry of a new member builds one).
+    #[must_use]
+    pub fn label(&self) -> String {
+        let (tag, bits, digits) = match self.0 {
+            IpNet::V4(v4) => ("4:", u64::from(u32::from(v4.addr())), 8),
+            IpNet::V6(v6) => ("6:", (u128::from(v6.addr()) >> 64) as u64, 16),
+        };
+        let mut label = String::with_capacity(2 + digits);
+        label.push_str(tag);
+        for shift in (0..digits).rev() {
+            let nibble = ((bits >> (shift * 4)) & 0xf) as u8;
+            label.push(char::from(if nibble < 10 {
+                b'0' + nibble
+            } else {
+                b'a' + nibble - 10
+            }));
+        }
+        label
     }
 }
 
@@ -353,5 +408,22 @@ mod tests {
         assert_eq!(key("192.0.2.7"), "192.0.2.7");
         assert_eq!(key("::ffff:192.0.2.7"), "192.0.2.7");
         assert_ne!(key("192.0.2.7"), key("192.0.2.8"));
+        let label = |text: &str| AddressKey::of(ip(text)).label();
+        assert_eq!(label("192.0.2.7"), "4:c0000207");
+        assert_eq!(label("::ffff:192.0.2.7"), "4:c0000207");
+        assert_eq!(label("2001:db8:1:2:aaaa::1"), "6:20010db800010002");
+        assert_eq!(label("2001:db8:1:2::"), label("2001:db8:1:2:ffff::9"));
+    }
+
+    #[test]
+    fn many_header_lines_keep_the_nearest() {
+        let lines: Vec<(&'static str, String)> = (0..40)
+            .map(|i| ("x-forwarded-for", format!("203.0.113.{i}")))
+            .collect();
+        let borrowed: Vec<(&'static str, &str)> = lines.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        assert_eq!(
+            client("10.0.0.1", &borrowed, &["10.0.0.0/8"]),
+            Some(ip("203.0.113.39"))
+        );
     }
 }

@@ -255,13 +255,22 @@ impl ChallengeKey {
     }
 }
 
+/// What the guards read of a queue's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardSettings {
+    /// `entryChallenge` and `powDifficulty`.
+    pub entry: EntryChallengeSettings,
+    /// `failMode`, for an unreachable CAPTCHA verifier.
+    pub fail_mode: FailMode,
+}
+
 /// The guards of a room: the challenge key, the per-address budget, the CAPTCHA hook, and each queue's
 /// settings as this instance last read them (for their `entryChallenge`, `powDifficulty`, `failMode`).
 pub struct EntryGuards {
     key: ChallengeKey,
     budget_per_minute: u32,
     captcha: Option<Captcha>,
-    settings: Mutex<HashMap<QueueName, (i64, QueueSettings)>>,
+    settings: Mutex<HashMap<QueueName, (i64, GuardSettings)>>,
 }
 
 impl std::fmt::Debug for EntryGuards {
@@ -307,20 +316,30 @@ impl EntryGuards {
         self.budget_per_minute > 0
     }
 
-    /// This instance's copy of `queue`'s settings, if fresh (read within the last second).
-    pub fn cached_settings(&self, queue: &QueueName, now_ms: i64) -> Option<QueueSettings> {
+    /// This instance's copy of `queue`'s guard settings, if fresh (read within the last second).
+    pub fn cached_settings(&self, queue: &QueueName, now_ms: i64) -> Option<GuardSettings> {
         let settings = self.settings.lock();
         let (read_at, value) = settings.get(queue)?;
-        (now_ms - read_at < SETTINGS_CACHE_MILLIS && now_ms >= *read_at).then(|| value.clone())
+        (now_ms - read_at < SETTINGS_CACHE_MILLIS && now_ms >= *read_at).then_some(*value)
     }
 
-    /// Keeps a copy of `queue`'s settings read at `now_ms`.
-    pub fn remember_settings(&self, queue: &QueueName, value: QueueSettings, now_ms: i64) {
+    /// Keeps a copy of `queue`'s guard settings, from its settings read at `now_ms`.
+    pub fn remember_settings(
+        &self,
+        queue: &QueueName,
+        settings: &QueueSettings,
+        now_ms: i64,
+    ) -> GuardSettings {
+        let value = GuardSettings {
+            entry: settings.entry,
+            fail_mode: settings.fail_mode,
+        };
         let mut settings = self.settings.lock();
         if settings.len() >= MAX_CACHED_QUEUES && !settings.contains_key(queue) {
             settings.clear();
         }
         settings.insert(queue.clone(), (now_ms, value));
+        value
     }
 
     /// Checks a proof-of-work solution and spends it; the refusal (428) carries a fresh challenge.
@@ -444,7 +463,7 @@ impl EntryGuards {
         }
         let decision = limiter
             .try_acquire(
-                &format!("entries-per-address:{queue}:{address}"),
+                &budget_key(queue, address),
                 RateLimit {
                     limit: self.budget_per_minute,
                     window_ms: BUDGET_WINDOW_MILLIS,
@@ -470,6 +489,18 @@ impl EntryGuards {
             }))),
         }
     }
+}
+
+/// The limiter key of `address`'s budget in `queue` (built without `fmt`: every new member's entry
+/// builds one).
+fn budget_key(queue: &QueueName, address: &str) -> String {
+    const PREFIX: &str = "entries-per-address:";
+    let mut key = String::with_capacity(PREFIX.len() + queue.as_str().len() + 1 + address.len());
+    key.push_str(PREFIX);
+    key.push_str(queue.as_str());
+    key.push(':');
+    key.push_str(address);
+    key
 }
 
 /// The budget's and the challenge's key of a client: its [`AddressKey`], or `unknown` when the edge

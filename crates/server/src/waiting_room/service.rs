@@ -31,7 +31,9 @@ use rankgate_store::queue::{
 
 use super::adaptive::{AdaptiveControl, ADAPTIVE_INTERVAL_MILLIS, ADAPTIVE_MIN_SAMPLES};
 use super::config::WaitingRoomConfig;
-use super::entry_guard::{address_label, ChallengeKey, ChallengeRefusal, EntryEvidence, EntryGuards};
+use super::entry_guard::{
+    address_label, ChallengeKey, ChallengeRefusal, EntryEvidence, EntryGuards, GuardSettings,
+};
 pub(crate) use super::errors::store_error;
 use super::identity::{Credential, Entrant, EntryProof, Identity, Standing};
 use super::member_streams::{MemberStreamLimits, MemberStreams};
@@ -405,7 +407,7 @@ impl WaitingRoom {
 
     /// `queue`'s settings as the entry guards read them: this instance's copy of the last second, else
     /// the store's (the defaults for a queue that does not exist yet).
-    async fn guard_settings(&self, queue: &QueueName) -> ApiResult<QueueSettings> {
+    async fn guard_settings(&self, queue: &QueueName) -> ApiResult<GuardSettings> {
         let now_ms = self.clock.now_millis();
         if let Some(settings) = self.guards.cached_settings(queue, now_ms) {
             return Ok(settings);
@@ -414,8 +416,7 @@ impl WaitingRoom {
             Some(settings) => settings,
             None => self.config.default_settings().map_err(ApiError::Internal)?,
         };
-        self.guards.remember_settings(queue, settings.clone(), now_ms);
-        Ok(settings)
+        Ok(self.guards.remember_settings(queue, &settings, now_ms))
     }
 
     /// `GET /v1/queues/{queue}/challenge`: what a new member's entry into `queue` must show now: a fresh
@@ -715,7 +716,7 @@ impl WaitingRoom {
             Ok(settings) => {
                 self.fail_modes.lock().insert(queue.clone(), settings.fail_mode);
                 self.guards
-                    .remember_settings(queue, settings.clone(), self.clock.now_millis());
+                    .remember_settings(queue, &settings, self.clock.now_millis());
                 Ok(settings)
             }
             Err(error) => Err(ApiError::BadRequest(error.to_string())),
