@@ -18,6 +18,7 @@
 //!   (issue 12).
 //! - [`draw`]: the verifiable pre-queue draw of a scheduled opening (`opensAt`): commitment, HMAC order.
 //! - [`refusal`]: [`RefusalReason`], why an entry was refused before it made a member.
+//! - [`report`]: the sale report's wait buckets and percentiles (SPEC 2.5).
 
 pub mod adaptive;
 pub mod admission;
@@ -27,6 +28,7 @@ pub mod member;
 pub mod name;
 pub mod polling;
 pub mod refusal;
+pub mod report;
 pub mod settings;
 
 pub use adaptive::{AdaptiveSettings, AdmissionMode, UpstreamOutcome, UpstreamSamples};

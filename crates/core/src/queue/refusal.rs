@@ -37,7 +37,9 @@ impl RefusalReason {
     /// The reason a label names.
     #[must_use]
     pub fn parse(raw: &str) -> Option<RefusalReason> {
-        RefusalReason::ALL.into_iter().find(|reason| reason.as_str() == raw)
+        RefusalReason::ALL
+            .into_iter()
+            .find(|reason| reason.as_str() == raw)
     }
 }
 

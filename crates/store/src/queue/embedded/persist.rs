@@ -168,6 +168,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("migrations/0005_queue_epoch.sql"),
         legacy_probe: None,
     },
+    Migration {
+        version: 6,
+        sql: include_str!("migrations/0006_sale_reports.sql"),
+        legacy_probe: None,
+    },
 ];
 
 /// Opens (creating) the database, sets its pragmas and brings its schema to the current version; answers
