@@ -1443,6 +1443,7 @@ pub async fn sale_reports_add_up_across_writers_and_outlive_the_queue(backend: B
     assert_eq!(store.read_report(&q).await.unwrap(), Some(report));
     store.delete_report(&q).await.unwrap();
     assert_eq!(store.read_report(&q).await.unwrap(), None, "deleted");
+    assert_eq!(store.read_report_totals(&q).await.unwrap(), None, "deleted");
 }
 
 /// Issue 28, bounds: a report keeps the last `REPORT_MINUTES_KEPT` minutes (totals stay whole), and at

@@ -199,6 +199,12 @@ pub trait ReportStore: Send + Sync + 'static {
     /// The report of `queue`; `None` when nothing was ever added (or it was deleted).
     async fn read_report(&self, queue: &QueueName) -> Result<Option<StoredReport>, StoreError>;
 
+    /// The totals of `queue`'s report alone (the admin view's `refused`); the default reads the whole
+    /// report, a store that can read the totals apart overrides it.
+    async fn read_report_totals(&self, queue: &QueueName) -> Result<Option<ReportCounts>, StoreError> {
+        Ok(self.read_report(queue).await?.map(|report| report.totals))
+    }
+
     /// Deletes `queue`'s report (the admin deleted the queue).
     async fn delete_report(&self, queue: &QueueName) -> Result<(), StoreError>;
 

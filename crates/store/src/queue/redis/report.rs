@@ -156,6 +156,15 @@ impl ReportStore for RedisStore {
         Ok(Some(report))
     }
 
+    async fn read_report_totals(&self, queue: &QueueName) -> Result<Option<ReportCounts>, StoreError> {
+        self.check()?;
+        let totals: HashMap<String, u64> = self
+            .connection
+            .query(redis::cmd("HGETALL").arg(format!("{}:totals", self.report_base(queue))))
+            .await?;
+        Ok((!totals.is_empty()).then(|| counts_from(totals)))
+    }
+
     async fn delete_report(&self, queue: &QueueName) -> Result<(), StoreError> {
         self.check()?;
         let base = self.report_base(queue);
