@@ -230,7 +230,7 @@ pub fn render(report: &SaleReport) -> String {
         r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Sale report · {queue}</title><style>
 body{{font:15px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;background:#f8fafc;color:#0f172a}}
 main{{max-width:1040px;margin:0 auto;padding:24px}}h1{{font-size:24px;margin:0 0 4px}}
-.muted{{color:#64748b}}.totals{{display:grid;grid-template-columns:repeat(auto-fit,minmax(140px,1fr));gap:12px;margin:20px 0}}
+.muted{{color:#64748b}}.totals{{display:grid;grid-template-columns:repeat(auto-fit,minmax(180px,1fr));gap:12px;margin:20px 0}}
 .totals div{{background:#fff;border:1px solid #e2e8f0;border-radius:8px;padding:10px 12px}}
 dt{{font-size:13px;color:#64748b}}dd{{margin:2px 0 0;font-size:22px;font-weight:600}}
 figure{{background:#fff;border:1px solid #e2e8f0;border-radius:8px;margin:0 0 16px;padding:12px 16px}}
@@ -414,15 +414,20 @@ figcaption{{font-weight:600;margin-bottom:6px}}svg{{width:100%;height:auto;displ
         ],
     );
     let orders = t.orders.to_string();
-    let ratio_legend = t
-        .orders_per_admission
-        .map_or_else(|| "–".to_owned(), |r| format!("{r:.2}"));
     line_chart(
         &mut out,
         "orders",
-        "Orders per minute, and orders per admission so far",
+        "Orders per minute against admissions",
         minutes,
         &[
+            Series {
+                key: "admitted",
+                name: "admitted",
+                color: "#16a34a",
+                dashed: true,
+                values: counts(minutes, |m| m.admitted),
+                legend: &admitted,
+            },
             Series {
                 key: "orders",
                 name: "orders",
@@ -431,15 +436,24 @@ figcaption{{font-weight:600;margin-bottom:6px}}svg{{width:100%;height:auto;displ
                 values: counts(minutes, |m| m.orders),
                 legend: &orders,
             },
-            Series {
-                key: "ordersPerAdmission",
-                name: "orders per admission (running)",
-                color: "#16a34a",
-                dashed: true,
-                values: running_orders_per_admission(minutes),
-                legend: &ratio_legend,
-            },
         ],
+    );
+    let ratio_legend = t
+        .orders_per_admission
+        .map_or_else(|| "–".to_owned(), |r| format!("{r:.2}"));
+    line_chart(
+        &mut out,
+        "conversion",
+        "Orders per admission so far",
+        minutes,
+        &[Series {
+            key: "ordersPerAdmission",
+            name: "orders per admission (running)",
+            color: "#0f766e",
+            dashed: false,
+            values: running_orders_per_admission(minutes),
+            legend: &ratio_legend,
+        }],
     );
     out.push_str("</main></body></html>");
     out

