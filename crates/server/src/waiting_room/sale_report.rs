@@ -373,67 +373,6 @@ impl SaleReport {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn queue() -> QueueName {
-        QueueName::parse("sale").unwrap()
-    }
-
-    #[test]
-    fn an_admission_counts_waits_and_the_estimates_this_instance_answered() {
-        let reports = SaleReports::default();
-        let q = queue();
-        let (a, b) = (MemberId::parse("a").unwrap(), MemberId::parse("b").unwrap());
-        reports.entered(&q, &a, 60_000, Some(30));
-        reports.entered(&q, &b, 60_500, None);
-        let step = AdmitOutcome {
-            admitted: vec![a, b],
-            waits_ms: vec![Some(65_000), None],
-            abandoned: 2,
-            ..AdmitOutcome::default()
-        };
-        reports.admitted(&q, 125_000, &step);
-        let pending = reports.pending.lock();
-        let delta = &pending[&q];
-        assert_eq!(delta.minutes[&1].get(ReportField::Arrivals), 2);
-        let admission_minute = &delta.minutes[&2];
-        assert_eq!(admission_minute.get(ReportField::Admitted), 2);
-        assert_eq!(admission_minute.get(ReportField::Abandoned), 2);
-        assert_eq!(admission_minute.get(ReportField::Wait(wait_bucket(65))), 1);
-        assert_eq!(admission_minute.get(ReportField::Estimate(wait_bucket(30))), 1);
-        assert_eq!(
-            reports.estimates.lock().kept,
-            0,
-            "admitted members' estimates are let go"
-        );
-    }
-
-    #[test]
-    fn quiet_minutes_are_listed_as_zeros_and_totals_carry_the_ratio() {
-        let q = queue();
-        let mut stored = StoredReport::default();
-        let mut first = ReportCounts::default();
-        first.add(ReportField::Arrivals, 4);
-        let mut third = ReportCounts::default();
-        third.add(ReportField::Admitted, 4);
-        third.add(ReportField::Orders, 1);
-        stored.minutes.insert(100, first.clone());
-        stored.minutes.insert(102, third.clone());
-        stored.totals.merge(&first);
-        stored.totals.merge(&third);
-        let report = SaleReport::from_stored(&q, Some(&stored), 6_200_000);
-        assert_eq!(report.minutes.len(), 3);
-        assert_eq!(report.minutes[1].arrivals + report.minutes[1].admitted, 0);
-        assert_eq!(report.totals.orders_per_admission, Some(0.25));
-        assert_eq!(report.first_entry_at.as_deref(), Some("1970-01-01T01:40:00Z"));
-        let empty = SaleReport::from_stored(&q, None, 0);
-        assert!(empty.minutes.is_empty() && empty.first_entry_at.is_none());
-        assert_eq!(empty.totals.orders_per_admission, None);
-    }
-}
-
 impl super::service::WaitingRoom {
     /// Adds this instance's pending report counts to the store (the `sale report` worker, every second;
     /// at shutdown; before each report read).
@@ -500,13 +439,72 @@ impl super::service::WaitingRoom {
         store.delete_report(queue).await?;
         Ok(existed)
     }
-}
 
-impl super::service::WaitingRoom {
     /// Counts a refused entry as the entry guards do (`count_refusal`), for tests of the report and the
     /// admin view that need refusals without driving a guard.
     #[doc(hidden)]
     pub async fn count_refusal_for_tests(&self, queue: &QueueName, reason: RefusalReason) {
         self.count_refusal(queue, reason).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue() -> QueueName {
+        QueueName::parse("sale").unwrap()
+    }
+
+    #[test]
+    fn an_admission_counts_waits_and_the_estimates_this_instance_answered() {
+        let reports = SaleReports::default();
+        let q = queue();
+        let (a, b) = (MemberId::parse("a").unwrap(), MemberId::parse("b").unwrap());
+        reports.entered(&q, &a, 60_000, Some(30));
+        reports.entered(&q, &b, 60_500, None);
+        let step = AdmitOutcome {
+            admitted: vec![a, b],
+            waits_ms: vec![Some(65_000), None],
+            abandoned: 2,
+            ..AdmitOutcome::default()
+        };
+        reports.admitted(&q, 125_000, &step);
+        let pending = reports.pending.lock();
+        let delta = &pending[&q];
+        assert_eq!(delta.minutes[&1].get(ReportField::Arrivals), 2);
+        let admission_minute = &delta.minutes[&2];
+        assert_eq!(admission_minute.get(ReportField::Admitted), 2);
+        assert_eq!(admission_minute.get(ReportField::Abandoned), 2);
+        assert_eq!(admission_minute.get(ReportField::Wait(wait_bucket(65))), 1);
+        assert_eq!(admission_minute.get(ReportField::Estimate(wait_bucket(30))), 1);
+        assert_eq!(
+            reports.estimates.lock().kept,
+            0,
+            "admitted members' estimates are let go"
+        );
+    }
+
+    #[test]
+    fn quiet_minutes_are_listed_as_zeros_and_totals_carry_the_ratio() {
+        let q = queue();
+        let mut stored = StoredReport::default();
+        let mut first = ReportCounts::default();
+        first.add(ReportField::Arrivals, 4);
+        let mut third = ReportCounts::default();
+        third.add(ReportField::Admitted, 4);
+        third.add(ReportField::Orders, 1);
+        stored.minutes.insert(100, first.clone());
+        stored.minutes.insert(102, third.clone());
+        stored.totals.merge(&first);
+        stored.totals.merge(&third);
+        let report = SaleReport::from_stored(&q, Some(&stored), 6_200_000);
+        assert_eq!(report.minutes.len(), 3);
+        assert_eq!(report.minutes[1].arrivals + report.minutes[1].admitted, 0);
+        assert_eq!(report.totals.orders_per_admission, Some(0.25));
+        assert_eq!(report.first_entry_at.as_deref(), Some("1970-01-01T01:40:00Z"));
+        let empty = SaleReport::from_stored(&q, None, 0);
+        assert!(empty.minutes.is_empty() && empty.first_entry_at.is_none());
+        assert_eq!(empty.totals.orders_per_admission, None);
     }
 }

@@ -55,12 +55,12 @@ async fn simulate_sale(app: &TestApp, clock: &ManualClock) {
                 .await
                 .unwrap();
             assert_eq!(response.status(), 200);
-            if entered % 9 != 0 {
+            if !entered.is_multiple_of(9) {
                 waiting.push(member);
             }
         }
         if (1..=3).contains(&minute) {
-            let reason = if step % 3 == 0 {
+            let reason = if step.is_multiple_of(3) {
                 RefusalReason::Challenge
             } else {
                 RefusalReason::Address
@@ -78,7 +78,7 @@ async fn simulate_sale(app: &TestApp, clock: &ManualClock) {
                 buy(app, &member).await;
             }
         }
-        if step % steps_per_minute == 0 {
+        if step.is_multiple_of(steps_per_minute) {
             for member in &waiting {
                 let response = app.get(&format!("/v1/queues/{QUEUE}/entries/{member}")).await;
                 assert_eq!(response.status(), 200);
