@@ -99,12 +99,15 @@ impl SaleReports {
             minute: minute_of(now_ms),
             seconds,
         };
+        // The queue's map is looked up before it is made: cloning the name on every entry would cost
+        // an allocation on the hot path.
+        if !estimates.by_queue.contains_key(queue) {
+            estimates.by_queue.insert(queue.clone(), HashMap::new());
+        }
         let added = estimates
             .by_queue
-            .entry(queue.clone())
-            .or_default()
-            .insert(member.as_str().into(), entry)
-            .is_none();
+            .get_mut(queue)
+            .is_some_and(|members| members.insert(member.as_str().into(), entry).is_none());
         if added {
             estimates.kept += 1;
         }
@@ -377,14 +380,18 @@ impl super::service::WaitingRoom {
     /// Adds this instance's pending report counts to the store (the `sale report` worker, every second;
     /// at shutdown; before each report read).
     pub async fn flush_sale_reports(&self) -> anyhow::Result<()> {
+        Ok(self.flush_sale_reports_to_store().await?)
+    }
+
+    /// [`Self::flush_sale_reports`] with the store's error, which a handler answers as 503.
+    async fn flush_sale_reports_to_store(&self) -> Result<(), StoreError> {
         let Some(store) = self.queues.reports() else {
             return Ok(());
         };
         let now_ms = self.clock.now_millis();
         self.sale_reports
             .flush(store, now_ms, self.config.max_queues)
-            .await?;
-        Ok(())
+            .await
     }
 
     /// The estimates of members who entered a day ago and were never admitted here are let go (the
@@ -397,9 +404,7 @@ impl super::service::WaitingRoom {
     /// `GET /v1/admin/queues/{queue}/report`: 404 when the queue neither exists nor has a report.
     pub async fn sale_report(&self, queue: &QueueName) -> crate::http::error::ApiResult<SaleReport> {
         use super::service::store_error;
-        self.flush_sale_reports()
-            .await
-            .map_err(crate::http::error::ApiError::Internal)?;
+        self.flush_sale_reports_to_store().await.map_err(store_error)?;
         let stored = match self.queues.reports() {
             Some(store) => store.read_report(queue).await.map_err(store_error)?,
             None => None,
@@ -419,9 +424,7 @@ impl super::service::WaitingRoom {
     /// The admin view's `refused`: every refusal since the queue's report began, across instances.
     pub async fn refused_counts(&self, queue: &QueueName) -> crate::http::error::ApiResult<RefusedCounts> {
         use super::service::store_error;
-        self.flush_sale_reports()
-            .await
-            .map_err(crate::http::error::ApiError::Internal)?;
+        self.flush_sale_reports_to_store().await.map_err(store_error)?;
         let Some(store) = self.queues.reports() else {
             return Ok(RefusedCounts::default());
         };
