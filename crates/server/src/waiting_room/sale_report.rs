@@ -53,117 +53,191 @@ struct EstimateAtEntry {
     seconds: u64,
 }
 
-/// This instance's counts not yet in the store, and the estimates of the members it let in.
+/// A hasher for keys that are hashes already (seeded XXH3 of a member id): it passes them through.
+#[derive(Debug, Default, Clone, Copy)]
+struct PreHashed(u64);
+
+impl std::hash::Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used; anything else still hashes, just not cheaply.
+        self.0 = xxhash_rust::xxh3::xxh3_64_with_seed(bytes, self.0);
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key;
+    }
+}
+
+/// One queue's counts on this instance.
 #[derive(Debug, Default)]
-pub(crate) struct SaleReports {
-    /// Counts since the last flush, per queue. A `parking_lot` mutex: held for a few map operations.
-    pending: Mutex<HashMap<QueueName, ReportDelta>>,
-    /// Queue → member → its estimate at entry.
-    estimates: Mutex<Estimates>,
+struct QueueCounts {
+    /// Counts since the last flush.
+    delta: ReportDelta,
+    /// The arrivals of `arrivals_minute` not yet in `delta`: an entry, the one call per member that is
+    /// benchmarked, only compares the minute and adds one; they join `delta` when the minute turns or
+    /// at the flush.
+    arrivals_minute: i64,
+    arrivals: u64,
+    /// Member (its id's seeded XXH3, so no allocation per entry) → its estimate at entry.
+    estimates: HashMap<u64, EstimateAtEntry, std::hash::BuildHasherDefault<PreHashed>>,
+}
+
+impl QueueCounts {
+    fn fold_arrivals(&mut self) {
+        if self.arrivals > 0 {
+            self.delta
+                .add(self.arrivals_minute, ReportField::Arrivals, self.arrivals);
+            self.arrivals = 0;
+        }
+    }
 }
 
 #[derive(Debug, Default)]
-struct Estimates {
-    by_queue: HashMap<QueueName, HashMap<Box<str>, EstimateAtEntry>>,
-    kept: usize,
+struct Counts {
+    by_queue: HashMap<QueueName, QueueCounts>,
+    /// Estimates kept over every queue (bounded by [`MAX_ESTIMATES_KEPT`]).
+    estimates_kept: usize,
+}
+
+impl Counts {
+    /// The queue's counts; the name is cloned only when the queue is new here.
+    fn of(&mut self, queue: &QueueName) -> &mut QueueCounts {
+        if !self.by_queue.contains_key(queue) {
+            self.by_queue.insert(queue.clone(), QueueCounts::default());
+        }
+        self.by_queue.get_mut(queue).expect("inserted above")
+    }
+}
+
+/// This instance's counts not yet in the store, and the estimates of the members it let in.
+#[derive(Debug)]
+pub(crate) struct SaleReports {
+    /// Per queue. A `parking_lot` mutex: held for a few map operations, never across an await.
+    counts: Mutex<Counts>,
+    /// The seed of the member-id hashes: random, so nobody can pick ids that collide.
+    seed: u64,
+}
+
+impl Default for SaleReports {
+    fn default() -> Self {
+        SaleReports {
+            counts: Mutex::new(Counts::default()),
+            seed: rand::random(),
+        }
+    }
 }
 
 impl SaleReports {
+    fn member_key(&self, member: &MemberId) -> u64 {
+        xxhash_rust::xxh3::xxh3_64_with_seed(member.as_str().as_bytes(), self.seed)
+    }
+
     /// Adds `count` to `field` of `queue` at `now_ms`.
     pub(crate) fn count(&self, queue: &QueueName, now_ms: i64, field: ReportField, count: u64) {
         if count == 0 {
             return;
         }
-        let mut pending = self.pending.lock();
-        match pending.get_mut(queue) {
-            Some(delta) => delta.add(minute_of(now_ms), field, count),
-            None => {
-                let mut delta = ReportDelta::default();
-                delta.add(minute_of(now_ms), field, count);
-                pending.insert(queue.clone(), delta);
-            }
-        }
+        self.counts
+            .lock()
+            .of(queue)
+            .delta
+            .add(minute_of(now_ms), field, count);
     }
 
     /// An entry made `member`; `estimate` is the `estimatedWaitSeconds` it was answered.
     pub(crate) fn entered(&self, queue: &QueueName, member: &MemberId, now_ms: i64, estimate: Option<u64>) {
-        self.count(queue, now_ms, ReportField::Arrivals, 1);
-        let Some(seconds) = estimate else {
+        let minute = minute_of(now_ms);
+        let key = self.member_key(member);
+        let mut counts = self.counts.lock();
+        let room_for_estimates = counts.estimates_kept < MAX_ESTIMATES_KEPT;
+        let of_queue = counts.of(queue);
+        if of_queue.arrivals_minute != minute {
+            of_queue.fold_arrivals();
+            of_queue.arrivals_minute = minute;
+        }
+        of_queue.arrivals += 1;
+        let Some(seconds) = estimate.filter(|_| room_for_estimates) else {
             return;
         };
-        let mut estimates = self.estimates.lock();
-        if estimates.kept >= MAX_ESTIMATES_KEPT {
-            return;
-        }
-        let entry = EstimateAtEntry {
-            minute: minute_of(now_ms),
-            seconds,
-        };
-        // The queue's map is looked up before it is made: cloning the name on every entry would cost
-        // an allocation on the hot path.
-        if !estimates.by_queue.contains_key(queue) {
-            estimates.by_queue.insert(queue.clone(), HashMap::new());
-        }
-        let added = estimates
-            .by_queue
-            .get_mut(queue)
-            .is_some_and(|members| members.insert(member.as_str().into(), entry).is_none());
-        if added {
-            estimates.kept += 1;
+        if of_queue
+            .estimates
+            .insert(key, EstimateAtEntry { minute, seconds })
+            .is_none()
+        {
+            counts.estimates_kept += 1;
         }
     }
 
     /// One admission step of `queue` at `now_ms`: its members (with their waits and, when this instance
     /// let them in, their estimates) and the members it dropped as abandoned.
     pub(crate) fn admitted(&self, queue: &QueueName, now_ms: i64, step: &AdmitOutcome) {
-        self.count(queue, now_ms, ReportField::Abandoned, step.abandoned);
-        if step.admitted.is_empty() {
+        if step.admitted.is_empty() && step.abandoned == 0 {
             return;
         }
-        let mut found = Vec::with_capacity(step.admitted.len());
-        {
-            let mut estimates = self.estimates.lock();
-            let Estimates { by_queue, kept } = &mut *estimates;
-            if let Some(members) = by_queue.get_mut(queue) {
-                for member in &step.admitted {
-                    if let Some(entry) = members.remove(member.as_str()) {
-                        *kept -= 1;
-                        found.push(entry.seconds);
-                    }
-                }
-                if members.is_empty() {
-                    by_queue.remove(queue);
-                }
-            }
-        }
         let minute = minute_of(now_ms);
-        let mut pending = self.pending.lock();
-        let delta = pending.entry(queue.clone()).or_default();
+        let keys: Vec<u64> = step.admitted.iter().map(|m| self.member_key(m)).collect();
+        let mut counts = self.counts.lock();
+        let of_queue = counts.of(queue);
+        let delta = &mut of_queue.delta;
+        delta.add(minute, ReportField::Abandoned, step.abandoned);
         delta.add(minute, ReportField::Admitted, step.admitted.len() as u64);
         for waited in step.waits_ms.iter().flatten() {
             delta.add(minute, ReportField::Wait(wait_bucket(waited / 1000)), 1);
         }
-        for seconds in found {
-            delta.add(minute, ReportField::Estimate(wait_bucket(seconds)), 1);
-        }
-    }
-
-    /// Forgets the estimates of members who entered more than a day before `now_ms`, and of `gone`'s.
-    pub(crate) fn forget_old_estimates(&self, now_ms: i64, gone: Option<&QueueName>) {
-        let oldest = minute_of(now_ms) - ESTIMATE_KEPT_MINUTES;
-        let mut estimates = self.estimates.lock();
-        let Estimates { by_queue, kept } = &mut *estimates;
-        if let Some(queue) = gone {
-            if let Some(members) = by_queue.remove(queue) {
-                *kept -= members.len();
+        let mut found = 0;
+        for key in keys {
+            if let Some(entry) = of_queue.estimates.remove(&key) {
+                found += 1;
+                of_queue
+                    .delta
+                    .add(minute, ReportField::Estimate(wait_bucket(entry.seconds)), 1);
             }
         }
-        by_queue.retain(|_, members| {
-            let before = members.len();
-            members.retain(|_, entry| entry.minute >= oldest);
-            *kept -= before - members.len();
-            !members.is_empty()
+        counts.estimates_kept -= found;
+    }
+
+    /// Forgets the estimates of members who entered more than a day before `now_ms`.
+    pub(crate) fn forget_old_estimates(&self, now_ms: i64) {
+        let oldest = minute_of(now_ms) - ESTIMATE_KEPT_MINUTES;
+        let mut counts = self.counts.lock();
+        let mut forgotten = 0;
+        for of_queue in counts.by_queue.values_mut() {
+            let before = of_queue.estimates.len();
+            of_queue.estimates.retain(|_, entry| entry.minute >= oldest);
+            forgotten += before - of_queue.estimates.len();
+        }
+        counts.estimates_kept -= forgotten;
+    }
+
+    /// Every queue's counts since the last flush (queues with nothing left here are let go).
+    fn take_pending(&self) -> Vec<(QueueName, ReportDelta)> {
+        let mut counts = self.counts.lock();
+        let mut pending = Vec::new();
+        counts.by_queue.retain(|queue, of_queue| {
+            of_queue.fold_arrivals();
+            if !of_queue.delta.is_empty() {
+                pending.push((queue.clone(), std::mem::take(&mut of_queue.delta)));
+            }
+            !of_queue.estimates.is_empty()
         });
+        pending
+    }
+
+    /// Puts back counts a flush could not store.
+    fn put_back(&self, unsent: Vec<(QueueName, ReportDelta)>) {
+        let mut counts = self.counts.lock();
+        for (queue, delta) in unsent {
+            let merged = &mut counts.of(&queue).delta;
+            for (minute, minute_counts) in delta.minutes {
+                for (field, count) in minute_counts.fields {
+                    merged.add(minute, field, count);
+                }
+            }
+        }
     }
 
     /// Adds every pending count to `store`, then keeps at most `max_reports` reports. Counts a store
@@ -174,7 +248,7 @@ impl SaleReports {
         now_ms: i64,
         max_reports: usize,
     ) -> Result<(), StoreError> {
-        let pending = std::mem::take(&mut *self.pending.lock());
+        let pending = self.take_pending();
         if pending.is_empty() {
             return Ok(());
         }
@@ -190,18 +264,8 @@ impl SaleReports {
                 unsent.push((queue, delta));
             }
         }
-        if !unsent.is_empty() {
-            let mut pending = self.pending.lock();
-            for (queue, delta) in unsent {
-                let merged = pending.entry(queue).or_default();
-                for (minute, counts) in delta.minutes {
-                    for (field, count) in counts.fields {
-                        merged.add(minute, field, count);
-                    }
-                }
-            }
-        }
         if let Some(error) = failed {
+            self.put_back(unsent);
             return Err(error);
         }
         let dropped = store.drop_reports_beyond(max_reports).await?;
@@ -214,10 +278,12 @@ impl SaleReports {
         Ok(())
     }
 
-    /// Drops what is pending for `queue` (it was deleted).
-    pub(crate) fn forget_queue(&self, queue: &QueueName, now_ms: i64) {
-        self.pending.lock().remove(queue);
-        self.forget_old_estimates(now_ms, Some(queue));
+    /// Drops what is kept for `queue` (it was deleted).
+    pub(crate) fn forget_queue(&self, queue: &QueueName) {
+        let mut counts = self.counts.lock();
+        if let Some(of_queue) = counts.by_queue.remove(queue) {
+            counts.estimates_kept -= of_queue.estimates.len();
+        }
     }
 }
 
@@ -397,8 +463,7 @@ impl super::service::WaitingRoom {
     /// The estimates of members who entered a day ago and were never admitted here are let go (the
     /// janitor's round).
     pub(crate) fn forget_old_entry_estimates(&self) {
-        self.sale_reports
-            .forget_old_estimates(self.clock.now_millis(), None);
+        self.sale_reports.forget_old_estimates(self.clock.now_millis());
     }
 
     /// `GET /v1/admin/queues/{queue}/report`: 404 when the queue neither exists nor has a report.
@@ -434,7 +499,7 @@ impl super::service::WaitingRoom {
 
     /// Deletes `queue`'s report (with the queue, by the admin DELETE); whether there was one.
     pub(crate) async fn delete_sale_report(&self, queue: &QueueName) -> Result<bool, StoreError> {
-        self.sale_reports.forget_queue(queue, self.clock.now_millis());
+        self.sale_reports.forget_queue(queue);
         let Some(store) = self.queues.reports() else {
             return Ok(false);
         };
@@ -473,18 +538,46 @@ mod tests {
             ..AdmitOutcome::default()
         };
         reports.admitted(&q, 125_000, &step);
-        let pending = reports.pending.lock();
-        let delta = &pending[&q];
+        assert_eq!(
+            reports.counts.lock().estimates_kept,
+            0,
+            "admitted members' estimates are let go"
+        );
+        let pending = reports.take_pending();
+        let (_, delta) = &pending[0];
         assert_eq!(delta.minutes[&1].get(ReportField::Arrivals), 2);
         let admission_minute = &delta.minutes[&2];
         assert_eq!(admission_minute.get(ReportField::Admitted), 2);
         assert_eq!(admission_minute.get(ReportField::Abandoned), 2);
         assert_eq!(admission_minute.get(ReportField::Wait(wait_bucket(65))), 1);
         assert_eq!(admission_minute.get(ReportField::Estimate(wait_bucket(30))), 1);
+        assert!(reports.take_pending().is_empty(), "taken once");
+        assert!(
+            reports.counts.lock().by_queue.is_empty(),
+            "nothing left for the queue"
+        );
+    }
+
+    #[test]
+    fn arrivals_of_each_minute_stay_apart() {
+        let reports = SaleReports::default();
+        let q = queue();
+        for (i, at) in [59_000, 60_000, 61_000, 200_000].into_iter().enumerate() {
+            reports.entered(&q, &MemberId::parse(&format!("m{i}")).unwrap(), at, Some(1));
+        }
+        let pending = reports.take_pending();
+        let arrivals: Vec<(i64, u64)> = pending[0]
+            .1
+            .minutes
+            .iter()
+            .map(|(minute, counts)| (*minute, counts.get(ReportField::Arrivals)))
+            .collect();
+        assert_eq!(arrivals, vec![(0, 1), (1, 2), (3, 1)]);
+        reports.forget_old_estimates(200_000 + 24 * 3_600_000);
         assert_eq!(
-            reports.estimates.lock().kept,
-            0,
-            "admitted members' estimates are let go"
+            reports.counts.lock().estimates_kept,
+            1,
+            "the last one entered within a day"
         );
     }
 
