@@ -111,6 +111,15 @@ impl Counts {
         }
         self.by_queue.get_mut(queue).expect("inserted above")
     }
+
+    /// `change` applied to the queue's counts with one lookup when the queue is known here (the entry's
+    /// path: returning the reference of a `get_mut` conditionally is what the borrow checker refuses).
+    fn with_queue<R>(&mut self, queue: &QueueName, change: impl FnOnce(&mut QueueCounts) -> R) -> R {
+        if let Some(of_queue) = self.by_queue.get_mut(queue) {
+            return change(of_queue);
+        }
+        change(self.by_queue.entry(queue.clone()).or_default())
+    }
 }
 
 /// This instance's counts not yet in the store, and the estimates of the members it let in.
@@ -141,11 +150,9 @@ impl SaleReports {
         if count == 0 {
             return;
         }
-        self.counts
-            .lock()
-            .of(queue)
-            .delta
-            .add(minute_of(now_ms), field, count);
+        self.counts.lock().with_queue(queue, |of_queue| {
+            of_queue.delta.add(minute_of(now_ms), field, count)
+        });
     }
 
     /// An entry made `member`; `estimate` is the `estimatedWaitSeconds` it was answered.
@@ -154,20 +161,20 @@ impl SaleReports {
         let key = self.member_key(member);
         let mut counts = self.counts.lock();
         let room_for_estimates = counts.estimates_kept < MAX_ESTIMATES_KEPT;
-        let of_queue = counts.of(queue);
-        if of_queue.arrivals_minute != minute {
-            of_queue.fold_arrivals();
-            of_queue.arrivals_minute = minute;
-        }
-        of_queue.arrivals += 1;
-        let Some(seconds) = estimate.filter(|_| room_for_estimates) else {
-            return;
-        };
-        if of_queue
-            .estimates
-            .insert(key, EstimateAtEntry { minute, seconds })
-            .is_none()
-        {
+        let kept_one_more = counts.with_queue(queue, |of_queue| {
+            if of_queue.arrivals_minute != minute {
+                of_queue.fold_arrivals();
+                of_queue.arrivals_minute = minute;
+            }
+            of_queue.arrivals += 1;
+            estimate.filter(|_| room_for_estimates).is_some_and(|seconds| {
+                of_queue
+                    .estimates
+                    .insert(key, EstimateAtEntry { minute, seconds })
+                    .is_none()
+            })
+        });
+        if kept_one_more {
             counts.estimates_kept += 1;
         }
     }
