@@ -9,7 +9,9 @@
 //! to the store ([`ReportStore::add_to_report`]) every second (the `sale report` worker), at shutdown,
 //! and before every report read on this instance; adding is the only write, so the counts of all
 //! instances sum, and a report read right after a flush is exact. A failed flush puts its counts back.
-//! What a crash loses is the last second's counts of that instance.
+//! What a crash loses is the last second's counts of that instance. A flush already under way when an
+//! admin deletes the queue may write its counts after the delete, starting a small report anew (one
+//! flush's worth, deleted again by the next DELETE or dropped by the `max_queues` bound).
 //!
 //! # Waits and estimates
 //! The wait of an admitted member is the admission step's time minus its arrival, both the store's
