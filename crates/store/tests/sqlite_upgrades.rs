@@ -716,7 +716,7 @@ async fn every_older_queue_database_is_brought_to_the_current_schema_with_its_ro
         }
 
         let upgraded = Connection::open(dir.path().join(DATABASE_FILE)).unwrap();
-        assert_eq!(user_version(&upgraded), 6, "{build:?}");
+        assert_eq!(user_version(&upgraded), 7, "{build:?}");
         let epoch: i64 = upgraded
             .query_row("SELECT epoch FROM queues WHERE name = 'old'", [], |row| {
                 row.get(0)
@@ -760,11 +760,15 @@ async fn a_new_queue_database_gets_the_schema_the_last_inline_build_gave() {
     old.execute_batch(&queue_schema_of(QueueBuild::Abandoned))
         .unwrap();
     // What numbered migrations added since (5: each queue's epoch, issue 29; 6: the draw's entrant list,
-    // issue 28).
+    // issue 28; 7: the sale reports, issue 28).
     old.execute_batch(ADD_EPOCH).unwrap();
     old.execute_batch(ADD_DRAW_ENTRANTS).unwrap();
+    old.execute_batch(include_str!(
+        "../src/queue/embedded/migrations/0007_sale_reports.sql"
+    ))
+    .unwrap();
     assert_eq!(schema_shape(&new), schema_shape(&old));
     assert_eq!(create_statements(&new, false), create_statements(&old, false));
-    assert_eq!(user_version(&new), 6);
+    assert_eq!(user_version(&new), 7);
     assert!(has_column(&new, "queues", "abandoned") && has_column(&new, "queues", "epoch"));
 }

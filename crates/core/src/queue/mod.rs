@@ -19,6 +19,7 @@
 //! - [`challenge`]: entry challenges' settings and the proof-of-work rule.
 //! - [`draw`]: the verifiable pre-queue draw of a scheduled opening (`opensAt`): commitment, HMAC order.
 //! - [`refusal`]: [`RefusalReason`], why an entry was refused before it made a member.
+//! - [`report`]: the sale report's wait buckets and percentiles (SPEC 2.5).
 
 pub mod adaptive;
 pub mod admission;
@@ -29,6 +30,7 @@ pub mod member;
 pub mod name;
 pub mod polling;
 pub mod refusal;
+pub mod report;
 pub mod settings;
 
 pub use adaptive::{AdaptiveSettings, AdmissionMode, UpstreamOutcome, UpstreamSamples};

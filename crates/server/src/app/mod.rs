@@ -283,6 +283,13 @@ impl Application {
         for worker in self.workers {
             let _ = worker.await;
         }
+        // After the last request: the sale report's counts of this instance go to the store (issue 28).
+        if let Err(error) = self.state.waiting_room.flush_sale_reports().await {
+            tracing::warn!(
+                error = format!("{error:#}"),
+                "the last sale-report counts could not be stored"
+            );
+        }
         self.state.rankings.barrier().await?;
         Ok(())
     }

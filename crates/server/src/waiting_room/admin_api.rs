@@ -33,6 +33,10 @@ pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
     Endpoint::new(Method::PUT, "/v1/admin/queues/{queue}/draw/beacon", |m| {
         on(m, supply_beacon)
     }),
+    Endpoint::new(Method::GET, "/v1/admin/queues/{queue}/report", |m| on(m, report)),
+    Endpoint::new(Method::GET, "/admin/queues/{queue}/report", |m| {
+        on(m, report_page)
+    }),
 ];
 
 pub(crate) fn routes(room: Arc<WaitingRoom>) -> Router {
@@ -234,6 +238,8 @@ struct QueueView {
     oldest_wait_seconds: u64,
     measured_admit_per_second: Option<f64>,
     abandoned: u64,
+    /// Entries refused by reason since the queue's report began, across instances (issue 28).
+    refused: super::sale_report::RefusedCounts,
     /// Changes when the store lost the queue (SPEC 2.2, "Places that survive the store").
     epoch: u64,
     /// Adaptive admission (issue 12): the rate the budget spends.
@@ -260,11 +266,31 @@ async fn show(State(room): State<Arc<WaitingRoom>>, Path(queue): Path<String>) -
         oldest_wait_seconds: stats.oldest_wait_seconds,
         measured_admit_per_second: stats.measured_rate,
         abandoned: stats.abandoned,
+        refused: room.refused_counts(&queue).await?,
         epoch: stats.epoch,
         upstream: UpstreamView::from(upstream.as_ref()),
         opening: room.opening_view(&queue).await?,
         settings: stats.settings,
     }))
+}
+
+/// `GET /v1/admin/queues/{queue}/report` (SPEC 2.5): the sale's report as JSON.
+async fn report(
+    State(room): State<Arc<WaitingRoom>>,
+    Path(queue): Path<String>,
+) -> ApiResult<Json<super::sale_report::SaleReport>> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    Ok(Json(room.sale_report(&queue).await?))
+}
+
+/// `GET /admin/queues/{queue}/report`: the same report drawn as charts (HTML with inline SVG, no script).
+async fn report_page(
+    State(room): State<Arc<WaitingRoom>>,
+    Path(queue): Path<String>,
+) -> ApiResult<axum::response::Response> {
+    let queue = WaitingRoom::parse_queue(&queue)?;
+    let report = room.sale_report(&queue).await?;
+    Ok(super::report_page::response(&report))
 }
 
 /// `DELETE /v1/admin/queues/{queue}`: 204, or 404 for a queue that does not exist.

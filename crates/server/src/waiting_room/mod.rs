@@ -25,6 +25,8 @@
 //!   also the shop's gateway's word, with "jwt" the shop's JWT). [`member_auth`]: the modes' settings;
 //!   [`jwt`]: the JWT check and its key rotation.
 //! - `draw_verify`: `rankgate queue verify-draw`, the check of a scheduled opening's published draw.
+//! - `sale_report`: the sale's report (issue 28): counts per queue and minute, flushed to the store;
+//!   `report_page`: its page of charts at `/admin/queues/{queue}/report`.
 //! - `adaptive`: adaptive admission: gate measurements → shared store → AIMD controller → the queue's rate.
 //! - [`entry_guard`]: what a new member's entry must get past (proof-of-work challenges, the CAPTCHA
 //!   hook, per-address budgets); [`captcha`]: `[waiting_room.captcha]` and the provider's siteverify.
@@ -47,6 +49,8 @@ mod opening;
 mod page;
 mod position;
 mod redis_backend;
+mod report_page;
+mod sale_report;
 mod scheduler;
 mod secret;
 mod service;

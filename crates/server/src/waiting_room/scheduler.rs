@@ -30,6 +30,9 @@ const JANITOR_EVERY: Duration = Duration::from_secs(60);
 /// lose queues only; see `rankgate_store::queue::kept_settings`): one read per queue, so a few seconds
 /// apart. A change another instance made reaches this copy within this time.
 const KEEP_SETTINGS_EVERY: Duration = Duration::from_secs(5);
+/// How often this instance adds its sale-report counts to the store (issue 28): one call per queue
+/// that moved, whatever the traffic; a report read flushes first, so this only bounds staleness.
+const SALE_REPORT_FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 impl WaitingRoom {
     /// Spawns the admission scheduler, the expiry sweeper and the gauge publisher; they stop when
@@ -87,11 +90,21 @@ impl WaitingRoom {
                 |room| async move { room.keep_queue_settings().await },
             ),
             spawn_loop(
+                "sale report",
+                Arc::clone(self),
+                shutdown.clone(),
+                SALE_REPORT_FLUSH_EVERY,
+                |room| async move { room.flush_sale_reports().await },
+            ),
+            spawn_loop(
                 "janitor",
                 Arc::clone(self),
                 shutdown,
                 JANITOR_EVERY,
-                |room| async move { room.forget_idle_queues().await.map(|_| ()) },
+                |room| async move {
+                    room.forget_old_entry_estimates();
+                    room.forget_idle_queues().await.map(|_| ())
+                },
             ),
         ]
     }

@@ -76,6 +76,8 @@ pub struct WaitingRoom {
     consumed: super::consumed::ConsumedLedger,
     /// What a new member's entry must get past (issue 28).
     guards: EntryGuards,
+    /// This instance's sale-report counts not yet in the store (issue 28, `sale_report`).
+    pub(crate) sale_reports: super::sale_report::SaleReports,
 }
 
 /// Whether [`WaitingRoom::guard_entry`] counts a missing proof as a refusal.
@@ -226,6 +228,7 @@ impl WaitingRoom {
             http,
             openings: super::opening::OpeningCache::default(),
             consumed: super::consumed::ConsumedLedger::default(),
+            sale_reports: super::sale_report::SaleReports::default(),
         })
     }
 
@@ -329,6 +332,8 @@ impl WaitingRoom {
     /// `refused` counts and the sale report's refusals of this minute.
     pub(crate) async fn count_refusal(&self, queue: &QueueName, reason: RefusalReason) {
         telemetry::entry_refused(queue, reason);
+        let field = rankgate_store::queue::report::ReportField::Refused(reason);
+        self.sale_reports.count(queue, self.clock.now_millis(), field, 1);
     }
 
     /// The entry guards (see [`super::entry_guard`]): Ok when `member`'s entry may go on. Only a new
@@ -498,6 +503,12 @@ impl WaitingRoom {
         }
         let mut position = self.position_from(outcome.view());
         self.mark_pre_queue(queue, &mut position).await?;
+        if entered {
+            // In memory only: the sale report's flush takes it to the store (no call on this path).
+            let estimate = position.estimated_wait_seconds;
+            self.sale_reports
+                .entered(queue, member, self.clock.now_millis(), estimate);
+        }
         Ok((position, entered, outcome.view().placement))
     }
 
@@ -668,6 +679,8 @@ impl WaitingRoom {
         {
             ConsumeOutcome::Consumed => {
                 telemetry::token_event(queue, "consumed", 1);
+                let orders = rankgate_store::queue::report::ReportField::Orders;
+                self.sale_reports.count(queue, self.clock.now_millis(), orders, 1);
                 self.consumed.record(queue, member);
                 Ok(())
             }
@@ -771,7 +784,11 @@ impl WaitingRoom {
             let expired = self.queues.expire_due(queue).await?;
             telemetry::token_event(queue, "expired", expired.tokens_expired);
             telemetry::token_event(queue, "claim_expired", expired.claims_expired);
+            let abandoned = rankgate_store::queue::report::ReportField::Abandoned;
+            self.sale_reports
+                .count(queue, self.clock.now_millis(), abandoned, expired.abandoned);
             return Ok(AdmitOutcome {
+                abandoned: expired.abandoned,
                 tokens_expired: expired.tokens_expired,
                 claims_expired: expired.claims_expired,
                 waiting: preview.waiting,
@@ -786,8 +803,11 @@ impl WaitingRoom {
             let offered = remaining.min(ADMIT_CHUNK);
             let tokens = self.prepare_tokens(offered as usize).await?;
             let step = self.queues.admit(queue, tokens).await?;
+            self.sale_reports.admitted(queue, self.clock.now_millis(), &step);
             let admitted = step.admitted.len() as u64;
             total.admitted.extend(step.admitted);
+            total.waits_ms.extend(step.waits_ms);
+            total.abandoned += step.abandoned;
             total.tokens_expired += step.tokens_expired;
             total.claims_expired += step.claims_expired;
             total.waiting = step.waiting;
@@ -867,6 +887,9 @@ impl WaitingRoom {
             let expired = self.queues.expire_due(&queue).await?;
             telemetry::token_event(&queue, "expired", expired.tokens_expired);
             telemetry::token_event(&queue, "claim_expired", expired.claims_expired);
+            let abandoned = rankgate_store::queue::report::ReportField::Abandoned;
+            self.sale_reports
+                .count(&queue, self.clock.now_millis(), abandoned, expired.abandoned);
         }
         Ok(())
     }
@@ -907,9 +930,13 @@ impl WaitingRoom {
         Ok(forgotten)
     }
 
-    /// `DELETE /v1/admin/queues/{queue}`: the queue and everyone in it. 404 for an unknown queue.
+    /// `DELETE /v1/admin/queues/{queue}`: the queue and everyone in it, and its sale report (which
+    /// outlives a queue forgotten when idle: deleting such a queue deletes its report). 404 when there
+    /// was neither.
     pub async fn delete_queue(&self, queue: &QueueName) -> ApiResult<()> {
-        if !self.queues.delete_queue(queue).await.map_err(store_error)? {
+        let existed = self.queues.delete_queue(queue).await.map_err(store_error)?;
+        let had_report = self.delete_sale_report(queue).await.map_err(store_error)?;
+        if !existed && !had_report {
             return Err(ApiError::NotFound(format!("queue: {queue} does not exist")));
         }
         self.forget_local_state(queue);

@@ -27,6 +27,7 @@ mod policies;
 mod queue_admin;
 mod rankings;
 mod reads;
+mod sale_report;
 mod serving_redis;
 mod store_loss;
 mod stream;

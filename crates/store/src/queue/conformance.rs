@@ -14,12 +14,13 @@ use rankgate_core::ids::MemberId;
 use rankgate_core::job::RetryPolicy;
 use rankgate_core::limiter::{RateDecision, RateLimit};
 use rankgate_core::queue::{
-    ClaimRejection, ConsumeRejection, MemberStatus, QueueName, QueueSettings, ReleaseRejection, ReleasedTo,
-    SettingsPatch,
+    ClaimRejection, ConsumeRejection, MemberStatus, QueueName, QueueSettings, RefusalReason,
+    ReleaseRejection, ReleasedTo, SettingsPatch,
 };
 
 use super::jobs::{JobAckOutcome, JobStore, NackOutcome, NewJob};
 use super::limiter::{RateLimiter, RateLimiterKind};
+use super::report::{ReportDelta, ReportField, ReportStore, REPORT_MINUTES_KEPT};
 use super::token::{digest_of, new_claim_id, TokenSecret};
 use super::waiting::{
     ClaimOutcome, ConsumeOutcome, EnterOutcome, LeaveOutcome, QueueStore, ReleaseOutcome, TokenCandidate,
@@ -71,6 +72,9 @@ macro_rules! queue_conformance_suite {
             sliding_log_limits_and_caps,
             sliding_window_counter_limits,
             each_limiter_key_has_its_own_clock_guard,
+            admission_answers_each_members_wait_from_its_arrival,
+            sale_reports_add_up_across_writers_and_outlive_the_queue,
+            sale_reports_keep_seven_days_and_at_most_max_reports,
         );
     };
     (@tests $make:path; $($name:ident),* $(,)?) => {
@@ -259,6 +263,10 @@ pub async fn waiting_members_unseen_for_abandon_after_seconds_are_dropped_before
         outcome.admitted,
         vec![polling.clone()],
         "the abandoned head got no token and no max_active slot"
+    );
+    assert_eq!(
+        outcome.abandoned, 1,
+        "the step says how many it dropped (the sale report counts them)"
     );
     assert_eq!(outcome.waiting, 1);
     let view = backend.queues.position(&q, &gone).await.unwrap();
@@ -1355,6 +1363,127 @@ pub async fn each_limiter_key_has_its_own_clock_guard(backend: Backend) {
         RateDecision::Limited { retry_after_ms: 500 },
         "decided at this key's time, 500 ms after its last request"
     );
+}
+
+fn reports(backend: &Backend) -> &dyn ReportStore {
+    backend
+        .queues
+        .reports()
+        .expect("every shipped backend keeps sale reports")
+}
+
+/// Issue 28: an admission step answers how long each admitted member waited, from the arrival the store
+/// recorded (not the caller's clock), so the report's waits are right whichever instance admitted.
+pub async fn admission_answers_each_members_wait_from_its_arrival(backend: Backend) {
+    let q = queue("report-waits");
+    let secret = TokenSecret::generate().unwrap();
+    let (early, same_ms, later) = (member("early"), member("same-ms"), member("later"));
+    backend.queues.enter(&q, &early).await.unwrap();
+    backend.queues.enter(&q, &same_ms).await.unwrap();
+    backend.clock.advance(2_500);
+    backend.queues.enter(&q, &later).await.unwrap();
+    backend.clock.advance(4_000);
+    let outcome = backend.queues.admit(&q, tokens(&secret, 3)).await.unwrap();
+    assert_eq!(outcome.admitted, vec![early, same_ms, later]);
+    assert_eq!(outcome.waits_ms, vec![Some(6_500), Some(6_500), Some(4_000)]);
+    assert_eq!(outcome.abandoned, 0);
+}
+
+/// Issue 28: reports are sums of what every writer (instance) added, minute by minute and in total; a
+/// queue forgotten when idle keeps its report, and only deleting the report removes it.
+pub async fn sale_reports_add_up_across_writers_and_outlive_the_queue(backend: Backend) {
+    let q = queue("report-sums");
+    let store = reports(&backend);
+    assert_eq!(store.read_report(&q).await.unwrap(), None, "nothing added yet");
+    let minute = backend.clock.now_millis() / 60_000;
+    let mut first = ReportDelta::default();
+    first.add(minute, ReportField::Arrivals, 3);
+    first.add(minute, ReportField::Refused(RefusalReason::Address), 2);
+    first.add(minute, ReportField::Wait(4), 1);
+    let mut second = ReportDelta::default();
+    second.add(minute, ReportField::Arrivals, 4);
+    second.add(minute, ReportField::Wait(4), 2);
+    second.add(minute + 1, ReportField::Admitted, 5);
+    second.add(minute + 1, ReportField::Orders, 1);
+    second.add(minute + 1, ReportField::Estimate(9), 5);
+    let (a, b) = (
+        store.add_to_report(&q, &first, 1),
+        store.add_to_report(&q, &second, 2),
+    );
+    let (a, b) = tokio::join!(a, b);
+    a.unwrap();
+    b.unwrap();
+    let report = store.read_report(&q).await.unwrap().expect("a report");
+    assert_eq!(
+        report.minutes.keys().copied().collect::<Vec<_>>(),
+        vec![minute, minute + 1]
+    );
+    let this_minute = &report.minutes[&minute];
+    assert_eq!(this_minute.get(ReportField::Arrivals), 7);
+    assert_eq!(this_minute.get(ReportField::Refused(RefusalReason::Address)), 2);
+    assert_eq!(this_minute.get(ReportField::Wait(4)), 3);
+    let next_minute = &report.minutes[&(minute + 1)];
+    assert_eq!(next_minute.get(ReportField::Admitted), 5);
+    assert_eq!(next_minute.get(ReportField::Estimate(9)), 5);
+    assert_eq!(report.totals.get(ReportField::Arrivals), 7);
+    assert_eq!(report.totals.get(ReportField::Orders), 1);
+    assert_eq!(
+        report.totals.get(ReportField::Refused(RefusalReason::Challenge)),
+        0
+    );
+
+    // The queue itself comes and goes (made by an entry, forgotten idle): the report stays.
+    backend.queues.enter(&q, &member("m")).await.unwrap();
+    backend.queues.leave(&q, &member("m")).await.unwrap();
+    backend.clock.advance(3_600_000);
+    assert!(
+        backend.queues.forget_if_idle(&q, 60_000).await.unwrap(),
+        "forgotten"
+    );
+    assert_eq!(store.read_report(&q).await.unwrap(), Some(report));
+    store.delete_report(&q).await.unwrap();
+    assert_eq!(store.read_report(&q).await.unwrap(), None, "deleted");
+    assert_eq!(store.read_report_totals(&q).await.unwrap(), None, "deleted");
+}
+
+/// Issue 28, bounds: a report keeps the last `REPORT_MINUTES_KEPT` minutes (totals stay whole), and at
+/// most `max_reports` reports are kept, the least recently written dropped first.
+pub async fn sale_reports_keep_seven_days_and_at_most_max_reports(backend: Backend) {
+    let store = reports(&backend);
+    let q = queue("report-bounded");
+    let start = 29_000_000;
+    let mut delta = ReportDelta::default();
+    delta.add(start, ReportField::Arrivals, 1);
+    delta.add(start + 1, ReportField::Arrivals, 2);
+    store.add_to_report(&q, &delta, 10).await.unwrap();
+    let mut later = ReportDelta::default();
+    later.add(start + REPORT_MINUTES_KEPT, ReportField::Arrivals, 4);
+    store.add_to_report(&q, &later, 20).await.unwrap();
+    let report = store.read_report(&q).await.unwrap().unwrap();
+    assert_eq!(
+        report.minutes.keys().copied().collect::<Vec<_>>(),
+        vec![start + 1, start + REPORT_MINUTES_KEPT],
+        "the minute a full week behind the newest is dropped"
+    );
+    assert_eq!(
+        report.totals.get(ReportField::Arrivals),
+        7,
+        "totals keep every count"
+    );
+
+    let (old, new) = (queue("report-old"), queue("report-new"));
+    let mut one = ReportDelta::default();
+    one.add(start, ReportField::Orders, 1);
+    store.add_to_report(&old, &one, 5).await.unwrap();
+    store.add_to_report(&new, &one, 30).await.unwrap();
+    assert_eq!(
+        store.drop_reports_beyond(3).await.unwrap(),
+        Vec::<QueueName>::new()
+    );
+    assert_eq!(store.drop_reports_beyond(2).await.unwrap(), vec![old.clone()]);
+    assert_eq!(store.read_report(&old).await.unwrap(), None);
+    assert!(store.read_report(&new).await.unwrap().is_some());
+    assert!(store.read_report(&q).await.unwrap().is_some());
 }
 
 /// The conformance suite against the embedded backend.

@@ -22,6 +22,8 @@
 //!   [`QueueStore::draws`]), and its one driver, [`draw::run_draw`].
 //! - [`jobs`]: [`JobStore`]: delayed/retry jobs with claims, a reaper, backoff and a dead set.
 //! - [`limiter`]: [`RateLimiter`]: sliding log and sliding-window counter.
+//! - [`report`]: [`ReportStore`], the sale's report: counts per queue and minute, summed across
+//!   instances, kept until the queue is deleted (SPEC 2.5).
 //! - [`token`]: how entry tokens and claim ids are made and hashed.
 //! - [`upstream`]: [`UpstreamObservationStore`], gate measurements summed across instances per control
 //!   interval, for adaptive admission (issue 12).
@@ -42,6 +44,7 @@ pub mod jobs;
 pub mod kept_settings;
 pub mod limiter;
 pub mod redis;
+pub mod report;
 pub mod token;
 pub mod upstream;
 pub mod waiting;
@@ -49,6 +52,7 @@ pub mod waiting;
 pub use draw::DrawStore;
 pub use jobs::{ClaimedJob, DeadJob, JobCounts, JobStore, NackOutcome, NewJob};
 pub use limiter::{RateLimiter, RateLimiterKind};
+pub use report::{ReportStore, StoredReport};
 pub use upstream::{InMemoryUpstreamObservations, UpstreamObservationStore};
 pub use waiting::{
     poll_limit_key, poll_window_seconds, AdmissionPreview, AdmitOutcome, ClaimOutcome, Coalescing,

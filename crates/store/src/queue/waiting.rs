@@ -14,6 +14,7 @@ use rankgate_core::queue::{
 
 use super::draw::DrawStore;
 use super::limiter::{RateLimiter, RateLimiterKind};
+use super::report::ReportStore;
 use super::token::PreparedToken;
 use super::StoreError;
 
@@ -120,6 +121,12 @@ pub enum LeaveOutcome {
 pub struct AdmitOutcome {
     /// Members popped and given tokens.
     pub admitted: Vec<MemberId>,
+    /// How long each of `admitted` waited (ms, the step's time minus its arrival, from the queue's
+    /// arrival checkpoints), in the same order; `None` for a member with no arrival time (a place
+    /// restored from a ticket, or one a draw moved ahead).
+    pub waits_ms: Vec<Option<u64>>,
+    /// Waiting members dropped as abandoned in this step.
+    pub abandoned: u64,
     /// Unused tokens that expired in this step (slots freed).
     pub tokens_expired: u64,
     /// Claims released automatically in this step.
@@ -137,6 +144,8 @@ pub struct ExpiryOutcome {
     pub tokens_expired: u64,
     /// Claims released automatically (back to READY, or freed if the token expired too).
     pub claims_expired: u64,
+    /// Waiting members dropped as abandoned (unseen for `abandon_after_seconds`).
+    pub abandoned: u64,
     /// The step stopped at its bound with more deadlines due: call again (defect 17, bounded steps).
     pub more_due: bool,
 }
@@ -420,6 +429,12 @@ pub trait QueueStore: Send + Sync + 'static {
     /// How concurrent hot-path calls were coalesced so far (telemetry, benchmarks); `None` for a store
     /// that answers each call on its own.
     fn coalescing(&self) -> Option<Coalescing> {
+        None
+    }
+
+    /// The same store's sale reports ([`ReportStore`]); `None` for a store that keeps none (every
+    /// shipped backend does).
+    fn reports(&self) -> Option<&dyn ReportStore> {
         None
     }
 }

@@ -15,6 +15,7 @@ mod draw;
 mod jobs;
 mod limiter;
 pub(crate) mod persist;
+mod report;
 mod waiting;
 
 use std::path::Path;
@@ -85,6 +86,8 @@ pub struct EmbeddedStore {
     synchronous: Synchronous,
     /// Test and drill hook: when set, every operation fails as if the store were unreachable.
     unreachable: AtomicBool,
+    /// The sale reports, on a connection of their own (see `report`).
+    reports: report::EmbeddedReports,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -133,6 +136,9 @@ impl EmbeddedStore {
             .map_err(|e| StoreError::Unavailable(format!("create {}: {e}", data_dir.display())))?;
         let (connection, synchronous) =
             persist::open_database(&data_dir.join(DATABASE_FILE), options.synchronous)?;
+        // Migrated already by the line above, so this second open only sets its pragmas.
+        let (report_connection, _) =
+            persist::open_database(&data_dir.join(DATABASE_FILE), options.synchronous)?;
         let now_ms = clock.now_millis();
         let queues =
             load_queues(&connection, now_ms, &options).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -147,6 +153,7 @@ impl EmbeddedStore {
             writer,
             synchronous,
             unreachable: AtomicBool::new(false),
+            reports: report::EmbeddedReports::new(report_connection),
         }))
     }
 
@@ -372,6 +379,37 @@ fn load_queues(
 }
 
 #[async_trait]
+impl crate::queue::report::ReportStore for EmbeddedStore {
+    async fn add_to_report(
+        &self,
+        queue: &QueueName,
+        delta: &crate::queue::report::ReportDelta,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        self.reports.add(queue, delta, now_ms).await
+    }
+
+    async fn read_report(
+        &self,
+        queue: &QueueName,
+    ) -> Result<Option<crate::queue::report::StoredReport>, StoreError> {
+        self.check()?;
+        self.reports.read(queue).await
+    }
+
+    async fn delete_report(&self, queue: &QueueName) -> Result<(), StoreError> {
+        self.check()?;
+        self.reports.delete(queue).await
+    }
+
+    async fn drop_reports_beyond(&self, max_reports: usize) -> Result<Vec<QueueName>, StoreError> {
+        self.check()?;
+        self.reports.drop_beyond(max_reports).await
+    }
+}
+
+#[async_trait]
 impl QueueStore for EmbeddedStore {
     async fn enter(&self, queue: &QueueName, member: &MemberId) -> Result<EnterOutcome, StoreError> {
         self.check()?;
@@ -498,7 +536,9 @@ impl QueueStore for EmbeddedStore {
             };
             let popped = q.waiting.pop_min(count);
             let mut admitted = Vec::with_capacity(popped.len());
+            let mut waits_ms = Vec::with_capacity(popped.len());
             for ((member_bytes, seq), prepared) in popped.into_iter().zip(tokens) {
+                let waited = q.waited_ms(seq, now_ms);
                 let member = String::from_utf8(member_bytes).unwrap_or_default();
                 let token = IssuedToken {
                     digest: prepared.digest,
@@ -512,6 +552,7 @@ impl QueueStore for EmbeddedStore {
                 q.set_state_after_pop(&member, next, now_ms, &mut writes);
                 if let Some(id) = waiting::member_id_of(&member) {
                     admitted.push(id);
+                    waits_ms.push(waited);
                 }
             }
             q.budget.spend(admitted.len() as u64);
@@ -526,6 +567,8 @@ impl QueueStore for EmbeddedStore {
             writes.push(q.queue_write());
             let outcome = AdmitOutcome {
                 admitted,
+                waits_ms,
+                abandoned: expired.abandoned,
                 tokens_expired: expired.tokens_expired,
                 claims_expired: expired.claims_expired,
                 waiting: q.waiting.len() as u64,
@@ -562,6 +605,7 @@ impl QueueStore for EmbeddedStore {
             committed(pending).await?;
             total.tokens_expired += step.tokens_expired;
             total.claims_expired += step.claims_expired;
+            total.abandoned += step.abandoned;
             if !step.more_due {
                 return Ok(total);
             }
@@ -816,6 +860,10 @@ impl QueueStore for EmbeddedStore {
 
     fn draws(&self) -> &dyn DrawStore {
         self
+    }
+
+    fn reports(&self) -> Option<&dyn crate::queue::report::ReportStore> {
+        Some(self)
     }
 }
 

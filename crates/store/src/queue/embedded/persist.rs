@@ -181,6 +181,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("migrations/0006_draw_entrants.sql"),
         legacy_probe: None,
     },
+    Migration {
+        version: 7,
+        sql: include_str!("migrations/0007_sale_reports.sql"),
+        legacy_probe: None,
+    },
 ];
 
 /// Opens (creating) the database, sets its pragmas and brings its schema to the current version; answers

@@ -342,6 +342,7 @@ impl QueueState {
                 // Unseen for abandon_after_seconds: dropped before admission can give it a token.
                 MemberState::Waiting { .. } => {
                     self.abandoned += 1;
+                    outcome.abandoned += 1;
                     Some(MemberState::NotEntered)
                 }
                 MemberState::NotEntered => None,
@@ -362,6 +363,19 @@ impl QueueState {
             writes.push(self.queue_write());
         }
         outcome
+    }
+
+    /// How long a member admitted at `now_ms` with arrival sequence `seq` waited (ms), from the arrival
+    /// checkpoint that covers it; `None` when none does. Exact for every waiting member: checkpoints are
+    /// dropped only wholly before the head of the line.
+    pub(crate) fn waited_ms(&self, seq: f64, now_ms: i64) -> Option<u64> {
+        if seq < 0.0 {
+            return None;
+        }
+        let seq = seq as u64;
+        let covering = self.arrivals.partition_point(|(first, _)| *first <= seq);
+        let (_, arrived_ms) = self.arrivals.get(covering.checked_sub(1)?)?;
+        Some((now_ms - arrived_ms).max(0) as u64)
     }
 
     /// How long the head of the line has waited (ms).

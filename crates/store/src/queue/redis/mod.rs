@@ -55,6 +55,7 @@
 //! | `P{rg}:queues` | set | every queue name (for schedulers and the admin API) |
 //! | `P{rg}:active` | set | the busy queues (someone waits or holds a token): the ones schedulers visit |
 //! | `P{rg:q:<queue>}:upstream:*` | hash, string | gate measurements per control interval, last summary (`upstream.rs`, issue 12) |
+//! | `P{rg:q:<queue>}:report:*`, `P{rg}:reports` | hash, zset | the sale report: counters per minute, totals, the index of reports (`report.rs`, issue 28) |
 //!
 //! Job-queue names and limiter keys are free text, so `%`, `{` and `}` in them are percent-encoded: a brace
 //! in a key name would move the hash tag. Queue names cannot contain braces.
@@ -73,6 +74,7 @@ mod coalesce;
 mod draw;
 mod jobs;
 mod limiter;
+mod report;
 mod upstream;
 mod waiting;
 

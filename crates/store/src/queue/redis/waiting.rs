@@ -583,6 +583,7 @@ impl RedisStore {
             tokens_expired: reply.int()?.max(0) as u64,
             claims_expired: reply.int()?.max(0) as u64,
             more_due: reply.int()? == 1,
+            abandoned: reply.int()?.max(0) as u64,
         })
     }
 }
@@ -626,20 +627,40 @@ impl QueueStore for RedisStore {
         }
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         let mut members = reply.array()?;
-        let mut admitted = Vec::new();
+        let mut raw_members = Vec::new();
         while !members.is_empty() {
-            let raw = members.string()?;
+            raw_members.push(members.string()?);
+        }
+        let tokens_expired = reply.int()?.max(0) as u64;
+        let claims_expired = reply.int()?.max(0) as u64;
+        let waiting = reply.int()?.max(0) as u64;
+        let outstanding = reply.int()?.max(0) as u64;
+        let mut waits = reply.array()?;
+        let abandoned = reply.int()?.max(0) as u64;
+        let mut admitted = Vec::with_capacity(raw_members.len());
+        let mut waits_ms = Vec::with_capacity(raw_members.len());
+        for raw in raw_members {
+            let waited = if waits.is_empty() {
+                None
+            } else {
+                u64::try_from(waits.int()?).ok()
+            };
             match MemberId::parse(&raw) {
-                Ok(id) => admitted.push(id),
+                Ok(id) => {
+                    admitted.push(id);
+                    waits_ms.push(waited);
+                }
                 Err(_) => tracing::warn!(queue = %queue, "admitted a member id that no longer parses"),
             }
         }
         let outcome = AdmitOutcome {
             admitted,
-            tokens_expired: reply.int()?.max(0) as u64,
-            claims_expired: reply.int()?.max(0) as u64,
-            waiting: reply.int()?.max(0) as u64,
-            outstanding: reply.int()?.max(0) as u64,
+            waits_ms,
+            abandoned,
+            tokens_expired,
+            claims_expired,
+            waiting,
+            outstanding,
         };
         if outcome.waiting == 0 && outcome.outstanding == 0 {
             // Nothing left for the scheduler: an idle queue costs nothing per tick.
@@ -657,6 +678,7 @@ impl QueueStore for RedisStore {
             let step = self.expire_step(queue).await?;
             total.tokens_expired += step.tokens_expired;
             total.claims_expired += step.claims_expired;
+            total.abandoned += step.abandoned;
             if !step.more_due {
                 return Ok(total);
             }
@@ -948,6 +970,10 @@ impl QueueStore for RedisStore {
 
     fn draws(&self) -> &dyn DrawStore {
         self
+    }
+
+    fn reports(&self) -> Option<&dyn crate::queue::report::ReportStore> {
+        Some(self)
     }
 
     /// One `poll.lua` call instead of the default's position then limiter (the same sliding log, in

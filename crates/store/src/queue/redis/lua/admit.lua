@@ -1,9 +1,9 @@
 -- admit: ARGV[12..] pairs of (nonce hex, token digest hex). One admission step: expire what is due, refill the
 -- queue's global budget, pop what it (and max_active, and the tokens offered) allow, and make every popped
 -- member READY with a token hash, all in this one script: nobody is ever popped without a token.
-if redis.call('EXISTS', META) == 0 then return {{}, 0, 0, 0, 0} end
+if redis.call('EXISTS', META) == 0 then return {{}, 0, 0, 0, 0, {}, 0} end
 local now = guarded_now()
-local tokens_expired, claims_expired = expire_due(now)
+local tokens_expired, claims_expired, _, abandoned = expire_due(now)
 local waiting_before = redis.call('ZCARD', WAITING)
 local outstanding = hnum(META, 'ready') + hnum(META, 'claimed')
 local s = settings()
@@ -21,8 +21,35 @@ end
 local offered = math.floor((#ARGV - 11) / 2)
 local count = math.min(plan, offered)
 local admitted = {}
+-- Each admitted member's wait (ms; -1 when unknown), from the arrival checkpoint that covers its sequence:
+-- popped members come in sequence order, so one range read of the checkpoints serves them all. Exact,
+-- as checkpoints go only wholly before the head (oldest_wait_ms); the sale report counts them.
+local waits = {}
 if count > 0 then
   local popped = redis.call('ZPOPMIN', WAITING, count)
+  local covers = {}
+  -- Restored places (below zero) come first and have no checkpoint; fresh arrivals follow.
+  local first_seq = nil
+  for i = 2, #popped, 2 do
+    local seq = tonumber(popped[i])
+    if seq >= 0 then first_seq = seq break end
+  end
+  if first_seq and first_seq >= 0 then
+    local cover = redis.call('ZREVRANGEBYSCORE', ARRIVALS, int(first_seq), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if cover[1] then covers[1] = {tonumber(cover[2]), tonumber(cover[1])} end
+    local later = redis.call('ZRANGEBYSCORE', ARRIVALS, '(' .. int(first_seq), int(tonumber(popped[#popped])), 'WITHSCORES')
+    for j = 1, #later, 2 do covers[#covers + 1] = {tonumber(later[j + 1]), tonumber(later[j])} end
+  end
+  local c = 0
+  for i = 1, #popped, 2 do
+    local seq = tonumber(popped[i + 1])
+    while c < #covers and covers[c + 1][1] <= seq do c = c + 1 end
+    if seq >= 0 and c > 0 then
+      waits[#waits + 1] = math.max(now - covers[c][2], 0)
+    else
+      waits[#waits + 1] = -1
+    end
+  end
   for i = 1, #popped, 2 do
     local k = (i + 1) / 2
     local member = popped[i]
@@ -120,4 +147,4 @@ redis.call('HSET', META, unpack(upd))
 redis.call('HDEL', META, 'as')
 oldest_wait_ms(now)
 return {admitted, tokens_expired, claims_expired, redis.call('ZCARD', WAITING),
-  hnum(META, 'ready') + hnum(META, 'claimed')}
+  hnum(META, 'ready') + hnum(META, 'claimed'), waits, abandoned}

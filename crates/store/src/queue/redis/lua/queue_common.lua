@@ -158,7 +158,8 @@ end
 
 -- Expired tokens free their slot, expired claims are released, consumed members are forgotten, waiting
 -- members unseen for abandonAfterSeconds are dropped (counted in the meta field 'abandoned'); at most
--- MAX_EXPIRIES of them. Returns tokens expired, claims released, and 1 if more were due than handled.
+-- MAX_EXPIRIES of them. Returns tokens expired, claims released, 1 if more were due than handled, and the
+-- members dropped as abandoned.
 local function expire_due(now)
   local tokens, claims, abandoned = 0, 0, 0
   local due = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', int(now), 'LIMIT', 0, MAX_EXPIRIES)
@@ -193,7 +194,7 @@ local function expire_due(now)
     end
   end
   if abandoned > 0 then redis.call('HINCRBY', META, 'abandoned', abandoned) end
-  return tokens, claims, more
+  return tokens, claims, more, abandoned
 end
 
 -- Refills the admission budget (integer micro-members) up to now; returns the credit.
