@@ -130,6 +130,19 @@ async fn one_address_opening_500_visitors_gets_the_budget_in_and_restarts_the_sa
     assert_eq!(refused, 500 - BUDGET as usize);
     assert_eq!(admin_view(&app, "drop").await["waiting"], BUDGET);
     assert_eq!(refused_metric(&app, "drop", "address").await, 470);
+    // The refusals reach the admin view and the sale report, beside the arrivals that got in.
+    let refused = json!({"challenge": 0, "address": 470, "captcha": 0});
+    assert_eq!(admin_view(&app, "drop").await["refused"], refused);
+    let report: Value = app
+        .get("/v1/admin/queues/drop/report")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&report["totals"]["arrivals"], &report["totals"]["refused"]),
+        (&json!(30), &refused)
+    );
 
     // A member's own re-entry (its ticket) does not count against the spent budget.
     let (member, ticket) = &tickets[0];
@@ -545,6 +558,7 @@ async fn the_captcha_hook_asks_the_providers_siteverify_and_follows_the_fail_mod
         );
     }
     assert_eq!(refused_metric(&app, "human", "captcha").await, 3);
+    assert_eq!(admin_view(&app, "human").await["refused"]["captcha"], 3);
 
     // An unreachable verifier: the queue's fail mode (closed → 503 with Retry-After), or the hook's own.
     let closed_port = {
