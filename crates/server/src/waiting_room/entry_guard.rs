@@ -507,10 +507,7 @@ fn budget_key(queue: &QueueName, address: &str) -> String {
 /// recorded no peer (every such request shares one budget).
 #[must_use]
 pub fn address_label(client: Option<IpAddr>) -> String {
-    client.map_or_else(
-        || "unknown".to_owned(),
-        |address| AddressKey::of(address).to_string(),
-    )
+    client.map_or_else(|| "unknown".to_owned(), |address| AddressKey::of(address).label())
 }
 
 /// Whether `settings` ask new entries for anything.
@@ -627,7 +624,7 @@ mod tests {
         assert_eq!(address_label(None), "unknown");
         assert_eq!(
             address_label(Some("2001:db8::1".parse().unwrap())),
-            "2001:db8::/64"
+            "6:20010db800000000"
         );
     }
 }
