@@ -402,11 +402,7 @@ fn refusal_answer(
     let retry_after = refusal.retry_after_secs;
     if !wants_html {
         let mut response = refusal.into_response();
-        for cookie in set_cookies {
-            if let Ok(value) = HeaderValue::from_str(cookie) {
-                response.headers_mut().append(header::SET_COOKIE, value);
-            }
-        }
+        append_cookies(response.headers_mut(), set_cookies);
         return response;
     }
     let look = state.pages.for_queue(queue.as_str());
@@ -466,12 +462,18 @@ fn see_other(location: &str, set_cookies: &[String]) -> Response {
         headers.insert(header::LOCATION, location);
     }
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    append_cookies(headers, set_cookies);
+    response
+}
+
+/// One `Set-Cookie` per cookie (a value that is no header value, which the cookie builder never makes, is
+/// left out).
+fn append_cookies(headers: &mut HeaderMap, set_cookies: &[String]) {
     for cookie in set_cookies {
         if let Ok(value) = HeaderValue::from_str(cookie) {
             headers.append(header::SET_COOKIE, value);
         }
     }
-    response
 }
 
 fn new_nonce() -> String {
@@ -504,10 +506,6 @@ fn html_response_with_csp(body: String, csp: String, set_cookies: &[String]) -> 
     if let Ok(csp) = HeaderValue::from_str(&csp) {
         headers.insert(header::CONTENT_SECURITY_POLICY, csp);
     }
-    for cookie in set_cookies {
-        if let Ok(value) = HeaderValue::from_str(cookie) {
-            headers.append(header::SET_COOKIE, value);
-        }
-    }
+    append_cookies(headers, set_cookies);
     response
 }
