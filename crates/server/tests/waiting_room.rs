@@ -61,7 +61,12 @@ async fn serve_upstream(router: axum::Router) -> SocketAddr {
 async fn start(clock: ManualClock, config: WaitingRoomConfig, dir: Option<tempfile::TempDir>) -> RoomApp {
     let mut builder = TestApp::builder()
         .clock(Arc::new(clock.clone()))
-        .configure(move |service| service.waiting_room = config)
+        .configure(move |service| {
+            service.waiting_room = config;
+            // Every member here enters from 127.0.0.1: the per-address budget (issue 28, tested in
+            // tests/api/entry_guards.rs) stays off, as `support/app.rs` has it.
+            service.waiting_room.entries_per_address_per_minute = 0;
+        })
         .admission_stepped_by_test();
     if let Some(dir) = dir {
         builder = builder.in_temp_dir(dir);
