@@ -28,7 +28,7 @@ use std::net::IpAddr;
 use axum::http::StatusCode;
 use parking_lot::Mutex;
 use rankgate_core::limiter::{RateDecision, RateLimit};
-use rankgate_core::queue::challenge::{self, EntryChallenge, EntryChallengeSettings};
+use rankgate_core::queue::challenge::{self, EntryChallengeSettings};
 use rankgate_core::queue::draw::hmac_sha256;
 use rankgate_core::queue::{FailMode, QueueName, QueueSettings, RefusalReason};
 use rankgate_store::queue::token::TokenSecret;
@@ -342,7 +342,8 @@ impl EntryGuards {
         value
     }
 
-    /// Checks a proof-of-work solution and spends it; the refusal (428) carries a fresh challenge.
+    /// Checks a proof-of-work solution and spends it; the refusal (428) carries a fresh challenge. The
+    /// error's refusal is `None` when the store could not be asked (a 503, not a refusal).
     pub async fn pass_challenge(
         &self,
         limiter: &dyn RateLimiter,
@@ -351,13 +352,13 @@ impl EntryGuards {
         difficulty: u32,
         evidence: &EntryEvidence<'_>,
         now_ms: i64,
-    ) -> Result<(), (ChallengeRefusal, ApiError)> {
+    ) -> Result<(), (Option<ChallengeRefusal>, ApiError)> {
         let refused = |refusal: ChallengeRefusal| {
             let fresh = self.key.issue(queue, address, difficulty, now_ms);
             let mut extra = serde_json::Map::new();
             extra.insert("challenge".into(), fresh.to_json());
             (
-                refusal,
+                Some(refusal),
                 ApiError::Refused(Box::new(Refusal {
                     status: StatusCode::PRECONDITION_REQUIRED,
                     message: refusal.message().replace("{queue}", queue.as_str()),
@@ -384,7 +385,7 @@ impl EntryGuards {
                 RateLimiterKind::SlidingLog,
             )
             .await
-            .map_err(|error| (ChallengeRefusal::Missing, super::service::store_error(error)))?;
+            .map_err(|error| (None, super::service::store_error(error)))?;
         match spent {
             RateDecision::Allowed { .. } => Ok(()),
             RateDecision::Limited { .. } => Err(refused(ChallengeRefusal::Replayed)),
@@ -508,12 +509,6 @@ fn budget_key(queue: &QueueName, address: &str) -> String {
 #[must_use]
 pub fn address_label(client: Option<IpAddr>) -> String {
     client.map_or_else(|| "unknown".to_owned(), |address| AddressKey::of(address).label())
-}
-
-/// Whether `settings` ask new entries for anything.
-#[must_use]
-pub fn challenge_is_on(settings: &EntryChallengeSettings) -> bool {
-    settings.entry_challenge != EntryChallenge::None
 }
 
 #[cfg(test)]

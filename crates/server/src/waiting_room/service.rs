@@ -380,7 +380,12 @@ impl WaitingRoom {
                     )
                     .await;
                 if let Err((refusal, error)) = passed {
-                    if refusal != ChallengeRefusal::Missing || count_missing == CountMissing::Yes {
+                    let counted = match refusal {
+                        Some(ChallengeRefusal::Missing) => count_missing == CountMissing::Yes,
+                        Some(_) => true,
+                        None => false,
+                    };
+                    if counted {
                         self.count_refusal(queue, RefusalReason::Challenge).await;
                     }
                     return Err(error);
