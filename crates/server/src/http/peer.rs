@@ -126,7 +126,7 @@ pub fn client_address(
     let hops: &mut dyn Iterator<Item = Option<IpAddr>> = if forwarded {
         &mut nearest_first.filter_map(forwarded_for)
     } else {
-        &mut nearest_first.map(|hop| parse_hop(hop.trim()))
+        &mut nearest_first.map(|hop| parse_hop(trim_ows(hop)))
     };
     for hop in hops.take(MAX_FORWARDED_HOPS) {
         match hop.map(unmapped) {
@@ -184,11 +184,17 @@ impl<'a> LastLines<'a> {
 /// The `for=` hop of one `Forwarded` element (`None` for an element without one: not a hop), parsed.
 fn forwarded_for(element: &str) -> Option<Option<IpAddr>> {
     element.split(';').find_map(|pair| {
-        let (name, value) = pair.trim().split_once('=')?;
-        name.trim()
+        let (name, value) = trim_ows(pair).split_once('=')?;
+        trim_ows(name)
             .eq_ignore_ascii_case("for")
-            .then(|| parse_hop(value.trim()))
+            .then(|| parse_hop(trim_ows(value)))
     })
+}
+
+/// `raw` without HTTP's optional whitespace (spaces and tabs, RFC 9110) around it. Not `str::trim`,
+/// which would also take Unicode spaces such as U+0085 off a hop a client wrote.
+fn trim_ows(raw: &str) -> &str {
+    raw.trim_matches([' ', '\t'])
 }
 
 /// One hop's address: `192.0.2.1`, `192.0.2.1:4711`, `2001:db8::1`, `[2001:db8::1]:4711`, optionally in
@@ -413,6 +419,18 @@ mod tests {
         assert_eq!(label("::ffff:192.0.2.7"), "4:c0000207");
         assert_eq!(label("2001:db8:1:2:aaaa::1"), "6:20010db800010002");
         assert_eq!(label("2001:db8:1:2::"), label("2001:db8:1:2:ffff::9"));
+    }
+
+    #[test]
+    fn a_hop_with_unicode_whitespace_is_no_address() {
+        // Found by fuzzing (fuzz/fuzz_targets/entry_guard.rs): `str::trim` took the U+0085 off.
+        let line = [("x-forwarded-for", "10.0.0.2\u{85}")];
+        assert_eq!(client("10.0.0.1", &line, &["10.0.0.0/8"]), Some(ip("10.0.0.1")));
+        let spaced = [("x-forwarded-for", " \t203.0.113.9\t ")];
+        assert_eq!(
+            client("10.0.0.1", &spaced, &["10.0.0.0/8"]),
+            Some(ip("203.0.113.9"))
+        );
     }
 
     #[test]
