@@ -88,16 +88,6 @@ impl Provider {
             Provider::Recaptcha => "g-recaptcha",
         }
     }
-
-    /// The form field the provider's widget fills with its token.
-    #[must_use]
-    pub fn response_field(self) -> &'static str {
-        match self {
-            Provider::Turnstile => "cf-turnstile-response",
-            Provider::Hcaptcha => "h-captcha-response",
-            Provider::Recaptcha => "g-recaptcha-response",
-        }
-    }
 }
 
 /// `[waiting_room.captcha]` as the file gives it. `Debug` never shows the secret.
