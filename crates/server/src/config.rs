@@ -153,65 +153,39 @@ pub struct FileConfig {
     kafka: KafkaFile,
 }
 
-/// Values given on the command line or in `RANKGATE_*` variables.
-#[derive(Debug, Default, Clone, clap::Args)]
+/// Values given on the command line or in `RANKGATE_*` variables, whichever command took them: each command
+/// takes only its own options (see [`crate::cli::options`]), then hands them over as one `Overrides`.
+#[derive(Debug, Default, Clone)]
 pub struct Overrides {
-    /// Address to listen on [default: 127.0.0.1:8080]
-    #[arg(long, hide_env_values = true, env = "RANKGATE_LISTEN")]
+    /// `--listen`.
     pub listen: Option<SocketAddr>,
-    /// Data directory of the embedded stores [default: ./rankgate-data]
-    #[arg(long, hide_env_values = true, env = "RANKGATE_DATA_DIR")]
+    /// `--data-dir`.
     pub data_dir: Option<PathBuf>,
-    /// TOML configuration file
-    #[arg(long, hide_env_values = true, env = "RANKGATE_CONFIG")]
+    /// `--config`.
     pub config: Option<PathBuf>,
-    /// IANA time zone of calendar periods, whole-hour offsets only [default: UTC]
-    #[arg(long, hide_env_values = true, env = "RANKGATE_TIME_ZONE")]
+    /// `--time-zone`.
     pub time_zone: Option<String>,
-    /// Comma-separated admin bearer keys (never logged)
-    #[arg(
-        long,
-        env = "RANKGATE_ADMIN_KEYS",
-        hide_env_values = true,
-        value_delimiter = ','
-    )]
+    /// `--admin-keys` (never logged).
     pub admin_keys: Option<Vec<String>>,
-    /// PostgreSQL source of truth, e.g. postgres://postgres@127.0.0.1:5432/shop (never logged)
-    #[arg(long, env = "RANKGATE_DATABASE", hide_env_values = true)]
+    /// `--database` (never logged).
     pub database: Option<String>,
-    /// PostgreSQL schema for rankgate's tables [default: rankgate]
-    #[arg(long, hide_env_values = true, env = "RANKGATE_DATABASE_SCHEMA")]
+    /// `--database-schema`.
     pub database_schema: Option<String>,
-    /// Redis for waiting-room state and serving rankings: one URL, or comma-separated Cluster node URLs
-    #[arg(long, hide_env_values = true, env = "RANKGATE_REDIS", value_delimiter = ',')]
+    /// `--redis`.
     pub redis: Option<Vec<String>>,
-    /// Also ingest from a Redis stream: redis://host:port/<stream key> (consumer group `rankgate`)
-    #[arg(long, hide_env_values = true, env = "RANKGATE_STREAM")]
+    /// `--stream`.
     pub stream: Option<String>,
-    /// Comma-separated ingest bearer keys (never logged)
-    #[arg(
-        long,
-        env = "RANKGATE_INGEST_KEYS",
-        hide_env_values = true,
-        value_delimiter = ','
-    )]
+    /// `--ingest-keys` (never logged).
     pub ingest_keys: Option<Vec<String>>,
-    /// Waiting-room token secret, 32 bytes in URL-safe base64 (never logged; prefer --token-secret-file)
-    #[arg(long, env = "RANKGATE_TOKEN_SECRET", hide_env_values = true)]
+    /// `--token-secret` (never logged).
     pub token_secret: Option<String>,
-    /// File holding the waiting-room token secret, outside the data directory; required with --redis
-    #[arg(long, env = "RANKGATE_TOKEN_SECRET_FILE")]
+    /// `--token-secret-file`.
     pub token_secret_file: Option<PathBuf>,
-    /// Durability of the embedded SQLite databases: "full" fsyncs every commit (survives power loss),
-    /// "normal" only at checkpoints (survives a process crash) [default: full]
-    #[arg(long, env = "RANKGATE_SQLITE_SYNCHRONOUS")]
+    /// `--sqlite-synchronous`.
     pub sqlite_synchronous: Option<String>,
-    /// `Cache-Control: public, max-age=N` seconds of ranking reads, 0 to 31536000 [default: the
-    /// freshness bound rounded up to whole seconds]
-    #[arg(long, env = "RANKGATE_CACHE_MAX_AGE_SECONDS")]
+    /// `--cache-max-age-seconds`.
     pub cache_max_age_seconds: Option<u64>,
     /// `--kafka`, `--kafka-topic`, `--kafka-group` (see [`crate::rankings::ingest::kafka`]).
-    #[command(flatten)]
     pub kafka: KafkaOverrides,
 }
 

@@ -13,7 +13,7 @@
 //! - [`config`]: defaults → TOML file → `RANKGATE_*` variables → flags; bearer keys hashed on load.
 //! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, migrate, relay,
 //!   catalog, queue, verify-draw.
-//! - [`demo`]: `rankgate demo`, the seed lesson's workload and the flash sale end to end.
+//! - [`demo`]: `rankgate demo`, a generated shop's events and the flash sale end to end.
 //!
 //! `rankings` and `waiting_room` never import each other; what both need lives in `http` or in a
 //! lower crate.

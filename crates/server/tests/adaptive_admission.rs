@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use rankgate::waiting_room::{GateConfig, GateRoute, WaitingRoom, WaitingRoomConfig};
 use rankgate_store::clock::ManualClock;
-use rankgate_testkit::redis_servers::{unique_prefix, KeyCleanup, STANDALONE_URL};
+use rankgate_testkit::redis_servers::{unique_prefix, KeyCleanup, standalone_url};
 use serde_json::{json, Value};
 
 use app::TestApp;
@@ -437,7 +437,7 @@ async fn adaptive_admission_is_global_across_two_instances_sharing_redis() {
     let clock = ManualClock::new(START_MS);
     let prefix = unique_prefix();
     let _cleanup = KeyCleanup::standalone(prefix.clone());
-    let redis = (vec![STANDALONE_URL.to_string()], prefix);
+    let redis = (vec![standalone_url()], prefix);
     let mut instances = Vec::new();
     for _ in 0..2 {
         instances.push(spawn_instance(&clock, config_with_gate(upstream), Some(redis.clone())).await);

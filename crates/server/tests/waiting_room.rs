@@ -919,7 +919,7 @@ async fn flash_sale_demo_admits_at_the_configured_rate_and_retries_failed_orders
 async fn flash_sale_demo_runs_on_redis_and_cleans_up() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut out = Vec::new();
-    let redis = ["redis://127.0.0.1:6379".to_string()];
+    let redis = [rankgate_testkit::redis_servers::standalone_url()];
     let report = rankgate::demo::flash_sale::run_flash_sale_demo(dir.path(), 600, &redis, &mut out)
         .await
         .expect("demo on redis");

@@ -61,7 +61,7 @@ use rankgate_store::queue::{
     StoreError,
 };
 use rankgate_store::synchronous::Synchronous;
-use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
+use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, standalone_url};
 
 const QUEUES: [&str; 3] = ["eq-a", "eq-b", "eq-c"];
 const MEMBERS: [&str; 4] = ["m-0", "m-1", "m-2", "m-3"];
@@ -923,7 +923,7 @@ fn check(urls: fn() -> Vec<String>, topology: &str) {
 /// The embedded store and the Redis at 127.0.0.1:6379 answer every random sequence identically.
 #[test]
 fn embedded_and_redis_standalone_agree_on_every_step() {
-    check(|| vec![STANDALONE_URL.to_string()], "standalone");
+    check(|| vec![standalone_url()], "standalone");
 }
 
 /// The embedded store and a 3-node Redis Cluster answer every random sequence identically.
@@ -1137,7 +1137,7 @@ mod jobs_and_limits {
     /// The embedded store and the Redis at 127.0.0.1:6379 decide every limit and job step identically.
     #[test]
     fn embedded_and_redis_standalone_agree_on_jobs_and_limits() {
-        check(|| vec![STANDALONE_URL.to_string()], "standalone");
+        check(|| vec![standalone_url()], "standalone");
     }
 
     /// The embedded store and a 3-node Redis Cluster decide every limit and job step identically.

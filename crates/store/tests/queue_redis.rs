@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rankgate_testkit::redis_servers::{
-    cluster, spawn_watched_server, unique_prefix, wait_until, KeyCleanup, LocalRedis, STANDALONE_URL,
+    cluster, spawn_watched_server, unique_prefix, wait_until, KeyCleanup, LocalRedis, standalone_url,
 };
 
 use rankgate_core::ids::MemberId;
@@ -75,7 +75,7 @@ fn member(name: &str) -> MemberId {
 /// The shared conformance suite against the Redis at 127.0.0.1:6379.
 mod standalone {
     async fn make() -> rankgate_store::queue::conformance::Backend {
-        super::backend_on(vec![super::STANDALONE_URL.to_string()]).await
+        super::backend_on(vec![super::standalone_url()]).await
     }
 
     rankgate_store::queue_conformance_suite!(make);
@@ -285,7 +285,7 @@ async fn coalesced_entries_and_polls_answer_as_one_call_each(urls: Vec<String>) 
 /// current-thread runtime hands the entries to the lane in spawn order.)
 #[tokio::test(flavor = "current_thread")]
 async fn a_declined_member_keeps_their_place_in_a_coalesced_round() {
-    let urls = vec![STANDALONE_URL.to_string()];
+    let urls = vec![standalone_url()];
     let (store, _cleanup) = isolated_store(&urls).await;
     let q = queue("order");
     let buyer = member("buyer");
@@ -322,13 +322,13 @@ async fn a_declined_member_keeps_their_place_in_a_coalesced_round() {
 /// One member's unreadable record fails that member's poll only, not the others coalesced with it.
 #[tokio::test(flavor = "current_thread")]
 async fn a_corrupt_record_fails_only_its_own_poll_in_a_round() {
-    let urls = vec![STANDALONE_URL.to_string()];
+    let urls = vec![standalone_url()];
     let (store, _cleanup) = isolated_store(&urls).await;
     let q = queue("corrupt");
     for i in 0..10 {
         store.enter(&q, &member(&format!("m-{i}"))).await.unwrap();
     }
-    let mut connection = redis::Client::open(STANDALONE_URL)
+    let mut connection = redis::Client::open(standalone_url())
         .unwrap()
         .get_connection()
         .unwrap();
@@ -434,7 +434,7 @@ macro_rules! on_both {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
-                    super::$name(vec![super::STANDALONE_URL.to_string()]).await;
+                    super::$name(vec![super::standalone_url()]).await;
                 }
             )*
         }

@@ -12,7 +12,7 @@ use rankgate_core::queue::{MemberStatus, QueueName, SettingsPatch};
 use rankgate_store::clock::ManualClock;
 use rankgate_store::queue::redis::{RedisOptions, RedisStore, RedisTime};
 use rankgate_store::queue::{EnterOutcome, Placement, QueueStore};
-use rankgate_testkit::redis_servers::{unique_prefix, KeyCleanup, STANDALONE_URL};
+use rankgate_testkit::redis_servers::{unique_prefix, KeyCleanup, standalone_url};
 
 async fn store_on(prefix: &str) -> Arc<RedisStore> {
     let options = RedisOptions {
@@ -20,9 +20,9 @@ async fn store_on(prefix: &str) -> Arc<RedisStore> {
         time: RedisTime::Injected(Arc::new(ManualClock::new(1_700_000_000_000))),
         ..RedisOptions::default()
     };
-    RedisStore::connect(&[STANDALONE_URL.to_string()], options)
+    RedisStore::connect(&[standalone_url()], options)
         .await
-        .expect("the Redis at 127.0.0.1:6379")
+        .expect("the shared Redis")
 }
 
 /// Deletes every key under `prefix`: the store lost everything.

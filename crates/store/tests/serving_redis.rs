@@ -26,7 +26,7 @@ use rankgate_store::ranking::redis_serving::{
 };
 use rankgate_store::ranking::sqlite::SqliteSource;
 use rankgate_testkit::postgres_schemas::{postgres_url, SchemaGuard};
-use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
+use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, standalone_url};
 use workload::{assert_same, categories, ingestor_over, raw_event, to_event, RawEvent, BASE, HOUR};
 
 /// The spans published in these tests: every kind, including days with carry.
@@ -341,7 +341,7 @@ async fn served_follows_the_engine_in_calls_of(urls: Vec<String>, depth: Option<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_serves_exactly_what_the_engine_ranks() {
-    served_follows_the_engine(vec![STANDALONE_URL.to_string()], None).await;
+    served_follows_the_engine(vec![standalone_url()], None).await;
 }
 
 // Defect 17 of issue 9: a publication as big as a whole span ran as one script, blocking a Redis that
@@ -349,12 +349,12 @@ async fn standalone_serves_exactly_what_the_engine_ranks() {
 // to 48 writes) is split: the served state is the same, and no call carries more than 7.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_span_publication_is_chunked_and_serves_the_same() {
-    served_follows_the_engine_in_calls_of(vec![STANDALONE_URL.to_string()], None, 7).await;
+    served_follows_the_engine_in_calls_of(vec![standalone_url()], None, 7).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_top_n_span_publication_is_chunked_and_serves_the_same() {
-    served_follows_the_engine_in_calls_of(vec![STANDALONE_URL.to_string()], Some(3), 5).await;
+    served_follows_the_engine_in_calls_of(vec![standalone_url()], Some(3), 5).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,7 +364,7 @@ async fn cluster_span_publication_is_chunked_and_serves_the_same() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_top_n_only_serves_the_top_k_and_full_totals() {
-    served_follows_the_engine(vec![STANDALONE_URL.to_string()], Some(3)).await;
+    served_follows_the_engine(vec![standalone_url()], Some(3)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -444,7 +444,7 @@ async fn the_pointer_is_fenced_by_the_lease(urls: Vec<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_pointer_is_fenced_by_the_lease() {
-    the_pointer_is_fenced_by_the_lease(vec![STANDALONE_URL.to_string()]).await;
+    the_pointer_is_fenced_by_the_lease(vec![standalone_url()]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -471,9 +471,9 @@ proptest! {
         let lateness = 72 * HOUR;
         let schema = SchemaGuard::unique("rgrecompute");
         let prefix = unique_prefix();
-        let _cleanup = KeyCleanup { nodes: vec![STANDALONE_URL.to_string()], prefix: prefix.clone() };
+        let _cleanup = KeyCleanup { nodes: vec![standalone_url()], prefix: prefix.clone() };
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let store = runtime.block_on(connect(&[STANDALONE_URL.to_string()], &prefix));
+        let store = runtime.block_on(connect(&[standalone_url()], &prefix));
         // The PostgreSQL client is blocking: it runs outside the runtime, only Redis calls inside it.
         let source = rankgate_store::ranking::postgres::PostgresSource::connect(&postgres_url(), &schema.0)
             .unwrap_or_else(|e| panic!("PostgreSQL at {} must be reachable: {e}", postgres_url()));
@@ -507,10 +507,10 @@ proptest! {
 async fn a_chunked_span_build_that_lost_its_staged_part_is_lost_and_leaves_the_served_span() {
     let prefix = unique_prefix();
     let _cleanup = KeyCleanup {
-        nodes: vec![STANDALONE_URL.to_string()],
+        nodes: vec![standalone_url()],
         prefix: prefix.clone(),
     };
-    let mut connection = redis::Client::open(STANDALONE_URL)
+    let mut connection = redis::Client::open(standalone_url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await

@@ -18,7 +18,7 @@ use rankgate_store::ranking::redis_serving::{
     Active, Published, RedisServing, ServingOptions, StampKind, Stamped,
 };
 use rankgate_store::ranking::serving_store::{EngineServing, ServingStore};
-use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
+use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, standalone_url};
 use serving_conformance::{check_store, requests, ServingFixture};
 use workload::BASE;
 
@@ -162,12 +162,12 @@ async fn redis_answers_what_the_recompute_ranks(urls: Vec<String>, depth: Option
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_redis_answers_what_the_recompute_ranks() {
-    redis_answers_what_the_recompute_ranks(vec![STANDALONE_URL.to_string()], None).await;
+    redis_answers_what_the_recompute_ranks(vec![standalone_url()], None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_redis_top_n_only_answers_the_top_k_with_full_totals() {
-    redis_answers_what_the_recompute_ranks(vec![STANDALONE_URL.to_string()], Some(3)).await;
+    redis_answers_what_the_recompute_ranks(vec![standalone_url()], Some(3)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,18 +186,18 @@ async fn cluster_top_n_only_answers_the_top_k_with_full_totals() {
 async fn redis_declines_rankings_it_does_not_serve() {
     let prefix = unique_prefix();
     let _cleanup = KeyCleanup {
-        nodes: vec![STANDALONE_URL.to_string()],
+        nodes: vec![standalone_url()],
         prefix: prefix.clone(),
     };
     let store = RedisServing::connect(
-        &[STANDALONE_URL.to_string()],
+        &[standalone_url()],
         ServingOptions {
             prefix,
             ..ServingOptions::default()
         },
     )
     .await
-    .expect("redis at 127.0.0.1:6379");
+    .expect("the shared Redis");
     let active = Active {
         generation: 7,
         seq: 0,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
+use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, standalone_url};
 
 use rankgate_store::watch_ledger::{EmbeddedWatchLedger, RedisWatchLedger, WatchLedger, WatchSnapshot};
 
@@ -65,7 +65,7 @@ async fn lease_fences_records(nodes: Vec<String>) {
 
 #[tokio::test]
 async fn the_lease_fences_records_on_redis_standalone() {
-    lease_fences_records(vec![STANDALONE_URL.into()]).await;
+    lease_fences_records(vec![standalone_url()]).await;
 }
 
 #[tokio::test]

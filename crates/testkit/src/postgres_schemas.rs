@@ -8,7 +8,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The shared PostgreSQL: `RANKGATE_TEST_POSTGRES`, or the machine's (`postgres` user, `test` database,
+/// The shared PostgreSQL: `RANKGATE_TEST_POSTGRES` (scripts/test.sh sets it when it starts a private
+/// server), or the machine's (`postgres` user, `test` database,
 /// trust on loopback; CI starts it).
 pub fn postgres_url() -> String {
     std::env::var("RANKGATE_TEST_POSTGRES")

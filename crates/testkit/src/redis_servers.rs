@@ -1,4 +1,4 @@
-//! Redis for tests: the shared standalone server at [`STANDALONE_URL`], where a test writes only under a
+//! Redis for tests: the shared standalone server at [`standalone_url`], where a test writes only under a
 //! [`unique_prefix`] that its [`KeyCleanup`] deletes; and private servers this test binary starts on
 //! spare ports ([`LocalRedis`], the 3-node [`cluster`]), which a test may stop, fill or break at will.
 //!
@@ -12,8 +12,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The shared standalone Redis every test machine runs (CI starts it).
-pub const STANDALONE_URL: &str = "redis://127.0.0.1:6379";
+/// The shared standalone Redis: `RANKGATE_TEST_REDIS` (scripts/test.sh sets it when it starts a private
+/// server), else the machine's at 127.0.0.1:6379.
+pub fn standalone_url() -> String {
+    std::env::var("RANKGATE_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
 
 static NEXT_PREFIX: AtomicUsize = AtomicUsize::new(0);
 
@@ -38,7 +41,7 @@ impl KeyCleanup {
     /// Cleanup of `prefix` on the shared standalone server.
     pub fn standalone(prefix: impl Into<String>) -> KeyCleanup {
         KeyCleanup {
-            nodes: vec![STANDALONE_URL.to_string()],
+            nodes: vec![standalone_url()],
             prefix: prefix.into(),
         }
     }

@@ -1,7 +1,7 @@
 //! The application: the two products composed into one service, and startup you can test.
 //!
-//! [`Application::build`] locks the data directory, opens the waiting room and the rankings (each
-//! restoring its state), binds the listener (port 0 in tests) and assembles the router inside the
+//! [`Application::build`] binds the listener (port 0 in tests) first, then locks the data directory, opens
+//! the waiting room and the rankings (each restoring its state) and assembles the router inside the
 //! [`Edge`](crate::http::edge::Edge); [`Application::run_until_stopped`] serves until shutdown.
 //!
 //! - this module: the composition, and the route table of the whole service ([`endpoints`]);
@@ -187,6 +187,14 @@ impl Application {
         clock: Arc<dyn Clock>,
         redis_queue_time: RedisQueueTime,
     ) -> anyhow::Result<Application> {
+        // The address first: a port already in use must fail before anything is created on disk (the data
+        // dir, its lock, the token secret), so a mistyped start leaves nothing behind.
+        let listener = TcpListener::bind(config.listen).await.with_context(|| {
+            format!(
+                "binding {}; is another process using that address? (choose another with --listen)",
+                config.listen
+            )
+        })?;
         let lock = lock_data_dir(&config.data_dir)?;
         let waiting_room = if config.redis.is_empty() {
             WaitingRoom::open_embedded(&config.data_dir, config.waiting_room.clone(), clock.clone()).await?
@@ -225,12 +233,6 @@ impl Application {
             &shutdown,
         )
         .await?;
-        let listener = TcpListener::bind(config.listen).await.with_context(|| {
-            format!(
-                "binding {}; is another process using that address?",
-                config.listen
-            )
-        })?;
         let state = AppState {
             config: Arc::new(config),
             rankings,

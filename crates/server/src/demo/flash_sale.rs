@@ -458,11 +458,18 @@ pub async fn run_flash_sale_demo(
         ) = backtest(&shoppers);
         writeln!(
             out,
-            "  estimate backtest ({} admitted members, estimate at entry vs actual wait to admission): median \
-             absolute error {:.2} s; actual beyond P90 for {:.1}% (a calibrated P90: about 10%)",
+            "  estimate backtest ({} admitted members; the wait estimated at entry vs the actual wait until \
+             admission): median absolute error {:.2} s, actual beyond the P90 estimate for {:.1}%",
             report.backtested,
             report.median_absolute_error_seconds,
             report.beyond_p90_share * 100.0
+        )?;
+        // The scene admits at a constant rate and nobody leaves early, so the line should read 0: what it
+        // can show here is that the estimates are right, not how the P90 behaves under a varying rate.
+        writeln!(
+            out,
+            "    (this sale admits at a constant rate and nobody leaves, so the estimates should be exact and \
+             0% beyond P90 is right; when the rate varies, a calibrated P90 is exceeded by about 10% of waits)"
         )?;
         let admitted = report.admitted.max(1) as f64;
         let orders = (report.orders_committed + report.orders_failed) as f64;

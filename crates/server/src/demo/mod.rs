@@ -1,7 +1,8 @@
-//! `rankgate demo`: the seed lesson's workload end to end on embedded defaults, then the flash-sale
-//! waiting room. Prints top lists, the verification result and timings.
+//! `rankgate demo`: a generated shop's two weeks of events end to end on embedded defaults (the workload of
+//! the design document rankgate grew from, `rankgate_workload::seed_lesson`), then the flash-sale waiting
+//! room. Prints top lists, the verification result and timings.
 //!
-//! - this module: the rankings' scene (the seed lesson's workload ingested, top lists, verify);
+//! - this module: the rankings' scene (the shop's events ingested, top lists, verify);
 //! - [`flash_sale`]: the waiting room's scene (a surge through the queue and the gate);
 //! - [`adaptive_admission`]: the order service degrades mid-sale and admission follows it.
 
@@ -17,7 +18,7 @@ use rankgate_store::ranking::engine::RankingQuery;
 use rankgate_workload::{seed_lesson, SeedLessonConfig};
 
 use crate::config::Config;
-use crate::rankings::verify::verify_data_dir;
+use crate::rankings::verify::{verify_data_dir, verify_progress};
 use crate::rankings::{IngestCounts, RankingService};
 
 pub mod adaptive_admission;
@@ -41,7 +42,7 @@ pub fn run_demo(
 
     writeln!(
         out,
-        "rankgate demo — the seed lesson's workload on embedded defaults (data dir {})",
+        "rankgate demo — a generated shop's last two weeks of events, on embedded defaults (data dir {})",
         data_dir.display()
     )?;
     let started = Instant::now();
@@ -126,7 +127,7 @@ pub fn run_demo(
             5,
         ),
         (
-            "all, revenue, last 30 days",
+            "all, revenue in currency units, last 30 days",
             RankerName::Revenue,
             CategoryOrAll::All,
             Span::Window {
@@ -152,7 +153,11 @@ pub fn run_demo(
         let items: Vec<String> = page
             .items
             .iter()
-            .map(|i| format!("{} {}", i.product, trim_score(i.score)))
+            .map(|i| match ranker {
+                // Revenue is kept in the currency's smallest unit (cents): shown in whole units.
+                RankerName::Revenue => format!("{} {}", i.product, money(i.score)),
+                _ => format!("{} {}", i.product, trim_score(i.score)),
+            })
             .collect();
         writeln!(
             out,
@@ -179,7 +184,9 @@ pub fn run_demo(
     let _ = restarted_writer.join();
 
     let started = Instant::now();
-    let report = verify_data_dir(&config.rankings, &config.rankings_storage(), &|_| {})?;
+    let progress = verify_progress("verify");
+    let report = verify_data_dir(&config.rankings, &config.rankings_storage(), &progress)?;
+    progress.finish_and_clear();
     writeln!(
         out,
         "verify: {} rankings ({} ranked items) recomputed from {} raw events in {:.2}s: {}",
@@ -218,10 +225,41 @@ pub fn run_demo(
     Ok(report.ok())
 }
 
+/// An amount in the currency's smallest unit as whole units with two decimals and thousands separators:
+/// 123456789 → "1,234,567.89".
+fn money(cents: f64) -> String {
+    let cents = cents.round() as i64;
+    let (sign, cents) = if cents < 0 { ("-", -cents) } else { ("", cents) };
+    let units = (cents / 100).to_string();
+    let mut grouped = String::new();
+    for (i, digit) in units.chars().enumerate() {
+        if i > 0 && (units.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    format!("{sign}{grouped}.{:02}", cents % 100)
+}
+
 fn trim_score(score: f64) -> String {
     if score.fract() == 0.0 {
         format!("{score:.0}")
     } else {
         format!("{score:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::money;
+
+    #[test]
+    fn money_is_shown_in_whole_units_with_separators() {
+        assert_eq!(money(0.0), "0.00");
+        assert_eq!(money(5.0), "0.05");
+        assert_eq!(money(3998.0), "39.98");
+        assert_eq!(money(123_456_789.0), "1,234,567.89");
+        assert_eq!(money(100_000.0), "1,000.00");
+        assert_eq!(money(-250.0), "-2.50");
     }
 }

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use indicatif::{ProgressBar, ProgressStyle};
 use parking_lot::RwLock;
 
 use rankgate_core::event::{Event, ParseLimits};
@@ -22,6 +23,22 @@ use rankgate_store::ranking::source::SourceOfTruth;
 
 use super::config::RankingsConfig;
 use super::{open_source, Storage};
+
+/// The bar a verify run moves: the stage as its message, then one step per ranking compared. It draws on
+/// standard error when that is a terminal and is hidden otherwise (a log or a pipe gets the summary only).
+pub fn verify_progress(prefix: &'static str) -> ProgressBar {
+    use std::io::IsTerminal as _;
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(0).with_prefix(prefix);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix}: [{elapsed_precise}] {msg} {wide_bar} {pos}/{len} ({eta})")
+            .expect("valid template"),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    bar
+}
 
 /// What a verification found.
 #[derive(Debug, Default)]
@@ -154,13 +171,13 @@ pub fn read_event_log(source: &mut dyn SourceOfTruth) -> anyhow::Result<Vec<Even
 pub fn verify_data_dir(
     config: &RankingsConfig,
     storage: &Storage,
-    progress: &dyn Fn(&str),
+    progress: &ProgressBar,
 ) -> anyhow::Result<VerifyReport> {
     let mut source = open_source(config, storage)?;
     let policy = active_policy(source.as_mut(), RankerName::Popular)?;
     let trending = active_policy(source.as_mut(), RankerName::Trending)?;
     let now = Hour::from_millis(SystemClock.now_millis());
-    progress("reading the raw event log");
+    progress.set_message("reading the raw event log");
     let events = read_event_log(source.as_mut())?;
     let delisted = delisted_products(source.as_mut())?;
     let mut report = VerifyReport {
@@ -172,7 +189,7 @@ pub fn verify_data_dir(
         .at_hour(now)
         .with_delisted(delisted);
 
-    progress("loading serving state from the stored metrics");
+    progress.set_message("loading serving state from the stored metrics");
     let mut engine = RankingEngine::new(
         EngineConfig {
             zone: config.zone.clone(),
@@ -186,7 +203,7 @@ pub fn verify_data_dir(
     let _ingestor = Ingestor::open(source, engine.clone(), IngestConfig::default())?;
     let mut engine = engine.write();
 
-    progress("comparing hourly metric rows with the raw log");
+    progress.set_message("comparing hourly metric rows with the raw log");
     let expected_rows = model.hourly_rows();
     let log_start = expected_rows.first().map(|r| r.0);
     let mut stored_rows: Vec<_> = engine
@@ -210,10 +227,9 @@ pub fn verify_data_dir(
     };
     let spans = spans_to_verify(range, &config.zone);
     let categories = categories_of(&model);
-    progress(&format!(
-        "comparing {} rankings with the batch recompute",
-        spans.len() * categories.len() * RankerName::ALL.len()
-    ));
+    let total = spans.len() * categories.len() * RankerName::ALL.len();
+    progress.set_message("comparing rankings with the batch recompute");
+    progress.set_length(total as u64);
     for span in &spans {
         for category in &categories {
             for ranker in RankerName::ALL {
@@ -225,6 +241,7 @@ pub fn verify_data_dir(
                 let served = engine.full_ranking(&query);
                 let expected = model.ranking(ranker, category, span);
                 report.rankings += 1;
+                progress.inc(1);
                 report.items += expected.len();
                 compare_rankings(
                     &format!("{ranker} {category} {span:?}"),
@@ -268,7 +285,7 @@ pub async fn verify_server(
     config: &RankingsConfig,
     storage: &Storage,
     base_url: &str,
-    progress: &dyn Fn(&str),
+    progress: &ProgressBar,
 ) -> anyhow::Result<VerifyReport> {
     let (blocking_config, storage) = (config.clone(), storage.clone());
     // The blocking stores (the PostgreSQL client has its own runtime) are read off the async runtime.
@@ -297,10 +314,9 @@ pub async fn verify_server(
     };
     let spans = spans_to_verify(range, &config.zone);
     let categories = categories_of(&model);
-    progress(&format!(
-        "comparing {} served rankings with the batch recompute",
-        spans.len() * categories.len() * RankerName::ALL.len()
-    ));
+    let total = spans.len() * categories.len() * RankerName::ALL.len();
+    progress.set_message("comparing served rankings with the batch recompute");
+    progress.set_length(total as u64);
     let client = reqwest::Client::new();
     let base = base_url.trim_end_matches('/');
     for span in &spans {
@@ -329,6 +345,7 @@ pub async fn verify_server(
                 }
                 let expected: Vec<RankedItem> = expected.into_iter().take(10_000).collect();
                 report.rankings += 1;
+                progress.inc(1);
                 report.items += expected.len();
                 compare_rankings(
                     &format!("{ranker} {category} {span:?}"),

@@ -106,7 +106,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn token_secret_in_redis_is_gone_a_start_without_one_fails_clearly() {
         let prefix = format!("rgtest:room-nokey:{}:", std::process::id());
-        let urls = vec!["redis://127.0.0.1:6379".to_string()];
+        let urls = vec![rankgate_testkit::redis_servers::standalone_url()];
         let error = WaitingRoom::open_redis(
             &urls,
             &prefix,
@@ -121,7 +121,7 @@ mod tests {
         // With a secret it starts, and neither the start nor an admission writes a secret key.
         let room = WaitingRoom::open_redis(&urls, &prefix, config_with_secret(), Arc::new(SystemClock))
             .await
-            .expect("redis at 127.0.0.1:6379");
+            .expect("the shared Redis");
         let q = QueueName::parse("sale").unwrap();
         room.enter(&q, &MemberId::parse("m-1").unwrap()).await.unwrap();
         room.admit_queue_now(&q).await.unwrap();
@@ -157,11 +157,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_instances_on_one_redis_share_queue_and_tokens() {
         let prefix = format!("rgtest:room:{}:", std::process::id());
-        let urls = vec!["redis://127.0.0.1:6379".to_string()];
+        let urls = vec![rankgate_testkit::redis_servers::standalone_url()];
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let a = WaitingRoom::open_redis(&urls, &prefix, config_with_secret(), Arc::clone(&clock))
             .await
-            .expect("redis at 127.0.0.1:6379");
+            .expect("the shared Redis");
         let b = WaitingRoom::open_redis(&urls, &prefix, config_with_secret(), clock)
             .await
             .unwrap();
@@ -187,7 +187,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn polls_on_redis_are_limited_per_member_in_one_script() {
         let prefix = format!("rgtest:room-poll:{}:", std::process::id());
-        let urls = vec!["redis://127.0.0.1:6379".to_string()];
+        let urls = vec![rankgate_testkit::redis_servers::standalone_url()];
         let config = WaitingRoomConfig {
             poll_burst: 3,
             ..WaitingRoomConfig::default()
@@ -202,7 +202,7 @@ mod tests {
             Arc::new(SystemClock),
         )
         .await
-        .expect("redis at 127.0.0.1:6379");
+        .expect("the shared Redis");
         let q = QueueName::parse("sale").unwrap();
         let m = MemberId::parse("eager").unwrap();
         room.enter(&q, &m).await.unwrap();

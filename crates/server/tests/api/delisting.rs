@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::helpers::*;
-use crate::redis_servers::{cluster, unique_prefix, KeyCleanup, STANDALONE_URL};
+use crate::redis_servers::{cluster, unique_prefix, KeyCleanup, standalone_url};
 
 /// `PUT /v1/products/{product}` with `body`.
 async fn put_product(app: &TestApp, product: &str, body: &Value) -> reqwest::Response {
@@ -267,7 +267,7 @@ async fn a_delisted_product_leaves_every_ranking_keeps_counting_and_stays_delist
 async fn spawn_serving(schema: &str, redis: &[String], prefix: &str, depth: Option<usize>) -> TestApp {
     let (schema, redis, prefix) = (schema.to_string(), redis.to_vec(), prefix.to_string());
     spawn_app_with(move |config| {
-        config.rankings.database = Some(POSTGRES.into());
+        config.rankings.database = Some(postgres_url());
         config.rankings.database_schema = schema;
         config.redis = redis;
         config.redis_prefix = prefix;
@@ -379,7 +379,7 @@ async fn delisting_reaches_both_instances(redis: Vec<String>, depth: Option<usiz
         "--url",
         &a.address,
         "--database",
-        POSTGRES,
+        &postgres_url(),
         "--database-schema",
         &schema,
         "--data-dir",
@@ -391,7 +391,7 @@ async fn delisting_reaches_both_instances(redis: Vec<String>, depth: Option<usiz
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_and_standalone_redis_a_delisting_reaches_both_instances() {
-    delisting_reaches_both_instances(vec![STANDALONE_URL.to_string()], None, "standalone").await;
+    delisting_reaches_both_instances(vec![standalone_url()], None, "standalone").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

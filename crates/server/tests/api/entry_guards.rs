@@ -395,7 +395,7 @@ async fn settings_of_the_guards_are_checked_and_kept_on_redis_across_instances()
     let _cleanup = KeyCleanup::standalone(prefix.clone());
     let on_redis = |prefix: String| {
         move |config: &mut rankgate::config::Config| {
-            config.redis = vec!["redis://127.0.0.1:6379".into()];
+            config.redis = vec![rankgate_testkit::redis_servers::standalone_url()];
             config.redis_prefix = prefix;
             config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
             config.waiting_room.entries_per_address_per_minute = 3;

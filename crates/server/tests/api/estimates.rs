@@ -153,12 +153,12 @@ async fn on_redis(redis: Vec<String>, instances: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn estimates_are_right_after_opening_and_resuming_on_redis_standalone() {
-    on_redis(vec![redis_servers::STANDALONE_URL.into()], 1).await;
+    on_redis(vec![redis_servers::standalone_url()], 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn estimates_are_right_after_opening_and_resuming_on_three_instances_on_redis_standalone() {
-    on_redis(vec![redis_servers::STANDALONE_URL.into()], 3).await;
+    on_redis(vec![redis_servers::standalone_url()], 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -267,7 +267,7 @@ struct StreamGuard(String);
 impl Drop for StreamGuard {
     fn drop(&mut self) {
         if let Ok(mut connection) =
-            redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection())
+            redis::Client::open(rankgate_testkit::redis_servers::standalone_url()).and_then(|c| c.get_connection())
         {
             let _: redis::RedisResult<i64> = redis::cmd("DEL")
                 .arg(&self.0)
@@ -283,7 +283,7 @@ async fn entries_held_by_a_killed_instance_are_reclaimed_by_another_and_counted_
     let pg = OwnPostgres::start();
     let key = format!("rgtest:{}:faultstream", std::process::id());
     let _guard = StreamGuard(key.clone());
-    let stream_url = format!("redis://127.0.0.1:6379/{key}");
+    let stream_url = format!("{}/{key}", rankgate_testkit::redis_servers::standalone_url());
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("rankgate.toml");
     std::fs::write(&config, "stream_claim_idle_millis = 300\n").unwrap();
@@ -307,7 +307,7 @@ async fn entries_held_by_a_killed_instance_are_reclaimed_by_another_and_counted_
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let redis = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+    let redis = redis::Client::open(rankgate_testkit::redis_servers::standalone_url()).unwrap();
     let mut connection = redis.get_multiplexed_async_connection().await.unwrap();
     // A is up once its consumer group exists.
     let deadline = Instant::now() + Duration::from_secs(60);

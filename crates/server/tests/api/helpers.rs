@@ -8,7 +8,7 @@ use rankgate::config::{BearerKeys, Config};
 use serde_json::{json, Value};
 
 pub use crate::app::*;
-pub use rankgate_testkit::postgres_schemas::{drop_schema, SchemaGuard};
+pub use rankgate_testkit::postgres_schemas::{drop_schema, postgres_url, SchemaGuard};
 
 /// Epoch millis of "now" on the test machine.
 pub fn now_millis() -> i64 {
@@ -89,9 +89,6 @@ pub fn hour_key(millis: i64) -> String {
     let ts = jiff::Timestamp::from_millisecond(millis).unwrap();
     ts.strftime("%Y%m%d%H").to_string()
 }
-
-/// The shared PostgreSQL the backend tests use (each test in its own schema).
-pub const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// Polls `path` until `accept` holds and returns that body; bounded (generously, for slow machines).
 pub async fn read_until(app: &TestApp, path: &str, what: &str, accept: impl Fn(&Value) -> bool) -> Value {

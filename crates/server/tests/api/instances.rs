@@ -11,7 +11,7 @@ use crate::helpers::*;
 async fn spawn_instance(schema: &str) -> TestApp {
     let schema = schema.to_string();
     spawn_app_with(move |config| {
-        config.rankings.database = Some(POSTGRES.into());
+        config.rankings.database = Some(postgres_url());
         config.rankings.database_schema = schema;
         config.rankings.freshness_millis = 200;
     })
@@ -94,7 +94,7 @@ async fn two_instances_count_each_event_once_and_answer_identically() {
     let data_dir = a.data_dir.display().to_string();
     assert_verify_passes(&[
         "--database",
-        POSTGRES,
+        &postgres_url(),
         "--database-schema",
         &schema,
         "--data-dir",

@@ -16,6 +16,7 @@ mod entry_guards;
 mod estimates;
 mod events;
 mod faults;
+mod first_hour;
 mod hostile;
 mod instances;
 mod member_auth_modes;

@@ -53,7 +53,7 @@ async fn spawn_room(backend: Backend, mode: MemberAuth, queue: &str) -> Room {
         Backend::Embedded => (None, None),
         Backend::Redis => {
             let prefix = redis_servers::unique_prefix();
-            let urls = vec![redis_servers::STANDALONE_URL.to_string()];
+            let urls = vec![redis_servers::standalone_url()];
             let keys = redis_servers::KeyCleanup {
                 nodes: urls.clone(),
                 prefix: prefix.clone(),

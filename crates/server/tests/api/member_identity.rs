@@ -199,7 +199,7 @@ async fn member_endpoints_refuse_every_other_credential_on_embedded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_endpoints_refuse_every_other_credential_on_redis() {
     let prefix = redis_servers::unique_prefix();
-    let urls = vec![redis_servers::STANDALONE_URL.to_string()];
+    let urls = vec![redis_servers::standalone_url()];
     let _keys = redis_servers::KeyCleanup {
         nodes: urls.clone(),
         prefix: prefix.clone(),

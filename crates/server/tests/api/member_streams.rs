@@ -234,7 +234,7 @@ async fn a_stream_on_one_instance_follows_admissions_by_another(redis: Vec<Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_stream_on_one_instance_follows_admissions_by_another_on_redis_standalone() {
-    a_stream_on_one_instance_follows_admissions_by_another(vec![redis_servers::STANDALONE_URL.into()]).await;
+    a_stream_on_one_instance_follows_admissions_by_another(vec![redis_servers::standalone_url()]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,7 +413,7 @@ async fn abandonment_on_redis(redis: Vec<String>, queue: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holding_a_stream_counts_as_polling_for_abandonment_on_redis_standalone() {
-    abandonment_on_redis(vec![redis_servers::STANDALONE_URL.into()], "abandon-standalone").await;
+    abandonment_on_redis(vec![redis_servers::standalone_url()], "abandon-standalone").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -356,7 +356,7 @@ async fn two_instances_on_redis_draw_once_and_agree() {
     let _cleanup = KeyCleanup::standalone(prefix.clone());
     let configure = |prefix: String| {
         move |config: &mut rankgate::config::Config| {
-            config.redis = vec!["redis://127.0.0.1:6379".into()];
+            config.redis = vec![rankgate_testkit::redis_servers::standalone_url()];
             config.redis_prefix = prefix;
             config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
             config.waiting_room.poll_burst = 10_000;

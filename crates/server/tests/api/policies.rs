@@ -67,11 +67,11 @@ impl Fleet {
         let schema = self.schema.clone();
         let prefix = self.redis_prefix.clone();
         spawn_app_with(move |config| {
-            config.rankings.database = Some(POSTGRES.into());
+            config.rankings.database = Some(postgres_url());
             config.rankings.database_schema = schema;
             config.rankings.freshness_millis = 200;
             if let Some(prefix) = prefix {
-                config.redis = vec!["redis://127.0.0.1:6379".into()];
+                config.redis = vec![rankgate_testkit::redis_servers::standalone_url()];
                 config.redis_prefix = prefix;
                 config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());
             }
@@ -85,9 +85,9 @@ impl Fleet {
         let Some(prefix) = &self.redis_prefix else {
             return;
         };
-        let mut connection = redis::Client::open("redis://127.0.0.1:6379")
+        let mut connection = redis::Client::open(rankgate_testkit::redis_servers::standalone_url())
             .and_then(|client| client.get_connection())
-            .expect("redis at 127.0.0.1:6379");
+            .expect("the shared Redis");
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             let served: Option<u64> = redis::cmd("HGET")
@@ -110,7 +110,7 @@ impl Fleet {
         let data_dir = app.data_dir.display().to_string();
         assert_verify_passes(&[
             "--database",
-            POSTGRES,
+            &postgres_url(),
             "--database-schema",
             &self.schema,
             "--data-dir",
@@ -124,7 +124,7 @@ impl Drop for Fleet {
         drop_schema(&self.schema);
         if let Some(prefix) = &self.redis_prefix {
             if let Ok(mut connection) =
-                redis::Client::open("redis://127.0.0.1:6379").and_then(|c| c.get_connection())
+                redis::Client::open(rankgate_testkit::redis_servers::standalone_url()).and_then(|c| c.get_connection())
             {
                 let keys: Vec<String> = redis::cmd("KEYS")
                     .arg(format!("{prefix}*"))
@@ -339,7 +339,8 @@ async fn an_instance_killed_during_a_build_leaves_the_fleet_converging() {
     std::fs::write(
         &config,
         format!(
-            "database = \"{POSTGRES}\"\ndatabase_schema = \"{}\"\nfreshness_millis = 200\n",
+            "database = \"{}\"\ndatabase_schema = \"{}\"\nfreshness_millis = 200\n",
+            postgres_url(),
             fleet.schema
         ),
     )
@@ -370,7 +371,7 @@ async fn a_version_left_building_by_a_dead_instance_is_completed_by_the_others()
     converge(&[&a.address, &b.address], now, 1, 0.1).await;
     let schema = fleet.schema.clone();
     let orphan = tokio::task::spawn_blocking(move || {
-        let mut dead = rankgate_store::ranking::postgres::PostgresSource::connect(POSTGRES, &schema).unwrap();
+        let mut dead = rankgate_store::ranking::postgres::PostgresSource::connect(&postgres_url(), &schema).unwrap();
         use rankgate_store::ranking::source::SourceOfTruth as _;
         dead.transition_policies(RankerName::Popular, &mut |state| {
             state

@@ -139,7 +139,7 @@ async fn on_redis(redis: Vec<String>, queue: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admins_list_queues_with_counts_and_remove_members_on_redis_standalone() {
-    on_redis(vec![redis_servers::STANDALONE_URL.into()], "ops-standalone").await;
+    on_redis(vec![redis_servers::standalone_url()], "ops-standalone").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -321,7 +321,7 @@ async fn a_restart_rebuilds_serving_state_and_answers_exactly_as_before() {
         &config.rankings,
         &config.rankings_storage(),
         &restarted.address,
-        &|_| {},
+        &indicatif::ProgressBar::hidden(),
     )
     .await
     .unwrap();

@@ -493,7 +493,7 @@ async fn ranks_lists_all_then_each_category_of_the_product() {
 async fn spawn_on_redis(schema: &str, redis: Vec<String>, prefix: &str, depth: Option<usize>) -> TestApp {
     let (schema, prefix) = (schema.to_string(), prefix.to_string());
     spawn_app_with(move |config| {
-        config.rankings.database = Some(POSTGRES.into());
+        config.rankings.database = Some(postgres_url());
         config.rankings.database_schema = schema;
         config.redis = redis;
         config.redis_prefix = prefix;

@@ -370,7 +370,7 @@ async fn the_report_equals_a_recount_and_survives_a_restart_on_embedded() {
 async fn the_report_adds_up_across_two_instances_on_redis() {
     let prefix = redis_servers::unique_prefix();
     let _keys = redis_servers::KeyCleanup {
-        nodes: vec![redis_servers::STANDALONE_URL.into()],
+        nodes: vec![redis_servers::standalone_url()],
         prefix: prefix.clone(),
     };
     let clock = ManualClock::new(START_MS);
@@ -383,7 +383,7 @@ async fn the_report_adds_up_across_two_instances_on_redis() {
                 .admission_stepped_by_test()
                 .configure(config_for_test)
                 .configure(move |config| {
-                    config.redis = vec![redis_servers::STANDALONE_URL.into()];
+                    config.redis = vec![redis_servers::standalone_url()];
                     config.redis_prefix = prefix;
                     config.waiting_room.token_secret = Some(SECRET.into());
                 })

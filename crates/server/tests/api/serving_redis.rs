@@ -88,7 +88,7 @@ fn wait_for<T>(limit: Duration, what: &str, mut probe: impl FnMut() -> Option<T>
 async fn spawn_serving(schema: &str, redis_url: &str, depth: Option<usize>) -> TestApp {
     let (schema, redis_url) = (schema.to_string(), redis_url.to_string());
     spawn_app_with(move |config| {
-        config.rankings.database = Some(POSTGRES.into());
+        config.rankings.database = Some(postgres_url());
         config.rankings.database_schema = schema;
         config.redis = vec![redis_url];
         config.redis_prefix = "rgtest:serving:".into();
@@ -212,7 +212,7 @@ async fn redis_serves_rankings_and_its_loss_is_survived_and_repaired() {
         "--url",
         &app.address,
         "--database",
-        POSTGRES,
+        &postgres_url(),
         "--database-schema",
         &schema,
         "--data-dir",
@@ -294,7 +294,7 @@ async fn two_instances_share_one_redis_and_top_n_only_answers_past_the_depth() {
         .args([
             "rebuild",
             "--database",
-            POSTGRES,
+            &postgres_url(),
             "--database-schema",
             &schema,
             "--redis",

@@ -14,15 +14,15 @@ use rankgate_store::clock::SystemClock;
 use crate::helpers::*;
 
 async fn redis() -> redis::aio::MultiplexedConnection {
-    redis::Client::open("redis://127.0.0.1:6379")
+    redis::Client::open(rankgate_testkit::redis_servers::standalone_url())
         .unwrap()
         .get_multiplexed_tokio_connection()
         .await
-        .expect("Redis at 127.0.0.1:6379 (CI starts it)")
+        .expect("the shared Redis (scripts/test.sh starts one)")
 }
 
 fn config(key: &str, consumer: &str) -> StreamConfig {
-    let mut config = StreamConfig::from_url(&format!("redis://127.0.0.1:6379/{key}")).unwrap();
+    let mut config = StreamConfig::from_url(&format!("{}/{key}", rankgate_testkit::redis_servers::standalone_url())).unwrap();
     config.consumer = consumer.into();
     config.block = Duration::from_millis(50);
     // Long enough that a loaded machine never makes fresh entries look abandoned.

@@ -344,7 +344,7 @@ async fn streams_follow_ingest_on_another_instance(redis: Vec<String>, label: &s
     let spawn = || {
         let (schema, redis, prefix) = (schema.clone(), redis.clone(), prefix.clone());
         spawn_app_with(move |config| {
-            config.rankings.database = Some(POSTGRES.into());
+            config.rankings.database = Some(postgres_url());
             config.rankings.database_schema = schema;
             config.redis = redis;
             config.redis_prefix = prefix;
@@ -407,7 +407,7 @@ async fn streams_follow_ingest_on_another_instance(redis: Vec<String>, label: &s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_on_one_instance_shows_events_ingested_through_another_on_redis_standalone() {
-    streams_follow_ingest_on_another_instance(vec![redis_servers::STANDALONE_URL.into()], "standalone").await;
+    streams_follow_ingest_on_another_instance(vec![redis_servers::standalone_url()], "standalone").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use rankgate_store::clock::ManualClock;
 
 use crate::helpers::*;
-use crate::redis_servers::{cluster, KeyCleanup, STANDALONE_URL};
+use crate::redis_servers::{cluster, KeyCleanup, standalone_url};
 
 const HOUR: i64 = 3_600_000;
 
@@ -213,7 +213,7 @@ async fn two_instances_on_postgres_and_redis(name: &str, redis_urls: Vec<String>
     let spawn = || {
         let (schema, prefix, urls) = (schema.clone(), prefix.clone(), redis_urls.clone());
         spawn_app_with(move |config| {
-            config.rankings.database = Some(POSTGRES.into());
+            config.rankings.database = Some(postgres_url());
             config.rankings.database_schema = schema;
             config.rankings.freshness_millis = 200;
             config.redis = urls;
@@ -245,7 +245,7 @@ async fn two_instances_on_postgres_and_redis(name: &str, redis_urls: Vec<String>
     let data_dir = a.data_dir.display().to_string();
     assert_verify_passes(&[
         "--database",
-        POSTGRES,
+        &postgres_url(),
         "--database-schema",
         &schema,
         "--data-dir",
@@ -257,7 +257,7 @@ async fn two_instances_on_postgres_and_redis(name: &str, redis_urls: Vec<String>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trending_reweighted_through_one_instance_reaches_the_other_on_postgres_and_redis() {
-    two_instances_on_postgres_and_redis("standalone", vec![STANDALONE_URL.into()]).await;
+    two_instances_on_postgres_and_redis("standalone", vec![standalone_url()]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ async fn a_member_enters_is_admitted_and_orders_once_on_redis() {
     let app = spawn_app_with({
         let prefix = prefix.clone();
         move |config| {
-            config.redis = vec!["redis://127.0.0.1:6379".into()];
+            config.redis = vec![rankgate_testkit::redis_servers::standalone_url()];
             config.redis_prefix = prefix;
             // Required with Redis (defect 7): the secret never lives in Redis.
             config.waiting_room.token_secret = Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into());

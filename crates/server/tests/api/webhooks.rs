@@ -400,7 +400,7 @@ async fn each_change_is_delivered_once_across_instances(redis: Vec<String>, labe
         let (schema, redis, prefix) = (schema.clone(), redis.clone(), prefix.clone());
         let url = receiver_url.clone();
         spawn_app_with(move |config| {
-            config.rankings.database = Some(POSTGRES.into());
+            config.rankings.database = Some(postgres_url());
             config.rankings.database_schema = schema;
             config.redis = redis;
             config.redis_prefix = prefix;
@@ -470,7 +470,7 @@ async fn each_change_is_delivered_once_across_instances(redis: Vec<String>, labe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_redis_standalone_deliver_each_change_once() {
-    each_change_is_delivered_once_across_instances(vec![redis_servers::STANDALONE_URL.into()], "standalone")
+    each_change_is_delivered_once_across_instances(vec![redis_servers::standalone_url()], "standalone")
         .await;
 }
 

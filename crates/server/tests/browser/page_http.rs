@@ -5,7 +5,7 @@
 use rankgate::waiting_room::config::PageConfig;
 use serde_json::{json, Value};
 
-use rankgate_testkit::redis_servers::{KeyCleanup, STANDALONE_URL};
+use rankgate_testkit::redis_servers::{KeyCleanup, standalone_url};
 
 use super::{spawn_gated_app, spawn_upstream, TestApp};
 
@@ -395,7 +395,7 @@ async fn cookies_work_across_instances_sharing_redis_and_the_token_secret() {
     let on_redis = |secret: &'static str| {
         let prefix = prefix.clone();
         move |config: &mut rankgate::config::Config| {
-            config.redis = vec![STANDALONE_URL.into()];
+            config.redis = vec![standalone_url()];
             config.redis_prefix = prefix;
             config.waiting_room.token_secret = Some(secret.into());
         }

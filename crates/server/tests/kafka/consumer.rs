@@ -16,7 +16,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::{json, Value};
 
-use rankgate_testkit::postgres_schemas::SchemaGuard;
+use rankgate_testkit::postgres_schemas::{postgres_url, SchemaGuard};
 use rankgate_workload::{seed_lesson, SeedLessonConfig};
 
 use crate::broker::Broker;
@@ -25,9 +25,6 @@ use crate::broker::Broker;
 type Record = (String, Option<Vec<u8>>);
 /// A record read back: its value and its headers as text.
 type ReadRecord = (Option<Vec<u8>>, Vec<(String, String)>);
-
-/// The shared PostgreSQL the backend tests use (each test in its own schema).
-const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// How long a test waits for the group to form or the lag to drain: generous, for a shared machine and
 /// tansu's slow first join.
@@ -391,7 +388,7 @@ async fn two_instances_on_one_postgres_share_the_partitions_and_one_dies_mid_str
             "--config",
             &config,
             "--database",
-            POSTGRES,
+            &postgres_url(),
             "--database-schema",
             &schema,
             "--kafka",
@@ -436,7 +433,7 @@ async fn two_instances_on_one_postgres_share_the_partitions_and_one_dies_mid_str
         .await;
     assert!(kafka["records"].as_u64().unwrap() > 0);
     drop(b);
-    let counted = verify(&["--database", POSTGRES, "--database-schema", &schema]);
+    let counted = verify(&["--database", &postgres_url(), "--database-schema", &schema]);
     assert_eq!(
         counted,
         ids.len(),
@@ -475,7 +472,7 @@ async fn a_stalled_source_of_truth_pauses_the_partitions_instead_of_buffering_an
         "--config",
         &config,
         "--database",
-        POSTGRES,
+        &postgres_url(),
         "--database-schema",
         &schema,
         "--kafka",
@@ -487,7 +484,7 @@ async fn a_stalled_source_of_truth_pauses_the_partitions_instead_of_buffering_an
 
     // Another session holds the tables ingest writes: every commit of the writer waits on it.
     let mut lock = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q"])
+        .args([postgres_url().as_str(), "-q"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -534,6 +531,6 @@ async fn a_stalled_source_of_truth_pauses_the_partitions_instead_of_buffering_an
     assert_eq!(kafka["records"], records.len(), "{kafka}");
     assert!(metric(&server, "rankgate_kafka_pauses_total").await.unwrap() >= 1.0);
     drop(server);
-    let counted = verify(&["--database", POSTGRES, "--database-schema", &schema]);
+    let counted = verify(&["--database", &postgres_url(), "--database-schema", &schema]);
     assert_eq!(counted, ids.len());
 }

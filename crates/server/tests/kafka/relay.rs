@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use super::broker::Broker;
 use crate::app::{spawn_app, spawn_app_with};
 
-const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-const MY_URL: &str = "mysql://root@127.0.0.1:3306";
+use rankgate_testkit::mariadb::mariadb_url;
+use rankgate_testkit::postgres_schemas::postgres_url;
 
 fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -47,9 +47,9 @@ enum Outbox {
 
 impl Outbox {
     async fn postgres() -> Outbox {
-        let (client, connection) = tokio_postgres::connect(PG_URL, tokio_postgres::NoTls)
+        let (client, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
             .await
-            .expect("PostgreSQL on 127.0.0.1:5432");
+            .expect("the shared PostgreSQL");
         tokio::spawn(connection);
         let schema = unique("relay");
         client
@@ -68,9 +68,9 @@ impl Outbox {
     }
 
     async fn mariadb() -> Outbox {
-        let mut conn = mysql_async::Conn::new(mysql_async::Opts::from_url(MY_URL).unwrap())
+        let mut conn = mysql_async::Conn::new(mysql_async::Opts::from_url(&mariadb_url()).unwrap())
             .await
-            .expect("MariaDB on 127.0.0.1:3306");
+            .expect("the shared MariaDB");
         let database = unique("relay");
         conn.query_drop(format!("CREATE DATABASE {database}; USE {database}"))
             .await
@@ -90,8 +90,8 @@ impl Outbox {
 
     fn url(&self) -> String {
         match self {
-            Outbox::Postgres { .. } => PG_URL.to_owned(),
-            Outbox::MariaDb { database, .. } => format!("{MY_URL}/{database}"),
+            Outbox::Postgres { .. } => postgres_url(),
+            Outbox::MariaDb { database, .. } => format!("{}/{database}", mariadb_url()),
         }
     }
 

@@ -199,9 +199,9 @@ mod tests {
             time: RedisTime::Injected(Arc::new(clock.clone()) as Arc<dyn Clock>),
             ..RedisOptions::default()
         };
-        let store = RedisStore::connect(&["redis://127.0.0.1:6379".to_string()], options)
+        let store = RedisStore::connect(&[rankgate_testkit::redis_servers::standalone_url()], options)
             .await
-            .expect("redis at 127.0.0.1:6379");
+            .expect("the shared Redis");
         let job = NewJob {
             id: "job".into(),
             payload: b"x".to_vec(),

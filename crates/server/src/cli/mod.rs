@@ -8,12 +8,15 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+pub mod options;
+
 use crate::app::{lock_data_dir, Application};
 use crate::config::{Config, Overrides};
+use options::{MigrateOptions, RebuildOptions, ServeOptions, StoreOptions};
 use crate::rankings::catalog::read_catalog_csv;
 use crate::rankings::ingest::file::ingest_file;
 use crate::rankings::replay::replay_metrics;
-use crate::rankings::verify::verify_data_dir;
+use crate::rankings::verify::{verify_data_dir, verify_progress};
 use crate::rankings::RankingService;
 
 /// rankgate: exact, fresh product rankings and a fair waiting room, in one service.
@@ -31,7 +34,7 @@ enum Command {
     /// Serve the HTTP API (rankings, ingest, waiting room, gate, /metrics, /openapi.json, dashboard)
     Serve {
         #[command(flatten)]
-        overrides: Overrides,
+        options: ServeOptions,
     },
     /// Ingest an NDJSON file of events into the data dir, with a progress bar and a summary
     Ingest {
@@ -41,7 +44,7 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         batch_size: usize,
         #[command(flatten)]
-        overrides: Overrides,
+        options: StoreOptions,
     },
     /// Recompute every ranking from the raw event log and compare; exits 1 on any mismatch
     Verify {
@@ -50,27 +53,27 @@ enum Command {
         #[arg(long)]
         url: Option<String>,
         #[command(flatten)]
-        overrides: Overrides,
+        options: StoreOptions,
     },
     /// Rebuild serving state from the source of truth and check it against a batch recompute; with
     /// --redis, also rebuild the Redis serving store into a fresh generation of keys, check it and
     /// switch to it atomically (done by the running instance that publishes, or by this process)
     Rebuild {
         #[command(flatten)]
-        overrides: Overrides,
+        options: RebuildOptions,
     },
     /// Rebuild the hourly metrics from the raw event log (after a bug fix in the metric path)
     Replay {
         #[command(flatten)]
-        overrides: Overrides,
+        options: StoreOptions,
     },
-    /// Run the seed lesson's workload end to end and the flash-sale waiting room; print top lists,
-    /// verification and timings
+    /// Run a generated shop's two weeks of events end to end, then a flash-sale waiting room; print top
+    /// lists, verification and timings
     Demo {
         /// Data dir for the demo [default: a fresh temporary directory]
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Workload size relative to the seed lesson (1.0 = 200,000 sales)
+        /// Workload size (1.0 = 200,000 sales and 892,000 events in all)
         #[arg(long, default_value_t = 1.0)]
         scale: f64,
         /// Members queued in the flash-sale scene
@@ -84,7 +87,7 @@ enum Command {
     /// Create or upgrade the PostgreSQL schema of --database (also done on every start)
     Migrate {
         #[command(flatten)]
-        overrides: Overrides,
+        options: MigrateOptions,
     },
     /// Relay a shop's transactional outbox table (PostgreSQL or MySQL/MariaDB) to Kafka or to a
     /// rankgate's POST /v1/events, marking rows published only once acknowledged
@@ -151,7 +154,7 @@ enum CatalogCommand {
         /// The CSV file
         file: PathBuf,
         #[command(flatten)]
-        overrides: Overrides,
+        options: StoreOptions,
     },
 }
 
@@ -172,9 +175,14 @@ fn init_tracing(serving: bool) {
     let default = if serving { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("RANKGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colour only for a person at a terminal: a log file or a collector gets plain text (and NO_COLOR, see
+    // no-color.org, turns it off there too).
+    use std::io::IsTerminal as _;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .try_init();
 }
 
@@ -193,8 +201,8 @@ fn runtime_with(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtim
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve { overrides } => {
-            let config = Config::load(&overrides)?;
+        Command::Serve { options } => {
+            let config = Config::load(&options.into_overrides()?)?;
             let admin_loopback_only = config.admin_keys.is_empty();
             runtime_with(config.worker_threads)?.block_on(async move {
                 let app = Application::build(config).await?;
@@ -213,9 +221,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ingest {
             file,
             batch_size,
-            overrides,
+            options,
         } => {
-            let config = Config::load(&overrides)?;
+            let config = Config::load(&options.into())?;
             let _lock = lock_data_dir(&config.data_dir)?;
             let (service, _writer) = RankingService::open(&config.rankings, &config.rankings_storage())?;
             let summary = ingest_file(&service, &file, batch_size, &config.rankings, true)?;
@@ -285,19 +293,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Command::Verify { url, overrides } => {
-            let config = Config::load(&overrides)?;
+        Command::Verify { url, options } => {
+            let config = Config::load(&Overrides::from(options))?;
+            let progress = verify_progress("verify");
             let report = match url {
                 Some(url) => runtime()?.block_on(crate::rankings::verify::verify_server(
                     &config.rankings,
                     &config.rankings_storage(),
                     &url,
-                    &|step| eprintln!("verify: {step}"),
+                    &progress,
                 ))?,
-                None => verify_data_dir(&config.rankings, &config.rankings_storage(), &|step| {
-                    eprintln!("verify: {step}")
-                })?,
+                None => verify_data_dir(&config.rankings, &config.rankings_storage(), &progress)?,
             };
+            progress.finish_and_clear();
             print_verify(&report);
             Ok(if report.ok() {
                 ExitCode::SUCCESS
@@ -305,8 +313,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Command::Rebuild { overrides } => {
-            let config = Config::load(&overrides)?;
+        Command::Rebuild { options } => {
+            let config = Config::load(&Overrides::from(options))?;
             let _lock = lock_data_dir(&config.data_dir)?;
             let started = Instant::now();
             let (service, _writer) = RankingService::open(&config.rankings, &config.rankings_storage())?;
@@ -315,9 +323,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "rebuilt serving state for {products} products in {:.2}s",
                 started.elapsed().as_secs_f64()
             );
-            let report = verify_data_dir(&config.rankings, &config.rankings_storage(), &|step| {
-                eprintln!("rebuild: {step}")
-            })?;
+            let progress = verify_progress("rebuild");
+            let report = verify_data_dir(&config.rankings, &config.rankings_storage(), &progress)?;
+            progress.finish_and_clear();
             print_verify(&report);
             if report.ok() && !config.redis.is_empty() {
                 let generation = runtime()?.block_on(async {
@@ -342,8 +350,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Command::Replay { overrides } => {
-            let config = Config::load(&overrides)?;
+        Command::Replay { options } => {
+            let config = Config::load(&Overrides::from(options))?;
             let _lock = lock_data_dir(&config.data_dir)?;
             let started = Instant::now();
             let rows = replay_metrics(&config.rankings, &config.rankings_storage())?;
@@ -372,8 +380,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Command::Migrate { overrides } => {
-            let config = Config::load(&overrides)?;
+        Command::Migrate { options } => {
+            let config = Config::load(&Overrides::from(options))?;
             let url = config
                 .rankings
                 .database
@@ -401,9 +409,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Catalog {
-            command: CatalogCommand::Load { file, overrides },
+            command: CatalogCommand::Load { file, options },
         } => {
-            let config = Config::load(&overrides)?;
+            let config = Config::load(&options.into())?;
             let _lock = lock_data_dir(&config.data_dir)?;
             let entries = read_catalog_csv(&file)?;
             let mut source = crate::rankings::open_source(&config.rankings, &config.rankings_storage())?;
