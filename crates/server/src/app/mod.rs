@@ -6,12 +6,14 @@
 //!
 //! - this module: the composition, and the route table of the whole service ([`endpoints`]);
 //! - [`direct`]: the fast path's routes, the rank read and the member's poll and entry;
-//! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, `/openapi.json` and the dashboard, which report on
-//!   both products.
+//! - [`ops`]: `/healthz`, `/readyz`, `/metrics` and `/openapi.json`, which report on both products;
+//! - [`dashboard`]: the dashboard page (`/`, `/dashboard`) and its history of the last hour, sampled
+//!   each second (`GET /v1/admin/dashboard/history`).
 //!
 //! This is the one place that knows both products: the rankings' webhooks deliver through the waiting
 //! room's job store, handed over here.
 
+pub mod dashboard;
 pub mod direct;
 pub mod ops;
 
@@ -53,6 +55,8 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     /// Renders `/metrics`.
     pub prometheus: PrometheusHandle,
+    /// The dashboard's history, sampled each second ([`dashboard::spawn_sampler`]).
+    pub dashboard: Arc<dashboard::History>,
 }
 
 /// The process-wide Prometheus recorder; installed once even when tests start many apps.
@@ -82,8 +86,8 @@ const OPS_ENDPOINTS: &[Endpoint<AppState>] = &[
     Endpoint::new(Method::GET, "/readyz", |m| on(m, ops::readyz)),
     Endpoint::new(Method::GET, "/metrics", |m| on(m, ops::metrics)),
     Endpoint::new(Method::GET, "/openapi.json", |m| on(m, ops::openapi)),
-    Endpoint::new(Method::GET, "/", |m| on(m, ops::dashboard)),
-    Endpoint::new(Method::GET, "/dashboard", |m| on(m, ops::dashboard)),
+    Endpoint::new(Method::GET, "/", |m| on(m, dashboard::page)),
+    Endpoint::new(Method::GET, "/dashboard", |m| on(m, dashboard::page)),
 ];
 
 /// Every (method, path) [`router`] serves, from the same tables it is built from (the `[[gate]]` paths
@@ -92,6 +96,7 @@ pub fn endpoints() -> Vec<(Method, &'static str)> {
     route_table::methods_and_paths(OPS_ENDPOINTS)
         .chain(Rankings::endpoints())
         .chain(waiting_room::endpoints())
+        .chain(route_table::methods_and_paths(dashboard::ADMIN_ENDPOINTS))
         .collect()
 }
 
@@ -105,6 +110,7 @@ pub fn router(state: AppState) -> Edge<DirectRoutesOfApp> {
         .rankings
         .admin_routes()
         .merge(waiting_room::admin_routes(state.waiting_room.clone()))
+        .merge(dashboard::admin_routes(state.dashboard.clone()))
         .route_layer(middleware::from_fn_with_state(keys.clone(), require_admin));
     let ingest_routes = state
         .rankings
@@ -233,15 +239,18 @@ impl Application {
             &shutdown,
         )
         .await?;
+        let dashboard = Arc::new(dashboard::History::new(config.waiting_room.max_queues));
         let state = AppState {
             config: Arc::new(config),
             rankings,
             waiting_room,
             clock,
             prometheus: prometheus_handle(),
+            dashboard,
         };
         let mut workers = state.waiting_room.spawn_workers(shutdown.clone());
         workers.extend(state.rankings.spawn_workers(&shutdown));
+        workers.push(dashboard::spawn_sampler(state.clone(), shutdown.clone()));
         Ok(Application {
             listener,
             router: router(state.clone()),

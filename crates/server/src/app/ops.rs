@@ -1,8 +1,8 @@
-//! Operations endpoints: `/healthz`, `/readyz`, `/metrics`, `/openapi.json` and the live dashboard.
+//! Operations endpoints: `/healthz`, `/readyz`, `/metrics` and `/openapi.json` (the dashboard is `dashboard`).
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
-use axum::response::{Html, IntoResponse};
+use axum::response::IntoResponse;
 use axum::Json;
 use serde::Serialize;
 
@@ -92,9 +92,4 @@ pub async fn openapi() -> impl IntoResponse {
         [(header::CONTENT_TYPE, "application/json")],
         include_str!("../../openapi.json"),
     )
-}
-
-/// A live dashboard: bars of the current top lists and the waiting rooms, refreshed every second.
-pub async fn dashboard() -> Html<&'static str> {
-    Html(include_str!("../../dashboard.html"))
 }

@@ -5,7 +5,8 @@
 //! into the next transaction, so under load a transaction carries many requests and the per-commit cost
 //! (fsync of the WAL, statement setup) is shared. Blocking SQLite work never runs on the async runtime.
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use anyhow::anyhow;
@@ -32,17 +33,28 @@ enum Command {
 #[derive(Clone)]
 pub struct WriterHandle {
     sender: mpsc::Sender<Command>,
+    /// Events committed as [`EventOutcome::Accepted`] since the start (the dashboard's events/s; kept
+    /// here, not read from the metrics recorder, so it holds whatever `/metrics` does).
+    accepted: Arc<AtomicU64>,
 }
 
 impl WriterHandle {
     /// Starts the writer thread, which owns `ingestor` until every handle is dropped.
     pub fn spawn(ingestor: Ingestor) -> (WriterHandle, JoinHandle<()>) {
         let (sender, receiver) = mpsc::channel();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&accepted);
         let thread = std::thread::Builder::new()
             .name("rankings-writer".into())
-            .spawn(move || run_writer(ingestor, receiver))
+            .spawn(move || run_writer(ingestor, receiver, &counted))
             .expect("spawning the writer thread");
-        (WriterHandle { sender }, thread)
+        (WriterHandle { sender, accepted }, thread)
+    }
+
+    /// Events this writer committed as accepted since the process started (every ingest path: HTTP,
+    /// streams, Kafka, files; not the rows a follower applies from a shared source of truth).
+    pub fn accepted_events(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
     }
 
     /// Ingests events; resolves once every accepted event is durable.
@@ -113,7 +125,7 @@ struct PendingIngest {
     reply: oneshot::Sender<anyhow::Result<Vec<EventOutcome>>>,
 }
 
-fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>) {
+fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>, accepted: &AtomicU64) {
     let mut next = receiver.recv().ok();
     while let Some(command) = next.take() {
         match command {
@@ -156,6 +168,11 @@ fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>) {
                 metrics::histogram!("rankgate_ingest_commit_seconds").record(started.elapsed().as_secs_f64());
                 match result {
                     Ok(outcomes) => {
+                        let committed = outcomes
+                            .iter()
+                            .filter(|outcome| matches!(outcome, EventOutcome::Accepted))
+                            .count();
+                        accepted.fetch_add(committed as u64, Ordering::Relaxed);
                         let mut outcomes = outcomes.into_iter();
                         for request in pending {
                             let _ = request

@@ -25,6 +25,8 @@
 //!   also the shop's gateway's word, with "jwt" the shop's JWT). [`member_auth`]: the modes' settings;
 //!   [`jwt`]: the JWT check and its key rotation.
 //! - `draw_verify`: `rankgate queue verify-draw`, the check of a scheduled opening's published draw.
+//! - [`dashboard_feed`]: what the dashboard (`app::dashboard`) samples each second: the gauges worker's
+//!   last waiting counts and the sale report's moves since the last sample.
 //! - `sale_report`: the sale's report (issue 28): counts per queue and minute, flushed to the store;
 //!   `report_page`: its page of charts at `/admin/queues/{queue}/report`.
 //! - `adaptive`: adaptive admission: gate measurements → shared store → AIMD controller → the queue's rate.
@@ -36,6 +38,7 @@ mod admin_api;
 pub mod captcha;
 pub mod config;
 mod consumed;
+pub mod dashboard_feed;
 pub mod draw_verify;
 pub mod entry_guard;
 mod errors;

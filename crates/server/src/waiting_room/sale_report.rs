@@ -13,6 +13,10 @@
 //! admin deletes the queue may write its counts after the delete, starting a small report anew (one
 //! flush's worth, deleted again by the next DELETE or dropped by the `max_queues` bound).
 //!
+//! The same counts feed this instance's dashboard (`app::dashboard`, issue 30): admissions, abandonment
+//! and refusals are also added to [`MovedCounts`] per queue, which the dashboard's sampler takes once a
+//! second ([`SaleReports::take_moved`]). Not entries: their path is the benchmarked one.
+//!
 //! # Waits and estimates
 //! The wait of an admitted member is the admission step's time minus its arrival, both the store's
 //! (`AdmitOutcome::waits_ms`, from the queue's arrival checkpoints), so it is right whichever instance
@@ -42,6 +46,22 @@ use super::service::rfc3339;
 pub const MAX_ESTIMATES_KEPT: usize = 1_000_000;
 /// How long an estimate is kept for a member never admitted (left, abandoned, or admitted elsewhere).
 const ESTIMATE_KEPT_MINUTES: i64 = 24 * 60;
+
+/// Queues whose moves are kept for the dashboard's next sample at most (it takes them every second,
+/// so this only bounds a room whose dashboard sampler is not running); moves of further queues are not
+/// kept.
+const MAX_QUEUES_MOVED_KEPT: usize = 10_000;
+
+/// What one queue did on this instance since the dashboard's last sample ([`SaleReports::take_moved`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MovedCounts {
+    /// Members given a token.
+    pub admitted: u64,
+    /// Waiting members dropped as abandoned.
+    pub abandoned: u64,
+    /// Entries refused before they made a member (every reason).
+    pub refused: u64,
+}
 
 /// The Unix minute of a millisecond.
 pub(crate) fn minute_of(ms: i64) -> i64 {
@@ -103,6 +123,8 @@ struct Counts {
     by_queue: HashMap<QueueName, QueueCounts>,
     /// Estimates kept over every queue (bounded by [`MAX_ESTIMATES_KEPT`]).
     estimates_kept: usize,
+    /// Per queue, since the dashboard's last sample (bounded by [`MAX_QUEUES_MOVED_KEPT`]).
+    moved: HashMap<QueueName, MovedCounts>,
 }
 
 impl Counts {
@@ -121,6 +143,15 @@ impl Counts {
             return change(of_queue);
         }
         change(self.by_queue.entry(queue.clone()).or_default())
+    }
+
+    /// Adds to `queue`'s moves for the dashboard, unless the map is full and the queue not in it.
+    fn moved(&mut self, queue: &QueueName, add: impl FnOnce(&mut MovedCounts)) {
+        if let Some(moved) = self.moved.get_mut(queue) {
+            add(moved);
+        } else if self.moved.len() < MAX_QUEUES_MOVED_KEPT {
+            add(self.moved.entry(queue.clone()).or_default());
+        }
     }
 }
 
@@ -152,9 +183,21 @@ impl SaleReports {
         if count == 0 {
             return;
         }
-        self.counts.lock().with_queue(queue, |of_queue| {
+        let mut counts = self.counts.lock();
+        counts.with_queue(queue, |of_queue| {
             of_queue.delta.add(minute_of(now_ms), field, count)
         });
+        match field {
+            ReportField::Admitted => counts.moved(queue, |moved| moved.admitted += count),
+            ReportField::Abandoned => counts.moved(queue, |moved| moved.abandoned += count),
+            ReportField::Refused(_) => counts.moved(queue, |moved| moved.refused += count),
+            _ => {}
+        }
+    }
+
+    /// Every queue's admissions, abandonment and refusals since the last call (the dashboard's sampler).
+    pub(crate) fn take_moved(&self) -> HashMap<QueueName, MovedCounts> {
+        std::mem::take(&mut self.counts.lock().moved)
     }
 
     /// An entry made `member`; `estimate` is the `estimatedWaitSeconds` it was answered.
@@ -190,6 +233,10 @@ impl SaleReports {
         let minute = minute_of(now_ms);
         let keys: Vec<u64> = step.admitted.iter().map(|m| self.member_key(m)).collect();
         let mut counts = self.counts.lock();
+        counts.moved(queue, |moved| {
+            moved.admitted += step.admitted.len() as u64;
+            moved.abandoned += step.abandoned;
+        });
         let of_queue = counts.of(queue);
         let delta = &mut of_queue.delta;
         delta.add(minute, ReportField::Abandoned, step.abandoned);
@@ -564,6 +611,39 @@ mod tests {
         assert!(
             reports.counts.lock().by_queue.is_empty(),
             "nothing left for the queue"
+        );
+    }
+
+    #[test]
+    fn the_dashboard_takes_admissions_abandonment_and_refusals_once() {
+        let reports = SaleReports::default();
+        let q = queue();
+        reports.entered(&q, &MemberId::parse("a").unwrap(), 1_000, None);
+        let step = AdmitOutcome {
+            admitted: vec![MemberId::parse("a").unwrap()],
+            waits_ms: vec![Some(1_000)],
+            abandoned: 2,
+            ..AdmitOutcome::default()
+        };
+        reports.admitted(&q, 2_000, &step);
+        reports.count(&q, 3_000, ReportField::Abandoned, 3);
+        reports.count(&q, 3_000, ReportField::Refused(RefusalReason::Address), 1);
+        reports.count(&q, 3_000, ReportField::Refused(RefusalReason::Challenge), 4);
+        reports.count(&q, 3_000, ReportField::Orders, 1);
+        let moved = reports.take_moved();
+        assert_eq!(
+            moved[&q],
+            MovedCounts {
+                admitted: 1,
+                abandoned: 5,
+                refused: 5
+            }
+        );
+        assert!(reports.take_moved().is_empty(), "taken once");
+        assert_eq!(
+            reports.take_pending()[0].1.minutes[&0].get(ReportField::Abandoned),
+            5,
+            "the report keeps its own counts"
         );
     }
 

@@ -78,6 +78,8 @@ pub struct WaitingRoom {
     guards: EntryGuards,
     /// This instance's sale-report counts not yet in the store (issue 28, `sale_report`).
     pub(crate) sale_reports: super::sale_report::SaleReports,
+    /// The waiting counts of the gauges worker's last round, for the dashboard (`dashboard_feed`).
+    pub(crate) gauged_waiting: Mutex<Option<super::dashboard_feed::GaugedWaiting>>,
 }
 
 /// Whether [`WaitingRoom::guard_entry`] counts a missing proof as a refusal.
@@ -229,6 +231,7 @@ impl WaitingRoom {
             openings: super::opening::OpeningCache::default(),
             consumed: super::consumed::ConsumedLedger::default(),
             sale_reports: super::sale_report::SaleReports::default(),
+            gauged_waiting: Mutex::new(None),
         })
     }
 
@@ -962,12 +965,16 @@ impl WaitingRoom {
     /// Only active queues are looked at (one stats call each); a queue that went idle keeps its last
     /// values until the exporter drops series idle for a while (see `telemetry`).
     pub async fn publish_queue_gauges(&self) -> anyhow::Result<()> {
+        let mut waiting = Vec::new();
         for queue in self.queues.active_queues().await? {
             if let Some(stats) = self.queues.stats(&queue).await? {
                 self.remember_fail_mode(&queue, stats.settings.fail_mode);
                 telemetry::queue_gauges(&queue, &stats);
+                waiting.push((queue, stats.waiting));
             }
         }
+        // A whole round only: a failed one leaves the last, which the dashboard then sees grow old.
+        self.gauges_round_done(waiting);
         if let Some(coalescing) = self.queues.coalescing() {
             telemetry::hot_path_coalescing(coalescing);
         }

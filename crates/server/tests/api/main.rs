@@ -10,6 +10,7 @@ use rankgate_testkit::redis_servers;
 mod adaptive_metrics;
 mod admin;
 mod crash;
+mod dashboard;
 mod delisting;
 mod edge;
 mod entry_guards;

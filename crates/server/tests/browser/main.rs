@@ -1,6 +1,7 @@
 //! The waiting page (`GET /wait/{queue}`, issue 12) end to end: in a real browser (Debian's `chromium`
 //! driven by playwright-core from `waiting_page.mjs`), and over plain HTTP for the hostile cases
-//! (`page_http.rs`); and the sale report's page of charts (`report_page.rs`, issue 28).
+//! (`page_http.rs`); the sale report's page of charts (`report_page.rs`, issue 28); and the dashboard
+//! (`dashboard.rs`, issue 30).
 //!
 //! Each test starts the whole service (`spawn_app`, as every HTTP test binary does) on 127.0.0.1:0 with its
 //! own data directory and a `[[gate]]` in front of a small upstream in this process that counts the
@@ -11,6 +12,7 @@
 /// `spawn_app()`: the whole service, as every HTTP test binary of this crate starts it.
 #[path = "../support/app.rs"]
 mod app;
+mod dashboard;
 mod page_http;
 mod report_page;
 
