@@ -52,6 +52,14 @@ pub struct StreamConfig {
 impl StreamConfig {
     /// Parses `redis://host:port/<key>`; the path names the stream.
     pub fn from_url(url: &str) -> anyhow::Result<StreamConfig> {
+        // The consumer holds one plain connection: following a Sentinel failover would need the store's
+        // rediscovering connection, so the form is refused rather than half supported.
+        anyhow::ensure!(
+            !rankgate_store::redis_sentinel::is_sentinel_url(url),
+            "--stream {}: a redis+sentinel:// stream is not supported; give the stream's server as \
+             redis://host:port/<stream key>",
+            redact_url(url)
+        );
         let (base, key) = url
             .rsplit_once('/')
             .filter(|(base, key)| base.contains("://") && !base.ends_with('/') && !key.is_empty())
