@@ -36,8 +36,8 @@ pub struct Config {
     pub ingest_keys: BearerKeys,
     /// Waiting-room defaults and `[[gate]]` routes.
     pub waiting_room: WaitingRoomConfig,
-    /// Redis URL(s) (one URL, or several Cluster nodes) for waiting-room state and the rankings serving store;
-    /// embedded when empty.
+    /// Redis URL(s) (one URL, several Cluster nodes, or one `redis+sentinel://` URL) for waiting-room state,
+    /// jobs and the rankings serving store; embedded when empty.
     pub redis: Vec<String>,
     /// Key prefix of every Redis key rankgate writes.
     pub redis_prefix: String,

@@ -106,11 +106,13 @@ impl SentinelUrl {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
         match scheme.to_ascii_lowercase().as_str() {
             "redis+sentinel" => {}
-            "rediss+sentinel" => return Err(format!(
+            "rediss+sentinel" => {
+                return Err(format!(
                 "redis: {shown}: rediss+sentinel:// (TLS) is not supported by this build (its redis client \
                      has no TLS); reach the sentinels and servers over a private network or a TLS tunnel and \
                      use redis+sentinel://"
-            )),
+            ))
+            }
             _ => return Err(bad("the scheme must be redis+sentinel")),
         }
         if rest.contains('#') {

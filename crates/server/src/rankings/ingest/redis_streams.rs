@@ -250,3 +250,21 @@ impl StreamConsumer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sentinel_stream_url_is_refused_naming_the_flag_without_the_password() {
+        let error = StreamConfig::from_url("redis+sentinel://:hunter22@h:26379/mymaster/events")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--stream") && error.contains("sentinel"),
+            "{error}"
+        );
+        assert!(!error.contains("hunter22"), "{error}");
+        assert!(StreamConfig::from_url("redis://127.0.0.1:6379/events").is_ok());
+    }
+}
