@@ -36,8 +36,8 @@ pub struct Config {
     pub ingest_keys: BearerKeys,
     /// Waiting-room defaults and `[[gate]]` routes.
     pub waiting_room: WaitingRoomConfig,
-    /// Redis URL(s) (one URL, or several Cluster nodes) for waiting-room state and the rankings serving store;
-    /// embedded when empty.
+    /// Redis URL(s) (one URL, several Cluster nodes, or one `redis+sentinel://` URL) for waiting-room state,
+    /// jobs and the rankings serving store; embedded when empty.
     pub redis: Vec<String>,
     /// Key prefix of every Redis key rankgate writes.
     pub redis_prefix: String,
@@ -305,7 +305,7 @@ impl Config {
                 overrides.ingest_keys.as_deref().unwrap_or(&file.ingest_keys),
             ),
             waiting_room,
-            redis: overrides.redis.clone().unwrap_or(file.redis),
+            redis: redis_urls(overrides.redis.clone(), file.redis)?,
             redis_prefix: file.redis_prefix.unwrap_or_else(|| "rankgate:".into()),
             worker_threads: match file.worker_threads {
                 Some(0) => anyhow::bail!("worker_threads must be at least 1 (leave it out for one per core)"),
@@ -380,6 +380,22 @@ impl Config {
     }
 }
 
+/// The `redis` setting, from the flag (split at commas by clap, so a sentinel URL's own list of sentinels
+/// is joined back) or the file, checked before anything connects: a bad URL stops the start with an error
+/// naming the setting and never showing a password.
+fn redis_urls(flag: Option<Vec<String>>, file: Vec<String>) -> anyhow::Result<Vec<String>> {
+    let (urls, source) = match flag {
+        Some(urls) => (
+            rankgate_store::redis_sentinel::join_split_sentinel_url(urls),
+            " (--redis / RANKGATE_REDIS)",
+        ),
+        None => (file, ""),
+    };
+    rankgate_store::redis_sentinel::check_redis_urls(&urls)
+        .map_err(|error| anyhow::anyhow!("{error}{source}"))?;
+    Ok(urls)
+}
+
 /// A duration given in whole `unit_millis` as milliseconds. A negative one, or one whose milliseconds do not
 /// fit an `i64` (it would wrap into a negative or tiny bound in a release build), is refused naming `key`.
 fn millis_of(key: &str, value: i64, unit_millis: i64) -> anyhow::Result<i64> {
@@ -444,6 +460,44 @@ fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sentinel_url_split_by_the_flag_is_joined_and_bad_ones_are_refused_without_the_password() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            overrides: Overrides,
+        }
+        let parsed = Flags::try_parse_from([
+            "rankgate",
+            "--redis",
+            "redis+sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster",
+        ])
+        .unwrap();
+        let config = Config::merge(FileConfig::default(), &parsed.overrides).unwrap();
+        assert_eq!(
+            config.redis,
+            vec!["redis+sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster".to_string()]
+        );
+        let file: FileConfig = toml::from_str("redis = [\"redis+sentinel://h:1,h:2/m\"]").unwrap();
+        assert_eq!(Config::merge(file, &Overrides::default()).unwrap().redis.len(), 1);
+        for bad in [
+            "redis+sentinel://:hunter22@h:1,h:70000/mymaster",
+            "redis+sentinel://:hunter22@h:1",
+            "redis+sentinel://:hunter22@/mymaster",
+        ] {
+            let overrides = Overrides {
+                redis: Some(bad.split(',').map(str::to_string).collect()),
+                ..Overrides::default()
+            };
+            let error = Config::merge(FileConfig::default(), &overrides)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("redis") && error.contains("--redis"), "{error}");
+            assert!(!error.contains("hunter22"), "{error}");
+        }
+    }
 
     #[test]
     fn flags_win_over_the_file() {

@@ -1,9 +1,11 @@
-//! One connection type over a standalone Redis and a Redis Cluster.
+//! One connection type over a standalone Redis, the master a Redis Sentinel names, and a Redis Cluster.
 //!
 //! Standalone uses a [`MultiplexedConnection`] (every concurrent request pipelined on one socket) that is
 //! dropped on an I/O error and re-opened by the next call, so a Redis restart costs the calls in flight
 //! (answered [`StoreError::Unavailable`], which the gate turns into a fail-closed 503) and nothing more. A
 //! cluster uses redis-rs's [`ClusterConnection`], which follows `MOVED`/`ASK` and reconnects by itself.
+//! Sentinel (`redis+sentinel://…`, [`crate::redis_sentinel`]) is the standalone path with the address
+//! asked of the sentinels on every reconnect, and reconnects on `READONLY`/`LOADING` too.
 //! Both get connect and response timeouts, so an unreachable Redis fails a request quickly instead of
 //! hanging it.
 
@@ -16,6 +18,7 @@ use redis::{Cmd, FromRedisValue, RedisError, ScriptInvocation};
 
 use crate::queue::StoreError;
 use crate::redact::{redact_url, scrub_credentials};
+use crate::redis_sentinel::{is_sentinel_url, Sentinel};
 
 /// `error` with the credentials of every URL in `urls` removed from its message.
 fn scrubbed(error: StoreError, urls: &[String]) -> StoreError {
@@ -45,13 +48,15 @@ impl Default for Timeouts {
     }
 }
 
-/// A standalone or cluster connection.
+/// A standalone, sentinel or cluster connection.
 pub(crate) enum Connection {
     Standalone {
         client: redis::Client,
         current: Mutex<Option<MultiplexedConnection>>,
         timeouts: Timeouts,
     },
+    /// The master the sentinels name; like standalone to every caller (one server, all keys).
+    Sentinel(Sentinel),
     Cluster(ClusterConnection),
 }
 
@@ -67,10 +72,16 @@ pub(crate) fn store_error(error: &RedisError) -> StoreError {
 
 impl Connection {
     /// Connects. One URL: a standalone server, unless that server says it runs in cluster mode (then it is
-    /// used as the cluster's seed). Several URLs: the nodes of a cluster. The flag says "cluster".
+    /// used as the cluster's seed); a `redis+sentinel://` URL: the master its sentinels name. Several
+    /// URLs: the nodes of a cluster. The flag says "cluster".
     pub(crate) async fn open(urls: &[String], timeouts: Timeouts) -> Result<(Connection, bool), StoreError> {
+        crate::redis_sentinel::check_redis_urls(urls).map_err(StoreError::Unavailable)?;
         match urls {
             [] => Err(StoreError::Unavailable("no redis URL given".into())),
+            [url] if is_sentinel_url(url) => Ok((
+                Connection::Sentinel(Sentinel::connect(url, timeouts).await?),
+                false,
+            )),
             [url] => {
                 let standalone = Connection::standalone(url, timeouts).await?;
                 let info: String = standalone.query(redis::cmd("INFO").arg("cluster")).await?;
@@ -143,6 +154,9 @@ impl Connection {
     }
 
     fn forget_broken(&self, error: &RedisError) {
+        if let Connection::Sentinel(sentinel) = self {
+            sentinel.forget_if_stale(error);
+        }
         if let Connection::Standalone { current, .. } = self {
             if error.is_io_error()
                 || error.is_connection_dropped()
@@ -164,6 +178,10 @@ impl Connection {
                 let mut connection = self.standalone_connection().await?;
                 invocation.invoke_async(&mut connection).await
             }
+            Connection::Sentinel(sentinel) => {
+                let mut connection = sentinel.connection().await?;
+                invocation.invoke_async(&mut connection).await
+            }
             Connection::Cluster(connection) => invocation.invoke_async(&mut connection.clone()).await,
         };
         result.map_err(|error| {
@@ -180,6 +198,10 @@ impl Connection {
         let result = match self {
             Connection::Standalone { .. } => {
                 let mut connection = self.standalone_connection().await?;
+                pipeline.query_async(&mut connection).await
+            }
+            Connection::Sentinel(sentinel) => {
+                let mut connection = sentinel.connection().await?;
                 pipeline.query_async(&mut connection).await
             }
             Connection::Cluster(connection) => pipeline.query_async(&mut connection.clone()).await,
@@ -226,6 +248,10 @@ impl Connection {
         let result = match self {
             Connection::Standalone { .. } => {
                 let mut connection = self.standalone_connection().await?;
+                command.query_async(&mut connection).await
+            }
+            Connection::Sentinel(sentinel) => {
+                let mut connection = sentinel.connection().await?;
                 command.query_async(&mut connection).await
             }
             Connection::Cluster(connection) => command.query_async(&mut connection.clone()).await,

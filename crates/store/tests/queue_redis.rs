@@ -1,6 +1,7 @@
 //! The waiting-room conformance suite, and the Redis-specific checks, against (1) the Redis at
-//! 127.0.0.1:6379 (CI starts it; if it is down these tests fail, they never skip) and (2) a 3-node Redis
-//! Cluster this binary starts itself on spare ports.
+//! 127.0.0.1:6379 (CI starts it; if it is down these tests fail, they never skip), (2) a 3-node Redis
+//! Cluster this binary starts itself on spare ports and (3) a Sentinel-monitored master and replica it
+//! starts too, reached through `redis+sentinel://`.
 //!
 //! Isolation: every test gets its own key prefix (`rgtest:<pid>:<n>:`), whose keys are deleted when the
 //! test's guard drops, even after a panic. Time: the stores take an injected [`ManualClock`] in place of
@@ -87,6 +88,18 @@ mod cluster {
     async fn make() -> rankgate_store::queue::conformance::Backend {
         let urls = super::cluster().urls.clone();
         super::backend_on(urls).await
+    }
+
+    rankgate_store::queue_conformance_suite!(make);
+    rankgate_store::draw_conformance_suite!(make);
+}
+
+/// The shared conformance suite against the master of a Sentinel-monitored pair (master, replica, three
+/// sentinels) started by this binary, reached through `redis+sentinel://` with a password.
+mod sentinel {
+    async fn make() -> rankgate_store::queue::conformance::Backend {
+        let url = rankgate_testkit::redis_servers::sentinel().url();
+        super::backend_on(vec![url]).await
     }
 
     rankgate_store::queue_conformance_suite!(make);

@@ -171,6 +171,12 @@ async fn standalone_redis_top_n_only_answers_the_top_k_with_full_totals() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_master_answers_what_the_recompute_ranks() {
+    let url = rankgate_testkit::redis_servers::sentinel().url();
+    redis_answers_what_the_recompute_ranks(vec![url], None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_answers_what_the_recompute_ranks() {
     redis_answers_what_the_recompute_ranks(cluster().urls.clone(), None).await;
 }

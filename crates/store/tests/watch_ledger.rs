@@ -103,3 +103,8 @@ async fn the_persisted_embedded_ledger_survives_a_restart() {
         "a damaged ledger is refused, not silently reset"
     );
 }
+
+#[tokio::test]
+async fn the_lease_fences_records_on_a_sentinel_master() {
+    lease_fences_records(vec![rankgate_testkit::redis_servers::sentinel().url()]).await;
+}

@@ -371,7 +371,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 data_dir,
                 scale,
                 flash_sale_members,
-                &redis,
+                &rankgate_store::redis_sentinel::join_split_sentinel_url(redis),
                 &mut std::io::stdout(),
             )?;
             Ok(if passed {

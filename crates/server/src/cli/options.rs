@@ -62,8 +62,9 @@ impl From<StoreOptions> for Overrides {
 /// `--redis`, for the commands that reach the Redis store (`serve`, `rebuild`).
 #[derive(Debug, Default, Clone, clap::Args)]
 pub struct RedisOption {
-    /// Redis for waiting-room state and serving rankings: one URL (redis://host:port), comma-separated
-    /// Cluster node URLs, or redis+sentinel://host:port[,host:port…]/<master name> (never logged)
+    /// Redis for waiting-room state, serving rankings and jobs: one URL (redis://host:port), comma-separated
+    /// Cluster node URLs, or redis+sentinel://host:port[,host:port…]/<master name> for Sentinel (never
+    /// logged)
     #[arg(long, hide_env_values = true, env = "RANKGATE_REDIS", value_delimiter = ',')]
     pub redis: Option<Vec<String>>,
 }

@@ -30,6 +30,7 @@ mod queue_admin;
 mod rankings;
 mod reads;
 mod sale_report;
+mod sentinel;
 mod serving_redis;
 mod store_loss;
 mod stream;

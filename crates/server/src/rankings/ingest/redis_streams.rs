@@ -52,6 +52,14 @@ pub struct StreamConfig {
 impl StreamConfig {
     /// Parses `redis://host:port/<key>`; the path names the stream.
     pub fn from_url(url: &str) -> anyhow::Result<StreamConfig> {
+        // The consumer holds one plain connection: following a Sentinel failover would need the store's
+        // rediscovering connection, so the form is refused rather than half supported.
+        anyhow::ensure!(
+            !rankgate_store::redis_sentinel::is_sentinel_url(url),
+            "--stream {}: a redis+sentinel:// stream is not supported; give the stream's server as \
+             redis://host:port/<stream key>",
+            redact_url(url)
+        );
         let (base, key) = url
             .rsplit_once('/')
             .filter(|(base, key)| base.contains("://") && !base.ends_with('/') && !key.is_empty())
@@ -240,5 +248,23 @@ impl StreamConsumer {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sentinel_stream_url_is_refused_naming_the_flag_without_the_password() {
+        let error = StreamConfig::from_url("redis+sentinel://:hunter22@h:26379/mymaster/events")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--stream") && error.contains("sentinel"),
+            "{error}"
+        );
+        assert!(!error.contains("hunter22"), "{error}");
+        assert!(StreamConfig::from_url("redis://127.0.0.1:6379/events").is_ok());
     }
 }
