@@ -88,7 +88,7 @@ mod tests {
             Some(u64::MAX)
         );
         assert_eq!(
-            requested_delay_millis(b"18446744073709551", NOW),
+            requested_delay_millis(b"18446744073709552", NOW),
             Some(u64::MAX),
             "seconds that overflow once in milliseconds"
         );
