@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use rankgate_store::queue::jobs::{JobAckOutcome, JobCounts};
+use rankgate_store::queue::jobs::{job_group, JobAckOutcome, JobCounts};
 use rankgate_store::queue::{ClaimedJob, NackOutcome};
 
 use super::retry_after::requested_delay_millis;
@@ -110,11 +110,8 @@ impl Webhooks {
 
     /// One attempt of one delivery.
     async fn deliver(&self, job: ClaimedJob) -> (String, DeliveryOutcome) {
-        let name = job
-            .id
-            .rsplit_once(':')
-            .map_or(job.id.as_str(), |(name, _)| name)
-            .to_string();
+        // The webhook is the job's group (`<webhook>:<sequence>`), the unit a 410 pauses.
+        let name = job_group(&job.id).unwrap_or(job.id.as_str()).to_string();
         let Some(hook) = self.hooks.iter().find(|hook| hook.name == name) else {
             tracing::warn!(
                 delivery = job.id.as_str(),
