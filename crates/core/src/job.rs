@@ -2,7 +2,8 @@
 //!
 //! A job is READY (due at a time) → PROCESSING (claimed by one worker until the claim expires) → done
 //! (acked, forgotten), or back to READY after a failure with a backoff delay, or DEAD after its last
-//! attempt. Dead jobs wait for an operator's replay. A claim carries a claim token, so a worker whose claim
+//! attempt. Dead jobs wait for an operator's replay. A job whose group ([`job_group`]) is paused is
+//! PARKED instead of READY: held, attempts and all, until the group is resumed. A claim carries a claim token, so a worker whose claim
 //! expired (and was reaped and given to someone else) cannot ack or nack the job it no longer owns.
 //!
 //! Store backends keep a ready set scored by due time and a processing set scored by claim expiry, and
@@ -49,6 +50,21 @@ pub fn backoff_delay_ms(policy: &RetryPolicy, failures: u32, jitter_unit: f64) -
     half + ((capped - half) as f64 * unit) as u64
 }
 
+/// The delay after failure number `failures`, as [`backoff_delay_ms`], but not shorter than
+/// `min_delay_ms` (what the failed job asked for, e.g. a webhook receiver's `Retry-After`) — a floor that
+/// is itself capped at `max_delay_ms`, so no answer can push a retry past the policy's longest delay.
+#[must_use]
+pub fn retry_delay_ms(policy: &RetryPolicy, failures: u32, jitter_unit: f64, min_delay_ms: u64) -> u64 {
+    backoff_delay_ms(policy, failures, jitter_unit).max(min_delay_ms.min(policy.max_delay_ms))
+}
+
+/// The group a job belongs to: its id up to the last `:` (`toys-top:42` → `toys-top`); `None` for an
+/// id without one. A paused group's jobs are parked (webhooks: one group per webhook, paused on a 410).
+#[must_use]
+pub fn job_group(id: &str) -> Option<&str> {
+    id.rsplit_once(':').map(|(group, _)| group)
+}
+
 /// A job's state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobState {
@@ -71,6 +87,12 @@ pub enum JobState {
         /// The last failure's reason.
         reason: String,
     },
+    /// Held while its group is paused: never claimed; back to READY, due at once and with fresh
+    /// attempts, when the group is resumed.
+    Parked {
+        /// When it was parked.
+        parked_at_ms: i64,
+    },
 }
 
 /// Why a job transition was refused.
@@ -85,6 +107,9 @@ pub enum JobTransitionError {
     /// Only dead jobs can be replayed.
     #[error("the job is not dead")]
     NotDead,
+    /// Only parked jobs can be unparked; dead ones are not parked.
+    #[error("the job is not parked")]
+    NotParked,
 }
 
 /// Where a failed attempt leaves a job.
@@ -162,16 +187,18 @@ impl JobRecord {
         self.check_claim(claim_token)
     }
 
-    /// The worker failed: retry with backoff, or dead after the last attempt.
+    /// The worker failed: retry with backoff (not sooner than `min_delay_ms`, see [`retry_delay_ms`]),
+    /// or dead after the last attempt.
     pub fn nack(
         &self,
         claim_token: u128,
         now_ms: i64,
         jitter_unit: f64,
+        min_delay_ms: u64,
         reason: &str,
     ) -> Result<(JobRecord, bool), JobTransitionError> {
         self.check_claim(claim_token)?;
-        let after = self.after_failure(now_ms, jitter_unit, reason);
+        let after = self.after_failure(now_ms, jitter_unit, min_delay_ms, reason);
         let dead = matches!(after, AfterFailure::Dead(_));
         Ok((
             JobRecord {
@@ -187,7 +214,7 @@ impl JobRecord {
     pub fn reap(&self, now_ms: i64, jitter_unit: f64) -> Option<(JobRecord, bool)> {
         match self.state {
             JobState::Processing { expires_at_ms, .. } if expires_at_ms <= now_ms => {
-                let after = self.after_failure(now_ms, jitter_unit, "claim expired");
+                let after = self.after_failure(now_ms, jitter_unit, 0, "claim expired");
                 let dead = matches!(after, AfterFailure::Dead(_));
                 Some((
                     JobRecord {
@@ -201,14 +228,14 @@ impl JobRecord {
         }
     }
 
-    fn after_failure(&self, now_ms: i64, jitter_unit: f64, reason: &str) -> AfterFailure {
+    fn after_failure(&self, now_ms: i64, jitter_unit: f64, min_delay_ms: u64, reason: &str) -> AfterFailure {
         if self.attempts >= self.policy.max_attempts {
             return AfterFailure::Dead(JobState::Dead {
                 died_at_ms: now_ms,
                 reason: reason.to_string(),
             });
         }
-        let delay = backoff_delay_ms(&self.policy, self.attempts, jitter_unit) as i64;
+        let delay = retry_delay_ms(&self.policy, self.attempts, jitter_unit, min_delay_ms) as i64;
         AfterFailure::Retry(JobState::Ready {
             due_at_ms: now_ms + delay,
         })
@@ -223,6 +250,43 @@ impl JobRecord {
                 policy: self.policy,
             }),
             _ => Err(JobTransitionError::NotDead),
+        }
+    }
+
+    /// Its group was paused: a READY job, or one whose claim expired, is parked as it is. Parking does
+    /// not count an attempt, and a job out of attempts is parked rather than dead, because the pause
+    /// (a receiver's `410 Gone`) says nothing about whether the next attempt would work.
+    pub fn park(&self, now_ms: i64) -> Result<JobRecord, JobTransitionError> {
+        match self.state {
+            JobState::Ready { .. } => Ok(self.parked(now_ms)),
+            JobState::Processing { expires_at_ms, .. } if expires_at_ms <= now_ms => Ok(self.parked(now_ms)),
+            _ => Err(JobTransitionError::NotReady),
+        }
+    }
+
+    /// The worker failed while its job's group is paused (or the failure paused it): parked, not
+    /// retried, whatever attempts are left.
+    pub fn park_claimed(&self, claim_token: u128, now_ms: i64) -> Result<JobRecord, JobTransitionError> {
+        self.check_claim(claim_token)?;
+        Ok(self.parked(now_ms))
+    }
+
+    fn parked(&self, now_ms: i64) -> JobRecord {
+        JobRecord {
+            state: JobState::Parked { parked_at_ms: now_ms },
+            ..self.clone()
+        }
+    }
+
+    /// Its group was resumed: due now, with a fresh set of attempts (as a replay).
+    pub fn unpark(&self, now_ms: i64) -> Result<JobRecord, JobTransitionError> {
+        match self.state {
+            JobState::Parked { .. } => Ok(JobRecord {
+                state: JobState::Ready { due_at_ms: now_ms },
+                attempts: 0,
+                policy: self.policy,
+            }),
+            _ => Err(JobTransitionError::NotParked),
         }
     }
 }
@@ -262,12 +326,65 @@ mod tests {
         assert_eq!(reaped.ack(1), Err(JobTransitionError::StaleClaim));
         assert_eq!(reaped.claim(2, 54, 50), Err(JobTransitionError::NotReady));
         let second = reaped.claim(2, 55, 50).unwrap();
-        let (dead_job, dead) = second.nack(2, 60, 0.0, "boom").unwrap();
+        let (dead_job, dead) = second.nack(2, 60, 0.0, 0, "boom").unwrap();
         assert!(dead);
         assert!(matches!(dead_job.state, JobState::Dead { .. }));
         let replayed = dead_job.replay(70).unwrap();
         assert_eq!(replayed.state, JobState::Ready { due_at_ms: 70 });
         assert_eq!(replayed.attempts, 0);
+    }
+
+    #[test]
+    fn a_minimum_delay_is_a_floor_capped_at_the_longest_delay() {
+        let policy = RetryPolicy {
+            base_delay_ms: 100,
+            max_delay_ms: 1_000,
+            max_attempts: 5,
+        };
+        assert_eq!(retry_delay_ms(&policy, 1, 0.0, 0), 50, "no floor: the backoff");
+        assert_eq!(
+            retry_delay_ms(&policy, 1, 0.0, 700),
+            700,
+            "a floor above the backoff"
+        );
+        assert_eq!(retry_delay_ms(&policy, 4, 0.999_999, 10), 799, "a floor below it");
+        assert_eq!(retry_delay_ms(&policy, 1, 0.0, u64::MAX), 1_000, "capped");
+        let job = JobRecord::new(0, policy).claim(9, 0, 50).unwrap();
+        let (next, dead) = job.nack(9, 10, 0.0, 600, "busy").unwrap();
+        assert!(!dead);
+        assert_eq!(next.state, JobState::Ready { due_at_ms: 610 });
+    }
+
+    #[test]
+    fn parked_jobs_wait_whatever_their_attempts_and_come_back_with_fresh_ones() {
+        assert_eq!(job_group("toys-top:42"), Some("toys-top"));
+        assert_eq!(job_group("a:b:3"), Some("a:b"));
+        assert_eq!(job_group("plain"), None);
+        let policy = RetryPolicy {
+            base_delay_ms: 10,
+            max_delay_ms: 100,
+            max_attempts: 1,
+        };
+        let claimed = JobRecord::new(0, policy).claim(7, 0, 50).unwrap();
+        assert_eq!(claimed.park_claimed(8, 5), Err(JobTransitionError::StaleClaim));
+        assert_eq!(
+            claimed.park(5),
+            Err(JobTransitionError::NotReady),
+            "a live claim is not parked"
+        );
+        let parked = claimed.park_claimed(7, 5).unwrap();
+        assert_eq!(parked.state, JobState::Parked { parked_at_ms: 5 });
+        assert_eq!(parked.attempts, 1, "out of attempts, yet parked rather than dead");
+        assert_eq!(parked.claim(1, 1_000, 50), Err(JobTransitionError::NotReady));
+        let resumed = parked.unpark(2_000).unwrap();
+        assert_eq!(resumed.state, JobState::Ready { due_at_ms: 2_000 });
+        assert_eq!(resumed.attempts, 0);
+        assert_eq!(resumed.unpark(2_001), Err(JobTransitionError::NotParked));
+        let reaped = claimed.park(50).unwrap();
+        assert!(
+            matches!(reaped.state, JobState::Parked { .. }),
+            "an expired claim is parked"
+        );
     }
 
     proptest! {

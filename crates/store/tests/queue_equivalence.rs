@@ -937,12 +937,15 @@ fn embedded_and_redis_cluster_agree_on_every_step() {
 /// one millisecond of backoff, so the jitter each store draws for itself (the trait takes none) decides
 /// nothing and every answer is comparable exactly; the backoff maths themselves are checked against
 /// `rankgate_core::job::backoff_delay_ms` with pinned jitter in the Redis jobs module's own property test.
+/// A minimum delay (a webhook's Retry-After) up to past the cap, and pausing and resuming job groups
+/// (a webhook's 410, an admin's PUT), run in the same lock-step: the job ids fall in two groups.
 mod jobs_and_limits {
     use super::*;
     use rankgate_core::job::RetryPolicy;
     use rankgate_store::queue::{JobStore, NewJob};
 
-    const JOB_IDS: [&str; 3] = ["job-0", "job-1", "job-2"];
+    const JOB_IDS: [&str; 3] = ["job-a:0", "job-a:1", "job-b:0"];
+    const GROUPS: [&str; 2] = ["job-a", "job-b"];
     const LIMIT_KEYS: [&str; 3] = ["poll:eq:m-0", "ip:127.0.0.1", "{odd}%key"];
 
     #[derive(Debug, Clone)]
@@ -954,6 +957,11 @@ mod jobs_and_limits {
         /// Ack / nack a job with its latest claim token (`true`) or its first one (stale once re-claimed).
         Ack(usize, bool),
         Nack(usize, bool),
+        /// A nack asking for at least this many ms before the retry.
+        NackNotBefore(usize, bool, u64),
+        Pause(usize),
+        Resume(usize),
+        Paused,
         Reap,
         Dead(usize),
         Replay(usize),
@@ -982,6 +990,11 @@ mod jobs_and_limits {
             3 => (1usize..=3, prop::sample::select(vec![1_000i64, 5_000])).prop_map(|(n, lease)| Op::ClaimDue(n, lease)),
             2 => (job(), any::<bool>()).prop_map(|(j, latest)| Op::Ack(j, latest)),
             2 => (job(), any::<bool>()).prop_map(|(j, latest)| Op::Nack(j, latest)),
+            1 => (job(), any::<bool>(), prop::sample::select(vec![0u64, 1, 1_000_000_000]))
+                .prop_map(|(j, latest, min)| Op::NackNotBefore(j, latest, min)),
+            2 => (0..GROUPS.len()).prop_map(Op::Pause),
+            2 => (0..GROUPS.len()).prop_map(Op::Resume),
+            1 => Just(Op::Paused),
             1 => Just(Op::Reap),
             1 => (1usize..=3).prop_map(Op::Dead),
             1 => job().prop_map(Op::Replay),
@@ -1047,6 +1060,17 @@ mod jobs_and_limits {
                     let claim = token(&self.claim_tokens, j, latest);
                     format!("{:?}", self.jobs.nack("work", JOB_IDS[j], claim, "boom").await)
                 }
+                Op::NackNotBefore(j, latest, min_delay_ms) => {
+                    let claim = token(&self.claim_tokens, j, latest);
+                    let outcome = self
+                        .jobs
+                        .nack_with_min_delay("work", JOB_IDS[j], claim, "busy", min_delay_ms)
+                        .await;
+                    format!("{outcome:?}")
+                }
+                Op::Pause(g) => format!("{:?}", self.jobs.pause_group("work", GROUPS[g], "gone").await),
+                Op::Resume(g) => format!("{:?}", self.jobs.resume_group("work", GROUPS[g]).await),
+                Op::Paused => format!("{:?}", self.jobs.paused_groups("work").await),
                 Op::Reap => format!("{:?}", self.jobs.reap_expired("work").await),
                 Op::Dead(limit) => format!("{:?}", self.jobs.dead_jobs("work", limit).await),
                 Op::Replay(j) => format!("{:?}", self.jobs.replay_dead("work", JOB_IDS[j]).await),

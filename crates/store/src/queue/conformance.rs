@@ -68,6 +68,8 @@ macro_rules! queue_conformance_suite {
             wait_estimate_follows_measured_rate,
             wait_estimate_is_right_after_opening_and_resuming,
             jobs_claim_ack_retry_reap_and_dead_letter,
+            a_retry_waits_at_least_its_minimum_delay_within_the_cap,
+            a_paused_group_parks_its_jobs_until_resumed,
             each_job_queue_has_its_own_clock_guard_moved_by_every_step,
             sliding_log_limits_and_caps,
             sliding_window_counter_limits,
@@ -1208,6 +1210,147 @@ pub async fn jobs_claim_ack_retry_reap_and_dead_letter(backend: Backend) {
     }
     let counts = jobs.counts("work").await.unwrap();
     assert_eq!((counts.ready, counts.processing, counts.dead), (1, 0, 0));
+}
+
+/// A failed job asks for a minimum delay (a webhook receiver's `Retry-After`): the retry is not due
+/// before it, and a floor beyond the policy's cap is the cap.
+pub async fn a_retry_waits_at_least_its_minimum_delay_within_the_cap(backend: Backend) {
+    let jobs = &backend.jobs;
+    let policy = RetryPolicy {
+        base_delay_ms: 100,
+        max_delay_ms: 5_000,
+        max_attempts: 5,
+    };
+    let job = |id: &str| NewJob {
+        id: id.into(),
+        payload: Vec::new(),
+        delay_ms: 0,
+        policy,
+    };
+    assert!(jobs.enqueue("floor", job("polite")).await.unwrap());
+    assert!(jobs.enqueue("floor", job("greedy")).await.unwrap());
+    let claimed = jobs.claim_due("floor", 10, 60_000).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    let now = backend.clock.now_millis();
+    for claim in &claimed {
+        let (min_delay, expected) = if claim.id == "polite" {
+            (2_000, 2_000)
+        } else {
+            (u64::MAX, 5_000)
+        };
+        assert_eq!(
+            jobs.nack_with_min_delay("floor", &claim.id, claim.claim_token, "busy", min_delay)
+                .await
+                .unwrap(),
+            NackOutcome::RetryAt(now + expected),
+            "{}",
+            claim.id
+        );
+    }
+    backend.clock.advance(1_999);
+    assert!(jobs.claim_due("floor", 10, 60_000).await.unwrap().is_empty());
+    backend.clock.advance(1);
+    let due = jobs.claim_due("floor", 10, 60_000).await.unwrap();
+    assert_eq!(due.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["polite"]);
+    backend.clock.advance(3_000);
+    let due = jobs.claim_due("floor", 10, 60_000).await.unwrap();
+    assert_eq!(due.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["greedy"]);
+}
+
+/// A paused group (a webhook whose receiver answered 410): its ready jobs are parked at once, a new
+/// one is parked on arrival, a claimed one that fails or expires is parked whatever its attempts, and
+/// nothing of it is claimed; other groups go on. Resumed, its parked jobs are due at once with fresh
+/// attempts.
+pub async fn a_paused_group_parks_its_jobs_until_resumed(backend: Backend) {
+    let jobs = &backend.jobs;
+    let policy = RetryPolicy {
+        base_delay_ms: 100,
+        max_delay_ms: 1_000,
+        max_attempts: 1,
+    };
+    let job = |id: &str, delay_ms| NewJob {
+        id: id.into(),
+        payload: id.as_bytes().to_vec(),
+        delay_ms,
+        policy,
+    };
+    // gone:1 in flight when the pause comes; gone:2 in flight and its claim will expire.
+    for id in ["gone:1", "gone:2"] {
+        assert!(jobs.enqueue("hooks", job(id, 0)).await.unwrap());
+    }
+    for id in ["gone:3", "other:1", "gone-not:1"] {
+        assert!(jobs.enqueue("hooks", job(id, 10)).await.unwrap());
+    }
+    let mut claimed = jobs.claim_due("hooks", 10, 1_000).await.unwrap();
+    claimed.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(
+        claimed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+        ["gone:1", "gone:2"]
+    );
+    assert!(jobs
+        .pause_group("hooks", "gone", "the receiver answered 410")
+        .await
+        .unwrap());
+    assert!(
+        !jobs.pause_group("hooks", "gone", "again").await.unwrap(),
+        "paused already: the first pause is kept"
+    );
+    let paused = jobs.paused_groups("hooks").await.unwrap();
+    assert_eq!(paused.len(), 1);
+    assert_eq!(paused[0].group, "gone");
+    assert_eq!(paused[0].reason, "the receiver answered 410");
+    assert_eq!(paused[0].since_ms, backend.clock.now_millis());
+    assert!(jobs.paused_groups("elsewhere").await.unwrap().is_empty());
+    // Out of attempts, yet parked rather than dead.
+    assert_eq!(
+        jobs.nack("hooks", "gone:1", claimed[0].claim_token, "410")
+            .await
+            .unwrap(),
+        NackOutcome::Parked
+    );
+    assert!(jobs.enqueue("hooks", job("gone:4", 0)).await.unwrap());
+    backend.clock.advance(1_000);
+    assert_eq!(jobs.reap_expired("hooks").await.unwrap(), 1);
+    let others = jobs.claim_due("hooks", 10, 1_000).await.unwrap();
+    let mut ids: Vec<&str> = others.iter().map(|j| j.id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        ["gone-not:1", "other:1"],
+        "only the other groups are claimed"
+    );
+    for other in &others {
+        jobs.ack("hooks", &other.id, other.claim_token).await.unwrap();
+    }
+    let counts = jobs.counts("hooks").await.unwrap();
+    assert_eq!(
+        (counts.ready, counts.processing, counts.dead, counts.parked),
+        (0, 0, 0, 4),
+        "gone:1 (failed), gone:2 (expired), gone:3 (ready), gone:4 (new) parked"
+    );
+    backend.clock.advance(60_000);
+    assert!(
+        jobs.claim_due("hooks", 10, 1_000).await.unwrap().is_empty(),
+        "parked for good"
+    );
+
+    assert!(jobs.resume_group("hooks", "gone").await.unwrap());
+    assert!(
+        !jobs.resume_group("hooks", "gone").await.unwrap(),
+        "not paused any more"
+    );
+    assert!(jobs.paused_groups("hooks").await.unwrap().is_empty());
+    let resumed = jobs.claim_due("hooks", 10, 1_000).await.unwrap();
+    let mut ids: Vec<(&str, u32)> = resumed.iter().map(|j| (j.id.as_str(), j.attempt)).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        [("gone:1", 1), ("gone:2", 1), ("gone:3", 1), ("gone:4", 1)],
+        "due at once, with fresh attempts"
+    );
+    assert!(resumed.iter().all(|j| j.payload == j.id.as_bytes()));
+    let counts = jobs.counts("hooks").await.unwrap();
+    assert_eq!((counts.processing, counts.parked), (4, 0));
 }
 
 /// Found by the backend-equivalence test: the embedded job store kept one clock guard for all job queues

@@ -4,8 +4,15 @@
 //! jobs from ready to processing atomically and hands out a claim token; ack and nack check it, so a worker
 //! whose claim was reaped cannot finish a job someone else now owns. The reaper returns expired claims with
 //! backoff, counting them as failed attempts. Transitions and backoff are `rankgate_core::job`'s.
+//!
+//! A **group** of jobs (ids `<group>:…`, [`job_group`]) can be paused: its ready jobs are parked at once,
+//! and from then on an enqueued job of it, or a claimed one that fails or expires, is parked too, so no
+//! worker claims any of them until the group is resumed. The pause is kept in the store beside the jobs:
+//! every instance sharing the store sees it, and it outlives restarts. Webhooks pause a webhook's group on
+//! a receiver's `410 Gone`.
 
 use async_trait::async_trait;
+pub use rankgate_core::job::job_group;
 use rankgate_core::job::RetryPolicy;
 
 use super::StoreError;
@@ -58,6 +65,8 @@ pub enum NackOutcome {
     RetryAt(i64),
     /// Out of attempts: moved to the dead set.
     Dead,
+    /// The job's group is paused: parked until it is resumed.
+    Parked,
     /// The claim token is not current (reaped meanwhile): nothing changed.
     StaleClaim,
 }
@@ -80,6 +89,19 @@ pub struct JobCounts {
     pub processing: u64,
     /// Out of attempts.
     pub dead: u64,
+    /// Held while their group is paused.
+    pub parked: u64,
+}
+
+/// A paused group of a job queue ([`JobStore::pause_group`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PausedGroup {
+    /// The group (`<group>` of its jobs' ids `<group>:…`).
+    pub group: String,
+    /// When it was paused (store clock, ms).
+    pub since_ms: i64,
+    /// Why, as the pauser said.
+    pub reason: String,
 }
 
 /// Delayed/retry jobs. Every method is one atomic step on the store, with the store's clock.
@@ -96,13 +118,27 @@ pub trait JobStore: Send + Sync + 'static {
     ) -> Result<Vec<ClaimedJob>, StoreError>;
     /// The job succeeded.
     async fn ack(&self, queue: &str, id: &str, claim_token: u128) -> Result<JobAckOutcome, StoreError>;
-    /// The job failed: retry with capped exponential backoff and jitter, or dead after the last attempt.
+    /// The job failed: retry with capped exponential backoff and jitter, or dead after the last attempt
+    /// (parked instead, whatever its attempts, while its group is paused).
     async fn nack(
         &self,
         queue: &str,
         id: &str,
         claim_token: u128,
         reason: &str,
+    ) -> Result<NackOutcome, StoreError> {
+        self.nack_with_min_delay(queue, id, claim_token, reason, 0).await
+    }
+    /// [`JobStore::nack`], retried no sooner than `min_delay_ms` from now (what the job's target asked
+    /// for, e.g. a `Retry-After`) but never later than the policy's longest delay
+    /// (`rankgate_core::job::retry_delay_ms`).
+    async fn nack_with_min_delay(
+        &self,
+        queue: &str,
+        id: &str,
+        claim_token: u128,
+        reason: &str,
+        min_delay_ms: u64,
     ) -> Result<NackOutcome, StoreError>;
     /// Returns expired claims to the ready set (or the dead set); how many.
     async fn reap_expired(&self, queue: &str) -> Result<u64, StoreError>;
@@ -112,4 +148,11 @@ pub trait JobStore: Send + Sync + 'static {
     async fn replay_dead(&self, queue: &str, id: &str) -> Result<JobAckOutcome, StoreError>;
     /// Set sizes.
     async fn counts(&self, queue: &str) -> Result<JobCounts, StoreError>;
+    /// Pauses `group`, parking its ready jobs; `false` (and the first pause kept) if it was paused
+    /// already. Jobs claimed meanwhile finish as they do, and are parked if they fail.
+    async fn pause_group(&self, queue: &str, group: &str, reason: &str) -> Result<bool, StoreError>;
+    /// Resumes `group`: its parked jobs are due now, with fresh attempts. `false` if it was not paused.
+    async fn resume_group(&self, queue: &str, group: &str) -> Result<bool, StoreError>;
+    /// The paused groups, by group name.
+    async fn paused_groups(&self, queue: &str) -> Result<Vec<PausedGroup>, StoreError>;
 }

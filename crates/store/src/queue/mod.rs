@@ -50,7 +50,7 @@ pub mod upstream;
 pub mod waiting;
 
 pub use draw::DrawStore;
-pub use jobs::{ClaimedJob, DeadJob, JobCounts, JobStore, NackOutcome, NewJob};
+pub use jobs::{ClaimedJob, DeadJob, JobCounts, JobStore, NackOutcome, NewJob, PausedGroup};
 pub use limiter::{RateLimiter, RateLimiterKind};
 pub use report::{ReportStore, StoredReport};
 pub use upstream::{InMemoryUpstreamObservations, UpstreamObservationStore};

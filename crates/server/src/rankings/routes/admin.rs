@@ -245,6 +245,50 @@ pub async fn get_webhooks(
     Ok(Json(view))
 }
 
+/// `PUT /v1/admin/webhooks/{name}` with `{"enabled": true}`: a webhook disabled (by its receiver's 410,
+/// or by an admin's `{"enabled": false}`) delivers again, its parked deliveries first. Answers the
+/// webhook as `GET /v1/admin/webhooks` lists it; 404 for a name not configured.
+pub async fn put_webhook(
+    State(state): State<Rankings>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<crate::rankings::webhooks::WebhookView>> {
+    let enabled = parse_enabled_body(&body)?;
+    let view = state
+        .webhooks
+        .set_enabled(&name, enabled)
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("the job store cannot be written now: {e}")))?;
+    view.map(Json).ok_or_else(|| {
+        let shown: String = name.chars().take(64).collect();
+        ApiError::NotFound(format!("name: no [[webhook]] named {shown:?}"))
+    })
+}
+
+/// The body of `PUT /v1/admin/webhooks/{name}`: `{"enabled": true|false}` and nothing else; errors name
+/// the field.
+fn parse_enabled_body(body: &[u8]) -> ApiResult<bool> {
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("body: not JSON ({e})")))?;
+    let serde_json::Value::Object(fields) = value else {
+        return Err(ApiError::bad_field(
+            "body",
+            "must be a JSON object, e.g. {\"enabled\": true}",
+        ));
+    };
+    if let Some(unknown) = fields.keys().find(|key| key.as_str() != "enabled") {
+        let shown: String = unknown.chars().take(64).collect();
+        return Err(ApiError::BadRequest(format!(
+            "{shown}: unknown field; only enabled can be set"
+        )));
+    }
+    match fields.get("enabled") {
+        Some(serde_json::Value::Bool(enabled)) => Ok(*enabled),
+        Some(_) => Err(ApiError::bad_field("enabled", "must be true or false")),
+        None => Err(ApiError::bad_field("enabled", "is required (true or false)")),
+    }
+}
+
 /// `POST /v1/admin/webhooks/dead/{id}/replay`: a dead-lettered delivery back in the queue, due now,
 /// with fresh attempts. 404 when no dead delivery has that id.
 pub async fn replay_webhook_delivery(

@@ -31,6 +31,9 @@ pub const ADMIN: &[Endpoint<Rankings>] = &[
     }),
     Endpoint::new(Method::POST, "/v1/admin/rebuild", |m| on(m, admin::rebuild)),
     Endpoint::new(Method::GET, "/v1/admin/webhooks", |m| on(m, admin::get_webhooks)),
+    Endpoint::new(Method::PUT, "/v1/admin/webhooks/{name}", |m| {
+        on(m, admin::put_webhook)
+    }),
     Endpoint::new(Method::POST, "/v1/admin/webhooks/dead/{id}/replay", |m| {
         on(m, admin::replay_webhook_delivery)
     }),

@@ -4,7 +4,8 @@
 //! [[webhook]]
 //! name = "toys-top-10"                 # 1–64 of [A-Za-z0-9_-]; unique; part of every delivery id
 //! url = "https://shop.example/hooks/rankings"   # http or https, no user:password@
-//! secret = "…"                         # 16–512 bytes; signs every delivery (or secret_file = "/path")
+//! secret = "…"                         # 16–512 bytes; signs every delivery (or secret_file = "/path");
+//!                                      # `whsec_<base64>` (Standard Webhooks) signs with the decoded bytes
 //! ranker = "popular"                   # the watched ranking, as `GET …/top` takes it:
 //! category = "toys"                    #   category or "all"
 //! period = "daily"                     #   or window = "7d"; always the current period / window
@@ -17,7 +18,14 @@
 //! ```
 //!
 //! The secret never leaves this module in readable form except to sign: `Debug` hides it, errors never
-//! quote it, and it is not written to any store (deliveries are signed when they are sent).
+//! quote it (nor a decoder's message, which would name a byte of it), and it is not written to any store
+//! (deliveries are signed when they are sent).
+//!
+//! **Two keys from one secret.** The Standard Webhooks signature (`webhook-signature`) is keyed as the
+//! standard says: a `whsec_<base64>` secret by its decoded bytes, so the receiver can hand the same string
+//! to any Standard Webhooks library; any other secret by its UTF-8 bytes (a library's `from_bytes`). The
+//! older `X-Rankgate-Signature` stays keyed by the secret as written, whatever its form, so receivers that
+//! check it today keep working unchanged.
 
 use std::path::PathBuf;
 
@@ -87,8 +95,10 @@ pub struct WebhookConfig {
     pub name: String,
     /// Where deliveries are posted.
     pub url: reqwest::Url,
-    /// The signing secret (never shown).
+    /// The secret as written: the key of `X-Rankgate-Signature` (never shown).
     secret: Vec<u8>,
+    /// The Standard Webhooks key: a `whsec_` secret's decoded bytes, else the secret as written.
+    standard_key: Vec<u8>,
     /// The watched category.
     pub category: CategoryOrAll,
     /// The watched ranking as a `GET …/top` query (`ranker=…&period=…&limit=…`), re-parsed against the
@@ -121,13 +131,20 @@ impl std::fmt::Debug for WebhookConfig {
 const MAX_SECRET_BYTES: usize = 512;
 /// Smallest: a shorter secret is guessable.
 const MIN_SECRET_BYTES: usize = 16;
+/// The prefix of a Standard Webhooks secret, followed by the key in standard base64.
+pub const STANDARD_SECRET_PREFIX: &str = "whsec_";
 /// Most `[[webhook]]` tables: each is one read per freshness interval on the lease holder.
 pub const MAX_WEBHOOKS: usize = 100;
 
 impl WebhookConfig {
-    /// The signing secret.
+    /// The secret as written: the key of `X-Rankgate-Signature`.
     pub fn secret(&self) -> &[u8] {
         &self.secret
+    }
+
+    /// The Standard Webhooks key: the key of `webhook-signature`.
+    pub fn standard_key(&self) -> &[u8] {
+        &self.standard_key
     }
 
     /// Checks table number `index` (0-based) of the file; errors start with `webhook[index].<key>`.
@@ -166,24 +183,29 @@ impl WebhookConfig {
             "{}: must not carry credentials (user:password@); receivers check the signature instead",
             key("url")
         );
-        let secret = match (file.secret, file.secret_file) {
+        let (secret, secret_key) = match (file.secret, file.secret_file) {
             (Some(_), Some(_)) => {
                 anyhow::bail!("{}: give secret or secret_file, not both", key("secret"))
             }
-            (Some(secret), None) => secret.into_bytes(),
-            (None, Some(path)) => std::fs::read_to_string(&path)
-                .map_err(|e| anyhow::anyhow!("{}: cannot read {} ({e})", key("secret_file"), path.display()))?
-                .trim()
-                .as_bytes()
-                .to_vec(),
+            (Some(secret), None) => (secret.into_bytes(), key("secret")),
+            (None, Some(path)) => (
+                std::fs::read_to_string(&path)
+                    .map_err(|e| {
+                        anyhow::anyhow!("{}: cannot read {} ({e})", key("secret_file"), path.display())
+                    })?
+                    .trim()
+                    .as_bytes()
+                    .to_vec(),
+                key("secret_file"),
+            ),
             (None, None) => anyhow::bail!("{}: is required (or secret_file)", key("secret")),
         };
         anyhow::ensure!(
             (MIN_SECRET_BYTES..=MAX_SECRET_BYTES).contains(&secret.len()),
-            "{}: must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes, got {}",
-            key("secret"),
+            "{secret_key}: must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes, got {}",
             secret.len()
         );
+        let standard_key = standard_key_of(&secret).map_err(|why| anyhow::anyhow!("{secret_key}: {why}"))?;
         let category =
             CategoryOrAll::parse(file.category.as_deref().ok_or_else(|| {
                 anyhow::anyhow!("{}: is required (a category or \"all\")", key("category"))
@@ -268,6 +290,7 @@ impl WebhookConfig {
             name,
             url,
             secret,
+            standard_key,
             category,
             query,
             limit: limit as usize,
@@ -280,6 +303,32 @@ impl WebhookConfig {
             },
         })
     }
+}
+
+/// The Standard Webhooks key of `secret`: after `whsec_`, the standard base64 (with its padding, as the
+/// libraries decode it) of at least [`MIN_SECRET_BYTES`]; any other secret is its own bytes. The error
+/// never quotes the secret or the decoder's message (which names an offending byte).
+fn standard_key_of(secret: &[u8]) -> Result<Vec<u8>, String> {
+    use base64::Engine as _;
+    let Some(encoded) = secret.strip_prefix(STANDARD_SECRET_PREFIX.as_bytes()) else {
+        return Ok(secret.to_vec());
+    };
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|_| {
+            format!(
+                "a {STANDARD_SECRET_PREFIX} secret must be standard base64 (A-Z a-z 0-9 + /, padded with =) \
+                 after the prefix, as Standard Webhooks libraries generate it; this one is not"
+            )
+        })?;
+    if key.len() < MIN_SECRET_BYTES {
+        return Err(format!(
+            "a {STANDARD_SECRET_PREFIX} secret must encode at least {MIN_SECRET_BYTES} bytes, this one \
+             encodes {}",
+            key.len()
+        ));
+    }
+    Ok(key)
 }
 
 /// Checks every table; names must be unique and there may be at most [`MAX_WEBHOOKS`].
@@ -333,6 +382,25 @@ mod tests {
             !format!("{hook:?}").contains("0123456789abcdef"),
             "Debug hides the secret"
         );
+    }
+
+    #[test]
+    fn a_whsec_secret_signs_with_its_decoded_bytes_and_any_other_with_its_own() {
+        // base64("0123456789abcdef01234567") = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3"
+        let standard = GOOD.replace(
+            "0123456789abcdef-secret",
+            "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3",
+        );
+        let hook = &parse(&format!("[[webhook]]\n{standard}")).unwrap()[0];
+        assert_eq!(hook.standard_key(), b"0123456789abcdef01234567");
+        assert_eq!(
+            hook.secret(),
+            b"whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3",
+            "X-Rankgate-Signature keeps the secret as written"
+        );
+        let plain = &parse(&format!("[[webhook]]\n{GOOD}")).unwrap()[0];
+        assert_eq!(plain.standard_key(), b"0123456789abcdef-secret");
+        assert!(!format!("{hook:?}").contains("MDEy"), "Debug hides both keys");
     }
 
     #[test]
@@ -394,6 +462,25 @@ mod tests {
             let error = format!("{:#}", parse(&text).unwrap_err());
             assert!(error.starts_with(key), "{to}: {error}");
             assert!(!error.contains("0123456789abcdef"), "{to}: {error}");
+        }
+        // A whsec_ secret that is not base64 (a '-' and '!'), unpadded, or too short once decoded: refused
+        // naming the key, without quoting the secret or the decoder's byte.
+        for bad in [
+            "whsec_0123456789abcdef-sec!et+/AAA=",
+            "whsec_MDEyMzQ1Njc4OWFiY2RlZg",
+            "whsec_MDEyMzQ1Njc4OWE=",
+        ] {
+            let text = format!("[[webhook]]\n{}", GOOD.replace("0123456789abcdef-secret", bad));
+            let error = format!("{:#}", parse(&text).unwrap_err());
+            assert!(
+                error.starts_with("webhook[0].secret: a whsec_ secret"),
+                "{bad}: {error}"
+            );
+            assert!(!error.contains(&bad[6..]), "{bad}: {error}");
+            assert!(
+                !error.contains("offset"),
+                "the decoder's message names a byte: {bad}: {error}"
+            );
         }
         let twice = format!("[[webhook]]\n{GOOD}[[webhook]]\n{GOOD}");
         let error = format!("{:#}", parse(&twice).unwrap_err());

@@ -1,16 +1,31 @@
 //! The delivery loop (every instance): due jobs claimed from the job queue, posted signed, then acked;
 //! a failure is nacked and retried with the job queue's capped exponential backoff, and dead-lettered
 //! after the webhook's `max_attempts`.
+//!
+//! Two answers say more than "failed" (as Standard Webhooks defines them):
+//! - **`410 Gone`** disables the webhook: its job group is paused in the job store ([`JobStore::pause_group`]),
+//!   which parks this delivery and every pending one of it, and the watch loop stops enqueueing for it, until
+//!   an admin re-enables it (`PUT /v1/admin/webhooks/{name}`). Parked, not dropped: the deliveries are a
+//!   numbered chain of changes, and a receiver brought back gets the ones it missed, in full, before the
+//!   changes since (see [`super`]).
+//! - **`Retry-After`** on a 429 or 503 sets the earliest next attempt ([`super::retry_after`]), within the
+//!   webhook's backoff cap.
+//!
+//! [`JobStore::pause_group`]: rankgate_store::queue::JobStore::pause_group
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use rankgate_store::queue::jobs::{JobAckOutcome, JobCounts};
+use rankgate_store::queue::jobs::{job_group, JobAckOutcome, JobCounts};
 use rankgate_store::queue::{ClaimedJob, NackOutcome};
 
-use super::sign::{signature_header, DELIVERY_HEADER, SIGNATURE_HEADER};
+use super::retry_after::requested_delay_millis;
+use super::sign::{
+    signature_header, standard_signature_header, DELIVERY_HEADER, SIGNATURE_HEADER, STANDARD_ID_HEADER,
+    STANDARD_SIGNATURE_HEADER, STANDARD_TIMESTAMP_HEADER,
+};
 use super::{Webhooks, CLAIM_BATCH, JOB_QUEUE};
 
 /// How often the delivery loop looks for due jobs.
@@ -22,6 +37,10 @@ enum DeliveryOutcome {
     Delivered,
     Retry,
     Dead,
+    /// The receiver answered 410: the webhook is disabled and the delivery parked with it.
+    Disabled,
+    /// The webhook was disabled meanwhile (by another delivery's 410, or an admin): parked.
+    Parked,
     /// The webhook is no longer configured: the job is dropped.
     Unconfigured,
     /// The claim expired meanwhile (another instance has the job now).
@@ -34,6 +53,8 @@ impl DeliveryOutcome {
             DeliveryOutcome::Delivered => "delivered",
             DeliveryOutcome::Retry => "retry",
             DeliveryOutcome::Dead => "dead",
+            DeliveryOutcome::Disabled => "disabled",
+            DeliveryOutcome::Parked => "parked",
             DeliveryOutcome::Unconfigured => "unconfigured",
             DeliveryOutcome::Stale => "stale",
         }
@@ -89,11 +110,8 @@ impl Webhooks {
 
     /// One attempt of one delivery.
     async fn deliver(&self, job: ClaimedJob) -> (String, DeliveryOutcome) {
-        let name = job
-            .id
-            .rsplit_once(':')
-            .map_or(job.id.as_str(), |(name, _)| name)
-            .to_string();
+        // The webhook is the job's group (`<webhook>:<sequence>`), the unit a 410 pauses.
+        let name = job_group(&job.id).unwrap_or(job.id.as_str()).to_string();
         let Some(hook) = self.hooks.iter().find(|hook| hook.name == name) else {
             tracing::warn!(
                 delivery = job.id.as_str(),
@@ -104,11 +122,16 @@ impl Webhooks {
         };
         let unix_seconds = self.clock.now_millis().div_euclid(1000);
         let signature = signature_header(hook.secret(), unix_seconds, &job.payload);
+        let standard_signature =
+            standard_signature_header(hook.standard_key(), &job.id, unix_seconds, &job.payload);
         let sent = self
             .http
             .post(hook.url.clone())
             .timeout(hook.timeout)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(STANDARD_ID_HEADER, job.id.as_str())
+            .header(STANDARD_TIMESTAMP_HEADER, unix_seconds.to_string())
+            .header(STANDARD_SIGNATURE_HEADER, standard_signature)
             .header(SIGNATURE_HEADER, signature)
             .header(DELIVERY_HEADER, job.id.as_str())
             .header("x-rankgate-attempt", job.attempt.to_string())
@@ -124,6 +147,22 @@ impl Webhooks {
             Err(error) if error.is_connect() => Some("the receiver could not be reached".to_string()),
             Err(_) => Some("the request failed".to_string()),
         };
+        let status = sent.as_ref().ok().map(reqwest::Response::status);
+        if status == Some(reqwest::StatusCode::GONE) {
+            return (name.clone(), self.disable_on_gone(&name, &job).await);
+        }
+        // The receiver's Retry-After, only where HTTP gives it that meaning for a failure.
+        let min_delay_millis = match (status, &sent) {
+            (
+                Some(reqwest::StatusCode::TOO_MANY_REQUESTS | reqwest::StatusCode::SERVICE_UNAVAILABLE),
+                Ok(response),
+            ) => response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|value| requested_delay_millis(value.as_bytes(), self.clock.now_millis()))
+                .unwrap_or(0),
+            _ => 0,
+        };
         let outcome = match failure {
             None => match self.jobs.ack(JOB_QUEUE, &job.id, job.claim_token).await {
                 Ok(JobAckOutcome::Done) => DeliveryOutcome::Delivered,
@@ -133,8 +172,13 @@ impl Webhooks {
                     DeliveryOutcome::Stale
                 }
             },
-            Some(reason) => match self.jobs.nack(JOB_QUEUE, &job.id, job.claim_token, &reason).await {
+            Some(reason) => match self
+                .jobs
+                .nack_with_min_delay(JOB_QUEUE, &job.id, job.claim_token, &reason, min_delay_millis)
+                .await
+            {
                 Ok(NackOutcome::RetryAt(_)) => DeliveryOutcome::Retry,
+                Ok(NackOutcome::Parked) => DeliveryOutcome::Parked,
                 Ok(NackOutcome::Dead) => {
                     tracing::warn!(
                         delivery = job.id.as_str(),
@@ -153,10 +197,48 @@ impl Webhooks {
         };
         (name, outcome)
     }
+
+    /// The receiver answered `410 Gone`: the webhook's group is paused first (so this delivery, and any
+    /// other of it that fails meanwhile, is parked, not retried), then this delivery is handed back.
+    /// Should the pause not be stored, the delivery is retried as any failure, and its next 410 tries
+    /// again.
+    async fn disable_on_gone(&self, name: &str, job: &ClaimedJob) -> DeliveryOutcome {
+        let reason = format!("the receiver answered 410 Gone to delivery {}", job.id);
+        match self.jobs.pause_group(JOB_QUEUE, name, &reason).await {
+            Ok(newly) => {
+                if newly {
+                    tracing::warn!(
+                        webhook = name,
+                        delivery = job.id.as_str(),
+                        "a webhook is disabled: its receiver answered 410 Gone; its deliveries are parked \
+                         until PUT /v1/admin/webhooks/{{name}} {{\"enabled\": true}}"
+                    );
+                }
+            }
+            Err(error) => {
+                tracing::warn!(webhook = name, error = %error, "a webhook answered 410 but could not be disabled; will retry");
+            }
+        }
+        match self
+            .jobs
+            .nack(JOB_QUEUE, &job.id, job.claim_token, "the receiver answered 410")
+            .await
+        {
+            Ok(NackOutcome::Parked) => DeliveryOutcome::Disabled,
+            Ok(NackOutcome::RetryAt(_)) => DeliveryOutcome::Retry,
+            Ok(NackOutcome::Dead) => DeliveryOutcome::Dead,
+            Ok(NackOutcome::StaleClaim) => DeliveryOutcome::Stale,
+            Err(error) => {
+                tracing::warn!(delivery = job.id.as_str(), error = %error, "a webhook delivery answered 410 could not be parked; the reaper will");
+                DeliveryOutcome::Stale
+            }
+        }
+    }
 }
 
 fn publish_counts(counts: &JobCounts) {
     metrics::gauge!("rankgate_webhook_jobs", "state" => "ready").set(counts.ready as f64);
     metrics::gauge!("rankgate_webhook_jobs", "state" => "processing").set(counts.processing as f64);
     metrics::gauge!("rankgate_webhook_jobs", "state" => "dead").set(counts.dead as f64);
+    metrics::gauge!("rankgate_webhook_jobs", "state" => "parked").set(counts.parked as f64);
 }

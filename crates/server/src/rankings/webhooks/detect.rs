@@ -1,6 +1,8 @@
 //! The watch loop: every freshness interval, under the ledger's lease, each webhook's top N is read
 //! through the reader and compared with the last snapshot; a change is enqueued as a delivery job
-//! first and recorded second (see the module doc of [`super`] for why that order).
+//! first and recorded second (see the module doc of [`super`] for why that order). A disabled webhook
+//! is skipped: its snapshot stays at the last change enqueued, so the first round after it is enabled
+//! again reports everything that changed meanwhile, in one delivery.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -159,7 +161,19 @@ impl Webhooks {
                     continue;
                 }
             }
-            for hook in &self.hooks {
+            // Read once a round, from the job store every instance shares. Unreadable, no webhook is
+            // skipped: a delivery enqueued for a disabled one is parked by the store all the same.
+            let disabled = match self.disabled_names().await {
+                Ok(disabled) => disabled,
+                Err(error) => {
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        "disabled webhooks could not be read; will retry"
+                    );
+                    Default::default()
+                }
+            };
+            for hook in self.hooks.iter().filter(|hook| !disabled.contains(&hook.name)) {
                 match self.watch_once(hook, &mut recorded).await {
                     Ok(WatchOutcome::LeaseLost) => {
                         recorded.clear();

@@ -7,8 +7,11 @@
 //!     changed ─► JobStore::enqueue("webhooks", id = "<webhook>:<sequence+1>", body)   (1)
 //!             ─► WatchLedger::record(snapshot)  — fenced by the lease                 (2)
 //! delivery loop (every instance): claim due jobs ─► POST body, signed ─► 2xx: ack
-//!   anything else: nack ─► retried with capped exponential backoff and jitter (core::job),
-//!   dead-lettered after max_attempts (rankgate_webhook_jobs{state="dead"}, GET /v1/admin/webhooks)
+//!   410 Gone: JobStore::pause_group(webhook) ─► this and every pending delivery of it parked
+//!   anything else: nack ─► retried with capped exponential backoff and jitter (core::job), not before a
+//!     429/503's Retry-After (within the cap), dead-lettered after max_attempts
+//!     (rankgate_webhook_jobs{state="dead"}, GET /v1/admin/webhooks)
+//! PUT /v1/admin/webhooks/{name} {"enabled": true} ─► JobStore::resume_group ─► parked deliveries due now
 //! ```
 //!
 //! - **Once across instances.** Detection runs under the ledger's lease (`P{wh}:lease` on Redis): with
@@ -24,9 +27,18 @@
 //!   start) is recorded silently as a baseline, so adding a webhook does not post the whole top N. The
 //!   snapshots outlive restarts (Redis, or `webhooks.json` in the embedded data dir), so a change made
 //!   while no instance ran is reported at the next start.
-//! - **Signatures.** `X-Rankgate-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`,
-//!   made at each attempt (so `t` is the attempt's time, for receivers to refuse old replays). Secrets
-//!   stay in the config: jobs hold only the body, and no log, error or admin view shows a secret.
+//! - **Signatures.** Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64
+//!   HMAC-SHA256 over "<id>.<timestamp>.<body>">`) and rankgate's older `X-Rankgate-Signature: t=…,v1=…`,
+//!   both made at each attempt ([`sign`]). Secrets stay in the config: jobs hold only the body, and no
+//!   log, error or admin view shows a secret.
+//! - **Disabled webhooks.** A receiver's `410 Gone` pauses the webhook's job group (ids `<webhook>:…`) in
+//!   the job store, beside its jobs: every instance sharing the store stops delivering it, and the pause
+//!   outlives restarts. Its pending deliveries are **parked**, not dropped, and the watch loop stops
+//!   comparing its ranking (its snapshot stays at the last change enqueued). Re-enabled, the parked
+//!   deliveries go out at once with fresh attempts, and the next round posts one delivery with everything
+//!   that changed while it was disabled: the receiver sees the numbered chain without a gap, and the
+//!   backlog cannot grow while nobody listens. Dropping would have left a receiver's copy of the top N
+//!   wrong, silently, until the next change of each product.
 //! - **Bounds.** At most [`config::MAX_WEBHOOKS`] webhooks; a body holds at most 2 × N ≤ 2,000 changes;
 //!   [`CLAIM_BATCH`] deliveries in flight per instance; redirects are not followed.
 
@@ -35,12 +47,14 @@
 //! - this module: [`Webhooks`], opened with the rankings ([`open`]), and its admin view;
 //! - [`detect`]: the watch loop: the top N compared with the ledger's snapshot, deliveries enqueued;
 //! - [`deliver`]: the delivery loop: due jobs claimed and posted, acked or retried;
-//! - [`sign`]: the signature a receiver checks;
+//! - [`sign`]: the signatures a receiver checks;
+//! - [`retry_after`]: a receiver's `Retry-After`, read defensively;
 //! - [`config`]: the `[[webhook]]` tables.
 
 pub mod config;
 pub mod deliver;
 pub mod detect;
+pub mod retry_after;
 pub mod sign;
 
 use std::sync::Arc;
@@ -53,7 +67,7 @@ use tokio_util::sync::CancellationToken;
 use rankgate_core::period::Zone;
 use rankgate_store::clock::Clock;
 use rankgate_store::queue::jobs::JobAckOutcome;
-use rankgate_store::queue::{DeadJob, JobStore};
+use rankgate_store::queue::{DeadJob, JobStore, PausedGroup};
 use rankgate_store::watch_ledger::{EmbeddedWatchLedger, RedisWatchLedger, WatchLedger};
 
 use super::config::RankingsConfig;
@@ -61,7 +75,10 @@ use super::reader::RankingsReader;
 use super::Storage;
 use config::{ChangeKind, WebhookConfig};
 pub use detect::{changes_between, Change};
-pub use sign::{signature_header, DELIVERY_HEADER, SIGNATURE_HEADER};
+pub use sign::{
+    signature_header, standard_signature_header, DELIVERY_HEADER, SIGNATURE_HEADER, STANDARD_ID_HEADER,
+    STANDARD_SIGNATURE_HEADER, STANDARD_TIMESTAMP_HEADER,
+};
 
 /// The job queue deliveries go through.
 pub const JOB_QUEUE: &str = "webhooks";
@@ -93,6 +110,14 @@ pub struct WebhookView {
     ranking: String,
     events: Vec<ChangeKind>,
     max_attempts: u32,
+    /// Disabled (a receiver's 410, or an admin): nothing is delivered until it is enabled again.
+    disabled: bool,
+    /// Since when (RFC 3339, UTC); only when disabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disabled_at: Option<String>,
+    /// Why; only when disabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disabled_reason: Option<String>,
 }
 
 /// A dead-lettered delivery in the admin view.
@@ -112,6 +137,8 @@ pub struct WebhooksView {
     ready: u64,
     processing: u64,
     dead: u64,
+    /// Deliveries held while their webhook is disabled.
+    parked: u64,
     /// The oldest dead deliveries (at most 100).
     dead_deliveries: Vec<DeadDeliveryView>,
 }
@@ -212,22 +239,17 @@ impl Webhooks {
     pub async fn view(&self) -> anyhow::Result<WebhooksView> {
         let counts = self.jobs.counts(JOB_QUEUE).await?;
         let dead = self.jobs.dead_jobs(JOB_QUEUE, 100).await?;
+        let paused = self.jobs.paused_groups(JOB_QUEUE).await?;
         Ok(WebhooksView {
             webhooks: self
                 .hooks
                 .iter()
-                .map(|hook| WebhookView {
-                    name: hook.name.clone(),
-                    url: hook.url.to_string(),
-                    category: hook.category.as_str().to_string(),
-                    ranking: hook.query.clone(),
-                    events: hook.events.clone(),
-                    max_attempts: hook.retry.max_attempts,
-                })
+                .map(|hook| webhook_view(hook, &paused))
                 .collect(),
             ready: counts.ready,
             processing: counts.processing,
             dead: counts.dead,
+            parked: counts.parked,
             dead_deliveries: dead
                 .into_iter()
                 .map(|job: DeadJob| DeadDeliveryView {
@@ -239,8 +261,66 @@ impl Webhooks {
         })
     }
 
+    /// Enables or disables webhook `name` (the admin's `PUT`): disabling parks its pending deliveries,
+    /// enabling makes the parked ones due now with fresh attempts. `None` for a name not configured.
+    pub async fn set_enabled(&self, name: &str, enabled: bool) -> anyhow::Result<Option<WebhookView>> {
+        let Some(hook) = self.hooks.iter().find(|hook| hook.name == name) else {
+            return Ok(None);
+        };
+        if enabled {
+            if self.jobs.resume_group(JOB_QUEUE, name).await? {
+                tracing::info!(
+                    webhook = name,
+                    "a webhook is enabled again; its parked deliveries are due now"
+                );
+            }
+        } else if self
+            .jobs
+            .pause_group(JOB_QUEUE, name, "disabled by an admin")
+            .await?
+        {
+            tracing::info!(
+                webhook = name,
+                "a webhook is disabled by an admin; its deliveries are parked"
+            );
+        }
+        let paused = self.jobs.paused_groups(JOB_QUEUE).await?;
+        Ok(Some(webhook_view(hook, &paused)))
+    }
+
+    /// The webhooks disabled now, by name.
+    pub(super) async fn disabled_names(&self) -> anyhow::Result<std::collections::HashSet<String>> {
+        Ok(self
+            .jobs
+            .paused_groups(JOB_QUEUE)
+            .await?
+            .into_iter()
+            .map(|paused| paused.group)
+            .collect())
+    }
+
     /// Puts a dead delivery back in the queue, due now, with fresh attempts.
     pub async fn replay_dead(&self, id: &str) -> anyhow::Result<bool> {
         Ok(self.jobs.replay_dead(JOB_QUEUE, id).await? == JobAckOutcome::Done)
+    }
+}
+
+/// `hook` as the admin view shows it, disabled if its group is among `paused`.
+fn webhook_view(hook: &WebhookConfig, paused: &[PausedGroup]) -> WebhookView {
+    let pause = paused.iter().find(|paused| paused.group == hook.name);
+    WebhookView {
+        name: hook.name.clone(),
+        url: hook.url.to_string(),
+        category: hook.category.as_str().to_string(),
+        ranking: hook.query.clone(),
+        events: hook.events.clone(),
+        max_attempts: hook.retry.max_attempts,
+        disabled: pause.is_some(),
+        disabled_at: pause.map(|pause| {
+            jiff::Timestamp::from_millisecond(pause.since_ms)
+                .map(|at| format!("{at:.3}"))
+                .unwrap_or_default()
+        }),
+        disabled_reason: pause.map(|pause| pause.reason.clone()),
     }
 }

@@ -4,12 +4,16 @@
 //! jitter, reap, dead set, replay). Jitter is drawn in Rust and passed in, because a script's own random
 //! numbers are not something to rely on. Claim tokens are 96 random bits from the caller plus the claim's
 //! index in the batch, so every claim in a batch gets a distinct token that a stale worker cannot reuse.
+//! Paused groups and their parked jobs are two more keys in the same slot, so pausing parks and resuming
+//! unparks in the one script that flips the pause.
 
 use async_trait::async_trait;
 use rand::Rng as _;
 
 use super::{RedisStore, Reply};
-use crate::queue::jobs::{ClaimedJob, DeadJob, JobAckOutcome, JobCounts, JobStore, NackOutcome, NewJob};
+use crate::queue::jobs::{
+    ClaimedJob, DeadJob, JobAckOutcome, JobCounts, JobStore, NackOutcome, NewJob, PausedGroup,
+};
 use crate::queue::StoreError;
 
 /// Jitter units passed to one reap: expired jobs take them in turn.
@@ -31,17 +35,20 @@ impl RedisStore {
         claim_token: u128,
         reason: &str,
         jitter: f64,
+        min_delay_ms: u64,
     ) -> Result<NackOutcome, StoreError> {
         self.check()?;
         let mut call = self.job_call(&self.scripts.job_nack, queue);
         call.arg(id)
             .arg(token_hex(claim_token))
             .arg(reason)
-            .arg(format!("{jitter}"));
+            .arg(format!("{jitter}"))
+            .arg(min_delay_ms);
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         Ok(match reply.int()? {
             1 => NackOutcome::RetryAt(reply.int()?),
             2 => NackOutcome::Dead,
+            3 => NackOutcome::Parked,
             _ => NackOutcome::StaleClaim,
         })
     }
@@ -110,15 +117,16 @@ impl JobStore for RedisStore {
         })
     }
 
-    async fn nack(
+    async fn nack_with_min_delay(
         &self,
         queue: &str,
         id: &str,
         claim_token: u128,
         reason: &str,
+        min_delay_ms: u64,
     ) -> Result<NackOutcome, StoreError> {
         let jitter: f64 = rand::rng().random();
-        self.nack_with_jitter(queue, id, claim_token, reason, jitter)
+        self.nack_with_jitter(queue, id, claim_token, reason, jitter, min_delay_ms)
             .await
     }
 
@@ -175,7 +183,48 @@ impl JobStore for RedisStore {
             ready: reply.int()?.max(0) as u64,
             processing: reply.int()?.max(0) as u64,
             dead: reply.int()?.max(0) as u64,
+            parked: reply.int()?.max(0) as u64,
         })
+    }
+
+    async fn pause_group(&self, queue: &str, group: &str, reason: &str) -> Result<bool, StoreError> {
+        self.check()?;
+        let mut call = self.job_call(&self.scripts.job_pause, queue);
+        call.arg(group).arg(reason);
+        let paused: i64 = self.connection.invoke(&call).await?;
+        Ok(paused == 1)
+    }
+
+    async fn resume_group(&self, queue: &str, group: &str) -> Result<bool, StoreError> {
+        self.check()?;
+        let mut call = self.job_call(&self.scripts.job_resume, queue);
+        call.arg(group);
+        let resumed: i64 = self.connection.invoke(&call).await?;
+        Ok(resumed == 1)
+    }
+
+    async fn paused_groups(&self, queue: &str) -> Result<Vec<PausedGroup>, StoreError> {
+        self.check()?;
+        let call = self.job_call(&self.scripts.job_paused, queue);
+        let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
+        let mut paused = Vec::new();
+        while !reply.is_empty() {
+            let group = reply.string()?;
+            let value = reply.string()?;
+            let (since, reason) = value
+                .split_once('|')
+                .ok_or_else(|| StoreError::Corrupt(format!("bad pause record {value:?}")))?;
+            let since_ms = since
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("bad pause time {since:?}")))?;
+            paused.push(PausedGroup {
+                group,
+                since_ms,
+                reason: reason.to_string(),
+            });
+        }
+        paused.sort_by(|a, b| a.group.cmp(&b.group));
+        Ok(paused)
     }
 }
 
@@ -215,7 +264,7 @@ mod tests {
             prop_assert_eq!(claimed[0].attempt, failure);
             let now = clock.now_millis();
             let outcome = store
-                .nack_with_jitter("work", "job", claimed[0].claim_token, "boom", unit)
+                .nack_with_jitter("work", "job", claimed[0].claim_token, "boom", unit, 0)
                 .await
                 .unwrap();
             if failure >= policy.max_attempts {

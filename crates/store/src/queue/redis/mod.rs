@@ -170,6 +170,9 @@ struct Scripts {
     job_dead: Script,
     job_replay: Script,
     job_counts: Script,
+    job_pause: Script,
+    job_resume: Script,
+    job_paused: Script,
     limiter_log: Script,
     limiter_window: Script,
     draw_schedule: Script,
@@ -224,6 +227,9 @@ impl Scripts {
             job_dead: job(include_str!("lua/job_dead.lua")),
             job_replay: job(include_str!("lua/job_replay.lua")),
             job_counts: job(include_str!("lua/job_counts.lua")),
+            job_pause: job(include_str!("lua/job_pause.lua")),
+            job_resume: job(include_str!("lua/job_resume.lua")),
+            job_paused: job(include_str!("lua/job_paused.lua")),
             limiter_log: limiter(include_str!("lua/limiter_log.lua")),
             limiter_window: limiter(include_str!("lua/limiter_window.lua")),
             draw_schedule: queue(include_str!("lua/draw_schedule.lua")),
@@ -382,7 +388,7 @@ impl RedisStore {
         key
     }
 
-    fn job_keys(&self, queue: &str) -> [String; 7] {
+    fn job_keys(&self, queue: &str) -> [String; 9] {
         let base = format!("{}{{rg:j:{}}}", self.options.prefix, escape(queue));
         [
             "ready",
@@ -392,6 +398,8 @@ impl RedisStore {
             "payloads",
             "reasons",
             "meta",
+            "parked",
+            "paused",
         ]
         .map(|s| format!("{base}:{s}"))
     }

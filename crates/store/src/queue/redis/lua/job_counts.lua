@@ -1,2 +1,3 @@
--- counts: {ready, processing, dead}, read together.
-return {redis.call('ZCARD', READY), redis.call('ZCARD', PROCESSING), redis.call('ZCARD', DEAD)}
+-- counts: {ready, processing, dead, parked}, read together.
+return {redis.call('ZCARD', READY), redis.call('ZCARD', PROCESSING), redis.call('ZCARD', DEAD),
+  redis.call('ZCARD', PARKED)}

@@ -5,5 +5,9 @@ if redis.call('HEXISTS', RECORDS, id) == 1 then return 0 end
 put_record(id, {attempts = 0, base = tonumber(ARGV[5]), max_delay = tonumber(ARGV[6]),
   max_attempts = tonumber(ARGV[7]), token = ''})
 redis.call('HSET', PAYLOADS, id, ARGV[3])
-redis.call('ZADD', READY, int(now + math.max(tonumber(ARGV[4]), 0)), id)
+if is_held(id) then
+  redis.call('ZADD', PARKED, int(now), id)
+else
+  redis.call('ZADD', READY, int(now + math.max(tonumber(ARGV[4]), 0)), id)
+end
 return 1

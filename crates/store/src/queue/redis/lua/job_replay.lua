@@ -8,5 +8,9 @@ r.token = ''
 put_record(id, r)
 redis.call('ZREM', DEAD, id)
 redis.call('HDEL', REASONS, id)
-redis.call('ZADD', READY, int(now), id)
+if is_held(id) then
+  redis.call('ZADD', PARKED, int(now), id)
+else
+  redis.call('ZADD', READY, int(now), id)
+end
 return 1

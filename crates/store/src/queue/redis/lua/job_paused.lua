@@ -1,0 +1,2 @@
+-- paused_groups: {group, '<since ms>|<reason>', ...}.
+return redis.call('HGETALL', PAUSED)
