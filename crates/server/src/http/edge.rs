@@ -52,8 +52,8 @@ use tower::ServiceExt as _;
 
 use super::entity_tag::IfNoneMatch;
 use super::error::{json_error, ApiError, PassThrough};
-use crate::telemetry::http_requests::{self, RouteTemplate};
 use super::fast_path::{self, DirectHeaders, DirectMethod, DirectRequest, DirectRoutes, LaneLimits};
+use crate::telemetry::http_requests::{self, RouteTemplate};
 
 /// How long a connection past `max_connections` waits for a slot before it is answered 503.
 pub const OVERFLOW_WAIT: Duration = Duration::from_millis(100);
@@ -334,7 +334,12 @@ impl<R: DirectRoutes> Edge<R> {
             .extensions()
             .get::<RouteTemplate>()
             .map_or(http_requests::UNMATCHED, RouteTemplate::as_str);
-        http_requests::record(route, http_requests::method_label(&method), response.status(), started);
+        http_requests::record(
+            route,
+            http_requests::method_label(&method),
+            response.status(),
+            started,
+        );
         response
     }
 }

@@ -387,7 +387,10 @@ pub fn series(name: &str) -> Option<&'static Series> {
 /// Gives `recorder` the help text and unit of every series the server exports.
 pub fn describe_all(recorder: &dyn Recorder) {
     for series in SERIES.iter().filter(|s| s.exporter == Exporter::Server) {
-        let (name, help) = (KeyName::from_const_str(series.name), SharedString::const_str(series.help));
+        let (name, help) = (
+            KeyName::from_const_str(series.name),
+            SharedString::const_str(series.help),
+        );
         match series.kind {
             Kind::Counter => recorder.describe_counter(name, series.unit, help),
             Kind::Gauge => recorder.describe_gauge(name, series.unit, help),
@@ -422,7 +425,11 @@ mod tests {
                         series.name
                     );
                 }
-                _ => assert!(series.buckets.is_empty(), "{}: buckets on a non-histogram", series.name),
+                _ => assert!(
+                    series.buckets.is_empty(),
+                    "{}: buckets on a non-histogram",
+                    series.name
+                ),
             }
         }
     }

@@ -61,9 +61,7 @@ pub async fn tag_route(request: Request, next: Next) -> Response {
     let matched = request.extensions().get::<MatchedPath>().cloned();
     let mut response = next.run(request).await;
     if let Some(matched) = matched {
-        response
-            .extensions_mut()
-            .insert(RouteTemplate::Matched(matched));
+        response.extensions_mut().insert(RouteTemplate::Matched(matched));
     }
     response
 }
@@ -164,10 +162,14 @@ impl HttpRequests {
         let position = match position {
             Some(position) => position,
             None => {
-                series.answers.push((method, status, Resolved {
-                    handle: requests_counter(route, method, status),
-                    at: now,
-                }));
+                series.answers.push((
+                    method,
+                    status,
+                    Resolved {
+                        handle: requests_counter(route, method, status),
+                        at: now,
+                    },
+                ));
                 series.answers.len() - 1
             }
         };

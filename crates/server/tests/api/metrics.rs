@@ -135,7 +135,12 @@ impl Exposition {
         let matching: Vec<&Sample> = self
             .samples
             .iter()
-            .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+            .filter(|s| {
+                s.name == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
             .collect();
         assert!(matching.len() <= 1, "{name}{labels:?} matches {matching:?}");
         matching.first().map_or(0.0, |s| s.value)
@@ -302,12 +307,12 @@ async fn metrics_pass_promtool_and_every_counter_equals_the_answers_it_counts() 
     let mut tickets = BTreeMap::new();
     for member in ["m1", "m2", "m3", "m1"] {
         let url = client.url(&format!("/v1/queues/{queue}/entries"));
-        let (status, answer) = client
-            .send(
-                "/v1/queues/{queue}/entries",
-                client.http.post(url).json(&json!({ "memberId": member })),
-            )
-            .await;
+        let mut entry = client.http.post(url).json(&json!({ "memberId": member }));
+        if let Some(ticket) = tickets.get(member) {
+            // Entering again, as the member's own client would: with its ticket.
+            entry = entry.header("x-queue-ticket", ticket);
+        }
+        let (status, answer) = client.send("/v1/queues/{queue}/entries", entry).await;
         assert_eq!(status, 200, "{answer}");
         if let Some(ticket) = answer["ticket"].as_str() {
             tickets.insert(member, ticket.to_string());
@@ -316,7 +321,10 @@ async fn metrics_pass_promtool_and_every_counter_equals_the_answers_it_counts() 
     for (member, ticket) in &tickets {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            assert!(tokio::time::Instant::now() < deadline, "{member} was never admitted");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{member} was never admitted"
+            );
             let url = client.url(&format!("/v1/queues/{queue}/entries/{member}"));
             let (status, position) = client
                 .send(
@@ -359,10 +367,27 @@ async fn metrics_pass_promtool_and_every_counter_equals_the_answers_it_counts() 
         let series = catalogue::series(family)
             .unwrap_or_else(|| panic!("{family} is rendered but not in telemetry::catalogue"));
         assert_eq!(series.exporter, Exporter::Server, "{family}");
-        assert_eq!(exposition.types.get(*family).map(String::as_str), Some(series.kind.as_str()), "{family}");
-        assert_eq!(exposition.help.get(*family).map(String::as_str), Some(series.help), "{family}");
-        for sample in exposition.samples.iter().filter(|s| family_of(&s.name, &exposition) == *family) {
-            let labels: BTreeSet<&str> = sample.labels.keys().map(String::as_str).filter(|l| *l != "le").collect();
+        assert_eq!(
+            exposition.types.get(*family).map(String::as_str),
+            Some(series.kind.as_str()),
+            "{family}"
+        );
+        assert_eq!(
+            exposition.help.get(*family).map(String::as_str),
+            Some(series.help),
+            "{family}"
+        );
+        for sample in exposition
+            .samples
+            .iter()
+            .filter(|s| family_of(&s.name, &exposition) == *family)
+        {
+            let labels: BTreeSet<&str> = sample
+                .labels
+                .keys()
+                .map(String::as_str)
+                .filter(|l| *l != "le")
+                .collect();
             let listed: BTreeSet<&str> = series.labels.iter().copied().collect();
             assert_eq!(labels, listed, "{family}: the catalogue's labels");
         }
@@ -375,12 +400,16 @@ async fn metrics_pass_promtool_and_every_counter_equals_the_answers_it_counts() 
         "rankgate_ingest_commit_seconds",
         "rankgate_queue_admission_step_seconds",
     ] {
-        assert_eq!(exposition.types.get(histogram).map(String::as_str), Some("histogram"));
+        assert_eq!(
+            exposition.types.get(histogram).map(String::as_str),
+            Some("histogram")
+        );
         assert!(
             exposition
                 .samples
                 .iter()
-                .any(|s| s.name == format!("{histogram}_bucket") && s.labels.get("le").is_some_and(|le| le == "+Inf")),
+                .any(|s| s.name == format!("{histogram}_bucket")
+                    && s.labels.get("le").is_some_and(|le| le == "+Inf")),
             "{histogram} has buckets"
         );
     }
@@ -396,7 +425,11 @@ async fn metrics_pass_promtool_and_every_counter_equals_the_answers_it_counts() 
 
     // HTTP requests: exactly the answers the client got, by route template, method and status.
     let mut served: BTreeMap<(String, String, String), u64> = BTreeMap::new();
-    for sample in exposition.samples.iter().filter(|s| s.name == "rankgate_http_requests_total") {
+    for sample in exposition
+        .samples
+        .iter()
+        .filter(|s| s.name == "rankgate_http_requests_total")
+    {
         let key = (
             sample.labels["route"].clone(),
             sample.labels["method"].clone(),
@@ -404,7 +437,10 @@ async fn metrics_pass_promtool_and_every_counter_equals_the_answers_it_counts() 
         );
         served.insert(key, sample.value as u64);
     }
-    assert_eq!(served, client.answers, "HTTP requests counted by route, method and status");
+    assert_eq!(
+        served, client.answers,
+        "HTTP requests counted by route, method and status"
+    );
     assert!(!text.contains("secret-"), "a raw path in a label");
     let durations = exposition.value("rankgate_http_request_duration_seconds_count", &[("route", rank)]);
     assert_eq!(durations, 5.0, "five rank reads timed");
@@ -414,7 +450,10 @@ async fn metrics_pass_promtool_and_every_counter_equals_the_answers_it_counts() 
     assert_eq!(entered, tickets.len() as f64, "a repeated entry is not counted");
     let admitted = exposition.value("rankgate_queue_admitted_total", &[("queue", queue)]);
     assert_eq!(admitted, tickets.len() as f64);
-    let issued = exposition.value("rankgate_queue_tokens_total", &[("queue", queue), ("outcome", "issued")]);
+    let issued = exposition.value(
+        "rankgate_queue_tokens_total",
+        &[("queue", queue), ("outcome", "issued")],
+    );
     assert_eq!(issued, admitted);
 
     // The process and the build.
@@ -430,29 +469,34 @@ async fn metrics_pass_promtool_and_every_counter_equals_the_answers_it_counts() 
         "process_max_fds",
         "process_start_time_seconds",
     ] {
-        assert!(exposition.samples.iter().any(|s| s.name == process), "{process} is exported");
+        assert!(
+            exposition.samples.iter().any(|s| s.name == process),
+            "{process} is exported"
+        );
     }
     assert!(exposition.value("process_resident_memory_bytes", &[]) > 1e6);
     assert!(exposition.value("process_open_fds", &[]) >= 3.0);
     let started = exposition.value("process_start_time_seconds", &[]);
-    assert!((started - now as f64 / 1000.0).abs() < 600.0, "start time {started}");
+    assert!(
+        (started - now as f64 / 1000.0).abs() < 600.0,
+        "start time {started}"
+    );
 }
 
 /// The metric names an expression uses (`rankgate_…` and `process_…`), histogram suffixes included.
 fn metric_names_in(text: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
+    let is_name_byte = |byte: u8| byte.is_ascii_alphanumeric() || byte == b'_';
     let bytes = text.as_bytes();
+    let mut names = BTreeSet::new();
     let mut at = 0;
     while at < bytes.len() {
-        let rest = &text[at..];
-        let starts_name = (rest.starts_with("rankgate_") || rest.starts_with("process_"))
-            && (at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_'));
+        let rest = &bytes[at..];
+        let starts_name = (rest.starts_with(b"rankgate_") || rest.starts_with(b"process_"))
+            && (at == 0 || !is_name_byte(bytes[at - 1]));
         if starts_name {
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            names.insert(rest[..end].to_string());
-            at += end;
+            let len = rest.iter().position(|b| !is_name_byte(*b)).unwrap_or(rest.len());
+            names.insert(String::from_utf8_lossy(&rest[..len]).into_owned());
+            at += len;
         } else {
             at += 1;
         }
@@ -532,7 +576,11 @@ fn dashboard_queries_parse_and_deploy_files_use_only_series_rankgate_exports() {
     assert!(expressions.len() >= 12, "the dashboard's panels have queries");
     let dir = tempfile::tempdir().unwrap();
     let mut recording = String::from("groups:\n  - name: dashboard\n    rules:\n");
-    for (index, expr) in expressions.iter().filter(|e| !e.starts_with("label_values(")).enumerate() {
+    for (index, expr) in expressions
+        .iter()
+        .filter(|e| !e.starts_with("label_values("))
+        .enumerate()
+    {
         let filled = expr
             .replace("$__rate_interval", "5m")
             .replace("$instance", ".*")
@@ -561,6 +609,9 @@ fn dashboard_queries_parse_and_deploy_files_use_only_series_rankgate_exports() {
         let names = metric_names_in(&text);
         assert!(!names.is_empty(), "{file} names no series");
         let unknown: Vec<&String> = names.iter().filter(|name| !exported(name)).collect();
-        assert!(unknown.is_empty(), "{file} uses series rankgate does not export: {unknown:?}");
+        assert!(
+            unknown.is_empty(),
+            "{file} uses series rankgate does not export: {unknown:?}"
+        );
     }
 }
