@@ -103,7 +103,7 @@ pub fn router(state: AppState) -> Edge<DirectRoutesOfApp> {
     // the edge records by (telemetry::http_requests).
     let app = app
         .fallback(edge::unknown_route)
-        .layer(middleware::from_fn(http_requests::tag_route))
+        .layer(http_requests::TagRouteLayer)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes));
     // The per-request spans and events of `TraceLayer::new_for_http` are DEBUG: leave the layer out unless
     // that level is on (decided once, at start), as it costs ~10% of a cheap request for records nobody

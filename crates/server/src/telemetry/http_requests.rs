@@ -2,7 +2,7 @@
 //!
 //! The route label is the route's template (`/v1/queues/{queue}/entries`), never the raw path, so the
 //! number of series is bounded by the route table: a path no route serves is [`UNMATCHED`]. The router
-//! names the template ([`tag_route`], a layer in `app::router`, copies axum's `MatchedPath` onto the
+//! names the template ([`TagRouteLayer`], a layer in `app::router`, copies axum's `MatchedPath` onto the
 //! answer), and the [`Edge`](crate::http::edge::Edge) records each answer once it is final (a body
 //! deadline may still turn it into a 408). The requests the fast path answers without the router are
 //! recorded there, by the template their [`DirectRoutes`](crate::http::fast_path::DirectRoutes) name.
@@ -19,9 +19,12 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
 use axum::extract::{MatchedPath, Request};
 use axum::http::{Method, StatusCode};
-use axum::middleware::Next;
 use axum::response::Response;
 use metrics::{Counter, Histogram};
 use parking_lot::RwLock;
@@ -36,7 +39,7 @@ pub const CONNECTION_LIMIT: &str = "connection_limit";
 /// A handle older than this is looked up again (module docs).
 const RESOLVE_AGAIN_AFTER: Duration = Duration::from_secs(SERIES_IDLE_TIMEOUT.as_secs() / 2);
 
-/// The route an answer was routed by, put on the response by [`tag_route`] (or by whoever answers
+/// The route an answer was routed by, put on the response by [`TagRouteLayer`] (or by whoever answers
 /// without routing). An answer without one is [`UNMATCHED`].
 #[derive(Clone, Debug)]
 pub enum RouteTemplate {
@@ -56,14 +59,69 @@ impl RouteTemplate {
     }
 }
 
-/// Router layer: copies the matched route template onto the answer, for the edge to record.
-pub async fn tag_route(request: Request, next: Next) -> Response {
-    let matched = request.extensions().get::<MatchedPath>().cloned();
-    let mut response = next.run(request).await;
-    if let Some(matched) = matched {
-        response.extensions_mut().insert(RouteTemplate::Matched(matched));
+/// Router layer: copies the matched route template onto the answer, for the edge to record. Written out
+/// rather than `middleware::from_fn`, which boxes a future and clones the route per request.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TagRouteLayer;
+
+impl<S> tower::Layer<S> for TagRouteLayer {
+    type Service = TagRoute<S>;
+
+    fn layer(&self, inner: S) -> TagRoute<S> {
+        TagRoute { inner }
     }
-    response
+}
+
+/// The service [`TagRouteLayer`] wraps a route in.
+#[derive(Clone, Debug)]
+pub struct TagRoute<S> {
+    inner: S,
+}
+
+impl<S> tower::Service<Request> for TagRoute<S>
+where
+    S: tower::Service<Request, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = TaggedAnswer<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let matched = request.extensions().get::<MatchedPath>().cloned();
+        TaggedAnswer {
+            inner: self.inner.call(request),
+            matched,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A route's answer, tagged with its template when it is ready.
+    pub struct TaggedAnswer<F> {
+        #[pin]
+        inner: F,
+        matched: Option<MatchedPath>,
+    }
+}
+
+impl<F, E> Future for TaggedAnswer<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let mut response = ready!(this.inner.poll(cx))?;
+        if let Some(matched) = this.matched.take() {
+            response.extensions_mut().insert(RouteTemplate::Matched(matched));
+        }
+        Poll::Ready(Ok(response))
+    }
 }
 
 /// The method label: the standard methods by name, any other as `other` (a client may send any token).
