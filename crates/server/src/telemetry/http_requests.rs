@@ -175,7 +175,18 @@ impl HttpRequests {
     /// Records one answer: `route` (a template or a fixed label), `method` (from [`method_label`]),
     /// its status, and the time from the request's head (`started`) to now.
     pub fn record(&self, route: &str, method: &'static str, status: StatusCode, started: Instant) {
-        let now = Instant::now();
+        self.record_at(route, method, status, started, Instant::now());
+    }
+
+    /// [`HttpRequests::record`] of an answer given at `now`.
+    fn record_at(
+        &self,
+        route: &str,
+        method: &'static str,
+        status: StatusCode,
+        started: Instant,
+        now: Instant,
+    ) {
         let seconds = now.saturating_duration_since(started).as_secs_f64();
         let status = status.as_u16();
         {
@@ -259,4 +270,68 @@ fn requests_counter(route: &str, method: &'static str, status: u16) -> Counter {
 /// Records an answer the edge or the fast path gave: see [`HttpRequests::record`].
 pub fn record(route: &str, method: &'static str, status: StatusCode, started: Instant) {
     HttpRequests::global().record(route, method, status, started);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics_exporter_prometheus::PrometheusBuilder;
+
+    fn resolved_at(requests: &HttpRequests, route: &str) -> (Instant, Instant) {
+        let routes = requests.routes.read();
+        let series = &routes[route];
+        (series.duration.at, series.answers[0].2.at)
+    }
+
+    /// The handles are kept while fresh and looked up again past half the exporter's idle timeout (so a
+    /// series the exporter dropped is registered anew), and every answer is counted either way.
+    #[test]
+    fn handles_are_kept_while_fresh_and_looked_up_again_when_old() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let requests = HttpRequests::default();
+        let route = "/v1/products/{product_id}/rank";
+        let start = Instant::now();
+        metrics::with_local_recorder(&recorder, || {
+            requests.record_at(route, "GET", StatusCode::OK, start, start);
+            requests.record_at(
+                route,
+                "GET",
+                StatusCode::OK,
+                start,
+                start + Duration::from_secs(60),
+            );
+            assert_eq!(
+                resolved_at(&requests, route),
+                (start, start),
+                "fresh handles are kept"
+            );
+            let later = start + RESOLVE_AGAIN_AFTER + Duration::from_secs(1);
+            requests.record_at(route, "GET", StatusCode::OK, later, later);
+            assert_eq!(
+                resolved_at(&requests, route),
+                (later, later),
+                "old handles are looked up again"
+            );
+            requests.record_at(route, "GET", StatusCode::NOT_MODIFIED, later, later);
+        });
+        let text = handle.render();
+        let count = |status: &str| {
+            let prefix = format!(
+                "rankgate_http_requests_total{{route=\"{route}\",method=\"GET\",status=\"{status}\"}} "
+            );
+            text.lines()
+                .find_map(|line| line.strip_prefix(&prefix))
+                .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+                .to_string()
+        };
+        assert_eq!(count("200"), "3");
+        assert_eq!(count("304"), "1");
+        assert!(
+            text.contains(&format!(
+                "rankgate_http_request_duration_seconds_count{{route=\"{route}\"}} 4"
+            )),
+            "{text}"
+        );
+    }
 }
