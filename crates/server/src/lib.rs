@@ -13,6 +13,8 @@
 //! - [`config`]: defaults → TOML file → `RANKGATE_*` variables → flags; bearer keys hashed on load.
 //! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, migrate, relay,
 //!   catalog, queue, verify-draw.
+//! - [`telemetry`]: the Prometheus exposition: the catalogue of every series (help, type, buckets),
+//!   HTTP requests by route template, `process_*` and build info.
 //! - [`demo`]: `rankgate demo`, a generated shop's events and the flash sale end to end.
 //!
 //! `rankings` and `waiting_room` never import each other; what both need lives in `http` or in a
@@ -24,4 +26,5 @@ pub mod config;
 pub mod demo;
 pub mod http;
 pub mod rankings;
+pub mod telemetry;
 pub mod waiting_room;

@@ -76,6 +76,14 @@ impl DirectRoutes for DirectRoutesOfApp {
         }
     }
 
+    fn route_template(&self, target: &DirectTarget) -> &'static str {
+        match target {
+            DirectTarget::Rank { .. } => crate::rankings::routes::RANK_ROUTE,
+            DirectTarget::Poll { .. } => waiting_room::POLL_ROUTE,
+            DirectTarget::Enter { .. } => waiting_room::ENTER_ROUTE,
+        }
+    }
+
     async fn answer(&self, target: DirectTarget, request: DirectRequest<'_>) -> DirectReply {
         let path = request.path;
         match target {

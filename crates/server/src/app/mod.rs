@@ -19,7 +19,7 @@ pub mod ops;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -27,7 +27,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::Method;
 use axum::routing::on;
 use axum::{middleware, Router};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
@@ -39,6 +39,7 @@ use crate::http::auth::{require_admin, require_ingest, AccessKeys};
 use crate::http::edge::{self, Edge, HttpLimits};
 use crate::http::route_table::{self, Endpoint};
 use crate::rankings::Rankings;
+use crate::telemetry::http_requests;
 use crate::waiting_room::{self, WaitingRoom};
 use direct::DirectRoutesOfApp;
 
@@ -57,27 +58,6 @@ pub struct AppState {
     pub prometheus: PrometheusHandle,
     /// The dashboard's history, sampled each second ([`dashboard::spawn_sampler`]).
     pub dashboard: Arc<dashboard::History>,
-}
-
-/// The process-wide Prometheus recorder; installed once even when tests start many apps.
-pub fn prometheus_handle() -> PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            // Series idle this long are dropped, so those of deleted and forgotten queues do not pile up
-            // (defect 4; see waiting_room::telemetry).
-            let recorder = PrometheusBuilder::new()
-                .idle_timeout(
-                    metrics_util::MetricKindMask::ALL,
-                    Some(waiting_room::SERIES_IDLE_TIMEOUT),
-                )
-                .build_recorder();
-            let handle = recorder.handle();
-            // Another recorder may already be installed (e.g. by an embedding test); keep serving ours.
-            let _ = metrics::set_global_recorder(recorder);
-            handle
-        })
-        .clone()
 }
 
 /// Operations endpoints, open to anyone.
@@ -125,8 +105,11 @@ pub fn router(state: AppState) -> Edge<DirectRoutesOfApp> {
     if let Some(gate) = waiting_room::gate_routes(state.waiting_room.clone()) {
         app = app.merge(gate);
     }
+    // Every route (and the fallback, which has no template) names its template on the answer, which
+    // the edge records by (telemetry::http_requests).
     let app = app
         .fallback(edge::unknown_route)
+        .layer(http_requests::TagRouteLayer)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes));
     // The per-request spans and events of `TraceLayer::new_for_http` are DEBUG: leave the layer out unless
     // that level is on (decided once, at start), as it costs ~10% of a cheap request for records nobody
@@ -245,7 +228,7 @@ impl Application {
             rankings,
             waiting_room,
             clock,
-            prometheus: prometheus_handle(),
+            prometheus: crate::telemetry::prometheus_handle(),
             dashboard,
         };
         let mut workers = state.waiting_room.spawn_workers(shutdown.clone());

@@ -65,8 +65,9 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
-/// Prometheus text exposition.
+/// Prometheus text exposition (the series are listed in `telemetry::catalogue`).
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    crate::telemetry::refresh_process_series();
     let (engine_products, as_of) = {
         let engine = state.rankings.service.engine().read();
         (engine.product_count(), engine.as_of_millis())

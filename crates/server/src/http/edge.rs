@@ -21,6 +21,9 @@
 //!   only) is answered by the route's own code without the router, `If-None-Match` included; any other
 //!   request to such a path (another method, `HEAD`, an escape, a body) goes through the router as
 //!   before, so answers are the same either way.
+//! - **Every answer is counted** (`rankgate_http_requests_total`, by route template, method and status,
+//!   and its latency), here once it is final, or by the fast path for the answers it gives: see
+//!   [`crate::telemetry::http_requests`].
 //! - **Connections start in the [`fast_path`]**, which answers the requests the routes recognise ahead
 //!   of hyper and hands the socket (and the bytes it read) to hyper at the first other request;
 //!   connections past the limit and a traced router (DEBUG `tower_http::trace`) skip the lane and the
@@ -32,7 +35,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{ConnectInfo, Request};
@@ -50,6 +53,7 @@ use tower::ServiceExt as _;
 use super::entity_tag::IfNoneMatch;
 use super::error::{json_error, ApiError, PassThrough};
 use super::fast_path::{self, DirectHeaders, DirectMethod, DirectRequest, DirectRoutes, LaneLimits};
+use crate::telemetry::http_requests::{self, RouteTemplate};
 
 /// How long a connection past `max_connections` waits for a slot before it is answered 503.
 pub const OVERFLOW_WAIT: Duration = Duration::from_millis(100);
@@ -218,6 +222,9 @@ fn refusal_router(max_connections: usize) -> Router {
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         response
+            .extensions_mut()
+            .insert(RouteTemplate::Fixed(http_requests::CONNECTION_LIMIT));
+        response
     })
 }
 
@@ -278,6 +285,7 @@ impl<R: DirectRoutes> Edge<R> {
     }
 
     async fn answer(self, request: Request) -> Response {
+        let started = Instant::now();
         if let Some(routes) = &self.direct {
             if request.method() == Method::GET && request.body().is_end_stream() {
                 let path = request.uri().path();
@@ -291,7 +299,10 @@ impl<R: DirectRoutes> Edge<R> {
                         headers: DirectHeaders::Map(request.headers()),
                         peer: crate::http::peer::PeerAddress::of_extensions(request.extensions()).0,
                     };
-                    return routes.answer(target, direct).await.into_response();
+                    let route = routes.route_template(&target);
+                    let response = routes.answer(target, direct).await.into_response();
+                    http_requests::record(route, "GET", response.status(), started);
+                    return response;
                 }
             }
         }
@@ -317,6 +328,18 @@ impl<R: DirectRoutes> Edge<R> {
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
+        // Recorded once the answer is final (a 408 above replaces the handler's), by the template the
+        // router tagged it with; a path no route serves is `unmatched`, never the raw path.
+        let route = response
+            .extensions()
+            .get::<RouteTemplate>()
+            .map_or(http_requests::UNMATCHED, RouteTemplate::as_str);
+        http_requests::record(
+            route,
+            http_requests::method_label(&method),
+            response.status(),
+            started,
+        );
         response
     }
 }

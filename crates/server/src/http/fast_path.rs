@@ -45,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use super::direct_reply::DirectReply;
 use super::entity_tag::IfNoneMatch;
 use super::error::ApiError;
+use crate::telemetry::http_requests;
 
 /// The lane reads a head in reads of this size.
 const MAX_HEAD_BYTES: usize = 8 * 1024;
@@ -75,6 +76,16 @@ pub enum DirectMethod {
     Get,
     /// A `POST` whose body came whole with its head.
     Post,
+}
+
+impl DirectMethod {
+    /// The method's name, as the request metrics label it.
+    pub fn label(self) -> &'static str {
+        match self {
+            DirectMethod::Get => "GET",
+            DirectMethod::Post => "POST",
+        }
+    }
 }
 
 /// A request answered directly, as its route's handler would get it.
@@ -195,6 +206,10 @@ pub trait DirectRoutes: Send + Sync + 'static {
     /// answer it). Cheap: every request on a lane connection asks it.
     fn recognise(&self, method: DirectMethod, path: &str) -> Option<Self::Target>;
 
+    /// The route template `target` is served by in the router (`/v1/products/{product_id}/rank`): the
+    /// label a directly answered request is counted under, as the router would count it.
+    fn route_template(&self, target: &Self::Target) -> &'static str;
+
     /// The answer to a recognised request, exactly as its route's handler gives it.
     fn answer(
         &self,
@@ -287,6 +302,8 @@ pub async fn serve<R: DirectRoutes>(
                 }
             }
         };
+        // The answer's time is counted from here, as hyper's requests are from their parsed head.
+        let started = Instant::now();
         let head_bytes = buffer.split_to(head.len).freeze();
         let text = |range: &std::ops::Range<usize>| {
             std::str::from_utf8(&head_bytes[range.clone()]).expect("httparse checks the target")
@@ -302,7 +319,9 @@ pub async fn serve<R: DirectRoutes>(
             },
             peer,
         };
+        let (route, method) = (routes.route_template(&head.target), head.method);
         let reply = routes.answer(head.target, request).await;
+        http_requests::record(route, method.label(), reply.status, started);
         out.clear();
         // Shutdown began while this request was in flight: it gets its answer, announced as the last.
         let last = shutdown.is_cancelled();
@@ -369,6 +388,7 @@ struct LaneHead<T> {
     /// The first `header_count` are the request's headers.
     headers: [HeaderSpan; MAX_HEADERS],
     header_count: usize,
+    method: DirectMethod,
     target: T,
 }
 
@@ -488,6 +508,7 @@ fn parse_head<R: DirectRoutes>(buffer: &[u8], max_body_bytes: usize, routes: &R)
         body,
         headers: spans,
         header_count: request.headers.len(),
+        method,
         target,
     })
 }
@@ -598,6 +619,10 @@ mod tests {
                 DirectMethod::Post => path.strip_prefix("/post/")?,
             };
             plain_segment(segment).then(|| range_of(path, segment))
+        }
+
+        fn route_template(&self, _: &Self::Target) -> &'static str {
+            "/test/{x}"
         }
 
         async fn answer(&self, target: Self::Target, request: DirectRequest<'_>) -> DirectReply {

@@ -209,6 +209,15 @@ impl RankingService {
     }
 }
 
+/// Counts events refused as invalid before they reached the writer (a body's unparseable items, a
+/// stream's or a topic's poison records): `rankgate_events_rejected_total` counts every refusal,
+/// whichever stage made it ([`RankingService::ingest`] counts the writer's own).
+pub(crate) fn count_events_rejected_before_ingest(count: usize) {
+    if count > 0 {
+        metrics::counter!("rankgate_events_rejected_total").increment(count as u64);
+    }
+}
+
 /// Position of a configurable ranker in [`RankerName::CONFIGURABLE`] (and in the service's states).
 /// `units` and `revenue` have no policy state; they map to `popular`'s, whose version they never report.
 pub(super) fn configurable_index(ranker: RankerName) -> usize {

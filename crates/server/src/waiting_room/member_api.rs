@@ -22,11 +22,14 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::peer::PeerAddress;
 use crate::http::route_table::{self, Endpoint};
 
+/// A member's entry route, which the fast path answers too (and records by this template).
+pub const ENTER_ROUTE: &str = "/v1/queues/{queue}/entries";
+/// A member's position poll route, which the fast path answers too (and records by this template).
+pub const POLL_ROUTE: &str = "/v1/queues/{queue}/entries/{member}";
+
 pub(crate) const ENDPOINTS: &[Endpoint<Arc<WaitingRoom>>] = &[
-    Endpoint::new(Method::POST, "/v1/queues/{queue}/entries", |m| on(m, enter)),
-    Endpoint::new(Method::GET, "/v1/queues/{queue}/entries/{member}", |m| {
-        on(m, poll)
-    }),
+    Endpoint::new(Method::POST, ENTER_ROUTE, |m| on(m, enter)),
+    Endpoint::new(Method::GET, POLL_ROUTE, |m| on(m, poll)),
     Endpoint::new(Method::GET, "/v1/queues/{queue}/entries/{member}/events", |m| {
         on(m, events)
     }),

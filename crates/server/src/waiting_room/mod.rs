@@ -63,7 +63,9 @@ pub mod ticket;
 use std::sync::Arc;
 
 pub use self::config::{GateConfig, GateRoute, WaitingRoomConfig};
-pub use self::member_api::{direct_enter_queue, direct_poll_target, enter_reply, poll_reply};
+pub use self::member_api::{
+    direct_enter_queue, direct_poll_target, enter_reply, poll_reply, ENTER_ROUTE, POLL_ROUTE,
+};
 pub use self::position::{ClaimGranted, Position};
 pub use self::service::WaitingRoom;
 pub use self::telemetry::SERIES_IDLE_TIMEOUT;

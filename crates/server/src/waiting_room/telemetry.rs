@@ -28,7 +28,7 @@ use rankgate_core::queue::{QueueName, RefusalReason};
 use rankgate_store::queue::Coalescing;
 use rankgate_store::queue::{AdmitOutcome, QueueStats};
 
-/// Series not updated for this long are dropped by the exporter (wired in `app::prometheus_handle`).
+/// Series not updated for this long are dropped by the exporter (wired in `telemetry::prometheus_handle`).
 pub const SERIES_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 pub(crate) fn entered(queue: &QueueName) {

@@ -23,6 +23,7 @@ mod instances;
 mod member_auth_modes;
 mod member_identity;
 mod member_streams;
+mod metrics;
 mod opening;
 mod ops;
 mod policies;

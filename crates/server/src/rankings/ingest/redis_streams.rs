@@ -222,6 +222,7 @@ impl StreamConsumer {
             .context("stream: XACK")?;
         metrics::counter!("rankgate_stream_entries_total").increment(entries.len() as u64);
         metrics::counter!("rankgate_stream_dead_lettered_total").increment(poison.len() as u64);
+        crate::rankings::service::count_events_rejected_before_ingest(poison.len());
         Ok(BatchReport {
             entries: entries.len(),
             dead_lettered: poison.len(),

@@ -1,6 +1,7 @@
 //! The relay's figures: counters kept in atomics, shown as a progress line on a terminal and as
 //! Prometheus text on `--metrics-listen`'s `/metrics` (the relay has no recorder of its own to install,
-//! and a handful of series is clearer written out than registered).
+//! and a handful of series is clearer written out than registered; their help and type lines come from
+//! `telemetry::catalogue`, like the server's).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -11,6 +12,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::outbox::Backlog;
+use crate::telemetry::catalogue;
 
 /// Counters and gauges of one relay process.
 #[derive(Default)]
@@ -77,59 +79,30 @@ impl Telemetry {
         ));
     }
 
-    /// Prometheus text exposition.
+    /// Prometheus text exposition; the help and type lines come from the metrics catalogue, which
+    /// lists these series beside the server's.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let mut series = |name: &str, kind: &str, help: &str, value: String| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        let mut series = |name: &str, value: String| {
+            out.push_str(&catalogue::header_lines(name));
+            let _ = writeln!(out, "{name} {value}");
         };
         let counter = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
-        series(
-            "rankgate_relay_rows_published_total",
-            "counter",
-            "Outbox rows published and marked published.",
-            counter(&self.published),
-        );
+        series("rankgate_relay_rows_published_total", counter(&self.published));
         series(
             "rankgate_relay_rows_per_second",
-            "gauge",
-            "Rows published per second, over the last second or more.",
             format!("{:.1}", self.rows_per_second()),
         );
-        series(
-            "rankgate_relay_batches_total",
-            "counter",
-            "Batches committed.",
-            counter(&self.batches),
-        );
-        series(
-            "rankgate_relay_batch_failures_total",
-            "counter",
-            "Batches that failed and were rolled back, to be sent again.",
-            counter(&self.errors),
-        );
-        series(
-            "rankgate_relay_events_rejected_total",
-            "counter",
-            "Published rows whose event rankgate rejected as invalid (--to).",
-            counter(&self.rejected),
-        );
-        series(
-            "rankgate_relay_rows_deleted_total",
-            "counter",
-            "Published rows deleted by --retention.",
-            counter(&self.deleted),
-        );
+        series("rankgate_relay_batches_total", counter(&self.batches));
+        series("rankgate_relay_batch_failures_total", counter(&self.errors));
+        series("rankgate_relay_events_rejected_total", counter(&self.rejected));
+        series("rankgate_relay_rows_deleted_total", counter(&self.deleted));
         series(
             "rankgate_relay_backlog_rows",
-            "gauge",
-            "Unpublished outbox rows at the last measurement.",
             self.backlog_rows.load(Ordering::Relaxed).to_string(),
         );
         series(
             "rankgate_relay_oldest_unpublished_seconds",
-            "gauge",
-            "Age of the oldest unpublished row at the last measurement (0 when none).",
             format!(
                 "{:.3}",
                 f64::from_bits(self.oldest_seconds.load(Ordering::Relaxed))

@@ -18,6 +18,7 @@ use rankgate_core::event::{parse_body_at_most, BodyError, BodyFormat, Event, Par
 use rankgate_store::ranking::ingest::EventOutcome;
 
 use crate::http::error::{ApiError, ApiResult};
+use crate::rankings::service::count_events_rejected_before_ingest;
 use crate::rankings::Rankings;
 
 /// One refused event, by its position in the batch.
@@ -178,6 +179,7 @@ pub async fn post_events(
     })
     .await
     .map_err(|error| ApiError::Internal(anyhow::anyhow!("parsing an ingest body: {error}")))??;
+    let rejected_by_parsing = rejected.len();
     let mut response = IngestResponse {
         accepted: 0,
         duplicates: 0,
@@ -206,6 +208,9 @@ pub async fn post_events(
             }
         }
     }
+    // Counted once the answer is certain (a 503 above stored nothing and lists nothing); the writer's
+    // rejections were counted by the service.
+    count_events_rejected_before_ingest(rejected_by_parsing);
     rejected.sort_by_key(|r| r.index);
     response.rejected = rejected;
     Ok(Json(response))

@@ -50,6 +50,9 @@ pub const INGEST: &[Endpoint<Rankings>] = &[Endpoint::new(Method::POST, "/v1/eve
     on(m, events::post_events)
 })];
 
+/// The rank read's route, which the fast path answers too (and records by this template).
+pub const RANK_ROUTE: &str = "/v1/products/{product_id}/rank";
+
 /// Reads, open to anyone.
 pub const PUBLIC: &[Endpoint<Rankings>] = &[
     Endpoint::new(Method::GET, "/v1/categories/{category}/top", |m| {
@@ -58,9 +61,7 @@ pub const PUBLIC: &[Endpoint<Rankings>] = &[
     Endpoint::new(Method::GET, "/v1/categories/{category}/top/events", |m| {
         on(m, reads::top_events)
     }),
-    Endpoint::new(Method::GET, "/v1/products/{product_id}/rank", |m| {
-        on(m, reads::rank)
-    }),
+    Endpoint::new(Method::GET, RANK_ROUTE, |m| on(m, reads::rank)),
     Endpoint::new(Method::GET, "/v1/products/{product_id}/ranks", |m| {
         on(m, reads::ranks)
     }),

@@ -580,6 +580,8 @@ impl KafkaConsumer {
         shutdown: &CancellationToken,
     ) -> Result<(), Stopped> {
         let mut backoff = Backoff::new();
+        // The poison so far failed parsing; the writer's rejections, added below, it counted itself.
+        let rejected_by_parsing = batch.poison.len();
         for (outcome, index) in outcomes.iter().zip(&batch.origins) {
             if let EventOutcome::Rejected(error) = outcome {
                 let letter = batch.dead_letter_of(&batch.refs[*index], error.to_string());
@@ -607,6 +609,7 @@ impl KafkaConsumer {
             .fetch_add(batch.records as u64, Ordering::Relaxed);
         metrics::counter!("rankgate_kafka_records_total").increment(batch.records as u64);
         metrics::counter!("rankgate_kafka_dead_lettered_total").increment(batch.poison.len() as u64);
+        crate::rankings::service::count_events_rejected_before_ingest(rejected_by_parsing);
         Ok(())
     }
 

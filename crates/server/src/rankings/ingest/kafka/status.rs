@@ -10,7 +10,7 @@
 //! - `rankgate_kafka_rebalances_total{kind="assign"|"revoke"}`.
 //! - `rankgate_kafka_consumer_lag{topic,partition}`: the partition's high watermark minus the next
 //!   offset this instance has made durable (or the group's committed offset before it has); 0 for a
-//!   partition this instance gave up. `rankgate_kafka_consumer_lag_total` sums the owned ones.
+//!   partition this instance gave up. `rankgate_kafka_instance_lag` sums the owned ones.
 //! - `rankgate_kafka_assigned_partitions`, `rankgate_kafka_paused` (1 while backpressure holds the
 //!   partitions), `rankgate_kafka_pauses_total`, `rankgate_kafka_in_flight_records`.
 
@@ -139,7 +139,7 @@ impl KafkaStatus {
             .set(value as f64);
         }
         lag.retain(|p, _| owned.contains_key(p));
-        metrics::gauge!("rankgate_kafka_consumer_lag_total").set(lag.values().sum::<i64>() as f64);
+        metrics::gauge!("rankgate_kafka_instance_lag").set(lag.values().sum::<i64>() as f64);
     }
 
     /// The `kafka` object of `/readyz`.
