@@ -467,7 +467,7 @@ mod tests {
         #[derive(clap::Parser)]
         struct Flags {
             #[command(flatten)]
-            overrides: Overrides,
+            options: crate::cli::options::ServeOptions,
         }
         let parsed = Flags::try_parse_from([
             "rankgate",
@@ -475,7 +475,8 @@ mod tests {
             "redis+sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster",
         ])
         .unwrap();
-        let config = Config::merge(FileConfig::default(), &parsed.overrides).unwrap();
+        let overrides = parsed.options.into_overrides().unwrap();
+        let config = Config::merge(FileConfig::default(), &overrides).unwrap();
         assert_eq!(
             config.redis,
             vec!["redis+sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster".to_string()]

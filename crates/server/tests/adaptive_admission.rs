@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use rankgate::waiting_room::{GateConfig, GateRoute, WaitingRoom, WaitingRoomConfig};
 use rankgate_store::clock::ManualClock;
-use rankgate_testkit::redis_servers::{unique_prefix, KeyCleanup, standalone_url};
+use rankgate_testkit::redis_servers::{standalone_url, unique_prefix, KeyCleanup};
 use serde_json::{json, Value};
 
 use app::TestApp;

@@ -61,7 +61,7 @@ use rankgate_store::queue::{
     StoreError,
 };
 use rankgate_store::synchronous::Synchronous;
-use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, standalone_url};
+use rankgate_testkit::redis_servers::{cluster, standalone_url, unique_prefix, KeyCleanup};
 
 const QUEUES: [&str; 3] = ["eq-a", "eq-b", "eq-c"];
 const MEMBERS: [&str; 4] = ["m-0", "m-1", "m-2", "m-3"];

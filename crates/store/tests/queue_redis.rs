@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rankgate_testkit::redis_servers::{
-    cluster, spawn_watched_server, unique_prefix, wait_until, KeyCleanup, LocalRedis, standalone_url,
+    cluster, spawn_watched_server, standalone_url, unique_prefix, wait_until, KeyCleanup, LocalRedis,
 };
 
 use rankgate_core::ids::MemberId;

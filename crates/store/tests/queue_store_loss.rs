@@ -12,7 +12,7 @@ use rankgate_core::queue::{MemberStatus, QueueName, SettingsPatch};
 use rankgate_store::clock::ManualClock;
 use rankgate_store::queue::redis::{RedisOptions, RedisStore, RedisTime};
 use rankgate_store::queue::{EnterOutcome, Placement, QueueStore};
-use rankgate_testkit::redis_servers::{unique_prefix, KeyCleanup, standalone_url};
+use rankgate_testkit::redis_servers::{standalone_url, unique_prefix, KeyCleanup};
 
 async fn store_on(prefix: &str) -> Arc<RedisStore> {
     let options = RedisOptions {

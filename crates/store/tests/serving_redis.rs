@@ -26,7 +26,7 @@ use rankgate_store::ranking::redis_serving::{
 };
 use rankgate_store::ranking::sqlite::SqliteSource;
 use rankgate_testkit::postgres_schemas::{postgres_url, SchemaGuard};
-use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, standalone_url};
+use rankgate_testkit::redis_servers::{cluster, standalone_url, unique_prefix, KeyCleanup};
 use workload::{assert_same, categories, ingestor_over, raw_event, to_event, RawEvent, BASE, HOUR};
 
 /// The spans published in these tests: every kind, including days with carry.

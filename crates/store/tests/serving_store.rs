@@ -18,7 +18,7 @@ use rankgate_store::ranking::redis_serving::{
     Active, Published, RedisServing, ServingOptions, StampKind, Stamped,
 };
 use rankgate_store::ranking::serving_store::{EngineServing, ServingStore};
-use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, standalone_url};
+use rankgate_testkit::redis_servers::{cluster, standalone_url, unique_prefix, KeyCleanup};
 use serving_conformance::{check_store, requests, ServingFixture};
 use workload::BASE;
 

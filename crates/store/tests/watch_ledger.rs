@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rankgate_testkit::redis_servers::{cluster, unique_prefix, KeyCleanup, standalone_url};
+use rankgate_testkit::redis_servers::{cluster, standalone_url, unique_prefix, KeyCleanup};
 
 use rankgate_store::watch_ledger::{EmbeddedWatchLedger, RedisWatchLedger, WatchLedger, WatchSnapshot};
 

@@ -12,12 +12,12 @@ pub mod options;
 
 use crate::app::{lock_data_dir, Application};
 use crate::config::{Config, Overrides};
-use options::{MigrateOptions, RebuildOptions, ServeOptions, StoreOptions};
 use crate::rankings::catalog::read_catalog_csv;
 use crate::rankings::ingest::file::ingest_file;
 use crate::rankings::replay::replay_metrics;
 use crate::rankings::verify::{verify_data_dir, verify_progress};
 use crate::rankings::RankingService;
+use options::{MigrateOptions, RebuildOptions, ServeOptions, StoreOptions};
 
 /// rankgate: exact, fresh product rankings and a fair waiting room, in one service.
 ///

@@ -123,10 +123,20 @@ pub struct ServeOptions {
     #[command(flatten)]
     pub(crate) redis: RedisOption,
     /// Comma-separated admin bearer keys (never logged)
-    #[arg(long, hide_env_values = true, env = "RANKGATE_ADMIN_KEYS", value_delimiter = ',')]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "RANKGATE_ADMIN_KEYS",
+        value_delimiter = ','
+    )]
     pub admin_keys: Option<Vec<String>>,
     /// Comma-separated ingest bearer keys (never logged)
-    #[arg(long, hide_env_values = true, env = "RANKGATE_INGEST_KEYS", value_delimiter = ',')]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "RANKGATE_INGEST_KEYS",
+        value_delimiter = ','
+    )]
     pub ingest_keys: Option<Vec<String>>,
     /// Also ingest from a Redis stream: redis://host:port/<stream key> (consumer group `rankgate`)
     #[arg(long, hide_env_values = true, env = "RANKGATE_STREAM")]

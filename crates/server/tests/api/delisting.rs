@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::helpers::*;
-use crate::redis_servers::{cluster, unique_prefix, KeyCleanup, standalone_url};
+use crate::redis_servers::{cluster, standalone_url, unique_prefix, KeyCleanup};
 
 /// `PUT /v1/products/{product}` with `body`.
 async fn put_product(app: &TestApp, product: &str, body: &Value) -> reqwest::Response {

@@ -266,8 +266,8 @@ struct StreamGuard(String);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
-        if let Ok(mut connection) =
-            redis::Client::open(rankgate_testkit::redis_servers::standalone_url()).and_then(|c| c.get_connection())
+        if let Ok(mut connection) = redis::Client::open(rankgate_testkit::redis_servers::standalone_url())
+            .and_then(|c| c.get_connection())
         {
             let _: redis::RedisResult<i64> = redis::cmd("DEL")
                 .arg(&self.0)

@@ -23,7 +23,10 @@ fn options_in(help: &str) -> Vec<String> {
     help.lines()
         .filter_map(|line| {
             let line = line.trim_start();
-            let line = line.strip_prefix("-h, ").or(line.strip_prefix("-V, ")).unwrap_or(line);
+            let line = line
+                .strip_prefix("-h, ")
+                .or(line.strip_prefix("-V, "))
+                .unwrap_or(line);
             line.starts_with("--")
                 .then(|| line.split([' ', '=', ',']).next().unwrap().to_string())
         })
@@ -44,10 +47,19 @@ fn each_command_lists_its_own_options_only() {
         "--cache-max-age-seconds",
     ];
     let serve = options_in(&help_of(&["serve"]));
-    for option in server_only.iter().chain(&["--data-dir", "--config", "--database", "--redis"]) {
-        assert!(serve.iter().any(|o| o == option), "serve lacks {option}: {serve:?}");
+    for option in server_only
+        .iter()
+        .chain(&["--data-dir", "--config", "--database", "--redis"])
+    {
+        assert!(
+            serve.iter().any(|o| o == option),
+            "serve lacks {option}: {serve:?}"
+        );
     }
-    assert!(!serve.iter().any(|o| o == "--port"), "--port is hidden: {serve:?}");
+    assert!(
+        !serve.iter().any(|o| o == "--port"),
+        "--port is hidden: {serve:?}"
+    );
     let store_commands: [&[&str]; 6] = [
         &["ingest"],
         &["verify"],
@@ -64,8 +76,15 @@ fn each_command_lists_its_own_options_only() {
                 "{command:?} --help lists {option}: {options:?}"
             );
         }
-        assert!(options.len() <= 10, "{command:?} lists {} options: {options:?}", options.len());
-        assert!(options.iter().any(|o| o == "--database"), "{command:?}: {options:?}");
+        assert!(
+            options.len() <= 10,
+            "{command:?} lists {} options: {options:?}",
+            options.len()
+        );
+        assert!(
+            options.iter().any(|o| o == "--database"),
+            "{command:?}: {options:?}"
+        );
     }
     assert!(options_in(&help_of(&["rebuild"])).iter().any(|o| o == "--redis"));
     assert!(!options_in(&help_of(&["ingest"])).iter().any(|o| o == "--redis"));
@@ -119,8 +138,14 @@ fn a_port_in_use_fails_before_the_data_dir_is_created() {
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains(&address) && stderr.contains("--listen"), "{stderr}");
-    assert!(!data_dir.exists(), "the data dir was created before the bind failed");
+    assert!(
+        stderr.contains(&address) && stderr.contains("--listen"),
+        "{stderr}"
+    );
+    assert!(
+        !data_dir.exists(),
+        "the data dir was created before the bind failed"
+    );
 }
 
 #[test]

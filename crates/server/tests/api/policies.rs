@@ -123,8 +123,8 @@ impl Drop for Fleet {
     fn drop(&mut self) {
         drop_schema(&self.schema);
         if let Some(prefix) = &self.redis_prefix {
-            if let Ok(mut connection) =
-                redis::Client::open(rankgate_testkit::redis_servers::standalone_url()).and_then(|c| c.get_connection())
+            if let Ok(mut connection) = redis::Client::open(rankgate_testkit::redis_servers::standalone_url())
+                .and_then(|c| c.get_connection())
             {
                 let keys: Vec<String> = redis::cmd("KEYS")
                     .arg(format!("{prefix}*"))
@@ -371,7 +371,8 @@ async fn a_version_left_building_by_a_dead_instance_is_completed_by_the_others()
     converge(&[&a.address, &b.address], now, 1, 0.1).await;
     let schema = fleet.schema.clone();
     let orphan = tokio::task::spawn_blocking(move || {
-        let mut dead = rankgate_store::ranking::postgres::PostgresSource::connect(&postgres_url(), &schema).unwrap();
+        let mut dead =
+            rankgate_store::ranking::postgres::PostgresSource::connect(&postgres_url(), &schema).unwrap();
         use rankgate_store::ranking::source::SourceOfTruth as _;
         dead.transition_policies(RankerName::Popular, &mut |state| {
             state

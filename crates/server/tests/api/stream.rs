@@ -22,7 +22,11 @@ async fn redis() -> redis::aio::MultiplexedConnection {
 }
 
 fn config(key: &str, consumer: &str) -> StreamConfig {
-    let mut config = StreamConfig::from_url(&format!("{}/{key}", rankgate_testkit::redis_servers::standalone_url())).unwrap();
+    let mut config = StreamConfig::from_url(&format!(
+        "{}/{key}",
+        rankgate_testkit::redis_servers::standalone_url()
+    ))
+    .unwrap();
     config.consumer = consumer.into();
     config.block = Duration::from_millis(50);
     // Long enough that a loaded machine never makes fresh entries look abandoned.

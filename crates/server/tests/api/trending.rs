@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use rankgate_store::clock::ManualClock;
 
 use crate::helpers::*;
-use crate::redis_servers::{cluster, KeyCleanup, standalone_url};
+use crate::redis_servers::{cluster, standalone_url, KeyCleanup};
 
 const HOUR: i64 = 3_600_000;
 

@@ -609,8 +609,7 @@ async fn each_change_is_delivered_once_across_instances(redis: Vec<String>, labe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_redis_standalone_deliver_each_change_once() {
-    each_change_is_delivered_once_across_instances(vec![redis_servers::standalone_url()], "standalone")
-        .await;
+    each_change_is_delivered_once_across_instances(vec![redis_servers::standalone_url()], "standalone").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@
 use rankgate::waiting_room::config::PageConfig;
 use serde_json::{json, Value};
 
-use rankgate_testkit::redis_servers::{KeyCleanup, standalone_url};
+use rankgate_testkit::redis_servers::{standalone_url, KeyCleanup};
 
 use super::{spawn_gated_app, spawn_upstream, TestApp};
 
