@@ -6,14 +6,15 @@
 //!
 //! - this module: the composition, and the route table of the whole service ([`endpoints`]);
 //! - [`direct`]: the fast path's routes, the rank read and the member's poll and entry;
-//! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, `/openapi.json` and the dashboard, which report on
-//!   both products.
+//! - [`ops`]: `/healthz`, `/metrics`, `/openapi.json` and the dashboard, which report on both
+//!   products; [`readiness`]: `/readyz`, every dependency's state and the probes behind it.
 //!
 //! This is the one place that knows both products: the rankings' webhooks deliver through the waiting
 //! room's job store, handed over here.
 
 pub mod direct;
 pub mod ops;
+pub mod readiness;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -53,6 +54,8 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     /// Renders `/metrics`.
     pub prometheus: PrometheusHandle,
+    /// The queue store's and serving's health for `/readyz` (see [`readiness`]).
+    pub dependencies: Arc<readiness::Dependencies>,
 }
 
 /// The process-wide Prometheus recorder; installed once even when tests start many apps.
@@ -79,7 +82,7 @@ pub fn prometheus_handle() -> PrometheusHandle {
 /// Operations endpoints, open to anyone.
 const OPS_ENDPOINTS: &[Endpoint<AppState>] = &[
     Endpoint::new(Method::GET, "/healthz", |m| on(m, ops::healthz)),
-    Endpoint::new(Method::GET, "/readyz", |m| on(m, ops::readyz)),
+    Endpoint::new(Method::GET, "/readyz", |m| on(m, readiness::readyz)),
     Endpoint::new(Method::GET, "/metrics", |m| on(m, ops::metrics)),
     Endpoint::new(Method::GET, "/openapi.json", |m| on(m, ops::openapi)),
     Endpoint::new(Method::GET, "/", |m| on(m, ops::dashboard)),
@@ -231,15 +234,18 @@ impl Application {
                 config.listen
             )
         })?;
+        let dependencies = readiness::dependencies_of(&config.redis);
         let state = AppState {
             config: Arc::new(config),
             rankings,
             waiting_room,
             clock,
             prometheus: prometheus_handle(),
+            dependencies,
         };
         let mut workers = state.waiting_room.spawn_workers(shutdown.clone());
         workers.extend(state.rankings.spawn_workers(&shutdown));
+        workers.push(readiness::spawn_probes(state.clone(), shutdown.clone()));
         Ok(Application {
             listener,
             router: router(state.clone()),

@@ -11,8 +11,13 @@ use std::thread::JoinHandle;
 use anyhow::anyhow;
 use tokio::sync::oneshot;
 
+use std::sync::Arc;
+
 use rankgate_core::event::Event;
 use rankgate_store::ranking::ingest::{EventOutcome, Ingestor};
+use rankgate_store::ranking::source::SourceError;
+
+use crate::readiness::SourceHealth;
 
 /// Largest number of events merged into one transaction.
 const GROUP_COMMIT_EVENTS: usize = 20_000;
@@ -35,12 +40,13 @@ pub struct WriterHandle {
 }
 
 impl WriterHandle {
-    /// Starts the writer thread, which owns `ingestor` until every handle is dropped.
-    pub fn spawn(ingestor: Ingestor) -> (WriterHandle, JoinHandle<()>) {
+    /// Starts the writer thread, which owns `ingestor` until every handle is dropped and records every
+    /// commit's outcome in `health` (readiness).
+    pub fn spawn(ingestor: Ingestor, health: Arc<SourceHealth>) -> (WriterHandle, JoinHandle<()>) {
         let (sender, receiver) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("rankings-writer".into())
-            .spawn(move || run_writer(ingestor, receiver))
+            .spawn(move || run_writer(ingestor, receiver, &health))
             .expect("spawning the writer thread");
         (WriterHandle { sender }, thread)
     }
@@ -113,7 +119,7 @@ struct PendingIngest {
     reply: oneshot::Sender<anyhow::Result<Vec<EventOutcome>>>,
 }
 
-fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>) {
+fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>, health: &SourceHealth) {
     let mut next = receiver.recv().ok();
     while let Some(command) = next.take() {
         match command {
@@ -154,6 +160,13 @@ fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>) {
                 let started = std::time::Instant::now();
                 let result = ingestor.ingest(&all, latest_now);
                 metrics::histogram!("rankgate_ingest_commit_seconds").record(started.elapsed().as_secs_f64());
+                match &result {
+                    Ok(_) => health.record_commit(Ok(())),
+                    Err(error) if is_store_failure(error) => {
+                        health.record_commit(Err(error as &dyn std::fmt::Display))
+                    }
+                    Err(_) => {}
+                }
                 match result {
                     Ok(outcomes) => {
                         let mut outcomes = outcomes.into_iter();
@@ -178,4 +191,13 @@ fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>) {
             next = receiver.recv().ok();
         }
     }
+}
+
+/// Whether a failed commit says the store cannot take writes (unreachable, disk full, I/O), rather than
+/// that the batch was wrong: only those turn readiness down.
+fn is_store_failure(error: &SourceError) -> bool {
+    matches!(
+        error,
+        SourceError::Sqlite(_) | SourceError::Postgres(_) | SourceError::Io(_) | SourceError::Corrupt(_)
+    )
 }

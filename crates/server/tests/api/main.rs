@@ -26,6 +26,7 @@ mod ops;
 mod policies;
 mod queue_admin;
 mod rankings;
+mod readiness;
 mod reads;
 mod sale_report;
 mod serving_redis;
