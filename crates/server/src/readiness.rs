@@ -172,7 +172,9 @@ impl SourceHealth {
                     self.health.set(DependencyState::Up, None);
                 }
             }
-            Err(error) => self.health.set(DependencyState::Down, Some(self.scrubbed(&error))),
+            Err(error) => self
+                .health
+                .set(DependencyState::Down, Some(self.scrubbed(&error))),
         }
     }
 
@@ -234,6 +236,9 @@ mod tests {
         source.record_probe(false, Err("connection refused".into()));
         assert!(!source.takes_writes());
         source.record_probe(false, Ok(()));
-        assert!(source.takes_writes(), "an outage seen by a read probe ends with one");
+        assert!(
+            source.takes_writes(),
+            "an outage seen by a read probe ends with one"
+        );
     }
 }

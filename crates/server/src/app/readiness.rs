@@ -173,11 +173,7 @@ pub fn spawn_probes(state: AppState, shutdown: CancellationToken) -> JoinHandle<
 
 async fn probe_queue_store(state: &AppState) {
     let health = &state.dependencies.queue_store;
-    let ping = tokio::time::timeout(
-        crate::readiness::PROBE_TIMEOUT,
-        state.waiting_room.queues.ping(),
-    )
-    .await;
+    let ping = tokio::time::timeout(crate::readiness::PROBE_TIMEOUT, state.waiting_room.queues.ping()).await;
     match ping {
         Ok(Ok(())) => health.set(DependencyState::Up, None),
         Ok(Err(error)) => health.set(

@@ -64,10 +64,7 @@ impl DeadlineIndex {
     /// started: then the earlier of the two is kept, so the change's deadline is not lost.
     pub(crate) fn learn(&self, queue: &QueueName, next: Option<i64>, visit: Visit) {
         let mut inner = self.inner.lock();
-        let noted_since = inner
-            .queues
-            .get(queue)
-            .is_some_and(|due| due.change > visit.0);
+        let noted_since = inner.queues.get(queue).is_some_and(|due| due.change > visit.0);
         match (next, noted_since) {
             (_, true) => {
                 if let (Some(next), Some(due)) = (next, inner.queues.get_mut(queue)) {
@@ -90,10 +87,7 @@ impl DeadlineIndex {
         let mut inner = self.inner.lock();
         inner.changes += 1;
         let change = inner.changes;
-        let due = inner.queues.entry(queue.clone()).or_insert(Due {
-            at_ms,
-            change,
-        });
+        let due = inner.queues.entry(queue.clone()).or_insert(Due { at_ms, change });
         due.at_ms = due.at_ms.min(at_ms);
         due.change = change;
     }

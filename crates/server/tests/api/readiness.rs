@@ -38,7 +38,14 @@ async fn readyz_until(app: &TestApp, status: u16, limit: Duration) -> Value {
 fn events(from: usize, count: usize, now: i64) -> Value {
     Value::Array(
         (from..from + count)
-            .map(|i| view(&format!("ready-{i:06}-{}", "x".repeat(40)), &format!("p{}", i % 50), now, &["c"]))
+            .map(|i| {
+                view(
+                    &format!("ready-{i:06}-{}", "x".repeat(40)),
+                    &format!("p{}", i % 50),
+                    now,
+                    &["c"],
+                )
+            })
             .collect(),
     )
 }
@@ -61,7 +68,12 @@ async fn a_stopped_postgres_makes_the_instance_unready_for_writes_but_reads_stay
     let source = &ready["dependencies"]["sourceOfTruth"];
     assert_eq!(source["kind"], "postgres");
     assert_eq!(source["state"], "up");
-    assert!(source["since"].as_str().is_some_and(|s| s.parse::<jiff::Timestamp>().is_ok()), "{source}");
+    assert!(
+        source["since"]
+            .as_str()
+            .is_some_and(|s| s.parse::<jiff::Timestamp>().is_ok()),
+        "{source}"
+    );
     assert_eq!(ready["dependencies"]["serving"]["kind"], "embedded");
     assert_eq!(ready["dependencies"]["queueStore"]["state"], "up");
 
@@ -105,7 +117,10 @@ impl SmallDisk {
             .arg(dir.path())
             .status()
             .expect("running mount");
-        assert!(status.success(), "mounting a tmpfs needs root (the test machine runs as root)");
+        assert!(
+            status.success(),
+            "mounting a tmpfs needs root (the test machine runs as root)"
+        );
         SmallDisk { dir }
     }
 
@@ -219,7 +234,10 @@ async fn a_lost_redis_is_reported_but_the_instance_stays_ready_for_writes() {
         if body["dependencies"]["queueStore"]["state"] == "up" {
             break;
         }
-        assert!(Instant::now() < deadline, "the queue store did not come back: {body}");
+        assert!(
+            Instant::now() < deadline,
+            "the queue store did not come back: {body}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
