@@ -39,13 +39,16 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 run() {
   local bin=$1 backend=$2 data="$WORK/data-$RANDOM" base="http://127.0.0.1:$PORT"
-  local extra=()
+  local extra=() config="$WORK/config-$RANDOM.toml"
+  cp "$HERE/configs/budget-off.toml" "$config"
   if [ "$backend" = redis ]; then
     PREFIX="rgbench:idle:$$:$RANDOM:"
-    extra=(--redis "$REDIS" --redis-prefix "$PREFIX"
+    # A top-level key: before the file's first table.
+    { echo "redis_prefix = \"$PREFIX\""; cat "$HERE/configs/budget-off.toml"; } >"$config"
+    extra=(--redis "$REDIS"
       --token-secret "$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')")
   fi
-  "$bin" serve --listen "127.0.0.1:$PORT" --data-dir "$data" --config "$HERE/configs/budget-off.toml" \
+  "$bin" serve --listen "127.0.0.1:$PORT" --data-dir "$data" --config "$config" \
     "${extra[@]}" >"$WORK/serve.log" 2>&1 &
   SERVER=$!
   until curl -fs "$base/readyz" >/dev/null 2>&1; do
