@@ -10,6 +10,8 @@
 //!   gate, page, streams, admission, openings.
 //! - [`app`]: composes them: `Application::build` / `run_until_stopped`, the route table of the whole
 //!   service, the fast path's routes, and the operations endpoints (`/healthz`, `/readyz`, `/metrics`).
+//! - [`readiness`]: dependency health (state, since, last error) that `/readyz` reports, shared by the
+//!   rankings' writer and the application's probes.
 //! - [`config`]: defaults → TOML file → `RANKGATE_*` variables → flags; bearer keys hashed on load.
 //! - [`cli`]: the `rankgate` subcommands: serve, ingest, verify, rebuild, replay, demo, migrate, relay,
 //!   catalog, queue, verify-draw.
@@ -26,5 +28,6 @@ pub mod config;
 pub mod demo;
 pub mod http;
 pub mod rankings;
+pub mod readiness;
 pub mod telemetry;
 pub mod waiting_room;

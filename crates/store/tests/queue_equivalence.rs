@@ -654,9 +654,10 @@ fn pick_claim(claims: &HashMap<(usize, usize), Vec<Digest>>, q: usize, m: usize,
 
 /// The active list is the one view whose answer is implementation-defined within a contract:
 /// `QueueStore::active_queues` "may list a queue that just went idle (a visit is harmless); never misses one
-/// that has had work". The embedded store computes it exactly from each queue's state; Redis keeps a set
-/// that entries add to and admission steps take idle queues out of (it spans queues, so no queue script can
-/// hold it on a Cluster), so it may still list a queue that a leave, an expiry or a consume just emptied.
+/// that has had somebody waiting". The embedded store computes it exactly from each queue's state; Redis
+/// keeps a set that entries add to and admission steps take queues nobody waits in out of (it spans
+/// queues, so no queue script can hold it on a Cluster), so it may still list a queue that a leave, an
+/// abandonment or an admission just emptied.
 /// So: every queue the embedded store lists, Redis lists too; and whatever Redis lists beyond that is idle
 /// by the embedded store's own (compared, equal) stats.
 fn compare_active(
@@ -678,13 +679,10 @@ fn compare_active(
             .expect("a test queue");
         // views() pushes, per queue, settings, stats, preview, then the members' positions.
         let stats = &embedded_side[q * (3 + MEMBERS.len()) + 1];
+        // Nobody waiting: the active list is the queues admission visits (issue 30); READY and CLAIMED
+        // members are deadlines, not activity.
         let idle = match stats {
-            Normalized::Plain(text) => {
-                text == "None"
-                    || (text.contains("waiting: 0,")
-                        && text.contains("ready: 0,")
-                        && text.contains("claimed: 0,"))
-            }
+            Normalized::Plain(text) => text == "None" || text.contains("waiting: 0,"),
             _ => false,
         };
         if !idle {

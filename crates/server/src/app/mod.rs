@@ -6,7 +6,8 @@
 //!
 //! - this module: the composition, and the route table of the whole service ([`endpoints`]);
 //! - [`direct`]: the fast path's routes, the rank read and the member's poll and entry;
-//! - [`ops`]: `/healthz`, `/readyz`, `/metrics` and `/openapi.json`, which report on both products;
+//! - [`ops`]: `/healthz`, `/metrics` and `/openapi.json`, which report on both products;
+//! - [`readiness`]: `/readyz`, every dependency's state and the probes behind it;
 //! - [`dashboard`]: the dashboard page (`/`, `/dashboard`) and its history of the last hour, sampled
 //!   each second (`GET /v1/admin/dashboard/history`).
 //!
@@ -16,6 +17,7 @@
 pub mod dashboard;
 pub mod direct;
 pub mod ops;
+pub mod readiness;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -58,12 +60,14 @@ pub struct AppState {
     pub prometheus: PrometheusHandle,
     /// The dashboard's history, sampled each second ([`dashboard::spawn_sampler`]).
     pub dashboard: Arc<dashboard::History>,
+    /// The queue store's and serving's health for `/readyz` (see [`readiness`]).
+    pub dependencies: Arc<readiness::Dependencies>,
 }
 
 /// Operations endpoints, open to anyone.
 const OPS_ENDPOINTS: &[Endpoint<AppState>] = &[
     Endpoint::new(Method::GET, "/healthz", |m| on(m, ops::healthz)),
-    Endpoint::new(Method::GET, "/readyz", |m| on(m, ops::readyz)),
+    Endpoint::new(Method::GET, "/readyz", |m| on(m, readiness::readyz)),
     Endpoint::new(Method::GET, "/metrics", |m| on(m, ops::metrics)),
     Endpoint::new(Method::GET, "/openapi.json", |m| on(m, ops::openapi)),
     Endpoint::new(Method::GET, "/", |m| on(m, dashboard::page)),
@@ -223,6 +227,7 @@ impl Application {
         )
         .await?;
         let dashboard = Arc::new(dashboard::History::new(config.waiting_room.max_queues));
+        let dependencies = readiness::dependencies_of(&config.redis);
         let state = AppState {
             config: Arc::new(config),
             rankings,
@@ -230,10 +235,12 @@ impl Application {
             clock,
             prometheus: crate::telemetry::prometheus_handle(),
             dashboard,
+            dependencies,
         };
         let mut workers = state.waiting_room.spawn_workers(shutdown.clone());
         workers.extend(state.rankings.spawn_workers(&shutdown));
         workers.push(dashboard::spawn_sampler(state.clone(), shutdown.clone()));
+        workers.push(readiness::spawn_probes(state.clone(), shutdown.clone()));
         Ok(Application {
             listener,
             router: router(state.clone()),

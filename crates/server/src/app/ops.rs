@@ -1,14 +1,13 @@
-//! Operations endpoints: `/healthz`, `/readyz`, `/metrics` and `/openapi.json` (the dashboard is `dashboard`).
+//! Operations endpoints: `/healthz`, `/metrics` and `/openapi.json` (`/readyz` is [`super::readiness`], the
+//! dashboard [`super::dashboard`]).
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::IntoResponse;
 use axum::Json;
 use serde::Serialize;
 
 use super::AppState;
-use crate::rankings::ingest::kafka::status::KafkaView;
-use crate::rankings::serving::ServingStatus;
 
 /// The body of `/healthz`.
 #[derive(Debug, Serialize)]
@@ -20,49 +19,6 @@ pub struct Health {
 /// Liveness: the process answers.
 pub async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
-}
-
-/// The body of `/readyz`.
-#[derive(Debug, Serialize)]
-pub struct Readiness {
-    /// `ready` or `unavailable`.
-    pub status: &'static str,
-    /// Why not ready.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// Redis serving, when configured.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub serving: Option<ServingStatus>,
-    /// The Kafka consumer, when configured.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kafka: Option<KafkaView>,
-}
-
-/// Readiness: serving state is loaded and the writer accepts work; with Redis serving, also its state.
-pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match state.rankings.barrier().await {
-        Ok(()) => {
-            let body = Readiness {
-                status: "ready",
-                error: None,
-                // Stale serving is still ready: reads answer from memory, marked `stale: true`.
-                serving: state.rankings.serving_status(),
-                // Ready without an assignment too: reads are served, and a group may have more members
-                // than partitions. `kafka.assigned` says whether this one consumes.
-                kafka: state.rankings.kafka.as_ref().map(|kafka| kafka.view()),
-            };
-            (StatusCode::OK, Json(body))
-        }
-        Err(error) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(Readiness {
-                status: "unavailable",
-                error: Some(error.to_string()),
-                serving: None,
-                kafka: None,
-            }),
-        ),
-    }
 }
 
 /// Prometheus text exposition (the series are listed in `telemetry::catalogue`).

@@ -51,6 +51,8 @@ pub struct RankingService {
     pub(super) catalog_generation: std::sync::atomic::AtomicU64,
     /// Redis serving (`--redis`), attached after opening.
     pub(super) serving: std::sync::OnceLock<Arc<serving::Serving>>,
+    /// The source of truth's health for `/readyz`: commits (the writer records them) and probes.
+    pub source_health: Arc<crate::readiness::SourceHealth>,
 }
 
 /// Per-batch counts, as `POST /v1/events` reports them.
@@ -116,7 +118,15 @@ impl RankingService {
         )?;
         // The snapshot the engine was loaded from, so the change feed continues it exactly.
         let catalog = ingestor.take_loaded_catalog().into_iter().collect();
-        let (writer, thread) = WriterHandle::spawn(ingestor);
+        let source_health = Arc::new(crate::readiness::SourceHealth::new(
+            if config.database.is_some() {
+                "postgres"
+            } else {
+                "sqlite"
+            },
+            config.database.clone(),
+        ));
+        let (writer, thread) = WriterHandle::spawn(ingestor, source_health.clone());
         let service = RankingService {
             engine,
             writer,
@@ -126,6 +136,7 @@ impl RankingService {
             policy_changed: tokio::sync::Notify::new(),
             catalog_generation: std::sync::atomic::AtomicU64::new(0),
             serving: std::sync::OnceLock::new(),
+            source_health,
         };
         Ok((Arc::new(service), thread))
     }
@@ -206,6 +217,37 @@ impl RankingService {
     /// Waits for the writer to drain (every earlier command has been applied).
     pub async fn barrier(&self) -> anyhow::Result<()> {
         self.writer.run(|_| ()).await
+    }
+
+    /// Probes the source of truth on the writer thread (see [`crate::readiness`]) and records the outcome:
+    /// a read probe, or a write probe while the last write failed. A probe that does not answer within
+    /// [`crate::readiness::PROBE_TIMEOUT`] counts as down; it is still awaited, so probes never pile up
+    /// behind a stuck writer.
+    pub async fn probe_source_of_truth(&self) {
+        let health = &self.source_health;
+        let write = health.probe_must_write();
+        let probe = self.writer.run(move |ingestor| {
+            ingestor
+                .source_mut()
+                .probe(write)
+                .map_err(|error| format!("probe failed: {error}"))
+        });
+        tokio::pin!(probe);
+        let answer = match tokio::time::timeout(crate::readiness::PROBE_TIMEOUT, &mut probe).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                health.record_probe(
+                    write,
+                    Err(format!(
+                        "no answer within {} s (the writer is stuck on the database)",
+                        crate::readiness::PROBE_TIMEOUT.as_secs()
+                    )),
+                );
+                probe.await
+            }
+        };
+        let result = answer.map_err(|error| error.to_string()).and_then(|inner| inner);
+        health.record_probe(write, result);
     }
 }
 

@@ -12,8 +12,12 @@ use std::thread::JoinHandle;
 use anyhow::anyhow;
 use tokio::sync::oneshot;
 
+
 use rankgate_core::event::Event;
 use rankgate_store::ranking::ingest::{EventOutcome, Ingestor};
+use rankgate_store::ranking::source::SourceError;
+
+use crate::readiness::SourceHealth;
 
 /// Largest number of events merged into one transaction.
 const GROUP_COMMIT_EVENTS: usize = 20_000;
@@ -39,14 +43,15 @@ pub struct WriterHandle {
 }
 
 impl WriterHandle {
-    /// Starts the writer thread, which owns `ingestor` until every handle is dropped.
-    pub fn spawn(ingestor: Ingestor) -> (WriterHandle, JoinHandle<()>) {
+    /// Starts the writer thread, which owns `ingestor` until every handle is dropped and records every
+    /// commit's outcome in `health` (readiness).
+    pub fn spawn(ingestor: Ingestor, health: Arc<SourceHealth>) -> (WriterHandle, JoinHandle<()>) {
         let (sender, receiver) = mpsc::channel();
         let accepted = Arc::new(AtomicU64::new(0));
         let counted = Arc::clone(&accepted);
         let thread = std::thread::Builder::new()
             .name("rankings-writer".into())
-            .spawn(move || run_writer(ingestor, receiver, &counted))
+            .spawn(move || run_writer(ingestor, receiver, &counted, &health))
             .expect("spawning the writer thread");
         (WriterHandle { sender, accepted }, thread)
     }
@@ -125,7 +130,12 @@ struct PendingIngest {
     reply: oneshot::Sender<anyhow::Result<Vec<EventOutcome>>>,
 }
 
-fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>, accepted: &AtomicU64) {
+fn run_writer(
+    mut ingestor: Ingestor,
+    receiver: mpsc::Receiver<Command>,
+    accepted: &AtomicU64,
+    health: &SourceHealth,
+) {
     let mut next = receiver.recv().ok();
     while let Some(command) = next.take() {
         match command {
@@ -166,6 +176,13 @@ fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>, accepte
                 let started = std::time::Instant::now();
                 let result = ingestor.ingest(&all, latest_now);
                 metrics::histogram!("rankgate_ingest_commit_seconds").record(started.elapsed().as_secs_f64());
+                match &result {
+                    Ok(_) => health.record_commit(Ok(())),
+                    Err(error) if is_store_failure(error) => {
+                        health.record_commit(Err(error as &dyn std::fmt::Display))
+                    }
+                    Err(_) => {}
+                }
                 match result {
                     Ok(outcomes) => {
                         let committed = outcomes
@@ -195,4 +212,13 @@ fn run_writer(mut ingestor: Ingestor, receiver: mpsc::Receiver<Command>, accepte
             next = receiver.recv().ok();
         }
     }
+}
+
+/// Whether a failed commit says the store cannot take writes (unreachable, disk full, I/O), rather than
+/// that the batch was wrong: only those turn readiness down.
+fn is_store_failure(error: &SourceError) -> bool {
+    matches!(
+        error,
+        SourceError::Sqlite(_) | SourceError::Postgres(_) | SourceError::Io(_) | SourceError::Corrupt(_)
+    )
 }

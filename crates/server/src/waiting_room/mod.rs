@@ -18,7 +18,8 @@
 //!   after the close (and the beacon, `PUT /v1/admin/queues/{queue}/draw/beacon`), the published draw
 //!   (`GET /v1/queues/{queue}/draw`).
 //! - `redis_backend`: [`WaitingRoom::open_redis`], the room on Redis (standalone or Cluster).
-//! - `scheduler`: admission, expiry and metrics workers, driven by the store's clock.
+//! - `scheduler`: admission, expiry and metrics workers, driven by the store's clock; `deadlines`: when
+//!   a queue nobody waits in (READY and CLAIMED members included) is next due, so it costs nothing per tick.
 //! - `telemetry`: metric names and helpers.
 //! - [`identity`] and [`ticket`]: who a request speaks for: every call for a member needs that member's
 //!   credential (its entry's ticket, or the waiting page's visitor cookie; with `member_auth` "gateway"
@@ -39,6 +40,7 @@ pub mod captcha;
 pub mod config;
 mod consumed;
 pub mod dashboard_feed;
+mod deadlines;
 pub mod draw_verify;
 pub mod entry_guard;
 mod errors;

@@ -1,6 +1,9 @@
 //! Background workers: the admission scheduler, token/claim expiry, queue gauges and the janitor that
-//! forgets idle auto-created queues. The first three visit only active queues (somebody waiting or a
-//! token outstanding), found with one store call per round, so an idle queue costs nothing per tick.
+//! forgets idle auto-created queues. Admission visits only queues with somebody waiting, found with one
+//! store call per round; expiry visits only queues whose earliest deadline passed (`super::deadlines`,
+//! learned from the store's answers, with a full rescan once a minute as the safety net for what other
+//! instances did); gauges are published for queues with somebody waiting and those that changed. So a
+//! queue nobody waits in costs nothing per tick, READY and CLAIMED members included (issue 30).
 //!
 //! Every instance runs all of them. That is safe because each step is one atomic store operation and the
 //! admission budget lives in the store (limitation 3): four schedulers ticking together admit what one
@@ -21,6 +24,11 @@ use super::service::WaitingRoom;
 
 /// How often expired tokens and claims are swept between admission ticks.
 const EXPIRY_SWEEP_EVERY: Duration = Duration::from_millis(250);
+/// How often every queue is visited once to learn its next deadline (`super::deadlines`): the safety
+/// net for deadlines another instance made (its admissions and claims), which this one was not told of.
+/// O(queues) store calls, so once a minute; the first rescan runs at the first expiry sweep, so tokens
+/// restored at startup are known at once.
+const DEADLINE_RESCAN_EVERY: Duration = Duration::from_secs(60);
 /// How often queue gauges are refreshed.
 const GAUGES_EVERY: Duration = Duration::from_secs(1);
 /// How often the janitor looks for idle auto-created queues to forget: O(queues) work, so once a minute
@@ -58,13 +66,29 @@ impl WaitingRoom {
                 poll,
                 |room| async move { room.admit_due_queues().await.map(|_| ()) },
             ),
-            spawn_loop(
-                "expiry",
-                Arc::clone(self),
-                shutdown.clone(),
-                EXPIRY_SWEEP_EVERY,
-                |room| async move { room.expire_due_everywhere().await },
-            ),
+            {
+                // Real time, not the store clock: the rescan bounds this instance's work, not a deadline.
+                let last_rescan = Arc::new(parking_lot::Mutex::new(None::<std::time::Instant>));
+                spawn_loop(
+                    "expiry",
+                    Arc::clone(self),
+                    shutdown.clone(),
+                    EXPIRY_SWEEP_EVERY,
+                    move |room| {
+                        let last_rescan = Arc::clone(&last_rescan);
+                        async move {
+                            let rescan_due = last_rescan
+                                .lock()
+                                .is_none_or(|at| at.elapsed() >= DEADLINE_RESCAN_EVERY);
+                            if rescan_due {
+                                room.rescan_deadlines().await?;
+                                *last_rescan.lock() = Some(std::time::Instant::now());
+                            }
+                            room.expire_due_everywhere().await
+                        }
+                    },
+                )
+            },
             spawn_loop(
                 "gauges",
                 Arc::clone(self),

@@ -6,7 +6,7 @@
 //! logged); answers in the shapes of [`super::position`], with store outcomes mapped by
 //! [`super::errors`]; and records metrics.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -64,6 +64,12 @@ pub struct WaitingRoom {
     /// that makes the rate global lives in the store, so extra ticks cost nothing and a dead instance
     /// leaves no lease behind.
     pub(crate) next_tick_ms: Mutex<HashMap<QueueName, i64>>,
+    /// When this instance next visits each queue nobody waits in: its earliest token or claim expiry, as
+    /// the store last answered it (issue 30: such a queue costs nothing per tick; see `deadlines`).
+    pub(crate) deadlines: super::deadlines::DeadlineIndex,
+    /// Queues whose gauges may have changed since they were last published, besides those with somebody
+    /// waiting (published every round): a queue nobody waits in is published only when it changed.
+    gauges_changed: Mutex<HashSet<QueueName>>,
     /// The gate's HTTP client (connection pool shared by every gate).
     pub(crate) http: reqwest::Client,
     /// Members' position streams on this instance (`…/entries/{memberId}/events`).
@@ -227,6 +233,8 @@ impl WaitingRoom {
             redis: None,
             fail_modes: Mutex::new(HashMap::new()),
             next_tick_ms: Mutex::new(HashMap::new()),
+            deadlines: super::deadlines::DeadlineIndex::default(),
+            gauges_changed: Mutex::new(HashSet::new()),
             http,
             openings: super::opening::OpeningCache::default(),
             consumed: super::consumed::ConsumedLedger::default(),
@@ -629,7 +637,14 @@ impl WaitingRoom {
     /// `DELETE /v1/queues/{queue}/entries/{member}`.
     pub async fn leave(&self, queue: &QueueName, member: &MemberId) -> ApiResult<()> {
         match self.queues.leave(queue, member).await.map_err(store_error)? {
-            LeaveOutcome::Left(_) | LeaveOutcome::NotPresent => Ok(()),
+            LeaveOutcome::Left(status) => {
+                if status != MemberStatus::Waiting {
+                    // A token given back: the READY count changed in a queue that may have nobody waiting.
+                    self.note_gauges_changed(queue);
+                }
+                Ok(())
+            }
+            LeaveOutcome::NotPresent => Ok(()),
             LeaveOutcome::Rejected(rejection) => Err(ApiError::Conflict(rejection.to_string())),
         }
     }
@@ -640,6 +655,7 @@ impl WaitingRoom {
         match self.queues.leave(queue, member).await.map_err(store_error)? {
             LeaveOutcome::Left(status) => {
                 telemetry::member_removed(queue);
+                self.note_gauges_changed(queue);
                 tracing::info!(queue = %queue, status = ?status, "member removed by an admin");
                 Ok(())
             }
@@ -665,6 +681,9 @@ impl WaitingRoom {
         match outcome {
             ClaimOutcome::Claimed { expires_at_ms } => {
                 telemetry::token_event(queue, "claimed", 1);
+                // The claim's expiry may come before the token's: the sweep must visit by then.
+                self.deadlines.note_deadline(queue, expires_at_ms);
+                self.note_gauges_changed(queue);
                 Ok(ClaimGranted {
                     claim_id,
                     expires_at: rfc3339(expires_at_ms),
@@ -687,6 +706,7 @@ impl WaitingRoom {
         {
             ConsumeOutcome::Consumed => {
                 telemetry::token_event(queue, "consumed", 1);
+                self.note_gauges_changed(queue);
                 let orders = rankgate_store::queue::report::ReportField::Orders;
                 self.sale_reports.count(queue, self.clock.now_millis(), orders, 1);
                 self.consumed.record(queue, member);
@@ -713,6 +733,10 @@ impl WaitingRoom {
             ReleaseOutcome::Released(rankgate_core::queue::ReleasedTo::AlreadyReleased) => Ok(()),
             ReleaseOutcome::Released(_) => {
                 telemetry::token_event(queue, "released", 1);
+                // Back to READY until the token's expiry, which the release does not answer: the next
+                // sweep visits the queue and learns it.
+                self.deadlines.note_change(queue);
+                self.note_gauges_changed(queue);
                 Ok(())
             }
             ReleaseOutcome::Rejected(ReleaseRejection::UnknownClaim) => Err(ApiError::NotFound(
@@ -779,9 +803,12 @@ impl WaitingRoom {
     /// store in chunks of [`ADMIT_CHUNK`]. A queue with nobody waiting and no token outstanding is left
     /// alone (defect 4).
     pub async fn admit_queue_now(&self, queue: &QueueName) -> anyhow::Result<AdmitOutcome> {
+        let visit = self.deadlines.start_visit();
         let Some(preview) = self.queues.admission_preview(queue).await? else {
+            self.deadlines.learn(queue, None, visit);
             return Ok(AdmitOutcome::default());
         };
+        self.note_gauges_changed(queue);
         self.remember_fail_mode(queue, preview.settings.fail_mode);
         // A scheduled opening holds admission until its draw is done; a due draw runs here, once across
         // instances (the store's lease decides who draws).
@@ -790,6 +817,7 @@ impl WaitingRoom {
         if preview.settings.paused || holds_for_opening {
             // Still expire: a paused queue's tokens and claims keep their lifetimes.
             let expired = self.queues.expire_due(queue).await?;
+            self.deadlines.learn(queue, expired.next_deadline_ms, visit);
             telemetry::token_event(queue, "expired", expired.tokens_expired);
             telemetry::token_event(queue, "claim_expired", expired.claims_expired);
             let abandoned = rankgate_store::queue::report::ReportField::Abandoned;
@@ -801,6 +829,7 @@ impl WaitingRoom {
                 claims_expired: expired.claims_expired,
                 waiting: preview.waiting,
                 outstanding: preview.outstanding,
+                next_deadline_ms: expired.next_deadline_ms,
                 ..AdmitOutcome::default()
             });
         }
@@ -820,12 +849,14 @@ impl WaitingRoom {
             total.claims_expired += step.claims_expired;
             total.waiting = step.waiting;
             total.outstanding = step.outstanding;
+            total.next_deadline_ms = step.next_deadline_ms;
             remaining = remaining.saturating_sub(admitted);
             // Fewer admitted than offered: the budget, the room or the line is spent for this tick.
             if remaining == 0 || admitted < offered {
                 break;
             }
         }
+        self.deadlines.learn(queue, total.next_deadline_ms, visit);
         // O(admitted): only the admitted members' streams are woken (see member_streams).
         self.member_streams.wake(queue, &total.admitted);
         telemetry::admission_step(queue, &total, started.elapsed());
@@ -852,23 +883,31 @@ impl WaitingRoom {
             .context("preparing entry tokens")?
     }
 
-    /// Runs the tick of every active queue whose tick is due on this instance (store clock); returns what
-    /// each did. Only queues with somebody waiting or a token outstanding are visited, found in one store
-    /// call, so a thousand idle queues cost one call per round, not a thousand.
+    /// Runs the tick of every active queue whose tick is due on this instance (store clock), and of every
+    /// queue whose earliest deadline passed (see [`super::deadlines`]); returns what each did. Queues with
+    /// somebody waiting are found in one store call; a queue nobody waits in, READY and CLAIMED members
+    /// included, is not visited before its deadline, so a thousand of them cost one call per round.
     pub async fn admit_due_queues(&self) -> anyhow::Result<Vec<(QueueName, AdmitOutcome)>> {
         let now = self.clock.now_millis();
         let mut done = Vec::new();
-        let active = self.queues.active_queues().await?;
+        let mut active = self.queues.active_queues().await?;
+        let waiting = active.clone();
+        for due in self.deadlines.due(now) {
+            if let Err(at) = active.binary_search(&due) {
+                active.insert(at, due);
+            }
+        }
         // Forget the tick times of queues that went idle, so this map stays as small as the active set.
         self.next_tick_ms
             .lock()
-            .retain(|queue, _| active.binary_search(queue).is_ok());
+            .retain(|queue, _| waiting.binary_search(queue).is_ok());
         for queue in active {
-            let due = self
-                .next_tick_ms
-                .lock()
-                .get(&queue)
-                .is_none_or(|next| *next <= now);
+            let due = waiting.binary_search(&queue).is_err()
+                || self
+                    .next_tick_ms
+                    .lock()
+                    .get(&queue)
+                    .is_none_or(|next| *next <= now);
             if !due {
                 continue;
             }
@@ -888,11 +927,43 @@ impl WaitingRoom {
         Ok(done)
     }
 
-    /// Expires due tokens and claims in every active queue (an idle queue has nothing to expire but
-    /// remembered consumed members, which the janitor forgets).
+    /// Expires due tokens, claims and abandoned members in every queue whose earliest deadline, as this
+    /// instance knows it, has passed ([`super::deadlines`]); no store call when none has.
     pub async fn expire_due_everywhere(&self) -> anyhow::Result<()> {
-        for queue in self.queues.active_queues().await? {
+        for queue in self.deadlines.due(self.clock.now_millis()) {
+            self.expire_queue_now(&queue).await?;
+        }
+        Ok(())
+    }
+
+    /// Expires what is due in `queue` and learns its next deadline.
+    async fn expire_queue_now(&self, queue: &QueueName) -> anyhow::Result<()> {
+        let visit = self.deadlines.start_visit();
+        let expired = self.queues.expire_due(queue).await?;
+        self.deadlines.learn(queue, expired.next_deadline_ms, visit);
+        if expired.tokens_expired + expired.claims_expired + expired.abandoned > 0 {
+            self.note_gauges_changed(queue);
+        }
+        telemetry::token_event(queue, "expired", expired.tokens_expired);
+        telemetry::token_event(queue, "claim_expired", expired.claims_expired);
+        let abandoned = rankgate_store::queue::report::ReportField::Abandoned;
+        self.sale_reports
+            .count(queue, self.clock.now_millis(), abandoned, expired.abandoned);
+        Ok(())
+    }
+
+    /// The slow safety net of [`super::deadlines`]: visits every queue once, expiring what is due and
+    /// learning its next deadline, so deadlines another instance made (its admissions and claims) are
+    /// kept here too, at most one rescan period late; refreshes the gauges of every queue holding anyone.
+    /// O(queues) store calls: run once a minute, not per tick.
+    pub async fn rescan_deadlines(&self) -> anyhow::Result<()> {
+        for queue in self.queues.queues().await? {
+            let visit = self.deadlines.start_visit();
             let expired = self.queues.expire_due(&queue).await?;
+            self.deadlines.learn(&queue, expired.next_deadline_ms, visit);
+            if expired.next_deadline_ms.is_some() {
+                self.note_gauges_changed(&queue);
+            }
             telemetry::token_event(&queue, "expired", expired.tokens_expired);
             telemetry::token_event(&queue, "claim_expired", expired.claims_expired);
             let abandoned = rankgate_store::queue::report::ReportField::Abandoned;
@@ -900,6 +971,11 @@ impl WaitingRoom {
                 .count(&queue, self.clock.now_millis(), abandoned, expired.abandoned);
         }
         Ok(())
+    }
+
+    /// The gauges of `queue` are published at the next round even if nobody waits in it.
+    fn note_gauges_changed(&self, queue: &QueueName) {
+        self.gauges_changed.lock().insert(queue.clone());
     }
 
     /// Brings the settings this instance keeps of every queue up to date (SPEC 2.2, "Places that survive
@@ -955,6 +1031,8 @@ impl WaitingRoom {
     /// Drops what this instance keeps about a queue that no longer exists (and zeroes its gauges).
     fn forget_local_state(&self, queue: &QueueName) {
         self.next_tick_ms.lock().remove(queue);
+        self.deadlines.forget(queue);
+        self.gauges_changed.lock().remove(queue);
         self.openings.forget(queue);
         self.fail_modes.lock().remove(queue);
         telemetry::queue_gone(queue);
@@ -962,11 +1040,15 @@ impl WaitingRoom {
 
     /// Publishes queue gauges (length, oldest wait, measured rate, ready, claimed) and, on Redis, how the
     /// hot path's calls were coalesced.
-    /// Only active queues are looked at (one stats call each); a queue that went idle keeps its last
-    /// values until the exporter drops series idle for a while (see `telemetry`).
+    /// Only queues with somebody waiting, and queues this instance saw change since the last round, are
+    /// looked at (one stats call each): a queue nobody waits in keeps its values until it changes (the
+    /// deadline rescan refreshes them once a minute, also for changes other instances made); a queue that
+    /// went idle keeps its last values until the exporter drops series idle for a while (see `telemetry`).
     pub async fn publish_queue_gauges(&self) -> anyhow::Result<()> {
         let mut waiting = Vec::new();
-        for queue in self.queues.active_queues().await? {
+        let mut queues = std::mem::take(&mut *self.gauges_changed.lock());
+        queues.extend(self.queues.active_queues().await?);
+        for queue in queues {
             if let Some(stats) = self.queues.stats(&queue).await? {
                 self.remember_fail_mode(&queue, stats.settings.fail_mode);
                 telemetry::queue_gauges(&queue, &stats);

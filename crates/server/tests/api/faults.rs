@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::helpers::*;
 
 /// A PostgreSQL cluster owned by one test: `initdb` into a temp dir, `pg_ctl` to start, stop, restart.
-struct OwnPostgres {
+pub(crate) struct OwnPostgres {
     dir: tempfile::TempDir,
     port: u16,
     bin: PathBuf,
@@ -34,7 +34,7 @@ fn postgres_bin() -> PathBuf {
 }
 
 impl OwnPostgres {
-    fn start() -> OwnPostgres {
+    pub(crate) fn start() -> OwnPostgres {
         let dir = tempfile::tempdir().unwrap();
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -78,7 +78,7 @@ impl OwnPostgres {
         self.dir.path().join("data").display().to_string()
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
@@ -105,7 +105,7 @@ impl OwnPostgres {
     }
 
     /// `start`, `stop` (immediate: like a crash) or `restart`.
-    fn pg_ctl(&self, action: &str) {
+    pub(crate) fn pg_ctl(&self, action: &str) {
         let data = self.data_dir();
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",

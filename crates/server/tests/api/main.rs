@@ -29,6 +29,7 @@ mod ops;
 mod policies;
 mod queue_admin;
 mod rankings;
+mod readiness;
 mod reads;
 mod sale_report;
 mod sentinel;

@@ -465,9 +465,10 @@ pub async fn release_and_consume_agree_on_claim_ids(backend: Backend) {
     );
 }
 
-/// Defect 4: only queues with somebody waiting or a token outstanding are active; an idle queue (created
-/// by an admin PUT, or emptied) is not, so the scheduler never visits it. The store keeps the set in step
-/// with its own transitions.
+/// Defect 4 and issue 30: only queues with somebody waiting are active; an idle queue (created by an admin
+/// PUT, or emptied) is not, nor one holding only READY / CLAIMED members, so admission never visits them.
+/// Their expiries are deadlines instead: the admission and expiry steps answer the earliest one. The store
+/// keeps the set in step with its own transitions.
 pub async fn only_busy_queues_are_active(backend: Backend) {
     let secret = TokenSecret::generate().unwrap();
     let idle = queue("active-idle");
@@ -486,12 +487,25 @@ pub async fn only_busy_queues_are_active(backend: Backend) {
     let m = member("m-1");
     backend.queues.enter(&busy, &m).await.unwrap();
     assert_eq!(backend.queues.active_queues().await.unwrap(), vec![busy.clone()]);
-    // READY is still work (its token expires); consumed is not.
-    backend.queues.admit(&busy, tokens(&secret, 5)).await.unwrap();
-    assert_eq!(backend.queues.active_queues().await.unwrap(), vec![busy.clone()]);
+    // READY needs no admission tick: its token's expiry is the deadline the step answers.
+    let admitted = backend.queues.admit(&busy, tokens(&secret, 5)).await.unwrap();
+    assert!(backend.queues.active_queues().await.unwrap().is_empty());
+    let view = backend.queues.position(&busy, &m).await.unwrap();
+    let (_, token_expires_ms) = view.token.expect("READY with a token");
+    assert_eq!(admitted.next_deadline_ms, Some(token_expires_ms));
     let token = digest_of(&ready_token(&backend, &secret, &busy, &m).await);
     let (_, claim) = new_claim_id().unwrap();
-    backend.queues.claim(&busy, &m, &token, &claim).await.unwrap();
+    let ClaimOutcome::Claimed { expires_at_ms } =
+        backend.queues.claim(&busy, &m, &token, &claim).await.unwrap()
+    else {
+        panic!("the claim is granted");
+    };
+    let expiry = backend.queues.expire_due(&busy).await.unwrap();
+    assert_eq!(
+        expiry.next_deadline_ms,
+        Some(expires_at_ms.min(token_expires_ms)),
+        "the claim's expiry is a deadline too"
+    );
     backend.queues.consume(&busy, &m, &claim).await.unwrap();
     // The next admission step finds it empty and the store takes it out.
     let step = backend.queues.admit(&busy, Vec::new()).await.unwrap();

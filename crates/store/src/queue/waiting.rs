@@ -135,6 +135,10 @@ pub struct AdmitOutcome {
     pub waiting: u64,
     /// READY + CLAIMED after the step.
     pub outstanding: u64,
+    /// The queue's earliest deadline after the step (store clock, ms): a token or claim expiry, a consumed
+    /// member to forget, a waiting member's abandonment; `None` when it has none. A scheduler need not
+    /// visit a queue nobody waits in before then.
+    pub next_deadline_ms: Option<i64>,
 }
 
 /// Result of [`QueueStore::expire_due`].
@@ -148,6 +152,9 @@ pub struct ExpiryOutcome {
     pub abandoned: u64,
     /// The step stopped at its bound with more deadlines due: call again (defect 17, bounded steps).
     pub more_due: bool,
+    /// The queue's earliest deadline left (store clock, ms; `None` when it has none), as
+    /// [`AdmitOutcome::next_deadline_ms`].
+    pub next_deadline_ms: Option<i64>,
 }
 
 /// Result of [`QueueStore::claim`].
@@ -295,7 +302,10 @@ pub struct Coalescing {
 /// # Queue lifecycle (defect 4)
 /// A queue exists from its first entry (up to the store's `max_queues`; a first entry beyond that fails
 /// with [`StoreError::TooManyQueues`]) or an admin PUT. Only **active** queues ([`QueueStore::active_queues`]:
-/// somebody waiting, or a token outstanding) need the scheduler; an idle queue costs nothing per tick.
+/// somebody waiting) need the admission scheduler every tick; a queue nobody waits in costs nothing per
+/// tick, READY and CLAIMED members included: their expiries are deadlines, answered by
+/// [`QueueStore::admit`] and [`QueueStore::expire_due`] (`next_deadline_ms`), and a scheduler visits the
+/// queue when the earliest is due.
 /// Auto-created queues that stay idle are forgotten ([`QueueStore::forget_if_idle`]); admins delete any
 /// queue ([`QueueStore::delete_queue`]).
 #[async_trait]
@@ -395,9 +405,10 @@ pub trait QueueStore: Send + Sync + 'static {
     /// Every queue that exists.
     async fn queues(&self) -> Result<Vec<QueueName>, StoreError>;
 
-    /// The queues the scheduler must visit: members waiting or tokens outstanding (READY / CLAIMED). One
-    /// call, whatever the number of queues. May list a queue that just went idle (a visit is harmless);
-    /// never misses one that has had work for longer than a scheduler round.
+    /// The queues admission must visit: members waiting. One call, whatever the number of queues. May list
+    /// a queue that just went idle (a visit is harmless); never misses one that has had somebody waiting
+    /// for longer than a scheduler round. Queues holding only READY / CLAIMED members are not listed: their
+    /// expiries are deadlines (`next_deadline_ms` of [`QueueStore::admit`] and [`QueueStore::expire_due`]).
     async fn active_queues(&self) -> Result<Vec<QueueName>, StoreError>;
 
     /// Settings and counts that size the next admission step; `None` for a queue that does not exist.

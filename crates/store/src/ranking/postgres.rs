@@ -773,6 +773,22 @@ fn version_u32(value: i64, what: &str) -> Result<u32, SourceError> {
 }
 
 impl SourceOfTruth for PostgresSource {
+    fn probe(&mut self, write: bool) -> Result<(), SourceError> {
+        self.with_reconnect(OnConnectionLoss::RetryOnce, |client, _| {
+            if write {
+                let now_ms = jiff::Timestamp::now().as_millisecond();
+                client.execute(
+                    "INSERT INTO meta (key, value) VALUES ('readiness_probe', $1)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    &[&now_ms],
+                )?;
+            } else {
+                client.batch_execute("SELECT 1")?;
+            }
+            Ok(())
+        })
+    }
+
     fn commit(&mut self, batch: &CommitBatch) -> Result<(), SourceError> {
         // The database dedupes anyway; a caller that deduped itself sees every event counted.
         self.commit_deduped(batch).map(|_| ())

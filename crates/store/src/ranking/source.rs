@@ -178,4 +178,14 @@ pub trait SourceOfTruth: Send {
     ) -> Result<Vec<(ProductId, CatalogEntry)>, SourceError>;
     /// Loads the whole catalogue.
     fn load_catalog(&mut self) -> Result<Vec<(ProductId, CatalogEntry)>, SourceError>;
+
+    /// A cheap check for readiness (issue 30) that the store answers now: with `write` false a read
+    /// (`SELECT 1`, plus, for a store on the local disk, the free space of its filesystem), with `write`
+    /// true also a one-row write committed (`meta.readiness_probe`), which tells a store that took writes
+    /// again after failing them (a disk freed, a database back) from one that only answers reads. The
+    /// default answers Ok: a backend that cannot be probed is not reported down.
+    fn probe(&mut self, write: bool) -> Result<(), SourceError> {
+        let _ = write;
+        Ok(())
+    }
 }

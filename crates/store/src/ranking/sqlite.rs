@@ -439,7 +439,53 @@ fn corrupt(what: &str, error: impl std::fmt::Display) -> SourceError {
     SourceError::Corrupt(format!("{what}: {error}"))
 }
 
+/// Free space below which the filesystem of the SQLite database counts as full for readiness: a commit
+/// of a few hundred events needs more, and SQLite may still fit a tiny probe into WAL pages it already
+/// has, so a write probe alone could call a full disk writable.
+pub const MIN_FREE_BYTES: u64 = 1 << 20;
+
+impl SqliteSource {
+    /// Fails with [`std::io::ErrorKind::StorageFull`] when the database's filesystem has less than
+    /// [`MIN_FREE_BYTES`] free for this process.
+    fn check_free_space(&self) -> Result<(), SourceError> {
+        let Some(dir) = self
+            .connection
+            .path()
+            .filter(|path| !path.is_empty())
+            .and_then(|path| Path::new(path).parent().map(Path::to_path_buf))
+        else {
+            return Ok(());
+        };
+        let stat = rustix::fs::statvfs(&dir).map_err(std::io::Error::from)?;
+        let free = stat.f_bavail.saturating_mul(stat.f_frsize);
+        if free < MIN_FREE_BYTES {
+            return Err(SourceError::Io(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                format!(
+                    "disk full: {free} bytes free on {} (rankgate needs at least {MIN_FREE_BYTES})",
+                    dir.display()
+                ),
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl SourceOfTruth for SqliteSource {
+    fn probe(&mut self, write: bool) -> Result<(), SourceError> {
+        self.connection.query_row("SELECT 1", [], |_| Ok(()))?;
+        self.check_free_space()?;
+        if write {
+            let now_ms = jiff::Timestamp::now().as_millisecond();
+            self.connection.execute(
+                "INSERT INTO meta (key, value) VALUES ('readiness_probe', ?1)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![now_ms.to_string()],
+            )?;
+        }
+        Ok(())
+    }
+
     fn commit(&mut self, batch: &CommitBatch) -> Result<(), SourceError> {
         let transaction = self.connection.transaction()?;
         // Counted as written, kept only once the transaction commits.

@@ -573,6 +573,7 @@ impl QueueStore for EmbeddedStore {
                 claims_expired: expired.claims_expired,
                 waiting: q.waiting.len() as u64,
                 outstanding: q.ready + q.claimed,
+                next_deadline_ms: q.next_deadline_ms(),
             };
             (outcome, self.writer.submit(writes))
         };
@@ -597,6 +598,7 @@ impl QueueStore for EmbeddedStore {
                 let now_ms = q.observe_now(self.clock.now_millis());
                 let mut writes = Vec::new();
                 let step = q.expire_due(now_ms, &mut writes);
+                total.next_deadline_ms = q.next_deadline_ms();
                 if writes.is_empty() {
                     return Ok(total);
                 }
@@ -808,12 +810,12 @@ impl QueueStore for EmbeddedStore {
 
     async fn active_queues(&self) -> Result<Vec<QueueName>, StoreError> {
         self.check()?;
-        // In process, asking each queue is a lock and two loads; a queue whose lock is held right now is
-        // busy, so it is listed without waiting for it.
+        // In process, asking each queue is a lock and a load; a queue whose lock is held right now may have
+        // been entered, so it is listed without waiting for it.
         let queues = self.queues.read();
         let mut active: Vec<QueueName> = queues
             .iter()
-            .filter(|(_, state)| state.try_lock().is_none_or(|q| q.is_active()))
+            .filter(|(_, state)| state.try_lock().is_none_or(|q| q.has_waiting()))
             .map(|(name, _)| name.clone())
             .collect();
         active.sort();

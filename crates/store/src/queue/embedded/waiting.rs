@@ -116,9 +116,23 @@ impl QueueState {
         })
     }
 
-    /// Somebody waiting or a token outstanding: the scheduler must visit this queue.
+    /// Somebody waiting or a token outstanding: the queue is in use and not to be forgotten.
     pub(crate) fn is_active(&self) -> bool {
         !self.waiting.is_empty() || self.ready + self.claimed > 0
+    }
+
+    /// Somebody waiting: admission must visit this queue every tick ([`crate::queue::QueueStore::active_queues`]).
+    pub(crate) fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// The earliest deadline of any member (see `deadlines`), for schedulers that visit a queue nobody
+    /// waits in only when it is due.
+    pub(crate) fn next_deadline_ms(&self) -> Option<i64> {
+        self.deadlines
+            .range_by_rank(0, 0, false)
+            .first()
+            .map(|(_, deadline)| *deadline as i64)
     }
 
     /// The store clock through the monotonic guard, recorded: for every step that changes the queue.

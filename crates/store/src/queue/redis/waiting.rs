@@ -584,6 +584,7 @@ impl RedisStore {
             claims_expired: reply.int()?.max(0) as u64,
             more_due: reply.int()? == 1,
             abandoned: reply.int()?.max(0) as u64,
+            next_deadline_ms: reply.opt_f64()?.map(|ms| ms as i64),
         })
     }
 }
@@ -637,6 +638,7 @@ impl QueueStore for RedisStore {
         let outstanding = reply.int()?.max(0) as u64;
         let mut waits = reply.array()?;
         let abandoned = reply.int()?.max(0) as u64;
+        let next_deadline_ms = reply.opt_f64()?.map(|ms| ms as i64);
         let mut admitted = Vec::with_capacity(raw_members.len());
         let mut waits_ms = Vec::with_capacity(raw_members.len());
         for raw in raw_members {
@@ -661,9 +663,11 @@ impl QueueStore for RedisStore {
             claims_expired,
             waiting,
             outstanding,
+            next_deadline_ms,
         };
-        if outcome.waiting == 0 && outcome.outstanding == 0 {
-            // Nothing left for the scheduler: an idle queue costs nothing per tick.
+        if outcome.waiting == 0 {
+            // Nobody left to admit: a queue nobody waits in costs nothing per tick (its READY and CLAIMED
+            // members' expiries are deadlines, `next_deadline_ms`, which the schedulers keep).
             self.deactivate_if_idle(queue).await?;
         }
         Ok(outcome)
@@ -679,6 +683,7 @@ impl QueueStore for RedisStore {
             total.tokens_expired += step.tokens_expired;
             total.claims_expired += step.claims_expired;
             total.abandoned += step.abandoned;
+            total.next_deadline_ms = step.next_deadline_ms;
             if !step.more_due {
                 return Ok(total);
             }

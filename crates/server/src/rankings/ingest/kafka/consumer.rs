@@ -72,6 +72,18 @@ impl ClientContext for RebalanceContext {
     /// librdkafka's statistics (every [`LAG_INTERVAL`]) carry each partition's high watermark as the
     /// fetches saw it. A ListOffsets query is not used: tansu 0.6 answers it wrongly.
     fn stats(&self, statistics: Statistics) {
+        // Readiness: a quiet consumer is up while librdkafka holds a connection to some broker, and down
+        // when it holds none (the consume loop records the errors themselves).
+        if statistics.brokers.values().any(|broker| broker.state == "UP") {
+            self.status
+                .health
+                .set(crate::readiness::DependencyState::Up, None);
+        } else {
+            self.status.health.set(
+                crate::readiness::DependencyState::Down,
+                Some("no connection to any broker".into()),
+            );
+        }
         let Some(topic) = statistics.topics.get(&self.status.topic) else {
             return;
         };
@@ -407,6 +419,7 @@ impl KafkaConsumer {
                 }
                 message = self.consumer.recv(), if holding_until.is_none() => match message {
                     Ok(message) => {
+                        self.status.health.set(crate::readiness::DependencyState::Up, None);
                         let mut message = Some(message);
                         let mut taken = 0;
                         // Take what librdkafka already holds without going round the select (and its timer)
@@ -436,6 +449,10 @@ impl KafkaConsumer {
                             .set(self.status.in_flight.load(Ordering::Relaxed) as f64);
                     }
                     Err(error) => {
+                        self.status.health.set(
+                            crate::readiness::DependencyState::Down,
+                            Some(format!("consuming failed: {error}")),
+                        );
                         // Broker outages surface here, again and again: say so every 10 s, not per poll.
                         if last_warning.is_none_or(|at| at.elapsed() > Duration::from_secs(10)) {
                             tracing::warn!(%error, "kafka: consuming failed; retrying");

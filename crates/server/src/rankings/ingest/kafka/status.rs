@@ -50,6 +50,9 @@ pub struct KafkaStatus {
     pub(crate) paused: AtomicBool,
     /// Records handled since start (what `rankgate_kafka_records_total` counts on this consumer).
     pub(crate) records: AtomicU64,
+    /// The consumer's polls as `/readyz` reports them: down while they fail (a broker outage), up again
+    /// at the next record or successful poll.
+    pub health: crate::readiness::DependencyHealth,
 }
 
 impl KafkaStatus {
@@ -63,6 +66,7 @@ impl KafkaStatus {
             in_flight: AtomicUsize::new(0),
             paused: AtomicBool::new(false),
             records: AtomicU64::new(0),
+            health: crate::readiness::DependencyHealth::new("kafka"),
         }
     }
 

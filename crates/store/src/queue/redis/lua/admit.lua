@@ -1,7 +1,7 @@
 -- admit: ARGV[12..] pairs of (nonce hex, token digest hex). One admission step: expire what is due, refill the
 -- queue's global budget, pop what it (and max_active, and the tokens offered) allow, and make every popped
 -- member READY with a token hash, all in this one script: nobody is ever popped without a token.
-if redis.call('EXISTS', META) == 0 then return {{}, 0, 0, 0, 0, {}, 0} end
+if redis.call('EXISTS', META) == 0 then return {{}, 0, 0, 0, 0, {}, 0, ''} end
 local now = guarded_now()
 local tokens_expired, claims_expired, _, abandoned = expire_due(now)
 local waiting_before = redis.call('ZCARD', WAITING)
@@ -147,4 +147,4 @@ redis.call('HSET', META, unpack(upd))
 redis.call('HDEL', META, 'as')
 oldest_wait_ms(now)
 return {admitted, tokens_expired, claims_expired, redis.call('ZCARD', WAITING),
-  hnum(META, 'ready') + hnum(META, 'claimed'), waits, abandoned}
+  hnum(META, 'ready') + hnum(META, 'claimed'), waits, abandoned, next_deadline()}

@@ -197,6 +197,14 @@ local function expire_due(now)
   return tokens, claims, more, abandoned
 end
 
+-- The queue's earliest deadline (token or claim expiry, forgetting a consumed member, a waiting member's
+-- abandonment) as text, '' when it has none: schedulers visit a queue nobody waits in only when it is due.
+local function next_deadline()
+  local first = redis.call('ZRANGE', DEADLINES, 0, 0, 'WITHSCORES')
+  if #first == 0 then return '' end
+  return first[2]
+end
+
 -- Refills the admission budget (integer micro-members) up to now; returns the credit.
 local function refill(s, now)
   local credit = hnum(META, 'credit')
