@@ -1,4 +1,4 @@
-//! Places that survive the store (SPEC 2.2; issue 29), on the Redis at 127.0.0.1:6379: a queue whose keys
+//! Places that survive the store (SPEC 2.2; issue 29), on the shared Redis (and a private one where calls are counted): a queue whose keys
 //! are wiped (what a Redis restarted empty, a `FLUSHALL` or a failover to an empty replica leaves) is
 //! detected by its epoch, made again with the settings the instance kept, and its members come back to
 //! their original places by the placement their tickets carry: ahead of everyone who entered afresh, in
@@ -308,4 +308,66 @@ async fn a_queue_deleted_elsewhere_is_not_made_again_from_the_kept_copy() {
     );
     one.enter(&queue, &member("b")).await.unwrap();
     assert!(!one.settings(&queue).await.unwrap().unwrap().paused);
+}
+
+/// The sweep follows another instance's settings change and a queue made elsewhere at its next round, and
+/// while nothing changed it costs a few calls, not one per queue (issue 30: a thousand idle queues cost a
+/// thousand reads every five seconds). Counted on a private Redis, where nothing else calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_reads_every_queue_only_when_settings_moved() {
+    let server = rankgate_testkit::redis_servers::LocalRedis::start(1, false);
+    let url = server.urls[0].clone();
+    let connect = |url: String| async move {
+        let options = RedisOptions {
+            prefix: "sweep:".to_string(),
+            time: RedisTime::Injected(Arc::new(ManualClock::new(1_700_000_000_000))),
+            ..RedisOptions::default()
+        };
+        RedisStore::connect(&[url], options).await.expect("the private Redis")
+    };
+    let (one, other) = (connect(url.clone()).await, connect(url.clone()).await);
+    let queues: Vec<QueueName> = (0..40).map(|i| QueueName::parse(&format!("q{i}")).unwrap()).collect();
+    for queue in &queues {
+        other.enter(queue, &member("a")).await.unwrap();
+    }
+    one.keep_settings().await.unwrap();
+    for queue in &queues {
+        assert!(one.kept_settings().get(queue).is_some(), "{queue} made elsewhere is kept");
+    }
+
+    let mut admin = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+    let calls = |admin: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO").arg("stats").query(admin).unwrap();
+        info.lines()
+            .find_map(|line| line.strip_prefix("total_commands_processed:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("total_commands_processed")
+    };
+    let before = calls(&mut admin);
+    one.keep_settings().await.unwrap();
+    let quiet = calls(&mut admin) - before - 1; // the INFO that read `before`
+    assert!(quiet <= 5, "a quiet sweep over 40 queues made {quiet} calls");
+
+    // Changed through the other instance: the next sweep reads them all and sees it.
+    let paused = SettingsPatch {
+        paused: Some(true),
+        ..SettingsPatch::default()
+    };
+    other.update_settings(&queues[7], &paused).await.unwrap().unwrap();
+    assert!(!one.kept_settings().get(&queues[7]).unwrap().settings.paused);
+    let before = calls(&mut admin);
+    one.keep_settings().await.unwrap();
+    let after_change = calls(&mut admin) - before - 1;
+    assert!(after_change >= 40, "a sweep after a change read {after_change} times for 40 queues");
+    assert!(one.kept_settings().get(&queues[7]).unwrap().settings.paused);
+
+    // A queue made elsewhere is read at once, the others are not.
+    let new = QueueName::parse("late").unwrap();
+    other.enter(&new, &member("a")).await.unwrap();
+    let before = calls(&mut admin);
+    one.keep_settings().await.unwrap();
+    let with_new = calls(&mut admin) - before - 1;
+    assert!(with_new <= 6, "{with_new} calls for one new queue");
+    assert!(one.kept_settings().get(&new).is_some());
+    server.stop();
 }

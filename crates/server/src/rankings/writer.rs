@@ -12,7 +12,6 @@ use std::thread::JoinHandle;
 use anyhow::anyhow;
 use tokio::sync::oneshot;
 
-
 use rankgate_core::event::Event;
 use rankgate_store::ranking::ingest::{EventOutcome, Ingestor};
 use rankgate_store::ranking::source::SourceError;

@@ -260,12 +260,24 @@ pub struct RedisStore {
     cluster: bool,
     /// Every queue's settings as this instance last saw them, kept out of Redis's reach.
     kept: KeptSettings,
+    /// What the last [`keep_settings`](crate::queue::QueueStore::keep_settings) sweep read: the store-wide
+    /// settings version and when every queue was last read (see `waiting.rs`).
+    kept_sweep: parking_lot::Mutex<KeptSweep>,
     /// This store, for the coalescing lanes' driver tasks (weak: the lanes belong to the store).
     me: Weak<RedisStore>,
     /// Concurrent entries, one `enter_fast.lua` call per queue per round.
     entries: Coalescer<MemberId, EnterOutcome>,
     /// Concurrent polls (member, poll burst), one `poll.lua` call per queue per round.
     polls: Coalescer<(MemberId, u32), PollAnswer>,
+}
+
+/// The state of the kept-settings sweep between rounds.
+#[derive(Debug, Default)]
+pub(crate) struct KeptSweep {
+    /// The settings version (`{rg}:settings-version`) the last full read saw.
+    pub(crate) version: Option<i64>,
+    /// When every queue's settings were last read.
+    pub(crate) last_full: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -298,6 +310,7 @@ impl RedisStore {
             unreachable: AtomicBool::new(false),
             cluster,
             kept: KeptSettings::default(),
+            kept_sweep: parking_lot::Mutex::new(KeptSweep::default()),
             me: me.clone(),
             entries: Coalescer::new(RedisStore::enter_batch),
             polls: Coalescer::new(RedisStore::poll_batch),
@@ -407,6 +420,20 @@ impl RedisStore {
     fn limiter_keys(&self, key: &str) -> [String; 3] {
         let base = format!("{}{{rg:rl:{}}}", self.options.prefix, escape(key));
         ["log", "window", "meta"].map(|s| format!("{base}:{s}"))
+    }
+
+    /// Bumped after every settings write and every delete, by any instance: the kept-settings sweep reads
+    /// every queue again only when it moved (see `keep_settings` in `waiting.rs`).
+    fn settings_version_key(&self) -> String {
+        format!("{}{{rg}}:settings-version", self.options.prefix)
+    }
+
+    async fn bump_settings_version(&self) -> Result<(), StoreError> {
+        let _: i64 = self
+            .connection
+            .query(redis::cmd("INCR").arg(self.settings_version_key()))
+            .await?;
+        Ok(())
     }
 
     fn registry_key(&self) -> String {

@@ -27,6 +27,10 @@ use crate::queue::waiting::{
 };
 use crate::queue::StoreError;
 
+/// How often the kept-settings sweep reads every queue even when the settings version did not move: the
+/// bound on how long a change whose version bump was lost (its writer died in between) stays unseen.
+const KEPT_FULL_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 fn status_of(code: i64) -> Result<MemberStatus, StoreError> {
     Ok(match code {
         0 => MemberStatus::NotEntered,
@@ -789,6 +793,7 @@ impl QueueStore for RedisStore {
         let mut settings = read_settings(&mut reply)?;
         read_json_settings(&reply.string()?, &mut settings)?;
         self.observe_kept(queue, &settings, None, Some(true));
+        self.bump_settings_version().await?;
         Ok(Ok(settings))
     }
 
@@ -890,6 +895,7 @@ impl QueueStore for RedisStore {
         let call = self.retiring_call(&self.scripts.delete, queue, None);
         let mut reply = Reply::new(self.connection.invoke(&call).await?)?;
         self.kept.forget(queue);
+        self.bump_settings_version().await?;
         let _: i64 = self
             .connection
             .query(
@@ -909,6 +915,7 @@ impl QueueStore for RedisStore {
         match reply.int()? {
             1 => {
                 self.kept.forget(queue);
+                self.bump_settings_version().await?;
                 let _: i64 = self
                     .connection
                     .query(redis::cmd("SREM").arg(self.registry_key()).arg(queue.as_str()))
@@ -949,6 +956,11 @@ impl QueueStore for RedisStore {
         Ok(outcome)
     }
 
+    /// Three calls a round while nothing changed: the marker, the registry and the settings version. Every
+    /// queue's settings are read again only when the version moved (an admin PUT or a delete on any
+    /// instance bumps it, after its write), after a loss, or once every [`KEPT_FULL_SWEEP_EVERY`] as a
+    /// safety net (a writer that died between its write and the bump); a queue new to this copy is read at
+    /// once. So a thousand idle queues cost three calls per round, not a thousand (issue 30).
     async fn keep_settings(&self) -> Result<(), StoreError> {
         self.check()?;
         // A marker key tells "this store kept its data since the last sweep" from "it lost everything":
@@ -961,10 +973,31 @@ impl QueueStore for RedisStore {
             self.kept
                 .retain(|queue| queues.iter().any(|listed| listed.as_str() == queue));
         }
+        let version: Option<i64> = self
+            .connection
+            .query(redis::cmd("GET").arg(self.settings_version_key()))
+            .await?;
+        let full = {
+            let sweep = self.kept_sweep.lock();
+            !store_kept_its_data
+                || sweep.version != version
+                || sweep
+                    .last_full
+                    .is_none_or(|at| at.elapsed() >= KEPT_FULL_SWEEP_EVERY)
+        };
         for queue in &queues {
+            if !full && self.kept.get(queue).is_some() {
+                continue;
+            }
             if let Some((settings, epoch, managed)) = self.meta_settings(queue).await? {
                 self.observe_kept(queue, &settings, Some(epoch), Some(managed));
             }
+        }
+        if full {
+            *self.kept_sweep.lock() = super::KeptSweep {
+                version,
+                last_full: Some(std::time::Instant::now()),
+            };
         }
         let _: () = self
             .connection
