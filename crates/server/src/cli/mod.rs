@@ -17,7 +17,7 @@ use crate::rankings::ingest::file::ingest_file;
 use crate::rankings::replay::replay_metrics;
 use crate::rankings::verify::{verify_data_dir, verify_progress};
 use crate::rankings::RankingService;
-use options::{MigrateOptions, RebuildOptions, ServeOptions, StoreOptions};
+use options::{RebuildOptions, ServeOptions, StoreOptions};
 
 /// rankgate: exact, fresh product rankings and a fair waiting room, in one service.
 ///
@@ -87,7 +87,7 @@ enum Command {
     /// Create or upgrade the PostgreSQL schema of --database (also done on every start)
     Migrate {
         #[command(flatten)]
-        options: MigrateOptions,
+        options: StoreOptions,
     },
     /// Relay a shop's transactional outbox table (PostgreSQL or MySQL/MariaDB) to Kafka or to a
     /// rankgate's POST /v1/events, marking rows published only once acknowledged

@@ -87,31 +87,6 @@ impl From<RebuildOptions> for Overrides {
     }
 }
 
-/// `migrate`'s options: the PostgreSQL schema to create or upgrade.
-#[derive(Debug, Default, Clone, clap::Args)]
-pub struct MigrateOptions {
-    /// TOML configuration file
-    #[arg(long, hide_env_values = true, env = "RANKGATE_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// PostgreSQL to migrate, e.g. postgres://postgres@127.0.0.1:5432/shop (never logged)
-    #[arg(long, hide_env_values = true, env = "RANKGATE_DATABASE")]
-    pub database: Option<String>,
-    /// PostgreSQL schema for rankgate's tables [default: rankgate]
-    #[arg(long, hide_env_values = true, env = "RANKGATE_DATABASE_SCHEMA")]
-    pub database_schema: Option<String>,
-}
-
-impl From<MigrateOptions> for Overrides {
-    fn from(options: MigrateOptions) -> Overrides {
-        Overrides {
-            config: options.config,
-            database: options.database,
-            database_schema: options.database_schema,
-            ..Overrides::default()
-        }
-    }
-}
-
 /// `serve`'s options: the stores, and everything only a running server reads.
 #[derive(Debug, Default, Clone, clap::Args)]
 pub struct ServeOptions {

@@ -36,7 +36,7 @@ const GAUGES_EVERY: Duration = Duration::from_secs(1);
 const JANITOR_EVERY: Duration = Duration::from_secs(60);
 /// How often this instance brings the settings it keeps of every queue up to date (a store that can
 /// lose queues only; see `rankgate_store::queue::kept_settings`): three store calls while no settings
-/// changed, every queue read again only when some did (and once a minute), so a few seconds apart. A
+/// changed, every queue read again only when some did (and every five minutes), so a few seconds apart. A
 /// change another instance made reaches this copy within this time.
 const KEEP_SETTINGS_EVERY: Duration = Duration::from_secs(5);
 /// How often this instance adds its sale-report counts to the store (issue 28): one call per queue

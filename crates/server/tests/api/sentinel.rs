@@ -13,29 +13,9 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 use crate::redis_servers::SentinelRedis;
+use crate::store_loss::{enter, position, SECRET};
 
-const SECRET: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
 const MEMBERS: usize = 40;
-
-async fn enter(app: &TestApp, body: Value, ticket: Option<&str>) -> reqwest::Response {
-    let mut request = app.client.post(app.url("/v1/queues/sale/entries")).json(&body);
-    if let Some(ticket) = ticket {
-        request = request.header("x-queue-ticket", ticket);
-    }
-    request.send().await.unwrap()
-}
-
-async fn position(app: &TestApp, member: &str, ticket: &str) -> Value {
-    let answer = app
-        .client
-        .get(app.url(&format!("/v1/queues/sale/entries/{member}")))
-        .header("x-queue-ticket", ticket)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 200, "{member}");
-    answer.json().await.unwrap()
-}
 
 fn sale() -> rankgate_core::queue::QueueName {
     rankgate_core::queue::QueueName::parse("sale").unwrap()

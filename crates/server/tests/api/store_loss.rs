@@ -14,11 +14,13 @@ use serde_json::{json, Value};
 use crate::helpers::*;
 use crate::redis_servers::RestartableRedis;
 
-const SECRET: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
+/// The token secret of these tests' Redis instances (and the Sentinel test's).
+pub(crate) const SECRET: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
 const MEMBERS: usize = 300;
 const FRESH: usize = 40;
 
-async fn enter(app: &TestApp, body: Value, ticket: Option<&str>) -> reqwest::Response {
+/// `POST /v1/queues/sale/entries` with `body`, and the ticket when given.
+pub(crate) async fn enter(app: &TestApp, body: Value, ticket: Option<&str>) -> reqwest::Response {
     let mut request = app.client.post(app.url("/v1/queues/sale/entries")).json(&body);
     if let Some(ticket) = ticket {
         request = request.header("x-queue-ticket", ticket);
@@ -26,7 +28,8 @@ async fn enter(app: &TestApp, body: Value, ticket: Option<&str>) -> reqwest::Res
     request.send().await.unwrap()
 }
 
-async fn position(app: &TestApp, member: &str, ticket: &str) -> Value {
+/// The member's place in `sale`, read with its ticket (200 asserted).
+pub(crate) async fn position(app: &TestApp, member: &str, ticket: &str) -> Value {
     let answer = app
         .client
         .get(app.url(&format!("/v1/queues/sale/entries/{member}")))

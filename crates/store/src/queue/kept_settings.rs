@@ -7,8 +7,8 @@
 //! The copy follows the store: it is updated whenever this instance writes or reads a queue's settings
 //! (an admin PUT, the admin view, the scheduler's preview, and [`super::QueueStore::keep_settings`]'s
 //! sweep, which catches what other instances changed: it reads every queue again when the store-wide
-//! settings version moved, which every settings write and delete bumps, and once a minute regardless),
-//! and a queue deleted or forgotten on purpose is dropped from it. The file is rewritten whole (a temporary file renamed over it) only when something
+//! settings version moved, which every settings write and delete bumps, and every five minutes
+//! regardless), and a queue deleted or forgotten on purpose is dropped from it. The file is rewritten whole (a temporary file renamed over it) only when something
 //! changed: settings change rarely, and a few hundred queues' settings are a few tens of kilobytes.
 
 use std::collections::BTreeMap;

@@ -28,8 +28,9 @@ use crate::queue::waiting::{
 use crate::queue::StoreError;
 
 /// How often the kept-settings sweep reads every queue even when the settings version did not move: the
-/// bound on how long a change whose version bump was lost (its writer died in between) stays unseen.
-const KEPT_FULL_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+/// bound on how long a change whose version bump was lost (its writer died between its write and the
+/// bump) stays unseen. A full read costs one call per queue, so it is rare.
+const KEPT_FULL_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
 
 fn status_of(code: i64) -> Result<MemberStatus, StoreError> {
     Ok(match code {
