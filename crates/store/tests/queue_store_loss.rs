@@ -323,19 +323,29 @@ async fn the_sweep_reads_every_queue_only_when_settings_moved() {
             time: RedisTime::Injected(Arc::new(ManualClock::new(1_700_000_000_000))),
             ..RedisOptions::default()
         };
-        RedisStore::connect(&[url], options).await.expect("the private Redis")
+        RedisStore::connect(&[url], options)
+            .await
+            .expect("the private Redis")
     };
     let (one, other) = (connect(url.clone()).await, connect(url.clone()).await);
-    let queues: Vec<QueueName> = (0..40).map(|i| QueueName::parse(&format!("q{i}")).unwrap()).collect();
+    let queues: Vec<QueueName> = (0..40)
+        .map(|i| QueueName::parse(&format!("q{i}")).unwrap())
+        .collect();
     for queue in &queues {
         other.enter(queue, &member("a")).await.unwrap();
     }
     one.keep_settings().await.unwrap();
     for queue in &queues {
-        assert!(one.kept_settings().get(queue).is_some(), "{queue} made elsewhere is kept");
+        assert!(
+            one.kept_settings().get(queue).is_some(),
+            "{queue} made elsewhere is kept"
+        );
     }
 
-    let mut admin = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+    let mut admin = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
     let calls = |admin: &mut redis::Connection| -> u64 {
         let info: String = redis::cmd("INFO").arg("stats").query(admin).unwrap();
         info.lines()
@@ -358,7 +368,10 @@ async fn the_sweep_reads_every_queue_only_when_settings_moved() {
     let before = calls(&mut admin);
     one.keep_settings().await.unwrap();
     let after_change = calls(&mut admin) - before - 1;
-    assert!(after_change >= 40, "a sweep after a change read {after_change} times for 40 queues");
+    assert!(
+        after_change >= 40,
+        "a sweep after a change read {after_change} times for 40 queues"
+    );
     assert!(one.kept_settings().get(&queues[7]).unwrap().settings.paused);
 
     // A queue made elsewhere is read at once, the others are not.
