@@ -1,8 +1,7 @@
 //! Crash safety: SIGKILL the real binary in the middle of a stream of ingests, restart it, re-send
 //! everything, and check that every acknowledged event is counted exactly once and `verify` passes.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,35 +10,8 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 
-/// Kills the server when the test ends, passed or not, so no process outlives it.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_server(data_dir: &std::path::Path) -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rankgate"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .env("RANKGATE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the rankgate binary starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .trim()
-        .strip_prefix("rankgate listening on ")
-        .expect("the listening line")
-        .to_string();
-    (Server(child), address)
+fn start_server(data_dir: &std::path::Path) -> (ServerProcess, String) {
+    serve_process(data_dir, |_| {}).unwrap()
 }
 
 fn batch(index: usize, now: i64) -> Value {

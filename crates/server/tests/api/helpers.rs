@@ -106,6 +106,48 @@ pub async fn read_until(app: &TestApp, path: &str, what: &str, accept: impl Fn(&
     }
 }
 
+/// A `rankgate serve` in a process of its own, killed (SIGKILL) when dropped, passed or failed, so no
+/// process outlives the test.
+pub struct ServerProcess(pub std::process::Child);
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `rankgate serve --listen 127.0.0.1:0 --data-dir <data_dir>` (logging warnings) with whatever
+/// `configure` adds (a config file, variables) and returns it with its base URL, read from the line it
+/// prints; `Err` says why it did not come up (its stderr is the test's).
+pub fn serve_process(
+    data_dir: &std::path::Path,
+    configure: impl FnOnce(&mut std::process::Command),
+) -> Result<(ServerProcess, String), String> {
+    use std::io::BufRead as _;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rankgate"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .env("RANKGATE_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit());
+    configure(&mut command);
+    let mut child = command.spawn().expect("the rankgate binary starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut server = ServerProcess(child);
+    match line.trim().strip_prefix("rankgate listening on ") {
+        Some(address) => Ok((server, address.to_string())),
+        None => Err(format!(
+            "rankgate serve did not start ({:?}); printed {line:?}",
+            server.0.wait()
+        )),
+    }
+}
+
 /// Runs `rankgate verify <args>` and fails the test, showing its report, unless it passes.
 pub fn assert_verify_passes(args: &[&str]) {
     let verify = std::process::Command::new(env!("CARGO_BIN_EXE_rankgate"))

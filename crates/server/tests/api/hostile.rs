@@ -7,9 +7,6 @@
 //! Each requirement of issue 9 is checked through `Requirements::check`, which collects every failure so one
 //! run lists all that do not hold (each labelled with the defect it pins) before the test fails.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-
 use serde_json::{json, Value};
 
 use crate::helpers::*;
@@ -17,45 +14,18 @@ use crate::helpers::*;
 const ADMIN: &str = "hostile-admin-key";
 const INGEST: &str = "hostile-ingest-key";
 
-/// Kills the server when the test ends, passed or not, so no process outlives it.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `rankgate serve` on `data_dir`; `Err` says why it did not come up (its stderr is the test's).
-fn start_server(data_dir: &std::path::Path) -> Result<(Server, String), String> {
+/// Starts `rankgate serve` on `data_dir` with a small body limit (so the 413 path is exercised without
+/// sending megabytes) and both kinds of keys.
+fn start_server(data_dir: &std::path::Path) -> Result<(ServerProcess, String), String> {
     let config = data_dir.with_extension("toml");
-    // A small body limit, so the 413 path is exercised without sending megabytes.
     std::fs::write(&config, "max_body_bytes = 1000000\nmax_batch = 1000\n").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rankgate"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .arg("--config")
-        .arg(&config)
-        .env("RANKGATE_LOG", "warn")
-        .env("RANKGATE_ADMIN_KEYS", ADMIN)
-        .env("RANKGATE_INGEST_KEYS", INGEST)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the rankgate binary starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let mut server = Server(child);
-    match line.trim().strip_prefix("rankgate listening on ") {
-        Some(address) => Ok((server, address.to_string())),
-        None => Err(format!(
-            "rankgate serve did not start ({:?}); printed {line:?}",
-            server.0.wait()
-        )),
-    }
+    serve_process(data_dir, |command| {
+        command
+            .arg("--config")
+            .arg(&config)
+            .env("RANKGATE_ADMIN_KEYS", ADMIN)
+            .env("RANKGATE_INGEST_KEYS", INGEST);
+    })
 }
 
 struct Client {

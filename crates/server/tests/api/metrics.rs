@@ -7,9 +7,9 @@
 //! the alert rules. promtool comes from Debian's `prometheus` package (`apt-get install prometheus`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use rankgate::telemetry::catalogue::{self, Exporter, Kind};
@@ -58,42 +58,18 @@ fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
 }
 
-/// Kills the server when the test ends, passed or not.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `rankgate serve` in a process of its own, on a fresh data dir; returns it and its base URL.
-fn start_server(data_dir: &Path) -> (Server, String) {
+/// `rankgate serve` in a process of its own, on a fresh data dir, without keys; returns it and its base URL.
+fn start_server(data_dir: &Path) -> (ServerProcess, String) {
     let config = data_dir.with_extension("toml");
     std::fs::write(&config, "max_lateness_hours = 2\n").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rankgate"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .arg("--config")
-        .arg(&config)
-        .env("RANKGATE_LOG", "warn")
-        .env_remove("RANKGATE_ADMIN_KEYS")
-        .env_remove("RANKGATE_INGEST_KEYS")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the rankgate binary starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .trim()
-        .strip_prefix("rankgate listening on ")
-        .unwrap_or_else(|| panic!("rankgate serve did not start; printed {line:?}"))
-        .to_string();
-    (Server(child), address)
+    serve_process(data_dir, |command| {
+        command
+            .arg("--config")
+            .arg(&config)
+            .env_remove("RANKGATE_ADMIN_KEYS")
+            .env_remove("RANKGATE_INGEST_KEYS");
+    })
+    .unwrap_or_else(|failure| panic!("{failure}"))
 }
 
 /// One sample of the exposition.
