@@ -392,47 +392,52 @@ enum TsForm {
     EpochMillis,
 }
 
+const TS_FORMAT_HINT: &str =
+    "must be an RFC 3339 timestamp with an offset (e.g. 2026-07-17T13:05:02.123Z) or integer epoch milliseconds";
+const TS_UNIT_HINT: &str = "ts is epoch milliseconds: is it in microseconds or nanoseconds?";
+
 fn parse_ts(value: &Value, limits: &ParseLimits) -> Result<i64, EventError> {
-    const FORMAT_HINT: &str =
-        "must be an RFC 3339 timestamp with an offset (e.g. 2026-07-17T13:05:02.123Z) or integer epoch milliseconds";
-    const UNIT_HINT: &str = "ts is epoch milliseconds: is it in microseconds or nanoseconds?";
-    let (ts_millis, form) = match value {
-        Value::String(text) => {
-            let timestamp: Timestamp = text.parse().map_err(|_| {
-                if text.trim().parse::<i64>().is_ok() {
-                    EventError::new(
-                        "ts",
-                        format!("{FORMAT_HINT}; send epoch milliseconds as a JSON number, not a string"),
-                    )
-                } else {
-                    EventError::new("ts", FORMAT_HINT)
-                }
-            })?;
-            // Floor to whole milliseconds; jiff's range keeps this far inside i64.
-            let millis = i64::try_from(timestamp.as_nanosecond().div_euclid(1_000_000))
-                .map_err(|_| EventError::new("ts", FORMAT_HINT))?;
-            (millis, TsForm::Rfc3339)
-        }
+    match value {
+        Value::String(text) => check_ts_range(rfc3339_millis(text)?, TsForm::Rfc3339, limits),
         Value::Number(number) => match number.as_i64() {
-            Some(millis) => (millis, TsForm::EpochMillis),
+            Some(millis) => check_ts_range(millis, TsForm::EpochMillis, limits),
             // A positive integer beyond i64: far in the future however it is read.
-            None if number.is_u64() => return Err(future_error(limits, UNIT_HINT)),
-            None => {
-                return Err(EventError::new(
-                    "ts",
-                    describe_float_ts(number.as_f64().unwrap_or(f64::NAN)),
-                ))
-            }
+            None if number.is_u64() => Err(future_error(limits, TS_UNIT_HINT)),
+            None => Err(EventError::new(
+                "ts",
+                describe_float_ts(number.as_f64().unwrap_or(f64::NAN)),
+            )),
         },
-        _ => return Err(EventError::new("ts", FORMAT_HINT)),
-    };
+        _ => Err(EventError::new("ts", TS_FORMAT_HINT)),
+    }
+}
+
+/// An RFC 3339 `ts`, floored to whole epoch milliseconds (before the range check).
+fn rfc3339_millis(text: &str) -> Result<i64, EventError> {
+    let timestamp: Timestamp = text.parse().map_err(|_| {
+        if text.trim().parse::<i64>().is_ok() {
+            EventError::new(
+                "ts",
+                format!("{TS_FORMAT_HINT}; send epoch milliseconds as a JSON number, not a string"),
+            )
+        } else {
+            EventError::new("ts", TS_FORMAT_HINT)
+        }
+    })?;
+    // Floor to whole milliseconds; jiff's range keeps this far inside i64.
+    i64::try_from(timestamp.as_nanosecond().div_euclid(1_000_000))
+        .map_err(|_| EventError::new("ts", TS_FORMAT_HINT))
+}
+
+/// `ts_millis` if it lies between the earliest accepted time and the server clock plus the allowed future.
+fn check_ts_range(ts_millis: i64, form: TsForm, limits: &ParseLimits) -> Result<i64, EventError> {
     if ts_millis < limits.earliest_millis.max(0) {
         return Err(too_early_error(ts_millis, form, limits));
     }
     if ts_millis > limits.now_millis.saturating_add(limits.max_future_millis) {
         let hint = match form {
             TsForm::Rfc3339 => "check the sender's clock and the timestamp's offset",
-            TsForm::EpochMillis => UNIT_HINT,
+            TsForm::EpochMillis => TS_UNIT_HINT,
         };
         return Err(future_error(limits, hint));
     }

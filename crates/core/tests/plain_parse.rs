@@ -96,6 +96,11 @@ fn value_for(field: &str) -> BoxedStrategy<String> {
             Just("1.784293501123e12".to_owned()),
             Just("99999999999999999999".to_owned()),
             Just("\"2026-07-17T13:05:01Z\"".to_owned()),
+            Just("\"2026-07-17T22:05:01.123456+09:00\"".to_owned()),
+            Just("\"2026-07-17T13:05:01\"".to_owned()),
+            Just("\"2099-07-17T13:05:01Z\"".to_owned()),
+            Just("\"1999-12-31T23:59:59.999Z\"".to_owned()),
+            Just("\"2026-07-17T13:05:01\\u005a\"".to_owned()),
             Just(format!("\"{}\"", NOW - 1_000)),
         ]
         .boxed(),

@@ -2,12 +2,18 @@
 //!
 //! ```text
 //! gen-workload seed-lesson --out demo.ndjson [--seed 42] [--scale 1.0] [--days 14] [--end-millis MS]
+//!                          [--rfc3339-share 0.3] [--uncategorized-share 0.1]
 //! gen-workload flash-sale  --out flash.ndjson [--seed 7] [--sales 100000] [--products 20] [--end-millis MS]
 //! gen-workload queue-surge --out members.txt [--count 100000]
 //! ```
 //!
 //! `--end-millis` defaults to the current time, so the events end "now" (for the flash sale, to the start
 //! of the current UTC hour, so that it fills exactly one hourly bucket).
+//!
+//! `--rfc3339-share` and `--uncategorized-share` write the seed lesson the way many real producers do
+//! (issue 27): that share of `ts` values as RFC 3339 strings (half in UTC with milliseconds, half with a
+//! `+09:00` offset), and that share of events without their `categories` field. The events are the same;
+//! only how they are written changes, so rankings equal the plain file's.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -15,8 +21,10 @@ use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use rankgate_workload::{
-    flash_sale, queue_surge, sales_shares, seed_lesson, write_ndjson, Counts, FlashSaleConfig,
+    flash_sale, queue_surge, sales_shares, seed_lesson, write_ndjson, Counts, Event, FlashSaleConfig,
     SeedLessonConfig, HOUR_MS,
 };
 
@@ -46,6 +54,12 @@ enum Command {
         /// Exclusive end of the event times, epoch milliseconds (default: now).
         #[arg(long)]
         end_millis: Option<i64>,
+        /// Share of events whose `ts` is written as an RFC 3339 string instead of epoch milliseconds.
+        #[arg(long, default_value_t = 0.0)]
+        rfc3339_share: f64,
+        /// Share of events written without their `categories` field.
+        #[arg(long, default_value_t = 0.0)]
+        uncategorized_share: f64,
     },
     /// The seed's 6.6 flash sale: 100,000 sales in one hour in one category over 20 products.
     FlashSale {
@@ -84,6 +98,35 @@ fn now_millis() -> i64 {
         .unwrap_or(0)
 }
 
+/// `event` as a producer might write it: its `ts` as an RFC 3339 string with probability `rfc3339_share`
+/// (alternately `Z` with milliseconds and `+09:00`), without `categories` with `uncategorized_share`.
+fn as_producers_write(
+    event: &Event,
+    rng: &mut StdRng,
+    rfc3339_share: f64,
+    uncategorized_share: f64,
+) -> serde_json::Value {
+    let mut json = event.to_json();
+    let object = json.as_object_mut().expect("an event is an object");
+    if rng.random_bool(rfc3339_share.clamp(0.0, 1.0)) {
+        let timestamp = jiff::Timestamp::from_millisecond(event.ts).expect("workload times are in range");
+        let text = if event.id.seq % 2 == 0 {
+            format!("{timestamp:.3}")
+        } else {
+            let offset = jiff::tz::TimeZone::fixed(jiff::tz::offset(9));
+            timestamp
+                .to_zoned(offset)
+                .strftime("%Y-%m-%dT%H:%M:%S%.f%:z")
+                .to_string()
+        };
+        object.insert("ts".into(), text.into());
+    }
+    if rng.random_bool(uncategorized_share.clamp(0.0, 1.0)) {
+        object.remove("categories");
+    }
+    json
+}
+
 fn open(out: &PathBuf) -> std::io::Result<Box<dyn Write>> {
     Ok(if out.as_os_str() == "-" {
         Box::new(BufWriter::with_capacity(1 << 20, std::io::stdout().lock()))
@@ -102,12 +145,22 @@ fn main() -> std::io::Result<()> {
             scale,
             days,
             end_millis,
+            rfc3339_share,
+            uncategorized_share,
         } => {
             let config = SeedLessonConfig::new(seed, end_millis.unwrap_or_else(now_millis))
                 .with_scale(scale)
                 .with_days(days);
             let events = seed_lesson(&config);
-            let n = write_ndjson(&events, open(&out)?)?;
+            let n = if rfc3339_share > 0.0 || uncategorized_share > 0.0 {
+                let mut rng = StdRng::seed_from_u64(seed ^ 0x5_0D0C_E125);
+                let shaped = events
+                    .iter()
+                    .map(|event| as_producers_write(event, &mut rng, rfc3339_share, uncategorized_share));
+                write_ndjson(shaped, open(&out)?)?
+            } else {
+                write_ndjson(&events, open(&out)?)?
+            };
             let (hot, two) = sales_shares(&events, 0);
             eprintln!(
                 "seed-lesson → {}: {} ({n} lines), ts [{}, {}), cat0 {:.1}% of sales, two categories {:.1}% \

@@ -1,5 +1,6 @@
 //! The fast path of event parsing: an event written the plain way (the seven SPEC 1.1 fields and nothing
-//! else, each key once, strings without escapes, `ts` as integer milliseconds) is read straight into an
+//! else, each key once, strings without escapes, `ts` as integer milliseconds or an RFC 3339 string) is
+//! read straight into an
 //! [`Event`] without building a `serde_json::Value`.
 //!
 //! Ingest profiles showed the `Value` route allocating a map, its keys and every string of every event
@@ -11,16 +12,17 @@
 //! allocated.
 //!
 //! This path only ever says yes or "not sure": anything it does not accept (an unknown or repeated key, an
-//! escaped string, a control character or invalid UTF-8 inside a string, a float, a leading zero or a
-//! string `ts`, a number out of range, any validation failure) returns `None`, and the caller runs the
+//! escaped string, a control character or invalid UTF-8 inside a string, a float, a leading zero, a
+//! number out of range, any validation failure) returns `None`, and the caller runs the
 //! full path ([`super::RawItem::parse`] + [`super::RawItem::to_event`]), which gives the exact answer and
 //! the exact error. So the rules stay in one place; what this module must guarantee is that an event it
 //! returns is the one the full path would return. Debug builds check that on every event, and
 //! `tests/plain_parse.rs` compares the two paths on generated bodies.
 
-use serde_json::Value;
-
-use super::{parse_ts, Event, EventKind, ParseLimits, Payment, MAX_CATEGORIES, MAX_PRICE, MAX_QUANTITY};
+use super::{
+    check_ts_range, rfc3339_millis, Event, EventKind, ParseLimits, Payment, TsForm, MAX_CATEGORIES,
+    MAX_PRICE, MAX_QUANTITY,
+};
 use crate::ids::{Category, EventId, ProductId};
 
 /// The fields of one plainly written event, borrowed from its JSON.
@@ -28,7 +30,7 @@ use crate::ids::{Category, EventId, ProductId};
 struct PlainEvent<'a> {
     id: Option<&'a str>,
     kind: Option<&'a str>,
-    ts: Option<i64>,
+    ts: Option<PlainTs<'a>>,
     product_id: Option<&'a str>,
     /// At most [`MAX_CATEGORIES`] names; more sends the event to the full path.
     categories: [&'a str; MAX_CATEGORIES],
@@ -51,6 +53,14 @@ pub(super) fn plain_event(json: &[u8], limits: &ParseLimits) -> Option<Event> {
         String::from_utf8_lossy(json)
     );
     Some(event)
+}
+
+/// A `ts` as written: integer epoch milliseconds, or an RFC 3339 string (most producers' loggers write
+/// one; parsed by the same function as on the full path).
+#[derive(Clone, Copy)]
+enum PlainTs<'a> {
+    Millis(i64),
+    Rfc3339(&'a str),
 }
 
 /// Which of the seven keys an object gave, as bits, so a repeated key is noticed.
@@ -102,7 +112,13 @@ impl<'a> Scanner<'a> {
             match bit {
                 ID => event.id = Some(self.string()?),
                 TYPE => event.kind = Some(self.string()?),
-                TS => event.ts = Some(self.integer_i64()?),
+                TS => {
+                    event.ts = Some(if self.bytes().get(self.at) == Some(&b'"') {
+                        PlainTs::Rfc3339(self.string()?)
+                    } else {
+                        PlainTs::Millis(self.integer_i64()?)
+                    });
+                }
                 PRODUCT_ID => event.product_id = Some(self.string()?),
                 CATEGORIES => {
                     if !self.null() {
@@ -232,7 +248,11 @@ impl<'a> Scanner<'a> {
 fn validate(plain: &PlainEvent<'_>, limits: &ParseLimits) -> Option<Event> {
     let id = EventId::parse(plain.id?).ok()?;
     let kind = EventKind::parse(plain.kind?).ok()?;
-    let ts_millis = parse_ts(&Value::from(plain.ts?), limits).ok()?;
+    let ts_millis = match plain.ts? {
+        PlainTs::Millis(millis) => check_ts_range(millis, TsForm::EpochMillis, limits),
+        PlainTs::Rfc3339(text) => check_ts_range(rfc3339_millis(text).ok()?, TsForm::Rfc3339, limits),
+    }
+    .ok()?;
     let product = ProductId::parse(plain.product_id?).ok()?;
     let names = &plain.categories[..plain.category_count];
     let mut categories = Vec::with_capacity(names.len());
@@ -298,6 +318,38 @@ mod tests {
             r#"{"id":"v","type":"product_viewed","ts":1784293501123,"product_id":"p","categories":[],"quantity":null,"price":null}"#
         )
         .is_some());
+    }
+
+    /// Producers' loggers write RFC 3339: those events stay on the plain path, with the full path's value.
+    #[test]
+    fn reads_rfc3339_timestamps_as_the_full_path_does() {
+        for (ts, millis) in [
+            ("2026-07-17T13:05:01.123Z", 1_784_293_501_123),
+            ("2026-07-17T22:05:01.123456+09:00", 1_784_293_501_123),
+            ("2026-07-17T13:05:01Z", 1_784_293_501_000),
+            ("2026-07-17t13:05:01.1239z", 1_784_293_501_123),
+        ] {
+            let json = format!(
+                r#"{{"id":"v","type":"product_viewed","ts":"{ts}","product_id":"p","categories":["a"]}}"#
+            );
+            let event = plain(&json).unwrap_or_else(|| panic!("plain: {json}"));
+            assert_eq!(event.ts_millis, millis, "{json}");
+            let full = super::super::RawItem::parse(json.as_bytes())
+                .to_event(&ParseLimits::at(NOW))
+                .expect("full path");
+            assert_eq!(event, full, "{json}");
+        }
+        // Without an offset, past the clock, or not a timestamp: the full path answers, with its error.
+        for ts in [
+            "2026-07-17T13:05:01",
+            "2027-07-17T13:05:01Z",
+            "1784293501123",
+            "",
+            "2026-07-17T13:05:01\\u005a",
+        ] {
+            let json = format!(r#"{{"id":"v","type":"product_viewed","ts":"{ts}","product_id":"p"}}"#);
+            assert_eq!(plain(&json), None, "{json}");
+        }
     }
 
     /// Each of these is either invalid JSON or outside the plain shape: the full path must answer.
