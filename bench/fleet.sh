@@ -4,7 +4,9 @@
 # of ts as RFC 3339, 10% of events without categories, multi-category products), moved so that it ends now
 # (every current period and window hot). The file is cut into 2,000-event batches dealt round-robin over
 # the instances, one `http-ingest` per instance, all at once; the clock stops when every instance serves
-# the same `all` daily top list twice in a row, 300 ms apart, not stale.
+# the same `all` daily top list twice in a row, 300 ms apart, not stale. Meanwhile a reader (core 0) asks
+# every instance in turn, once a second, for the top 20 of `all` and of every category, daily and over 7
+# days: a shop whose home and category pages are all being read (READ_SPANS="" reads nothing).
 #
 #   bench/fleet.sh [BIN_DIR]   (default target/release; needs rankgate, gen-workload, http-ingest)
 #
@@ -26,6 +28,7 @@ PORT=${PORT:-18140}
 REDIS_PORT=${REDIS_PORT:-16392}
 POSTGRES=${POSTGRES:-postgres://postgres@127.0.0.1:5432/test}
 NAIVE=${NAIVE:-1}
+READ_SPANS=${READ_SPANS-period=daily window=7d}
 HERE=$(cd "$(dirname "$0")" && pwd)
 for tool in rankgate gen-workload http-ingest; do
   [ -x "$BIN/$tool" ] || { echo "fleet: $BIN/$tool is missing (cargo build --release -p rankgate -p rankgate-bench)" >&2; exit 2; }
@@ -61,11 +64,13 @@ for _ in $(seq 1 100); do [ "$(redis-cli -p "$REDIS_PORT" PING 2>/dev/null)" = P
 "$BIN/gen-workload" seed-lesson --scale "$SCALE" --rfc3339-share 0.3 --uncategorized-share 0.1 \
   --out "$WORK/events.ndjson" 2>"$WORK/gen.log"
 EVENTS=$(wc -l <"$WORK/events.ndjson")
-cat >"$WORK/config.toml" <<'EOF'
+: >"$WORK/config.toml"
+# EXTRA_CONFIG holds top-level keys, so it goes before the first table.
+[ -n "${EXTRA_CONFIG:-}" ] && cat "$EXTRA_CONFIG" >>"$WORK/config.toml"
+cat >>"$WORK/config.toml" <<'EOF'
 [waiting_room]
 entries_per_address_per_minute = 0
 EOF
-[ -n "${EXTRA_CONFIG:-}" ] && cat "$EXTRA_CONFIG" >>"$WORK/config.toml"
 # The waiting room on Redis needs a secret shared by the instances (unused here, but required).
 head -c 32 /dev/urandom | basenc --base64url >"$WORK/token-secret"
 
@@ -107,8 +112,28 @@ for fleet in $FLEETS; do
       --connections 1 --batch 2000 --max-secs 600 >"$WORK/ingest-$fleet-$i.out" 2>&1 &
     loads+=($!)
   done
+  reader=""
+  if [ -n "$READ_SPANS" ]; then
+    taskset -c 0 python3 - "$fleet" "$PORT" $READ_SPANS <<'EOF' >"$WORK/reader-$fleet.out" 2>&1 &
+import sys, time, urllib.request
+fleet, port, spans = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+categories = ["all"] + [f"cat{n}" for n in range(50)]
+reads = 0
+while True:
+    started = time.time()
+    for n, category in enumerate(categories):
+        for span in spans:
+            url = f"http://127.0.0.1:{port + 1 + (reads % fleet)}/v1/categories/{category}/top?{span}&limit=20"
+            urllib.request.urlopen(url, timeout=10).read()
+            reads += 1
+    print(reads, flush=True)
+    time.sleep(max(0.0, 1.0 - (time.time() - started)))
+EOF
+    reader=$!
+  fi
   for pid in "${loads[@]}"; do wait "$pid" || { echo "fleet: http-ingest failed" >&2; cat "$WORK"/ingest-"$fleet"-*.out >&2; exit 1; }; done
   ingested=$(date +%s%N)
+  [ -n "$reader" ] && { kill "$reader" 2>/dev/null || true; wait "$reader" 2>/dev/null || true; }
   urls=()
   for i in $(seq 1 "$fleet"); do urls+=("http://127.0.0.1:$((PORT + i))/v1/categories/all/top?period=daily&limit=20"); done
   converged=$(taskset -c 0 python3 - "${urls[@]}" <<'EOF'
@@ -154,11 +179,17 @@ EOF
     "$(awk -v n="$EVENTS" -v s="$elapsed" 'BEGIN { printf "%.0f", n / s }')" "$(IFS=/; echo "${cpus[*]}")" \
     "$(per_unit "$busiest" "$EVENTS")" "$(per_unit $((r1 - r0)) "$EVENTS")" "$(per_unit $((p1 - p0)) "$EVENTS")" \
     "$(awk -v a="$ingested" -v b="$stop_ns" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')"
+  for i in $(seq 1 "$fleet"); do
+    curl -s "http://127.0.0.1:$((PORT + i))/metrics" | awk -v i="$i" '/^rankgate_serving_(writes|calls|rebuilds)_total/ { printf "#   instance %s: %s %s\n", i, $1, $2 }' >>"$WORK/serving-$fleet.txt"
+  done
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   PIDS=()
   rm -f "$WORK"/part-*.ndjson
 done
 
+echo
+echo "# Redis publication per instance (writes = sorted-set and detail entries written, calls = script calls):"
+cat "$WORK"/serving-*.txt 2>/dev/null || true
 if [ "$NAIVE" = 1 ]; then
   redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
   sha=$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$(cat "$HERE/naive-event.lua")")

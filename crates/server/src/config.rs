@@ -140,6 +140,7 @@ pub struct FileConfig {
     redis_prefix: Option<String>,
     serving_depth: Option<usize>,
     serving_grace_seconds: Option<i64>,
+    serving_idle_seconds: Option<i64>,
     worker_threads: Option<usize>,
     #[serde(flatten)]
     http: HttpConfig,
@@ -352,6 +353,11 @@ impl Config {
                     file.serving_grace_seconds.unwrap_or(3600).max(1),
                     1000,
                 )?,
+                serving_idle_millis: millis_of(
+                    "serving_idle_seconds",
+                    file.serving_idle_seconds.unwrap_or(DEFAULT_SERVING_IDLE_SECONDS),
+                    1000,
+                )?,
                 top_streams,
                 webhooks,
                 kafka,
@@ -398,6 +404,10 @@ fn redis_urls(flag: Option<Vec<String>>, file: Vec<String>) -> anyhow::Result<Ve
 
 /// A duration given in whole `unit_millis` as milliseconds. A negative one, or one whose milliseconds do not
 /// fit an `i64` (it would wrap into a negative or tiny bound in a release build), is refused naming `key`.
+/// How long a hot span stays published in Redis after its last read (`serving_idle_seconds`): long
+/// enough that a ranking a shop shows at all is read again well within it.
+const DEFAULT_SERVING_IDLE_SECONDS: i64 = 600;
+
 fn millis_of(key: &str, value: i64, unit_millis: i64) -> anyhow::Result<i64> {
     anyhow::ensure!(value >= 0, "{key} must not be negative, got {value}");
     value.checked_mul(unit_millis).ok_or_else(|| {
@@ -409,7 +419,7 @@ fn millis_of(key: &str, value: i64, unit_millis: i64) -> anyhow::Result<i64> {
 }
 
 /// Top-level keys of the config file.
-const KNOWN_KEYS: [&str; 33] = [
+const KNOWN_KEYS: [&str; 34] = [
     "listen",
     "data_dir",
     "time_zone",
@@ -434,6 +444,7 @@ const KNOWN_KEYS: [&str; 33] = [
     "redis_prefix",
     "serving_depth",
     "serving_grace_seconds",
+    "serving_idle_seconds",
     "worker_threads",
     "http_header_timeout_millis",
     "http_body_timeout_millis",

@@ -22,7 +22,7 @@ use rankgate_store::ranking::engine::{RankedItem, RankingEngine, RankingQuery};
 use rankgate_store::ranking::publication::{take_publication, PublicationScope};
 use rankgate_store::ranking::recompute::BatchModel;
 use rankgate_store::ranking::redis_serving::{
-    Active, Published, RedisServing, ServingOptions, StampKind, Stamped, PUBLISHED_RANKERS,
+    demand_member, Active, Published, RedisServing, ServingOptions, StampKind, Stamped, PUBLISHED_RANKERS,
 };
 use rankgate_store::ranking::sqlite::SqliteSource;
 use rankgate_testkit::postgres_schemas::{postgres_url, SchemaGuard};
@@ -450,6 +450,131 @@ async fn standalone_pointer_is_fenced_by_the_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_pointer_is_fenced_by_the_lease() {
     the_pointer_is_fenced_by_the_lease(cluster().urls.clone()).await;
+}
+
+/// Publication by demand (issue 27): the demand set keeps what was read since a time and drops the rest;
+/// an unpublished span is declined by reads while the others stay served; once the engine forgot it, its
+/// next publication goes out whole and serves the engine's ranking again.
+async fn spans_leave_and_rejoin_by_demand(urls: Vec<String>) {
+    let prefix = unique_prefix();
+    let _cleanup = KeyCleanup {
+        nodes: urls.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = connect(&urls, &prefix).await;
+    let zone = Zone::utc();
+
+    let day = Span::Period(PeriodKey::containing(
+        PeriodKind::Daily,
+        Hour::from_millis(BASE),
+        &zone,
+    ));
+    let week = Span::Window {
+        len: WindowLen::D7,
+        end: Hour::from_millis(BASE),
+    };
+    let all_day = demand_member(&CategoryOrAll::All, &day);
+    let all_week = demand_member(&CategoryOrAll::All, &week);
+    assert_ne!(all_day, all_week);
+    store
+        .note_demand(&[all_day.clone(), all_week.clone()], 1_000, 60_000)
+        .await
+        .unwrap();
+    store
+        .note_demand(std::slice::from_ref(&all_week), 2_000, 60_000)
+        .await
+        .unwrap();
+    let since = |set: std::collections::HashSet<String>| {
+        let mut members: Vec<String> = set.into_iter().collect();
+        members.sort();
+        members
+    };
+    assert_eq!(
+        since(store.demand_since(1_500).await.unwrap()),
+        [all_week.clone()]
+    );
+    assert_eq!(
+        since(store.demand_since(0).await.unwrap()),
+        [all_week.clone()],
+        "entries read before the idle time were dropped"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ingestor, engine) = ingestor_over(
+        Box::new(SqliteSource::open(dir.path()).unwrap()),
+        PopularWeights::default(),
+        35 * 24 * HOUR,
+    );
+    let raw: Vec<RawEvent> = (0..200)
+        .map(|i| RawEvent {
+            id: i,
+            kind: (i % 5) as u8,
+            hour_offset: (i as i64 * 13) % 48,
+            minute: (i % 60) as i64,
+            product: (i * 5 % 12) as u8,
+            categories: vec![(i % 4) as u8],
+            quantity: 1 + i % 3,
+            price: 100 + (i as u64 * 37) % 900,
+        })
+        .collect();
+    let events: Vec<Event> = raw.iter().map(to_event).collect();
+    ingestor.ingest(&events[..100], BASE).unwrap();
+    let generation = store.new_generation().await.unwrap();
+    publish(&store, &engine, generation, None, true).await;
+
+    let category = categories().into_iter().nth(1).expect("a category");
+    let gone = (category.clone(), spans(&zone)[1]);
+    store
+        .unpublish(generation, std::slice::from_ref(&gone))
+        .await
+        .unwrap();
+    engine.write().forget_span(&gone.0, gone.1);
+    for ranker in PUBLISHED_RANKERS {
+        let page = store
+            .top(generation, ranker, &gone.0, &gone.1, 0, 10)
+            .await
+            .unwrap();
+        assert!(page.is_none(), "{ranker}: an unpublished span is declined");
+    }
+    assert!(
+        !store
+            .totals(&gone.0, generation)
+            .await
+            .unwrap()
+            .contains_key(&rankgate_store::ranking::redis_serving::span_field(&gone.1)),
+        "its totals field is gone"
+    );
+    // The others are still served, and follow the engine; the unpublished one rejoins whole.
+    ingestor.ingest(&events[100..], BASE).unwrap();
+    let publications = take_publication(
+        &mut engine.write(),
+        &requests(&zone),
+        None,
+        PublicationScope::Changes,
+    );
+    let rejoined = publications
+        .iter()
+        .find(|p| p.category == gone.0 && p.span == gone.1)
+        .expect("the forgotten span is published again");
+    assert!(rejoined.replace && !rejoined.existing, "whole, as a new span");
+    let published = store
+        .publish(generation, &publications, &zone, BASE)
+        .await
+        .unwrap();
+    assert!(matches!(published, Published::Applied { .. }), "{published:?}");
+    check_served(&store, generation, None, &mut from_engine(&engine))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_spans_leave_and_rejoin_by_demand() {
+    spans_leave_and_rejoin_by_demand(vec![standalone_url()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_spans_leave_and_rejoin_by_demand() {
+    spans_leave_and_rejoin_by_demand(cluster().urls.clone()).await;
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -43,6 +43,9 @@ pub struct RankingsConfig {
     pub serving_depth: Option<usize>,
     /// How long serving keys outlive their span, and a replaced version stays readable.
     pub serving_grace_millis: i64,
+    /// How long a hot span stays published in Redis after its last read on any instance; 0 publishes
+    /// every hot span whether read or not (see [`super::serving`]'s demand).
+    pub serving_idle_millis: i64,
     /// Ranking change streams (`GET …/top/events`): how many, how much buffer, how often a heartbeat.
     pub top_streams: TopStreamConfig,
     /// `[[webhook]]` tables, checked (secrets inside, never shown).

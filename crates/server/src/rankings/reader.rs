@@ -213,7 +213,7 @@ impl RankingsReader {
 
     /// A top page as HTTP serves it: the JSON body and its entity tag.
     pub async fn top_served(&self, request: &TopRequest) -> Result<Served, ReadError> {
-        let freshness = match self.route(request.query.ranker, &request.query.span) {
+        let freshness = match self.route(request.query.ranker, &request.query.category, &request.query.span) {
             Route::Redis { active, stamp } => match self.top_from_redis(request, &active, stamp).await {
                 Ok(served) => return Ok(served),
                 Err(declined) => self.freshness_after(declined),
@@ -242,7 +242,7 @@ impl RankingsReader {
 
     /// A product's rank as HTTP serves it: the JSON body and its entity tag.
     pub async fn rank_served(&self, request: &RankRequest) -> Result<Served, ReadError> {
-        let freshness = match self.route(request.query.ranker, &request.query.span) {
+        let freshness = match self.route(request.query.ranker, &request.query.category, &request.query.span) {
             Route::Redis { active, stamp } => match self.rank_from_redis(request, &active, stamp).await {
                 Ok(served) => return Ok(served),
                 Err(declined) => self.freshness_after(declined),
@@ -276,7 +276,7 @@ impl RankingsReader {
     /// the top K and some product is not among them, the engine answers the whole request (as a rank
     /// read past K does), so one answer never mixes stores or versions. Not cached: product lists vary.
     pub async fn sort(&self, request: &SortRequest) -> Result<Bytes, ReadError> {
-        let freshness = match self.route(request.query.ranker, &request.query.span) {
+        let freshness = match self.route(request.query.ranker, &request.query.category, &request.query.span) {
             Route::Redis { active, .. } => match self.sort_from_redis(request, &active).await {
                 Ok(sorted) => return Ok(self.sort_body(request, sorted, Freshness::Fresh)),
                 Err(declined) => self.freshness_after(declined),
@@ -295,7 +295,7 @@ impl RankingsReader {
     /// categories for one span, every place from one store (Redis for a hot span unless it declines any
     /// of them, then the engine for all), cached like a top page.
     pub async fn ranks_served(&self, request: &RanksRequest) -> Result<Served, ReadError> {
-        let freshness = match self.route(request.ranker, &request.span) {
+        let freshness = match self.route(request.ranker, &CategoryOrAll::All, &request.span) {
             Route::Redis { active, stamp } => match self.ranks_from_redis(request, &active, stamp).await {
                 Ok(served) => return Ok(served),
                 Err(declined) => self.freshness_after(declined),
@@ -328,7 +328,10 @@ impl RankingsReader {
     /// pointer exists, was reachable at the last poll and is not older than this instance's newest ingest
     /// by more than the lag bound (its publisher died and the lease has not moved yet, or a rebuild is
     /// under way).
-    fn route(&self, ranker: RankerName, span: &Span) -> Route {
+    ///
+    /// A hot read also tells the publisher that `category` over `span` is read (the serving module's
+    /// demand), so Redis holds it from the next tick on.
+    fn route(&self, ranker: RankerName, category: &CategoryOrAll, span: &Span) -> Route {
         let Some(serving) = self.rankings.serving() else {
             return Route::Engine(Freshness::Fresh);
         };
@@ -337,7 +340,10 @@ impl RankingsReader {
         {
             return Route::Engine(Freshness::Fresh);
         }
-        match serving.state(|| self.rankings.engine().read().as_of_millis()) {
+        serving.note_read(category, span, || {
+            self.rankings.engine().read().knows_category(category)
+        });
+        match serving.state(category, span, || self.rankings.engine().read().as_of_millis()) {
             ServingState::Current { active, stamp } => Route::Redis { active, stamp },
             ServingState::Stale(_) => Route::Engine(Freshness::Stale),
         }
@@ -439,27 +445,42 @@ impl RankingsReader {
         active: &Active,
         stamp: u64,
     ) -> Result<Served, RedisDeclined> {
+        let categories = self.rankings.engine().read().product_categories(&request.product);
+        let queries = request.queries(categories);
+        // `route` noted `all`; the product's categories are read too (also when the answer is cached).
+        for query in &queries {
+            self.serving().note_read(&query.category, &query.span, || true);
+        }
         let key = ResponseKey::ranks(Source::Redis, request);
         let stamps = (stamp, self.rankings.catalog_generation());
         if let Some(served) = self.responses.get(&key, stamps) {
             return Ok(served);
         }
-        let categories = self.rankings.engine().read().product_categories(&request.product);
-        let served = self.serving().store().at(active);
-        let queries = request.queries(categories);
+        // Each category's spans are in a span group of their own, published by whichever instance
+        // holds it: every group must be current, or the engine answers the whole request.
+        let mut actives = Vec::with_capacity(queries.len());
+        for query in &queries {
+            match self.serving().state(&query.category, &query.span, || {
+                self.rankings.engine().read().as_of_millis()
+            }) {
+                ServingState::Current { active, .. } => actives.push(active),
+                ServingState::Stale(_) => return Err(RedisDeclined::NotServed),
+            }
+        }
+        let store = self.serving().store();
         // One script call per category (each its own hash slot on a Cluster), all sent at once.
-        let replies = futures_util::future::join_all(
-            queries
-                .iter()
-                .map(|query| served.rank_of(query, &request.product)),
-        )
-        .await;
+        let replies =
+            futures_util::future::join_all(queries.iter().zip(&actives).map(|(query, active)| async move {
+                store.at(active).rank_of(query, &request.product).await
+            }))
+            .await;
+        let depth = active.depth;
         let mut answers = Vec::with_capacity(queries.len());
         for (query, reply) in queries.into_iter().zip(replies) {
             let answer = reply
                 .map_err(RedisDeclined::Failed)?
                 .ok_or(RedisDeclined::NotServed)?;
-            if answer.rank.is_none() && served.depth().is_some_and(|depth| answer.total > depth) {
+            if answer.rank.is_none() && depth.is_some_and(|depth| answer.total > depth) {
                 return Err(RedisDeclined::PastDepth);
             }
             answers.push((query.category, answer));

@@ -20,6 +20,24 @@
 //! hour, for `all` and every category. Older spans are answered by each instance's engine, which is
 //! built from the source of truth ("computed on first read, cached after").
 //!
+//! # Demand: only the hot spans somebody reads
+//! A shop reads a few of its hundreds of hot rankings (`all` and the big categories, by day and week);
+//! keeping every one current in Redis cost the publisher a re-score and a Redis write per span an event
+//! touches. So with `serving_idle_seconds` > 0 (default 600) a hot span is published only while it was
+//! read within that time on some instance:
+//! - every instance notes the hot (category, span) pairs its reads ask for ([`Serving::note_read`], a
+//!   lock and a hash lookup per read; bounded, and only `all` and categories the engine knows) and adds
+//!   them to the shared `P{rk}:demand` sorted set (score: last read) once per tick;
+//! - the publisher publishes the hot spans in that set and read within the idle time: one newly asked for
+//!   goes out whole the next tick (its first change-log take says `Rebuilt`), which bounds the catch-up to
+//!   one tick plus one whole-span write; one no longer read is taken out of Redis (its totals field
+//!   first, so reads decline it from then on) and out of the publisher's engine
+//!   ([`rankgate_store::ranking::engine::RankingEngine::forget_span`]), so it costs nothing per event;
+//! - a read of a span Redis does not hold is declined by the read script and answered by the reading
+//!   instance's engine, fresh (as an older span is), so no answer waits for the publisher.
+//!
+//! `serving_idle_seconds = 0` publishes every hot span, read or not.
+//!
 //! # Reads, and the one staleness rule
 //! [`Serving::state`] decides whether hot reads are served from Redis now, and if not, why: Redis holds
 //! no pointer (nothing published yet, or lost), a read or poll failed to reach it since the last
@@ -30,12 +48,13 @@
 //! `rankgate_serving_stale` is set from it whenever `/metrics` is rendered, so the three never disagree.
 //! Ingest never waits for Redis.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
 use rankgate_core::ids::CategoryOrAll;
@@ -43,7 +62,8 @@ use rankgate_core::period::{Hour, Span, Zone};
 use rankgate_store::clock::Clock;
 use rankgate_store::ranking::publication::{self, PublicationScope};
 use rankgate_store::ranking::redis_serving::{
-    span_field, Active, Published, RedisServing, ServingOptions, StampKind, Stamped,
+    demand_member, is_hot, span_field, span_group, Active, Pointer, Published, RedisServing, ServingOptions,
+    StampKind, Stamped, SPAN_GROUPS,
 };
 
 use super::config::RankingsConfig;
@@ -96,7 +116,7 @@ pub struct ServingStatus {
 /// What this instance knows of the shared pointer.
 #[derive(Debug, Default)]
 struct View {
-    active: Option<Active>,
+    pointer: Option<Pointer>,
 }
 
 /// Redis serving, attached to the rankings service.
@@ -113,7 +133,17 @@ pub struct Serving {
     stamp: AtomicU64,
     /// Set by a read that failed to reach Redis; cleared by the next successful poll.
     unreachable: AtomicBool,
+    /// `serving_idle_seconds` in ms: how long a hot span stays published after its last read; 0
+    /// publishes every hot span.
+    idle_millis: i64,
+    /// Hot spans this instance's reads asked for since the last tick, by span then category (so a
+    /// read looks itself up without allocating); sent to `P{rk}:demand` each tick.
+    reads: Mutex<HashMap<Span, HashSet<CategoryOrAll>>>,
 }
+
+/// Most distinct hot spans one instance notes between two ticks (about 9 spans × 1,000 categories); more
+/// are dropped until the next tick, so hostile reads cannot grow the set.
+const MAX_NOTED_READS: usize = 10_000;
 
 impl std::fmt::Debug for Serving {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -150,7 +180,39 @@ impl Serving {
             view: RwLock::default(),
             stamp: AtomicU64::new(1),
             unreachable: AtomicBool::new(false),
+            idle_millis: config.serving_idle_millis,
+            reads: Mutex::default(),
         }))
+    }
+
+    /// Notes that a read asked for `category` over the hot `span` (module docs: demand), if `known`
+    /// says the category is `all` or one the engine has seen (asked only for a span not noted yet this
+    /// tick).
+    pub fn note_read(&self, category: &CategoryOrAll, span: &Span, known: impl FnOnce() -> bool) {
+        if self.idle_millis == 0 {
+            return;
+        }
+        let mut reads = self.reads.lock();
+        if reads.get(span).is_some_and(|noted| noted.contains(category)) {
+            return;
+        }
+        if reads.values().map(HashSet::len).sum::<usize>() >= MAX_NOTED_READS || !known() {
+            return;
+        }
+        reads.entry(*span).or_default().insert(category.clone());
+    }
+
+    /// The reads noted since the last call, as demand set members.
+    fn take_reads(&self) -> Vec<String> {
+        let reads = std::mem::take(&mut *self.reads.lock());
+        reads
+            .iter()
+            .flat_map(|(span, categories)| {
+                categories
+                    .iter()
+                    .map(move |category| demand_member(category, span))
+            })
+            .collect()
     }
 
     /// The store.
@@ -165,12 +227,23 @@ impl Serving {
 
     /// The one staleness rule (module docs), given this instance's newest ingest (`engine_as_of`, asked
     /// only when it matters: it takes the engine's lock).
-    pub fn state(&self, engine_as_of: impl FnOnce() -> Option<i64>) -> ServingState {
+    pub fn state(
+        &self,
+        category: &CategoryOrAll,
+        span: &Span,
+        engine_as_of: impl FnOnce() -> Option<i64>,
+    ) -> ServingState {
         if self.unreachable.load(Ordering::Acquire) {
             return ServingState::Stale(StaleReason::Unreachable);
         }
         let stamp = self.stamp.load(Ordering::Acquire);
-        let Some(active) = self.view.read().active.clone() else {
+        let active = {
+            let view = self.view.read();
+            view.pointer
+                .as_ref()
+                .and_then(|pointer| pointer.active(span_group(category, span)))
+        };
+        let Some(active) = active else {
             return ServingState::Stale(StaleReason::NoPointer);
         };
         if lags(active.as_of_millis, engine_as_of(), self.max_lag_millis) {
@@ -179,12 +252,29 @@ impl Serving {
         ServingState::Current { active, stamp }
     }
 
-    /// What `/readyz` reports, by [`Serving::state`]; also sets the gauge `rankgate_serving_stale`.
+    /// What `/readyz` reports: the worst of [`Serving::state`] over the span groups (a group whose
+    /// publisher died lags until another takes it over); also sets the gauge `rankgate_serving_stale`.
     pub fn status(&self, engine_as_of: Option<i64>) -> ServingStatus {
-        let state = self.state(|| engine_as_of);
-        let stale_reason = match &state {
-            ServingState::Current { .. } => None,
-            ServingState::Stale(reason) => Some(*reason),
+        let (stale_reason, generation) = {
+            let view = self.view.read();
+            let entries: Vec<_> = view
+                .pointer
+                .iter()
+                .flat_map(|pointer| pointer.groups.iter().flatten())
+                .collect();
+            let reason = if self.unreachable.load(Ordering::Acquire) {
+                Some(StaleReason::Unreachable)
+            } else if entries.is_empty() {
+                Some(StaleReason::NoPointer)
+            } else if entries
+                .iter()
+                .any(|entry| lags(entry.as_of_millis, engine_as_of, self.max_lag_millis))
+            {
+                Some(StaleReason::Lagging)
+            } else {
+                None
+            };
+            (reason, entries.iter().map(|entry| entry.generation).max())
         };
         metrics::gauge!("rankgate_serving_stale").set(if stale_reason.is_some() { 1.0 } else { 0.0 });
         ServingStatus {
@@ -195,7 +285,7 @@ impl Serving {
             },
             stale: stale_reason.is_some(),
             stale_reason,
-            generation: self.view.read().active.as_ref().map(|a| a.generation),
+            generation,
             depth: self.depth,
         }
     }
@@ -208,14 +298,14 @@ impl Serving {
         }
     }
 
-    fn set_view(&self, active: Option<Active>) {
+    fn set_view(&self, pointer: Option<Pointer>) {
         let was_unreachable = self.unreachable.swap(false, Ordering::AcqRel);
         let mut view = self.view.write();
-        if view.active != active || was_unreachable {
-            if view.active.is_some() && active.is_none() {
+        if view.pointer != pointer || was_unreachable {
+            if view.pointer.is_some() && pointer.is_none() {
                 tracing::warn!("redis serving pointer is gone (restarted empty or flushed?); serving stale until rebuilt");
             }
-            view.active = active;
+            view.pointer = pointer;
             self.stamp.fetch_add(1, Ordering::AcqRel);
         }
     }
@@ -224,16 +314,22 @@ impl Serving {
 /// The publisher's own state, kept by the loop.
 #[derive(Debug, Default)]
 struct Publisher {
-    leader: bool,
-    /// The generation this publisher writes into; `None` until it has rebuilt once as leader.
+    /// The span groups this instance holds the leases of, ascending; empty when it publishes nothing.
+    groups: Vec<usize>,
+    /// The generation this publisher writes its groups into; `None` until it has rebuilt them once.
     generation: Option<u64>,
     /// `popular` policy version of that generation.
     popular_version: u32,
     /// The engine's [`rankgate_store::ranking::engine::RankingEngine::policy_epoch`] its scores were read under: any other epoch means an
     /// install (switch, rollback, rebuild, also one learned from another instance) and a rebuild here.
     policy_epoch: u64,
-    /// The pointer's asOf after the last publication.
+    /// The rebuild request (`rankgate rebuild`) that generation answers.
+    rebuilt: u64,
+    /// The groups' asOf after the last publication.
     as_of_millis: Option<i64>,
+    /// The hot spans written into `generation` and kept current there (those of its groups that are in
+    /// demand, or all of them when the idle time is 0).
+    published: HashSet<(CategoryOrAll, Span)>,
 }
 
 /// Runs the publisher / watcher loop until shutdown.
@@ -245,9 +341,10 @@ pub async fn run_until_stopped(
     shutdown: CancellationToken,
 ) {
     let tick = Duration::from_millis((freshness_millis / 4).clamp(10, 250));
-    // Short, so a dead publisher is replaced within seconds (until then Redis holds its last data); the
-    // holder renews it every tick and right before switching, so a rebuild that outlives it only loses
-    // its switch if another instance took the lease meanwhile (and then rebuilds itself).
+    // Short, so a dead publisher's groups are taken over within seconds (until then Redis holds its last
+    // data); the holder renews its leases every tick and right before switching, so a rebuild that
+    // outlives them only loses its switch if another instance took a group meanwhile (and then rebuilds
+    // it itself).
     let lease_millis = (tick.as_millis() as u64 * 8).max(3_000);
     let mut ticker = tokio::time::interval(tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -260,20 +357,20 @@ pub async fn run_until_stopped(
         if let Err(error) = tick_once(&service, &serving, clock.as_ref(), lease_millis, &mut publisher).await
         {
             serving.note_unreachable(&error);
-            if publisher.leader {
+            if !publisher.groups.is_empty() {
                 tracing::warn!(
                     error = format!("{error:#}"),
                     "publishing rankings to redis failed; will rebuild"
                 );
             }
             // Whatever was half-written is replaced by a rebuild once Redis answers again, by whichever
-            // instance then holds the lease (warned once: `leader` is re-established on recovery).
-            publisher.leader = false;
+            // instances then hold the groups (warned once: the groups are dealt again on recovery).
+            forget_groups(&service, &mut publisher, &[]);
             publisher.generation = None;
         }
     }
-    if publisher.leader {
-        let _ = serving.store.release_lease(&serving.owner).await;
+    if !publisher.groups.is_empty() {
+        let _ = serving.store.leave_groups(&serving.owner).await;
     }
 }
 
@@ -285,49 +382,129 @@ async fn tick_once(
     publisher: &mut Publisher,
 ) -> anyhow::Result<()> {
     let store = &serving.store;
-    let held = store.hold_lease(&serving.owner, lease_millis).await?;
-    if held && !publisher.leader {
-        tracing::info!("this instance now publishes rankings to redis");
-        publisher.generation = None;
+    let now_millis = clock.now_millis();
+    store
+        .note_demand(&serving.take_reads(), now_millis, 2 * serving.idle_millis)
+        .await?;
+    let held = store.hold_groups(&serving.owner, lease_millis).await?;
+    if held != publisher.groups {
+        let gained = held.iter().any(|group| !publisher.groups.contains(group));
+        tracing::info!(groups = ?held, "this instance's share of the redis publication changed");
+        forget_groups(service, publisher, &held);
+        // Groups taken over come with no change log here: every group this instance holds is rebuilt
+        // into a fresh generation of its own, so one generation covers them all.
+        if gained {
+            publisher.generation = None;
+        }
     }
-    publisher.leader = held;
-    let active = store.active().await?;
-    if held {
+    let pointer = store.pointer().await?;
+    if !publisher.groups.is_empty() {
         let epoch = service.engine().read().policy_epoch();
-        // Rebuild on taking the lease, after a failure (generation forgotten), when the pointer moved
+        // Rebuild on taking groups, after a failure (generation forgotten), when a group's pointer moved
         // or vanished, when the engine installed a policy (whoever switched it), or when an operator
         // asked (`rankgate rebuild`).
-        let current = publisher.generation.filter(|g| {
-            active
-                .as_ref()
-                .is_some_and(|a| a.generation == *g && !a.rebuild_requested)
-                && publisher.policy_epoch == epoch
+        let current = publisher.generation.filter(|generation| {
+            pointer.as_ref().is_some_and(|pointer| {
+                publisher.groups.iter().all(|group| {
+                    pointer.groups[*group].is_some_and(|entry| {
+                        entry.generation == *generation && entry.rebuilt >= pointer.rebuild
+                    })
+                })
+            }) && publisher.policy_epoch == epoch
         });
-        let now_millis = clock.now_millis();
         match current {
             Some(generation) => publish_changes(service, serving, generation, now_millis, publisher).await?,
             None => {
-                rebuild(
-                    service,
-                    serving,
-                    active.as_ref(),
-                    now_millis,
-                    lease_millis,
-                    publisher,
-                )
-                .await?
+                let request = pointer.as_ref().map_or(0, |pointer| pointer.rebuild);
+                rebuild(service, serving, request, now_millis, lease_millis, publisher).await?
             }
         }
-        serving.set_view(store.active().await?);
+        serving.set_view(store.pointer().await?);
     } else {
-        serving.set_view(active);
+        serving.set_view(pointer);
     }
     Ok(())
 }
 
-/// What a publication round covers: every hot span of every category the engine knows.
-fn hot_requests(service: &RankingService, zone: &Zone, now_millis: i64) -> Vec<(CategoryOrAll, Span)> {
-    publication::hot_requests(&service.engine().read(), Hour::from_millis(now_millis), zone)
+/// Keeps the publisher to the groups `held`: the spans of any other group leave the engine (another
+/// instance keeps them current now) and the published set.
+fn forget_groups(service: &RankingService, publisher: &mut Publisher, held: &[usize]) {
+    let gone: Vec<(CategoryOrAll, Span)> = publisher
+        .published
+        .iter()
+        .filter(|(category, span)| !held.contains(&span_group(category, span)))
+        .cloned()
+        .collect();
+    if !gone.is_empty() {
+        let mut engine = service.engine().write();
+        for key in &gone {
+            engine.forget_span(&key.0, key.1);
+            publisher.published.remove(key);
+        }
+    }
+    publisher.groups = held.to_vec();
+}
+
+/// What a publication round covers: the hot spans of this publisher's groups for every category the
+/// engine knows, and with an idle time only those read within it on some instance (module docs:
+/// demand).
+async fn hot_requests(
+    service: &RankingService,
+    serving: &Serving,
+    groups: &[usize],
+    now_millis: i64,
+) -> anyhow::Result<Vec<(CategoryOrAll, Span)>> {
+    let mut requests = publication::hot_requests(
+        &service.engine().read(),
+        Hour::from_millis(now_millis),
+        &serving.zone,
+    );
+    requests.retain(|(category, span)| groups.contains(&span_group(category, span)));
+    if serving.idle_millis > 0 {
+        let demand = serving
+            .store
+            .demand_since(now_millis.saturating_sub(serving.idle_millis))
+            .await?;
+        requests.retain(|(category, span)| demand.contains(&demand_member(category, span)));
+    }
+    Ok(requests)
+}
+
+/// Takes the spans published but no longer asked for out of Redis (when `generation` stays served) and
+/// out of the engine, so they cost nothing per event; `publisher.published` becomes `requests` (the
+/// spans about to be published). A span that left the hot set (the hour turned) is left in Redis to
+/// expire with its period; only the engine forgets it.
+async fn drop_idle_spans(
+    service: &RankingService,
+    serving: &Serving,
+    generation: Option<u64>,
+    requests: &[(CategoryOrAll, Span)],
+    now_millis: i64,
+    publisher: &mut Publisher,
+) -> anyhow::Result<()> {
+    let wanted: HashSet<(CategoryOrAll, Span)> = requests.iter().cloned().collect();
+    let idle: Vec<(CategoryOrAll, Span)> = publisher.published.difference(&wanted).cloned().collect();
+    if !idle.is_empty() {
+        if let Some(generation) = generation {
+            let now_hour = Hour::from_millis(now_millis);
+            let still_hot: Vec<(CategoryOrAll, Span)> = idle
+                .iter()
+                .filter(|(_, span)| is_hot(span, now_hour, &serving.zone))
+                .cloned()
+                .collect();
+            serving.store.unpublish(generation, &still_hot).await?;
+        }
+        let mut engine = service.engine().write();
+        for (category, span) in &idle {
+            engine.forget_span(category, *span);
+        }
+        tracing::debug!(
+            spans = idle.len(),
+            "hot spans nobody read lately taken out of redis"
+        );
+    }
+    publisher.published = wanted;
+    Ok(())
 }
 
 async fn publish_changes(
@@ -337,7 +514,16 @@ async fn publish_changes(
     now_millis: i64,
     publisher: &mut Publisher,
 ) -> anyhow::Result<()> {
-    let requests = hot_requests(service, &serving.zone, now_millis);
+    let requests = hot_requests(service, serving, &publisher.groups, now_millis).await?;
+    drop_idle_spans(
+        service,
+        serving,
+        Some(generation),
+        &requests,
+        now_millis,
+        publisher,
+    )
+    .await?;
     let engine = service.engine().clone();
     let depth = serving.depth;
     let epoch = publisher.policy_epoch;
@@ -372,6 +558,7 @@ async fn publish_changes(
         metrics::counter!("rankgate_serving_writes_total").increment(writes);
         metrics::counter!("rankgate_serving_calls_total").increment(calls);
     }
+    serving.store.add_group_costs(&publications).await?;
     let active = Active {
         generation,
         seq: 0,
@@ -382,7 +569,13 @@ async fn publish_changes(
     };
     match serving
         .store
-        .stamp(&serving.owner, &active, StampKind::NewerDataInCurrent)
+        .stamp(
+            &serving.owner,
+            &publisher.groups,
+            &active,
+            publisher.rebuilt,
+            StampKind::NewerDataInCurrent,
+        )
         .await?
     {
         Stamped::Done(_) => {
@@ -390,7 +583,7 @@ async fn publish_changes(
             Ok(())
         }
         Stamped::NotLeader => {
-            publisher.leader = false;
+            // A lease ran out (this instance stalled): the next tick deals the groups again.
             publisher.generation = None;
             Ok(())
         }
@@ -398,18 +591,23 @@ async fn publish_changes(
     }
 }
 
+/// Rebuilds every group this publisher holds into a fresh generation, checks the totals, and points
+/// the groups at it; `request` is the rebuild request (`rankgate rebuild`) this answers.
 async fn rebuild(
     service: &Arc<RankingService>,
     serving: &Arc<Serving>,
-    previous: Option<&Active>,
+    request: u64,
     now_millis: i64,
     lease_millis: u64,
     publisher: &mut Publisher,
 ) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let store = &serving.store;
+    let previous = publisher.generation.take();
     let generation = store.new_generation().await?;
-    let requests = hot_requests(service, &serving.zone, now_millis);
+    let requests = hot_requests(service, serving, &publisher.groups, now_millis).await?;
+    // The old generation is retired whole: only the engine must forget what is no longer read.
+    drop_idle_spans(service, serving, None, &requests, now_millis, publisher).await?;
     let engine = service.engine().clone();
     let depth = serving.depth;
     let (publications, as_of, policy, epoch, mixed) = tokio::task::spawn_blocking(move || {
@@ -430,7 +628,6 @@ async fn rebuild(
     .await?;
     if mixed {
         tracing::info!("a policy was installed during the redis rebuild; rebuilding again");
-        publisher.generation = None;
         return Ok(());
     }
     let published = store
@@ -464,21 +661,27 @@ async fn rebuild(
         depth: serving.depth,
         rebuild_requested: false,
     };
-    store.hold_lease(&serving.owner, lease_millis).await?;
+    // Renewed right before switching, so a long rebuild does not switch groups it no longer holds.
+    if store.hold_groups(&serving.owner, lease_millis).await? != publisher.groups {
+        return Ok(());
+    }
     match store
-        .stamp(&serving.owner, &active, StampKind::SwitchGeneration)
+        .stamp(
+            &serving.owner,
+            &publisher.groups,
+            &active,
+            request,
+            StampKind::SwitchGeneration,
+        )
         .await?
     {
         Stamped::Done(_) => {}
-        Stamped::NotLeader | Stamped::Lost => {
-            publisher.leader = false;
-            publisher.generation = None;
-            return Ok(());
-        }
+        Stamped::NotLeader | Stamped::Lost => return Ok(()),
     }
     publisher.generation = Some(generation);
     publisher.popular_version = policy;
     publisher.policy_epoch = epoch;
+    publisher.rebuilt = request;
     publisher.as_of_millis = as_of;
     metrics::counter!("rankgate_serving_rebuilds_total").increment(1);
     if let Published::Applied { writes, calls } = published {
@@ -486,6 +689,7 @@ async fn rebuild(
         metrics::counter!("rankgate_serving_calls_total").increment(calls);
         tracing::info!(
             generation,
+            groups = publisher.groups.len(),
             spans = publications.len(),
             writes,
             calls,
@@ -493,60 +697,69 @@ async fn rebuild(
             "rankings rebuilt into redis and switched"
         );
     }
-    if let Some(old) = previous.filter(|old| old.generation != generation) {
-        store.retire(old.generation, &categories).await?;
+    if let Some(old) = previous.filter(|old| *old != generation) {
+        store.retire(old, &categories).await?;
     }
     Ok(())
 }
 
-/// `rankgate rebuild` with `--redis`: asks for a rebuild of the serving store and waits until a new
-/// generation is active. When no instance holds the publisher lease (no server running), this process
-/// takes it and rebuilds from `service` itself. Returns the generation now served.
+/// `rankgate rebuild` with `--redis`: asks for a rebuild of the serving store and waits until every span
+/// group was rebuilt after the request. When no instance publishes (no server running), this process
+/// takes every group and rebuilds them from `service` itself. Returns the newest generation served.
 pub async fn rebuild_now(
     service: &Arc<RankingService>,
     serving: &Arc<Serving>,
     clock: &dyn Clock,
 ) -> anyhow::Result<u64> {
     let store = &serving.store;
-    let before = store.active().await?;
-    store.request_rebuild().await?;
+    let request = store.request_rebuild().await?;
     let lease_millis = 60_000;
-    if store.hold_lease(&serving.owner, lease_millis).await? {
+    if store.live_publishers().await? == 0 {
+        let groups = store.hold_groups(&serving.owner, lease_millis).await?;
         let mut publisher = Publisher {
-            leader: true,
+            groups,
             ..Publisher::default()
         };
-        let result = rebuild(
-            service,
-            serving,
-            before.as_ref(),
-            clock.now_millis(),
-            lease_millis,
-            &mut publisher,
-        )
-        .await;
-        store.release_lease(&serving.owner).await?;
+        let result = if publisher.groups.len() == SPAN_GROUPS {
+            rebuild(
+                service,
+                serving,
+                request,
+                clock.now_millis(),
+                lease_millis,
+                &mut publisher,
+            )
+            .await
+        } else {
+            Err(anyhow::anyhow!(
+                "{} of the {SPAN_GROUPS} span groups are still leased by an instance that stopped \
+                 moments ago; run the rebuild again in a few seconds",
+                SPAN_GROUPS - publisher.groups.len()
+            ))
+        };
+        store.leave_groups(&serving.owner).await?;
         result?;
         return publisher
             .generation
-            .context("the rebuild could not switch (another instance took the lease meanwhile)");
+            .context("the rebuild could not switch (an instance started and took a group meanwhile)");
     }
-    // A running instance publishes: it sees the request at its next tick.
+    // Running instances publish: each sees the request at its next tick.
     let deadline = std::time::Instant::now() + Duration::from_secs(600);
     loop {
-        if let Some(active) = store.active().await? {
-            if !active.rebuild_requested && before.as_ref().is_none_or(|b| b.generation != active.generation)
-            {
-                return Ok(active.generation);
+        if let Some(pointer) = store.pointer().await? {
+            let entries: Vec<_> = pointer.groups.iter().flatten().collect();
+            if entries.len() == SPAN_GROUPS && entries.iter().all(|entry| entry.rebuilt >= request) {
+                return Ok(entries.iter().map(|entry| entry.generation).max().unwrap_or(0));
             }
         }
         anyhow::ensure!(
             std::time::Instant::now() < deadline,
-            "the publishing instance did not rebuild within 10 minutes; check its log"
+            "the publishing instances did not rebuild within 10 minutes; check their logs"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
 /// Whether a generation as of `served` lags the newest ingest (`newest`) by more than `limit`. Nothing
 /// ingested here: nothing to lag behind.
 fn lags(served: Option<i64>, newest: Option<i64>, limit: i64) -> bool {

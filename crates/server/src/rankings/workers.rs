@@ -8,8 +8,12 @@ use tokio_util::sync::CancellationToken;
 
 use rankgate_core::period::Hour;
 use rankgate_store::ranking::engine::RankingEngine;
+use rankgate_store::ranking::redis_serving::is_hot;
 
 use super::Rankings;
+
+/// How long a hot span may go unused before a Redis-serving instance's engine drops it.
+const IDLE_HOT_SPAN: Duration = Duration::from_secs(10);
 
 /// Applies pending changes to every cached ranking well inside the freshness bound, so most reads find
 /// their span clean and need only the shared lock. Also moves the engine to the clock's hour: when the
@@ -18,17 +22,44 @@ use super::Rankings;
 pub(super) async fn run_refresher_until_stopped(rankings: Rankings, shutdown: CancellationToken) {
     let period = Duration::from_millis((rankings.config.freshness_millis / 4).max(10));
     let mut ticker = tokio::time::interval(period);
+    // With Redis serving, hot spans nobody used for ten seconds are dropped (see below).
+    let mut idle_check = tokio::time::Instant::now() + IDLE_HOT_SPAN;
+    let mut idle_mark = rankings.service.engine().read().use_mark();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
         }
         let engine = rankings.service.engine().clone();
-        let now = Hour::from_millis(rankings.clock.now_millis());
+        let now_millis = rankings.clock.now_millis();
+        let now = Hour::from_millis(now_millis);
+        // Redis answers hot reads once it holds the span; a hot span this engine answered before that (or
+        // that the publisher no longer follows) would be flushed here every tick for nobody.
+        let evict_idle_before = match rankings.service.serving() {
+            Some(_) if tokio::time::Instant::now() >= idle_check => {
+                idle_check = tokio::time::Instant::now() + IDLE_HOT_SPAN;
+                let mark = idle_mark;
+                idle_mark = engine.read().use_mark();
+                Some(mark)
+            }
+            _ => None,
+        };
+        let zone = rankings.config.zone.clone();
         let _ = tokio::task::spawn_blocking(move || {
             let dropped = engine.write().advance_to_hour(now);
             for query in &dropped {
                 RankingEngine::build_span_in_steps(&engine, query);
+            }
+            if let Some(mark) = evict_idle_before {
+                let evicted = engine
+                    .write()
+                    .evict_spans_unused_since(mark, |span| is_hot(span, now, &zone));
+                if evicted > 0 {
+                    tracing::debug!(
+                        evicted,
+                        "hot spans unused for ten seconds dropped from the engine"
+                    );
+                }
             }
             engine.write().flush_all();
         })

@@ -40,7 +40,7 @@
 //! Every span key expires at its span's end plus the grace period; the pointer and lease expire when no
 //! publisher renews them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -123,21 +123,127 @@ impl Default for ServingOptions {
     }
 }
 
-/// The active-version pointer.
+/// What the active-version pointer says of one span group: where reads of its spans go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Active {
-    /// Generation of the served keys.
+    /// Generation of the group's served keys.
     pub generation: u64,
-    /// Bumped by every publication: equal sequence numbers (in one generation) mean equal data.
+    /// The pointer's sequence number, bumped by every publication of any group: equal numbers mean
+    /// equal data.
     pub seq: u64,
-    /// Time of the latest ingest the served data includes.
+    /// Time of the latest ingest the group's served data includes.
     pub as_of_millis: Option<i64>,
     /// The `popular` policy version the served scores come from.
     pub popular_version: u32,
     /// Top-N-only depth, or `None` when every member is served.
     pub depth: Option<usize>,
-    /// An operator asked for a rebuild (`rankgate rebuild`); the publisher clears it when it switches.
+    /// An operator asked for a rebuild (`rankgate rebuild`) that this group has not answered yet.
     pub rebuild_requested: bool,
+}
+
+/// The active-version pointer: one entry per span group (module docs: span groups).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pointer {
+    /// Bumped by every publication of any group.
+    pub seq: u64,
+    /// Top-N-only depth, or `None` when every member is served.
+    pub depth: Option<usize>,
+    /// The latest rebuild request (`rankgate rebuild`), 0 when none was made.
+    pub rebuild: u64,
+    /// Per group (index = group), what it serves; `None` for a group not published yet.
+    pub groups: Vec<Option<GroupPointer>>,
+}
+
+impl Pointer {
+    /// Where reads of `group` go, `None` while nothing of it is published.
+    #[must_use]
+    pub fn active(&self, group: usize) -> Option<Active> {
+        let entry = self.groups.get(group)?.as_ref()?;
+        Some(Active {
+            generation: entry.generation,
+            seq: self.seq,
+            as_of_millis: entry.as_of_millis,
+            popular_version: entry.popular_version,
+            depth: self.depth,
+            rebuild_requested: self.rebuild > entry.rebuilt,
+        })
+    }
+}
+
+/// One span group's entry in the pointer: `generation asOf popular rebuilt` (`-` for no asOf).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupPointer {
+    /// Generation of the group's served keys.
+    pub generation: u64,
+    /// Time of the latest ingest its served data includes.
+    pub as_of_millis: Option<i64>,
+    /// The `popular` policy version its scores come from.
+    pub popular_version: u32,
+    /// The latest rebuild request it was rebuilt after.
+    pub rebuilt: u64,
+}
+
+impl GroupPointer {
+    fn parse(raw: &str) -> Result<GroupPointer, ServingError> {
+        let corrupt = || {
+            ServingError::Corrupt(format!(
+                "serving group pointer {raw:?} is not 'generation asOf popular rebuilt'"
+            ))
+        };
+        let mut parts = raw.split(' ');
+        let mut next = || parts.next().ok_or_else(corrupt);
+        let generation = parse_number(next()?, "generation")?;
+        let as_of = next()?;
+        let as_of_millis = (as_of != "-").then(|| parse_number(as_of, "asOf")).transpose()?;
+        let popular_version = parse_number(next()?, "policy version")?;
+        let rebuilt = parse_number(next()?, "rebuild request")?;
+        Ok(GroupPointer {
+            generation,
+            as_of_millis,
+            popular_version,
+            rebuilt,
+        })
+    }
+}
+
+/// How many span groups the hot spans are dealt into: `all`'s nine hot spans one group each, and every
+/// category's spans hashed over 27 more, so any number of publishers up to 36 gets a fair share of the
+/// work (see [`span_group`]).
+pub const SPAN_GROUPS: usize = 36;
+/// How old a deal of the span groups may get before it is made again from the costs measured since
+/// (a membership change makes one at once). Each new deal moves some groups, and whoever gains one
+/// rebuilds its groups, so not often.
+const REDEAL_MILLIS: u64 = 10 * 60 * 1000;
+/// Measured member writes from which a deal trusts the costs: the first deals of a fleet (before
+/// anything was published) split the groups evenly by count, and one more deal follows once this much
+/// was written.
+const SETTLED_COST: u64 = 100_000;
+/// The groups of `all`'s spans, one per hot span kind.
+const ALL_GROUPS: usize = 9;
+
+/// The span group of `category` over `span`, by the span's kind (the hour, day, …, 30-day window) and
+/// the category, never by the date, so a span stays in its group as periods turn. `all` takes the first
+/// nine groups, one per kind: every event moves it, so its spans are the heaviest and must not share a
+/// publisher. A category is hashed with the kind (FNV-1a, fixed here, so every instance and version
+/// agrees) over the other 27, so a big category's kinds spread over publishers too.
+#[must_use]
+pub fn span_group(category: &CategoryOrAll, span: &Span) -> usize {
+    let kind = match span {
+        Span::Period(key) => PeriodKind::ALL.iter().position(|k| *k == key.kind()).unwrap_or(0),
+        Span::Window { len, .. } => {
+            PeriodKind::ALL.len() + WindowLen::ALL.iter().position(|l| l == len).unwrap_or(0)
+        }
+    };
+    match category {
+        CategoryOrAll::All => kind % ALL_GROUPS,
+        CategoryOrAll::Category(name) => {
+            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+            for byte in name.as_str().bytes().chain([0xff, kind as u8]) {
+                hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+            }
+            ALL_GROUPS + (hash % (SPAN_GROUPS - ALL_GROUPS) as u64) as usize
+        }
+    }
 }
 
 impl Active {
@@ -254,7 +360,7 @@ struct Scripts {
     top: Script,
     rank: Script,
     sort: Script,
-    lease: Script,
+    groups: Script,
     stamp: Script,
 }
 
@@ -425,6 +531,13 @@ pub fn span_field(span: &Span) -> String {
     }
 }
 
+/// How a read hot span is named in the demand set: its span field and category, `|` between (the span
+/// field never holds one).
+#[must_use]
+pub fn demand_member(category: &CategoryOrAll, span: &Span) -> String {
+    format!("{}|{}", span_field(span), category.as_str())
+}
+
 /// The hot spans at `now_hour`, the ones Redis serves: the current hour, day, ISO week, month and year, and the
 /// four windows ending at `now_hour`.
 #[must_use]
@@ -509,7 +622,7 @@ impl RedisServing {
                 top: script(include_str!("lua/serving_top.lua")),
                 rank: script(include_str!("lua/serving_rank.lua")),
                 sort: script(include_str!("lua/serving_sort.lua")),
-                lease: script(include_str!("lua/serving_lease.lua")),
+                groups: script(include_str!("lua/serving_groups.lua")),
                 stamp: script(include_str!("lua/serving_stamp.lua")),
             },
             cluster,
@@ -569,23 +682,88 @@ impl RedisServing {
             .map(|key| format!("{key}:build"))
     }
 
-    /// Takes or renews the publisher lease for `owner`. True while `owner` holds it.
-    pub async fn hold_lease(&self, owner: &str, ttl_millis: u64) -> Result<bool, ServingError> {
-        let lease = self.global_key("lease");
-        let held: i64 = self
-            .connection
-            .invoke(self.scripts.lease.key(&lease).arg(owner).arg(ttl_millis))
-            .await?;
-        Ok(held == 1)
+    /// Registers `owner` as a live publisher for `ttl_millis` and holds its share of the span groups
+    /// (module docs: span groups): renews the groups dealt to it, takes those free, gives up those dealt
+    /// to another. Returns the groups it holds now, ascending.
+    pub async fn hold_groups(&self, owner: &str, ttl_millis: u64) -> Result<Vec<usize>, ServingError> {
+        self.deal_groups(owner, ttl_millis, "join").await
     }
 
-    /// Gives the lease up if `owner` holds it (clean shutdown), so another instance takes over at once.
-    pub async fn release_lease(&self, owner: &str) -> Result<(), ServingError> {
-        // Expiring it now is enough; a renewal by `owner` afterwards is harmless.
-        if self.hold_lease(owner, 1).await? {
-            tracing::debug!("publisher lease released");
+    /// Gives every group `owner` holds up and leaves the publishers (clean shutdown), so the others
+    /// take its groups over at their next tick.
+    pub async fn leave_groups(&self, owner: &str) -> Result<(), ServingError> {
+        self.deal_groups(owner, 1, "leave").await.map(drop)
+    }
+
+    async fn deal_groups(
+        &self,
+        owner: &str,
+        ttl_millis: u64,
+        mode: &str,
+    ) -> Result<Vec<usize>, ServingError> {
+        let mut invocation = self.scripts.groups.prepare_invoke();
+        invocation
+            .key(self.global_key("publishers"))
+            .key(self.global_key("deal"))
+            .key(self.global_key("group-cost"));
+        for group in 0..SPAN_GROUPS {
+            invocation.key(self.lease_key(group));
         }
+        invocation
+            .arg(owner)
+            .arg(ttl_millis.max(1))
+            .arg(mode)
+            .arg(REDEAL_MILLIS)
+            .arg(SETTLED_COST);
+        let held: Vec<usize> = self.connection.invoke(&invocation).await?;
+        Ok(held)
+    }
+
+    /// Adds what one publication round wrote per span group to the groups' measured costs, by which
+    /// the next deal balances the publishers ([`Self::hold_groups`]).
+    pub async fn add_group_costs(&self, publications: &[SpanPublication]) -> Result<(), ServingError> {
+        let mut costs = [0u64; SPAN_GROUPS];
+        for publication in publications {
+            costs[span_group(&publication.category, &publication.span)] += publication.writes() as u64;
+        }
+        let key = self.global_key("group-cost");
+        let mut pipeline = redis::pipe();
+        for (group, cost) in costs.iter().enumerate().filter(|(_, cost)| **cost > 0) {
+            pipeline
+                .cmd("HINCRBY")
+                .arg(&key)
+                .arg(format!("g{group}"))
+                .arg(*cost)
+                .ignore();
+        }
+        pipeline
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(400_i64 * 86_400_000)
+            .ignore();
+        let () = self.connection.pipeline(&pipeline).await?;
         Ok(())
+    }
+
+    /// Publishers registered within their ttl (for `rankgate rebuild`: is any instance publishing?).
+    pub async fn live_publishers(&self) -> Result<usize, ServingError> {
+        let key = self.global_key("publishers");
+        let mut pipeline = redis::pipe();
+        pipeline
+            .cmd("TIME")
+            .cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES");
+        let (time, members): ((String, String), Vec<(String, i64)>) =
+            self.connection.pipeline(&pipeline).await?;
+        let now = parse_number::<i64>(&time.0, "time")? * 1000 + parse_number::<i64>(&time.1, "time")? / 1000;
+        Ok(members.iter().filter(|(_, expiry)| *expiry > now).count())
+    }
+
+    fn lease_key(&self, group: usize) -> String {
+        self.global_key(&format!("lease:{group}"))
     }
 
     /// Hands out a fresh generation number.
@@ -601,67 +779,84 @@ impl RedisServing {
     }
 
     /// The active-version pointer, `None` when there is none (nothing published yet, or lost).
-    pub async fn active(&self) -> Result<Option<Active>, ServingError> {
+    pub async fn pointer(&self) -> Result<Option<Pointer>, ServingError> {
         let fields: HashMap<String, String> = self
             .connection
             .query(redis::cmd("HGETALL").arg(self.global_key("active")))
             .await?;
-        let (Some(generation), Some(seq)) = (fields.get("generation"), fields.get("seq")) else {
+        let Some(seq) = fields.get("seq") else {
             return Ok(None);
         };
         let optional = |name: &str| fields.get(name).filter(|v| !v.is_empty());
-        Ok(Some(Active {
-            generation: parse_number(generation, "generation")?,
+        let mut groups = vec![None; SPAN_GROUPS];
+        for (name, value) in &fields {
+            let Some(group) = name.strip_prefix('g').and_then(|g| g.parse::<usize>().ok()) else {
+                continue;
+            };
+            if let Some(slot) = groups.get_mut(group) {
+                *slot = Some(GroupPointer::parse(value)?);
+            }
+        }
+        Ok(Some(Pointer {
             seq: parse_number(seq, "seq")?,
-            as_of_millis: optional("asOf").map(|v| parse_number(v, "asOf")).transpose()?,
-            popular_version: optional("popular")
-                .map(|v| parse_number(v, "policy version"))
-                .transpose()?
-                .unwrap_or(1),
             depth: optional("depth").map(|v| parse_number(v, "depth")).transpose()?,
-            rebuild_requested: optional("rebuild").is_some(),
+            rebuild: optional("rebuild")
+                .map(|v| parse_number(v, "rebuild request"))
+                .transpose()?
+                .unwrap_or(0),
+            groups,
         }))
     }
 
-    /// Asks the publisher (whichever instance holds the lease) to rebuild into a fresh generation.
-    pub async fn request_rebuild(&self) -> Result<(), ServingError> {
-        let _: i64 = self
+    /// Asks the publishers to rebuild every group into a fresh generation; returns the request's number,
+    /// which each group's pointer reports once it was rebuilt after it ([`GroupPointer::rebuilt`]).
+    pub async fn request_rebuild(&self) -> Result<u64, ServingError> {
+        let request: u64 = self
             .connection
             .query(
-                redis::cmd("HSET")
+                redis::cmd("HINCRBY")
                     .arg(self.global_key("active"))
                     .arg("rebuild")
                     .arg(1),
             )
             .await?;
-        Ok(())
+        Ok(request)
     }
 
-    /// Moves the pointer to `active.generation`, or records newer data in the current one, as `kind`
-    /// says.
+    /// Points `groups` at `active.generation` (a generation just built in full for them, answering the
+    /// rebuild request `rebuilt`), or records that their generation got newer data (`asOf`, policy
+    /// version), as `kind` says; fenced by every one of their leases.
     pub async fn stamp(
         &self,
         owner: &str,
+        groups: &[usize],
         active: &Active,
+        rebuilt: u64,
         kind: StampKind,
     ) -> Result<Stamped, ServingError> {
         let ttl_millis = 2 * self.options.grace_millis.max(60_000);
-        let seq: i64 = self
-            .connection
-            .invoke(
-                self.scripts
-                    .stamp
-                    .key(self.global_key("active"))
-                    .key(self.global_key("lease"))
-                    .arg(owner)
-                    .arg(active.generation)
-                    .arg(active.as_of_millis.map(|m| m.to_string()).unwrap_or_default())
-                    .arg(active.popular_version)
-                    .arg(active.depth.map(|d| d.to_string()).unwrap_or_default())
-                    .arg(ttl_millis)
-                    .arg(kind.script_mode()),
+        let mut invocation = self.scripts.stamp.prepare_invoke();
+        invocation.key(self.global_key("active"));
+        for group in groups {
+            invocation.key(self.lease_key(*group));
+        }
+        invocation
+            .arg(owner)
+            .arg(active.generation)
+            .arg(
+                active
+                    .as_of_millis
+                    .map_or_else(|| "-".to_owned(), |m| m.to_string()),
             )
-            .await?;
+            .arg(active.popular_version)
+            .arg(active.depth.map(|d| d.to_string()).unwrap_or_default())
+            .arg(ttl_millis)
+            .arg(kind.script_mode())
+            .arg(rebuilt);
+        for group in groups {
+            invocation.arg(format!("g{group}"));
+        }
+        let seq: i64 = self.connection.invoke(&invocation).await?;
         Ok(match seq {
             -1 => Stamped::NotLeader,
             -2 => Stamped::Lost,
@@ -862,6 +1057,86 @@ impl RedisServing {
                 }
             }
             pipeline.cmd("PEXPIRE").arg(&totals).arg(grace).ignore();
+            let () = self.connection.pipeline(&pipeline).await?;
+        }
+        Ok(())
+    }
+
+    /// Records that the hot spans named by `members` ([`demand_member`]) were read at `now_millis`, so
+    /// the publisher keeps them published (module docs of the server's serving loop: demand). The set
+    /// lives in the `{rk}` slot and expires `keep_millis` after its last write.
+    pub async fn note_demand(
+        &self,
+        members: &[String],
+        now_millis: i64,
+        keep_millis: i64,
+    ) -> Result<(), ServingError> {
+        if members.is_empty() {
+            return Ok(());
+        }
+        let key = self.global_key("demand");
+        let mut add = redis::cmd("ZADD");
+        add.arg(&key);
+        for member in members {
+            add.arg(now_millis).arg(member);
+        }
+        let mut pipeline = redis::pipe();
+        pipeline
+            .add_command(add)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(keep_millis.max(1))
+            .ignore();
+        let () = self.connection.pipeline(&pipeline).await?;
+        Ok(())
+    }
+
+    /// The hot spans read at or after `since_millis` on any instance ([`demand_member`] strings); older
+    /// entries are dropped on the way, so the set holds only what was read within the idle time.
+    pub async fn demand_since(&self, since_millis: i64) -> Result<HashSet<String>, ServingError> {
+        let key = self.global_key("demand");
+        let mut pipeline = redis::pipe();
+        pipeline
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(format!("({since_millis}"))
+            .ignore()
+            .cmd("ZRANGEBYSCORE")
+            .arg(&key)
+            .arg(since_millis)
+            .arg("+inf");
+        let (members,): (Vec<String>,) = self.connection.pipeline(&pipeline).await?;
+        Ok(members.into_iter().collect())
+    }
+
+    /// Takes `spans` out of `generation`: their totals field first (from then on reads decline them and
+    /// the engine answers), then their keys. Per category, one pipeline in its slot.
+    pub async fn unpublish(
+        &self,
+        generation: u64,
+        spans: &[(CategoryOrAll, Span)],
+    ) -> Result<(), ServingError> {
+        let mut categories: Vec<&CategoryOrAll> = spans.iter().map(|(category, _)| category).collect();
+        categories.sort_unstable();
+        categories.dedup();
+        for category in categories {
+            let mut pipeline = redis::pipe();
+            let of_category = spans.iter().filter(|(c, _)| c == category);
+            for (_, span) in of_category.clone() {
+                pipeline
+                    .cmd("HDEL")
+                    .arg(self.totals_key(category, generation))
+                    .arg(span_field(span))
+                    .ignore();
+            }
+            for (_, span) in of_category {
+                pipeline
+                    .cmd("DEL")
+                    .arg(self.span_keys(category, span, generation).to_vec())
+                    .ignore();
+            }
             let () = self.connection.pipeline(&pipeline).await?;
         }
         Ok(())

@@ -208,6 +208,12 @@ impl RankingEngine {
         self.top(query, 0, usize::MAX).items
     }
 
+    /// Whether `category` is `all` or a category seen so far.
+    #[must_use]
+    pub fn knows_category(&self, category: &CategoryOrAll) -> bool {
+        self.categories.lookup(category).is_some()
+    }
+
     /// `all` and every category seen so far.
     pub fn categories(&self) -> Vec<CategoryOrAll> {
         std::iter::once(CategoryOrAll::All)

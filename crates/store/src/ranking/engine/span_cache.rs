@@ -288,6 +288,53 @@ impl RankingEngine {
         }
     }
 
+    /// A mark of the least-recently-used clock: a span not used after it has not been read, built or
+    /// published since (see [`RankingEngine::evict_spans_unused_since`]).
+    #[must_use]
+    pub fn use_mark(&self) -> u64 {
+        self.lru_clock.load(AtomicOrdering::Relaxed)
+    }
+
+    /// Drops the cached spans for which `evictable` holds that nobody used since `mark` (a
+    /// [`RankingEngine::use_mark`] taken earlier). With Redis serving, a hot span the engine answered only
+    /// until Redis held it would otherwise be kept current on every event for nobody.
+    pub fn evict_spans_unused_since(&mut self, mark: u64, evictable: impl Fn(&Span) -> bool) -> usize {
+        let before = self.spans.len();
+        self.spans.retain(|key, state| {
+            state.last_used.load(AtomicOrdering::Relaxed) >= mark || !evictable(&key.span)
+        });
+        let evicted = before - self.spans.len();
+        if evicted > 0 {
+            let spans = &self.spans;
+            for (category, list) in &mut self.spans_by_category {
+                list.retain(|span| {
+                    spans.contains_key(&SpanKey {
+                        category: *category,
+                        span: *span,
+                    })
+                });
+            }
+        }
+        evicted
+    }
+
+    /// Drops one cached span and its change log, if cached: a span the Redis publication no longer
+    /// follows costs nothing per event from then on, and if it is read or published again it is built
+    /// anew (so its next [`RankingEngine::take_span_changes`] says `Rebuilt`).
+    pub fn forget_span(&mut self, category: &CategoryOrAll, span: Span) {
+        let Some(category) = self.categories.lookup(category) else {
+            return;
+        };
+        let key = SpanKey { category, span };
+        if self.spans.remove(&key).is_none() {
+            return;
+        }
+        // Answers do not change (a forgotten span is rebuilt equal), so the generation stays.
+        if let Some(list) = self.spans_by_category.get_mut(&category) {
+            list.retain(|cached| *cached != span);
+        }
+    }
+
     /// Drops every cached span (they are rebuilt on demand); used by verification to bound memory.
     pub fn evict_cached_spans(&mut self) {
         self.spans.clear();

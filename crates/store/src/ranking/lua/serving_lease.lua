@@ -1,4 +1,4 @@
--- Takes or renews the publisher lease. KEYS[1]: lease. ARGV: owner, ttl ms. Returns 1 when held by owner.
+-- Takes or renews a lease (the webhook ledger's). KEYS[1]: lease. ARGV: owner, ttl ms. Returns 1 when held by owner.
 local current = redis.call('GET', KEYS[1])
 if current == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
