@@ -22,7 +22,8 @@ use rankgate_store::ranking::engine::{RankedItem, RankingEngine, RankingQuery};
 use rankgate_store::ranking::publication::{take_publication, PublicationScope};
 use rankgate_store::ranking::recompute::BatchModel;
 use rankgate_store::ranking::redis_serving::{
-    demand_member, Active, Published, RedisServing, ServingOptions, StampKind, Stamped, PUBLISHED_RANKERS,
+    demand_member, span_group, Active, Published, RedisServing, ServingOptions, StampKind, Stamped,
+    PUBLISHED_RANKERS, SPAN_GROUPS,
 };
 use rankgate_store::ranking::sqlite::SqliteSource;
 use rankgate_testkit::postgres_schemas::{postgres_url, SchemaGuard};
@@ -387,9 +388,27 @@ async fn the_pointer_is_fenced_by_the_lease(urls: Vec<String>) {
     };
     let a = connect(&urls, &prefix).await;
     let b = connect(&urls, &prefix).await;
-    assert!(a.hold_lease("a", 60_000).await.unwrap());
-    assert!(!b.hold_lease("b", 60_000).await.unwrap(), "one holder at a time");
-    assert!(a.hold_lease("a", 60_000).await.unwrap(), "the holder renews");
+    let c = connect(&urls, &prefix).await;
+    let every: Vec<usize> = (0..SPAN_GROUPS).collect();
+    assert_eq!(
+        a.hold_groups("a", 60_000).await.unwrap(),
+        every,
+        "alone: every group"
+    );
+    // A second publisher joins: the groups are dealt again, but a group still leased to `a` is not
+    // taken until `a` gives it up at its next call.
+    assert_eq!(b.hold_groups("b", 60_000).await.unwrap(), Vec::<usize>::new());
+    let of_a = a.hold_groups("a", 60_000).await.unwrap();
+    let of_b = b.hold_groups("b", 60_000).await.unwrap();
+    assert_eq!(
+        of_a.len() + of_b.len(),
+        SPAN_GROUPS,
+        "every group held once: {of_a:?} {of_b:?}"
+    );
+    assert!(of_a.iter().all(|g| !of_b.contains(g)), "no group held twice");
+    assert_eq!(of_a.len(), SPAN_GROUPS / 2, "with no costs measured, half each");
+    assert_eq!(a.live_publishers().await.unwrap(), 2);
+
     let first = Active {
         generation: a.new_generation().await.unwrap(),
         seq: 0,
@@ -399,47 +418,149 @@ async fn the_pointer_is_fenced_by_the_lease(urls: Vec<String>) {
         rebuild_requested: false,
     };
     assert_eq!(
-        b.stamp("b", &first, StampKind::SwitchGeneration).await.unwrap(),
-        Stamped::NotLeader
+        b.stamp("b", &of_a, &first, 0, StampKind::SwitchGeneration)
+            .await
+            .unwrap(),
+        Stamped::NotLeader,
+        "only the holder of every group named switches it"
     );
-    assert!(b.active().await.unwrap().is_none());
-    let Stamped::Done(seq) = a.stamp("a", &first, StampKind::SwitchGeneration).await.unwrap() else {
+    assert!(b.pointer().await.unwrap().is_none());
+    let Stamped::Done(seq) = a
+        .stamp("a", &of_a, &first, 0, StampKind::SwitchGeneration)
+        .await
+        .unwrap()
+    else {
         panic!("the holder switches");
     };
-    let active = b
-        .active()
+    let pointer = b
+        .pointer()
         .await
         .unwrap()
         .expect("every instance sees the pointer");
-    assert_eq!(active, Active { seq, ..first.clone() });
+    assert_eq!(pointer.active(of_a[0]), Some(Active { seq, ..first.clone() }));
+    assert_eq!(pointer.active(of_b[0]), None, "b's groups are not published yet");
     let other = Active {
         generation: first.generation + 1,
         ..first.clone()
     };
     assert_eq!(
-        a.stamp("a", &other, StampKind::NewerDataInCurrent).await.unwrap(),
+        a.stamp("a", &of_a, &other, 0, StampKind::NewerDataInCurrent)
+            .await
+            .unwrap(),
         Stamped::Lost,
         "not the current generation"
     );
-    assert!(
-        matches!(a.stamp("a", &first, StampKind::NewerDataInCurrent).await.unwrap(), Stamped::Done(n) if n > seq)
+    assert_eq!(
+        b.stamp("b", &of_b, &first, 0, StampKind::NewerDataInCurrent)
+            .await
+            .unwrap(),
+        Stamped::Lost,
+        "a group never switched has no data to be newer than"
     );
-    b.request_rebuild().await.unwrap();
+    assert!(matches!(
+        a.stamp("a", &of_a, &first, 0, StampKind::NewerDataInCurrent).await.unwrap(),
+        Stamped::Done(n) if n > seq
+    ));
+    let request = b.request_rebuild().await.unwrap();
     assert!(
-        a.active().await.unwrap().unwrap().rebuild_requested,
+        a.pointer()
+            .await
+            .unwrap()
+            .unwrap()
+            .active(of_a[0])
+            .unwrap()
+            .rebuild_requested,
         "any instance may ask"
     );
-    a.stamp("a", &first, StampKind::SwitchGeneration).await.unwrap();
+    a.stamp("a", &of_a, &first, 0, StampKind::NewerDataInCurrent)
+        .await
+        .unwrap();
     assert!(
-        !a.active().await.unwrap().unwrap().rebuild_requested,
+        a.pointer()
+            .await
+            .unwrap()
+            .unwrap()
+            .active(of_a[0])
+            .unwrap()
+            .rebuild_requested,
+        "newer data is not a rebuild"
+    );
+    a.stamp("a", &of_a, &first, request, StampKind::SwitchGeneration)
+        .await
+        .unwrap();
+    assert!(
+        !a.pointer()
+            .await
+            .unwrap()
+            .unwrap()
+            .active(of_a[0])
+            .unwrap()
+            .rebuild_requested,
         "a switch answers the request"
     );
-    a.release_lease("a").await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    assert!(
-        b.hold_lease("b", 60_000).await.unwrap(),
-        "a released lease is taken over"
+
+    // `a` leaves: `b` takes every group at its next call; a third joins and gets a share.
+    a.leave_groups("a").await.unwrap();
+    assert_eq!(
+        b.hold_groups("b", 60_000).await.unwrap(),
+        every,
+        "a left group is taken over"
     );
+    assert_eq!(
+        a.stamp("a", &of_a, &first, 0, StampKind::NewerDataInCurrent)
+            .await
+            .unwrap(),
+        Stamped::NotLeader,
+        "a publisher that left cannot stamp"
+    );
+    c.hold_groups("c", 60_000).await.unwrap();
+    b.hold_groups("b", 60_000).await.unwrap();
+    assert_eq!(c.hold_groups("c", 60_000).await.unwrap().len(), SPAN_GROUPS / 2);
+
+    // A publisher that stops renewing: its groups are taken over once its lease runs out.
+    let of_c = c.hold_groups("c", 300).await.unwrap();
+    assert!(!of_c.is_empty());
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(
+        b.hold_groups("b", 60_000).await.unwrap(),
+        every,
+        "a dead publisher's groups are taken over within its lease time"
+    );
+}
+
+/// Span groups: `all`'s nine hot spans each in a group of their own, a category's spread, and the same
+/// group whatever the date.
+#[test]
+fn span_groups_spread_all_and_stay_put_as_periods_turn() {
+    let zone = Zone::utc();
+    let now = Hour::from_millis(BASE);
+    let spans = rankgate_store::ranking::redis_serving::hot_spans(now, &zone);
+    let mut of_all: Vec<usize> = spans
+        .iter()
+        .map(|span| span_group(&CategoryOrAll::All, span))
+        .collect();
+    of_all.sort_unstable();
+    assert_eq!(of_all, (0..9).collect::<Vec<_>>());
+    let later = rankgate_store::ranking::redis_serving::hot_spans(now.plus(24 * 40), &zone);
+    for category in categories() {
+        for (span, later) in spans.iter().zip(&later) {
+            assert_eq!(
+                span_group(&category, span),
+                span_group(&category, later),
+                "{category} {span:?}"
+            );
+            assert!(span_group(&category, span) < SPAN_GROUPS);
+        }
+    }
+    let toys = CategoryOrAll::Category(rankgate_core::ids::Category::parse("toys").unwrap());
+    let mut of_toys: Vec<usize> = spans.iter().map(|span| span_group(&toys, span)).collect();
+    of_toys.sort_unstable();
+    of_toys.dedup();
+    assert!(
+        of_toys.len() >= 5,
+        "a category's spans spread over groups: {of_toys:?}"
+    );
+    assert!(of_toys.iter().all(|group| *group >= 9));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -491,11 +612,11 @@ async fn spans_leave_and_rejoin_by_demand(urls: Vec<String>) {
     };
     assert_eq!(
         since(store.demand_since(1_500).await.unwrap()),
-        [all_week.clone()]
+        std::slice::from_ref(&all_week)
     );
     assert_eq!(
         since(store.demand_since(0).await.unwrap()),
-        [all_week.clone()],
+        std::slice::from_ref(&all_week),
         "entries read before the idle time were dropped"
     );
 

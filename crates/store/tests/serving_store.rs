@@ -15,7 +15,7 @@ mod workload;
 use rankgate_core::period::Zone;
 use rankgate_store::ranking::publication::{take_publication, PublicationScope};
 use rankgate_store::ranking::redis_serving::{
-    Active, Published, RedisServing, ServingOptions, StampKind, Stamped,
+    Active, Published, RedisServing, ServingOptions, StampKind, Stamped, SPAN_GROUPS,
 };
 use rankgate_store::ranking::serving_store::{EngineServing, ServingStore};
 use rankgate_testkit::redis_servers::{cluster, standalone_url, unique_prefix, KeyCleanup};
@@ -69,7 +69,9 @@ async fn publish_and_point(
         .await
         .expect("redis answers");
     assert!(matches!(published, Published::Applied { .. }), "{published:?}");
-    assert!(store.hold_lease(owner, 60_000).await.expect("redis answers"));
+    // Alone, `owner` holds every span group; one stamp points them all at `generation`.
+    let groups = store.hold_groups(owner, 60_000).await.expect("redis answers");
+    assert_eq!(groups.len(), SPAN_GROUPS);
     let active = Active {
         generation,
         seq: 0,
@@ -79,15 +81,23 @@ async fn publish_and_point(
         rebuild_requested: false,
     };
     let stamped = store
-        .stamp(owner, &active, stamp_kind)
+        .stamp(owner, &groups, &active, 0, stamp_kind)
         .await
         .expect("redis answers");
     assert!(matches!(stamped, Stamped::Done(_)), "{stamped:?}");
-    store
-        .active()
+    let pointer = store
+        .pointer()
         .await
         .expect("redis answers")
-        .expect("the pointer was just stamped")
+        .expect("the pointer was just stamped");
+    let active = pointer.active(0).expect("group 0 was stamped");
+    assert!(
+        groups
+            .iter()
+            .all(|group| pointer.active(*group).as_ref() == Some(&active)),
+        "every group points at the same generation"
+    );
+    active
 }
 
 async fn redis_answers_what_the_recompute_ranks(urls: Vec<String>, depth: Option<usize>) {

@@ -110,7 +110,7 @@ fn as_producers_write(
     let object = json.as_object_mut().expect("an event is an object");
     if rng.random_bool(rfc3339_share.clamp(0.0, 1.0)) {
         let timestamp = jiff::Timestamp::from_millisecond(event.ts).expect("workload times are in range");
-        let text = if event.id.seq % 2 == 0 {
+        let text = if event.id.seq.is_multiple_of(2) {
             format!("{timestamp:.3}")
         } else {
             let offset = jiff::tz::TimeZone::fixed(jiff::tz::offset(9));

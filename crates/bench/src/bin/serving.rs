@@ -429,7 +429,11 @@ async fn rebuild(args: &Args, prefix: &str) -> anyhow::Result<()> {
     store
         .publish(generation, &publications, &zone, now_hour.start_millis())
         .await?;
-    anyhow::ensure!(store.hold_lease("servingbench", 60_000).await?, "lease");
+    let groups = store.hold_groups("servingbench", 60_000).await?;
+    anyhow::ensure!(
+        !groups.is_empty(),
+        "no span group free (is a server publishing to this Redis?)"
+    );
     let active = Active {
         generation,
         seq: 0,
@@ -440,10 +444,11 @@ async fn rebuild(args: &Args, prefix: &str) -> anyhow::Result<()> {
     };
     anyhow::ensure!(matches!(
         store
-            .stamp("servingbench", &active, StampKind::SwitchGeneration)
+            .stamp("servingbench", &groups, &active, 0, StampKind::SwitchGeneration)
             .await?,
         Stamped::Done(_)
     ));
+    store.leave_groups("servingbench").await?;
     let elapsed = started.elapsed();
     let (calls, writes) = store.publish_counters();
     println!(

@@ -1,20 +1,24 @@
 //! Serving rankings from Redis (`--redis`): the publisher that keeps Redis current, and what this instance
 //! knows of the active-version pointer (by which the reader routes reads).
 //!
-//! # Publisher (one instance at a time)
-//! Every instance runs [`run_until_stopped`]. Each tick (freshness / 4) it tries to take or renew the
-//! publisher lease; the holder publishes, the others only watch the active-version pointer. The holder:
-//! - on taking the lease, after any failure, when the pointer is gone (Redis restarted empty or was
-//!   flushed) or when the engine installed a `popular` policy (switched here, or followed from another
-//!   instance through the change feed; [`rankgate_store::ranking::engine::RankingEngine::policy_epoch`]): **rebuilds** — every hot span, whole, into a fresh
-//!   generation beside the served one; checks the totals Redis holds against the engine's; switches the
-//!   pointer (fenced by the lease); lets the old generation expire after the grace period;
+//! # Publishers (every instance, each for its share)
+//! Every instance runs [`run_until_stopped`]. Each tick (freshness / 4) it registers as a publisher and
+//! holds its share of the span groups (`RedisServing::hold_groups`: the hot spans are dealt into 36 groups
+//! by category and span kind, and the groups among the live instances by measured cost), then publishes
+//! those groups only; its engine forgets the spans of any group it gave up. For its groups it:
+//! - on gaining a group, after any failure, when a group's entry in the pointer is gone or names another
+//!   generation (Redis restarted empty or was flushed) or when the engine installed a `popular` policy
+//!   (switched here, or followed from another instance through the change feed;
+//!   [`rankgate_store::ranking::engine::RankingEngine::policy_epoch`]): **rebuilds**: every hot span of its
+//!   groups, whole, into a fresh generation of its own; checks the totals Redis holds against the
+//!   engine's; points its groups' entries at it (fenced by their leases); lets its old generation expire
+//!   after the grace period;
 //! - otherwise publishes **changes**: [`publication`] reads the engine's change log of each hot span, the
 //!   products whose key moved per ranker since the last round (one entry per product however many events
 //!   touched it; a view moves `popular` and the detail only), taking the engine lock one category at a
 //!   time so ingest interleaves; Lua calls of at most `max_writes_per_call` member writes each, categories
-//!   in parallel; then bumps the pointer's sequence number, which tells every instance to drop its cached
-//!   responses.
+//!   in parallel; then stamps its groups' entries and bumps the pointer's sequence number, which tells
+//!   every instance to drop its cached responses.
 //!
 //! Hot spans are the current hour, day, ISO week, month and year and the four windows ending at the current
 //! hour, for `all` and every category. Older spans are answered by each instance's engine, which is
@@ -43,9 +47,10 @@
 //! no pointer (nothing published yet, or lost), a read or poll failed to reach it since the last
 //! successful poll, or the served generation lags this instance's newest ingest by more than twice the
 //! freshness bound (its publisher died and the lease has not moved yet, or a rebuild is under way). The
-//! [`RankingsReader`](super::reader::RankingsReader) routes each read by it (answering from the
-//! in-process engine with `stale: true` while it is stale), `/readyz` reports it, and the gauge
-//! `rankgate_serving_stale` is set from it whenever `/metrics` is rendered, so the three never disagree.
+//! [`RankingsReader`](super::reader::RankingsReader) routes each read by it, by the entry of the span's
+//! group (a dead publisher's groups lag while the others stay current), answering from the in-process
+//! engine with `stale: true` while it is stale; `/readyz` reports the worst group, and the gauge
+//! `rankgate_serving_stale` is set from that whenever `/metrics` is rendered.
 //! Ingest never waits for Redis.
 
 use std::collections::{HashMap, HashSet};

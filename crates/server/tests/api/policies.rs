@@ -90,12 +90,19 @@ impl Fleet {
             .expect("the shared Redis");
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
-            let served: Option<u64> = redis::cmd("HGET")
+            // Every span group's entry is "generation asOf popular rebuilt"; all of them must serve it.
+            let pointer: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
                 .arg(format!("{prefix}{{rk}}:active"))
-                .arg("popular")
                 .query(&mut connection)
-                .expect("HGET of the serving pointer");
-            if served == Some(version) {
+                .expect("HGETALL of the serving pointer");
+            let served: Vec<Option<u64>> = (0..rankgate_store::ranking::redis_serving::SPAN_GROUPS)
+                .map(|group| {
+                    pointer
+                        .get(&format!("g{group}"))
+                        .and_then(|entry| entry.split(' ').nth(2)?.parse().ok())
+                })
+                .collect();
+            if served.iter().all(|popular| *popular == Some(version)) {
                 return;
             }
             assert!(

@@ -5,8 +5,11 @@
 //!   include what was ingested meanwhile;
 //! - Redis restarted empty: rankgate notices, rebuilds it from PostgreSQL on its own, reads are fresh
 //!   again, and `rankgate verify --url` passes;
-//! - two instances share the Redis: one publishes, both answer identically; Top-N-only mode answers
-//!   past the depth from the source of truth.
+//! - two instances share the Redis: each publishes a share of the span groups, both answer
+//!   identically; Top-N-only mode answers past the depth from the source of truth;
+//! - publication by demand: a hot span nobody reads is not in Redis, one read puts it there, and
+//!   idleness takes it out again, answers equal to the engine's throughout;
+//! - an instance that stops hands its span groups over: the other publishes every group, fresh.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -86,8 +89,19 @@ fn wait_for<T>(limit: Duration, what: &str, mut probe: impl FnMut() -> Option<T>
 }
 
 async fn spawn_serving(schema: &str, redis_url: &str, depth: Option<usize>) -> TestApp {
+    spawn_serving_idle(schema, redis_url, depth, 600_000).await
+}
+
+/// [`spawn_serving`] with `serving_idle_seconds` in milliseconds.
+async fn spawn_serving_idle(
+    schema: &str,
+    redis_url: &str,
+    depth: Option<usize>,
+    idle_millis: i64,
+) -> TestApp {
     let (schema, redis_url) = (schema.to_string(), redis_url.to_string());
     spawn_app_with(move |config| {
+        config.rankings.serving_idle_millis = idle_millis;
         config.rankings.database = Some(postgres_url());
         config.rankings.database_schema = schema;
         config.redis = vec![redis_url];
@@ -146,10 +160,10 @@ async fn redis_serves_rankings_and_its_loss_is_survived_and_repaired() {
     })
     .await;
     assert_eq!(served["total"], 17);
-    assert!(
-        !redis.keys("rgtest:serving:{rk:all}:units:daily:*").is_empty(),
-        "the daily ranking is held in redis"
-    );
+    // Read once, the span is in demand: Redis holds it from the publisher's next tick on.
+    wait_for(Duration::from_secs(10), "the daily ranking held in redis", || {
+        (!redis.keys("rgtest:serving:{rk:all}:units:daily:*").is_empty()).then_some(())
+    });
     let engine = app.rankings().top(
         &rankgate_store::ranking::engine::RankingQuery {
             ranker: rankgate_core::ranker::RankerName::Units,
@@ -202,9 +216,10 @@ async fn redis_serves_rankings_and_its_loss_is_survived_and_repaired() {
         body["stale"] == false && units_sum(body) == expected_units(600)
     })
     .await;
-    assert!(
-        !redis.keys("rgtest:serving:{rk:all}:units:daily:*").is_empty(),
-        "rebuilt without an operator"
+    wait_for(
+        Duration::from_secs(10),
+        "redis rebuilt without an operator",
+        || (!redis.keys("rgtest:serving:{rk:all}:units:daily:*").is_empty()).then_some(()),
     );
 
     let data_dir = app.data_dir.display().to_string();
@@ -264,24 +279,48 @@ async fn two_instances_share_one_redis_and_top_n_only_answers_past_the_depth() {
         .get_json(&format!("/v1/products/{tenth}/rank?ranker=units&window=1d"))
         .await;
     assert_eq!(rank["rank"], json!(10), "a rank past the depth is still answered");
-    assert_eq!(
-        redis.keys("rgtest:serving:{rk}:lease").len(),
-        1,
-        "one publisher lease for both instances"
-    );
-
-    // `rankgate rebuild --redis`: the publishing instance rebuilds into a fresh generation, checks it and
-    // switches; both instances go on answering the same.
-    let generation = |redis: &OwnRedis| -> String {
+    // The publication is spread: every span group leased once, the two instances sharing them.
+    let owners: std::collections::HashSet<String> = {
         let mut connection = redis::Client::open(redis.url())
             .unwrap()
             .get_connection()
             .unwrap();
-        redis::cmd("HGET")
-            .arg("rgtest:serving:{rk}:active")
-            .arg("generation")
-            .query(&mut connection)
+        let leases = redis.keys("rgtest:serving:{rk}:lease:*");
+        assert_eq!(
+            leases.len(),
+            rankgate_store::ranking::redis_serving::SPAN_GROUPS,
+            "{leases:?}"
+        );
+        leases
+            .iter()
+            .map(|lease| {
+                redis::cmd("GET")
+                    .arg(lease)
+                    .query::<String>(&mut connection)
+                    .unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(owners.len(), 2, "both instances publish a share");
+
+    // `rankgate rebuild --redis`: the publishing instance rebuilds into a fresh generation, checks it and
+    // switches; both instances go on answering the same.
+    // The newest generation any span group points at (entries are "generation asOf popular rebuilt").
+    let generation = |redis: &OwnRedis| -> u64 {
+        let mut connection = redis::Client::open(redis.url())
             .unwrap()
+            .get_connection()
+            .unwrap();
+        let pointer: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg("rgtest:serving:{rk}:active")
+            .query(&mut connection)
+            .unwrap();
+        pointer
+            .iter()
+            .filter(|(field, _)| field.starts_with('g'))
+            .filter_map(|(_, entry)| entry.split(' ').next()?.parse().ok())
+            .max()
+            .expect("a published group")
     };
     let before = generation(&redis);
     let cli = tempfile::tempdir().unwrap();
@@ -315,5 +354,160 @@ async fn two_instances_share_one_redis_and_top_n_only_answers_past_the_depth() {
     let after = read_until(&b, deep, "b after the rebuild", |body| body["stale"] == false).await;
     assert_eq!(after["items"], full_a["items"]);
     a.stop().await;
+    b.stop().await;
+}
+
+/// The keys of `category`'s daily rankings in Redis (any generation, any ranker, and the detail).
+fn daily_keys(redis: &OwnRedis, category: &str) -> Vec<String> {
+    redis.keys(&format!("rgtest:serving:{{rk:{category}}}:*:daily:*"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_hot_spans_somebody_reads_are_published() {
+    let schema = format!("rgtest_serving_demand_{}", std::process::id());
+    let _schema = SchemaGuard::named(schema.clone());
+    let redis = OwnRedis::start();
+    let app = spawn_serving_idle(&schema, &redis.url(), None, 1_500).await;
+    let now = now_millis();
+    app.post_events_ok(&sales(0, 300, now)).await;
+    // Published rounds happen every tick; nobody read anything, so nothing of c1 is held.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(
+        daily_keys(&redis, "c1").is_empty(),
+        "an unread span is not published"
+    );
+
+    let top = "/v1/categories/c1/top?ranker=units&period=daily&limit=100";
+    let expected = |app: &TestApp| {
+        app.rankings().top(
+            &rankgate_store::ranking::engine::RankingQuery {
+                ranker: rankgate_core::ranker::RankerName::Units,
+                category: rankgate_core::ids::CategoryOrAll::Category(
+                    rankgate_core::ids::Category::parse("c1").unwrap(),
+                ),
+                span: rankgate_core::period::Span::Period(rankgate_core::period::PeriodKey::containing(
+                    rankgate_core::period::PeriodKind::Daily,
+                    rankgate_core::period::Hour::from_millis(now),
+                    &rankgate_core::period::Zone::utc(),
+                )),
+            },
+            0,
+            100,
+        )
+    };
+    let products = |body: &Value| -> Vec<String> {
+        body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["productId"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let engine: Vec<String> = expected(&app)
+        .items
+        .iter()
+        .map(|i| i.product.to_string())
+        .collect();
+    // The first read is the engine's (fresh), and puts the span in demand.
+    let first = app.get_json(top).await;
+    assert_eq!(first["stale"], false);
+    assert_eq!(products(&first), engine);
+    wait_for(
+        Duration::from_secs(10),
+        "c1's daily span published after one read",
+        || (!daily_keys(&redis, "c1").is_empty()).then_some(()),
+    );
+    assert!(daily_keys(&redis, "c2").is_empty(), "c2 was never read");
+    // New events reach the published span, and reads (now from Redis) equal the engine.
+    app.post_events_ok(&sales(300, 150, now)).await;
+    let served = read_until(&app, top, "redis follows the new events", |body| {
+        body["stale"] == false && units_sum(body) == c1_units(450)
+    })
+    .await;
+    let engine: Vec<String> = expected(&app)
+        .items
+        .iter()
+        .map(|i| i.product.to_string())
+        .collect();
+    assert_eq!(products(&served), engine);
+
+    // Unread for longer than the idle time: taken out of Redis; the next read still answers the same.
+    wait_for(
+        Duration::from_secs(15),
+        "c1's daily span taken out once idle",
+        || daily_keys(&redis, "c1").is_empty().then_some(()),
+    );
+    let again = app.get_json(top).await;
+    assert_eq!(again["stale"], false);
+    assert_eq!(products(&again), engine);
+    app.stop().await;
+}
+
+/// Units of the events of [`sales`] `0..count` in category `c1`.
+fn c1_units(count: usize) -> i64 {
+    (0..count)
+        .filter(|i| i % 3 == 1)
+        .map(|i| 1 + (i % 3) as i64)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_instance_hands_its_span_groups_over() {
+    let schema = format!("rgtest_serving_handover_{}", std::process::id());
+    let _schema = SchemaGuard::named(schema.clone());
+    let redis = OwnRedis::start();
+    // Every hot span published (idle 0), so every group has spans to hand over.
+    let a = spawn_serving_idle(&schema, &redis.url(), None, 0).await;
+    let b = spawn_serving_idle(&schema, &redis.url(), None, 0).await;
+    let now = now_millis();
+    a.post_events_ok(&sales(0, 200, now)).await;
+    let lease_owners = || -> std::collections::HashSet<String> {
+        let mut connection = redis::Client::open(redis.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis
+            .keys("rgtest:serving:{rk}:lease:*")
+            .iter()
+            .filter_map(|lease| {
+                redis::cmd("GET")
+                    .arg(lease)
+                    .query::<Option<String>>(&mut connection)
+                    .unwrap()
+            })
+            .collect()
+    };
+    wait_for(Duration::from_secs(20), "both instances holding groups", || {
+        (lease_owners().len() == 2).then_some(())
+    });
+    let top = "/v1/categories/all/top?ranker=units&window=1d&limit=20";
+    let before = read_until(&b, top, "b serves all 200 events", |body| {
+        body["stale"] == false && units_sum(body) == expected_units(200) && body["total"] == 17
+    })
+    .await;
+    a.stop().await;
+    // a gave its groups up on the way out: b holds every one within the lease time (3 s) and publishes
+    // what is ingested through it.
+    let started = std::time::Instant::now();
+    wait_for(Duration::from_secs(10), "b holding every group", || {
+        let owners = lease_owners();
+        (owners.len() == 1
+            && redis.keys("rgtest:serving:{rk}:lease:*").len()
+                == rankgate_store::ranking::redis_serving::SPAN_GROUPS)
+            .then_some(())
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "taken over within the lease time"
+    );
+    b.post_events_ok(&sales(200, 100, now)).await;
+    let after = read_until(&b, top, "b publishes every group after a left", |body| {
+        body["stale"] == false && units_sum(body) == expected_units(300)
+    })
+    .await;
+    let ready = b.get_json("/readyz").await;
+    assert_eq!(ready["serving"]["stale"], false, "{ready}");
+    assert_eq!(after["total"], 17);
+    assert_ne!(after["items"], before["items"]);
     b.stop().await;
 }

@@ -2,8 +2,9 @@
 //! standalone Redis or a Redis Cluster.
 //!
 //! The in-process [`RankingEngine`](super::engine::RankingEngine) computes; this store holds what it
-//! computed where every instance can read it. One instance at a time (the holder of a lease) publishes,
-//! every instance reads. The source of truth stays PostgreSQL or SQLite: everything here can be rebuilt
+//! computed where every instance can read it. The hot spans are dealt into [`SPAN_GROUPS`] span groups
+//! shared out among the live instances; each group is published by the holder of its lease, and every
+//! instance reads every group. The source of truth stays PostgreSQL or SQLite: everything here can be rebuilt
 //! from it, and is, whenever it is lost.
 //!
 //! # Key layout (`P` = the configured prefix, `<c>` = category or `all`, `<g>` = generation)
@@ -13,8 +14,12 @@
 //! | `P{rk:<c>}:detail:<span>:v<g>` | hash | product → `views likes units sales carry` |
 //! | `P{rk:<c>}:<ranker or detail>:<span>:v<g>:build` | zset / hash | a replace too big for one call, while it is built (renamed over the served key by its last call) |
 //! | `P{rk:<c>}:totals:v<g>` | hash | span → listed products per ranker (`popular units revenue`); a span served in this generation has a field here |
-//! | `P{rk}:active` | hash | the active-version pointer: `generation`, `seq` (bumped per publication), `asOf`, `popular` (policy version), `depth`, and `rebuild` while a rebuild is requested |
-//! | `P{rk}:lease` | string | the publisher lease: owner id, with a TTL |
+//! | `P{rk}:active` | hash | the active-version pointer: `seq` (bumped per publication), `depth`, `rebuild` (the latest rebuild request's number), and per span group `g<i>` = `generation asOf popular rebuilt` |
+//! | `P{rk}:lease:<i>` | string | span group `i`'s lease: owner id, with a TTL |
+//! | `P{rk}:publishers` | zset | live publishers: owner id → expiry (ms of Redis time) |
+//! | `P{rk}:deal` | hash | the current deal: `live` (the publishers it was made for), `at`, `total`, and `g<i>` → owner |
+//! | `P{rk}:group-cost` | hash | `g<i>` → member writes published for the group so far (what the deal weighs) |
+//! | `P{rk}:demand` | zset | `<span>|<c>` → last read (ms): the hot spans in demand |
 //! | `P{rk}:generation` | counter | the last generation handed out |
 //!
 //! `<span>` is `hourly:2026071713`, `daily:20260717`, `weekly:2026W29`, `monthly:202607`, `yearly:2026` (local keys), or
@@ -30,10 +35,17 @@
 //! writes the span's totals, so readers (and the rebuild's totals check) see the old span or the whole
 //! new one. A big change set is applied in place a few products at a time, each product whole.
 //!
+//! # Span groups
+//! [`span_group`] puts each (category, span) in one of [`SPAN_GROUPS`] groups. `serving_groups.lua`
+//! registers a publisher, deals the groups among the live ones by measured cost (heaviest first to the
+//! least loaded) whenever the live set changes, and holds the caller's leases; a group leased to a former
+//! holder is taken only once that holder gives it up or its lease runs out.
+//!
 //! # Versions
-//! A rebuild (start, new policy version, `rankgate rebuild`, loss of data) writes every hot span under a
-//! fresh generation beside the served one, checks the totals it wrote, then moves the pointer in one
-//! `HSET` (fenced by the lease, so a publisher that lost its lease cannot switch). The old generation's
+//! A publisher writes all its groups into one generation of its own. A rebuild (groups gained, new policy
+//! version, `rankgate rebuild`, loss of data) writes every hot span of its groups under a fresh generation
+//! beside the served one, checks the totals it wrote, then points its groups' entries at it in one script
+//! (fenced by every one of their leases, so a publisher that lost one cannot switch). The old generation's
 //! keys get a short TTL (the grace period) so reads that started on them finish.
 //!
 //! # Lifetimes
