@@ -14,7 +14,8 @@
 # service (POSTGRES), not pinned; its CPU is the sum over every `postgres` process, so run nothing else.
 # Per fleet size it prints events/s and CPU µs per fleet event of each instance, of Redis and of
 # PostgreSQL (utime + stime from /proc/<pid>/stat over the whole run, convergence included), then the
-# naive per-event Lua design's rate (bench/naive-event.lua via redis-benchmark) measured in the same run.
+# naive per-event Lua design's rate measured in the same run, two ways: bench/naive-event.lua under
+# redis-benchmark -c 50 (random ids), and naive-redis replaying the same events over 8 connections.
 #
 # Environment: FLEETS ("1 2 3"), SCALE (0.27: about 240,000 events), DEPTH (unset: full serving; N for
 # Top-N-only), PORT (18140), REDIS_PORT (16392), POSTGRES (postgres://postgres@127.0.0.1:5432/test),
@@ -198,4 +199,12 @@ if [ "$NAIVE" = 1 ]; then
   r1=$(cpu_ticks "$REDIS")
   echo
   echo "naive per-event Lua (redis-benchmark -c 50 EVALSHA bench/naive-event.lua): $(cut -d, -f2 <<<"$line") events/s, redis $(per_unit $((r1 - r0)) 300000) µs/event"
+  if [ -x "$BIN/naive-redis" ]; then
+    # The same design replaying this run's events (the seed lesson at SCALE), 8 connections.
+    redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
+    r0=$(cpu_ticks "$REDIS")
+    line=$(taskset -c 0 "$BIN/naive-redis" --redis "redis://127.0.0.1:$REDIS_PORT" --scale "$SCALE" --connections 8 --no-coalesced 2>&1 | grep "^naive connections=8")
+    r1=$(cpu_ticks "$REDIS")
+    echo "naive per-event Lua replaying these events (naive-redis, 8 connections): $(sed -E 's/.* = ([0-9.]+) events\/s.*/\1/' <<<"$line") events/s, redis $(per_unit $((r1 - r0)) "$EVENTS") µs/event"
+  fi
 fi

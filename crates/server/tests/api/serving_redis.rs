@@ -421,7 +421,9 @@ async fn only_hot_spans_somebody_reads_are_published() {
     // New events reach the published span, and reads (now from Redis) equal the engine.
     app.post_events_ok(&sales(300, 150, now)).await;
     let served = read_until(&app, top, "redis follows the new events", |body| {
-        body["stale"] == false && units_sum(body) == c1_units(450)
+        // Every product of these sales is in c1 (a product's categories are all it was sold under), and
+        // a category's ranking shows the product's own metrics: all 450 events.
+        body["stale"] == false && units_sum(body) == expected_units(450)
     })
     .await;
     let engine: Vec<String> = expected(&app)
@@ -441,14 +443,6 @@ async fn only_hot_spans_somebody_reads_are_published() {
     assert_eq!(again["stale"], false);
     assert_eq!(products(&again), engine);
     app.stop().await;
-}
-
-/// Units of the events of [`sales`] `0..count` in category `c1`.
-fn c1_units(count: usize) -> i64 {
-    (0..count)
-        .filter(|i| i % 3 == 1)
-        .map(|i| 1 + (i % 3) as i64)
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -496,8 +490,9 @@ async fn a_stopped_instance_hands_its_span_groups_over() {
                 == rankgate_store::ranking::redis_serving::SPAN_GROUPS)
             .then_some(())
     });
+    // Within the lease time (3 s) and a few ticks, even had the stop not given the groups up.
     assert!(
-        started.elapsed() < Duration::from_secs(4),
+        started.elapsed() < Duration::from_secs(5),
         "taken over within the lease time"
     );
     b.post_events_ok(&sales(200, 100, now)).await;
