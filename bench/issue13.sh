@@ -223,8 +223,11 @@ for section in $SECTIONS; do
       -s "$HERE/queue-enter.lua" "$BASE"
     # Members to poll, entered uncounted with their tickets kept (every poll shows its member's ticket,
     # SPEC 2.2; keeping them costs wrk a body parse per answer, so the counted entry row above does not).
+    # Polls run up to twice as fast as entries, so members are entered for four times as long as they are
+    # polled (2 × DURATION against DURATION / 2).
     QB_PREFIX=p$section TICKETS_OUT="$WORK/tickets-$section" \
-      taskset -c 0 wrk -t1 -c10 -d"$DURATION" -s "$HERE/queue-enter.lua" "$BASE" >/dev/null
+      taskset -c 0 wrk -t1 -c"$CONNECTIONS" -d"$(awk -v d="${DURATION%s}" 'BEGIN { printf "%ds", 2 * d }')" \
+      -s "$HERE/queue-enter.lua" "$BASE" >/dev/null
     # Poll for less time than the entries took, so every poll finds a member polled for the first time.
     QB_PREFIX=p$section TICKETS_IN="$WORK/tickets-$section" \
       DURATION=$(awk -v d="${DURATION%s}" 'BEGIN { printf "%ds", (d > 2 ? d / 2 : 1) }') \

@@ -373,6 +373,8 @@ pub async fn run_until_stopped(
             forget_groups(&service, &mut publisher, &[]);
             publisher.generation = None;
         }
+        metrics::gauge!("rankgate_serving_groups").set(publisher.groups.len() as f64);
+        metrics::gauge!("rankgate_serving_spans").set(publisher.published.len() as f64);
     }
     if !publisher.groups.is_empty() {
         let _ = serving.store.leave_groups(&serving.owner).await;
@@ -588,8 +590,10 @@ async fn publish_changes(
             Ok(())
         }
         Stamped::NotLeader => {
-            // A lease ran out (this instance stalled): the next tick deals the groups again.
-            publisher.generation = None;
+            // A lease ran out while the round ran (an overloaded core): the writes are in this
+            // generation, unstamped. The next tick holds the groups again; if nobody took one over
+            // meanwhile its entry still names this generation and publishing goes on, else the
+            // pointer check there rebuilds. Rebuilding here would only make the next round slower.
             Ok(())
         }
         Stamped::Lost => anyhow::bail!("the active serving pointer is gone"),

@@ -211,7 +211,23 @@ pub const SERIES: &[Series] = &[
     ),
     counter("rankgate_serving_writes_total", &[], "Writes made to Redis serving keys."),
     counter("rankgate_serving_calls_total", &[], "Redis calls (pipelines, scripts) made to publish serving keys."),
-    counter("rankgate_serving_rebuilds_total", &[], "Full rebuilds of the Redis serving keys."),
+    counter(
+        "rankgate_serving_rebuilds_total",
+        &[],
+        "Rebuilds of this instance's span groups into a fresh Redis generation.",
+    ),
+    gauge(
+        "rankgate_serving_groups",
+        &[],
+        None,
+        "Span groups (of 36) this instance publishes to Redis now.",
+    ),
+    gauge(
+        "rankgate_serving_spans",
+        &[],
+        None,
+        "Hot spans this instance keeps published in Redis now (its groups' spans in demand).",
+    ),
     // Rankings: stream and Kafka ingest.
     counter("rankgate_stream_entries_total", &[], "Redis Stream entries consumed and acknowledged."),
     counter(

@@ -732,11 +732,16 @@ impl RedisServing {
     }
 
     /// Adds what one publication round wrote per span group to the groups' measured costs, by which
-    /// the next deal balances the publishers ([`Self::hold_groups`]).
+    /// the next deal balances the publishers ([`Self::hold_groups`]). Only spans published before
+    /// count: a span's first, whole publication (a new category, a span newly read) is a one-off, and
+    /// early in a fleet's life it would outweigh the steady work the deal is meant to balance.
     pub async fn add_group_costs(&self, publications: &[SpanPublication]) -> Result<(), ServingError> {
         let mut costs = [0u64; SPAN_GROUPS];
-        for publication in publications {
+        for publication in publications.iter().filter(|publication| publication.existing) {
             costs[span_group(&publication.category, &publication.span)] += publication.writes() as u64;
+        }
+        if costs.iter().all(|cost| *cost == 0) {
+            return Ok(());
         }
         let key = self.global_key("group-cost");
         let mut pipeline = redis::pipe();
