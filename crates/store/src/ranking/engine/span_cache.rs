@@ -305,17 +305,22 @@ impl RankingEngine {
         });
         let evicted = before - self.spans.len();
         if evicted > 0 {
-            let spans = &self.spans;
-            for (category, list) in &mut self.spans_by_category {
-                list.retain(|span| {
-                    spans.contains_key(&SpanKey {
-                        category: *category,
-                        span: *span,
-                    })
-                });
-            }
+            self.drop_evicted_from_index();
         }
         evicted
+    }
+
+    /// Keeps `spans_by_category` to the spans still cached, after some were dropped from `spans`.
+    fn drop_evicted_from_index(&mut self) {
+        let spans = &self.spans;
+        for (category, list) in &mut self.spans_by_category {
+            list.retain(|span| {
+                spans.contains_key(&SpanKey {
+                    category: *category,
+                    span: *span,
+                })
+            });
+        }
     }
 
     /// Drops one cached span and its change log, if cached: a span the Redis publication no longer
@@ -353,15 +358,7 @@ impl RankingEngine {
             return;
         }
         // Answers do not change (an evicted span is rebuilt equal), so the generation stays.
-        let spans = &self.spans;
-        for (category, list) in &mut self.spans_by_category {
-            list.retain(|span| {
-                spans.contains_key(&SpanKey {
-                    category: *category,
-                    span: *span,
-                })
-            });
-        }
+        self.drop_evicted_from_index();
     }
 }
 
