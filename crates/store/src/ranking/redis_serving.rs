@@ -224,7 +224,8 @@ impl GroupPointer {
 pub const SPAN_GROUPS: usize = 36;
 /// How old a deal of the span groups may get before it is made again from the costs measured since
 /// (a membership change makes one at once). Each new deal moves some groups, and whoever gains one
-/// rebuilds its groups, so not often.
+/// rebuilds its groups, so not often, and a new deal is kept only if it lightens the heaviest
+/// publisher by a tenth.
 const REDEAL_MILLIS: u64 = 10 * 60 * 1000;
 /// Measured member writes from which a deal trusts the costs: the first deals of a fleet (before
 /// anything was published) split the groups evenly by count, and one more deal follows once this much

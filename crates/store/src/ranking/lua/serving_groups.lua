@@ -5,8 +5,8 @@
 -- ARGV: owner, ttl ms, 'join' (register, hold this owner's share) or 'leave' (give everything up),
 -- redeal ms (a deal older than this is made again from the costs measured meanwhile), settled (the
 -- measured writes from which on costs are trusted: a deal made with fewer is made again once there are).
--- A deal is made when the live publishers change, when it is old, or once the costs first settle:
--- groups by measured cost, heaviest
+-- A deal is made when the live publishers change, once the costs first settle, or when it is old and a
+-- new one would lighten the heaviest publisher by a tenth: groups by measured cost, heaviest
 -- first, each to the publisher with the least cost so far (ties: the first by id), so every publisher
 -- gets about the same work. A group still leased to a former holder is not taken: that holder gives
 -- it up at its next call, or its lease runs out. Returns the (0-based) groups `owner` holds now.
@@ -33,7 +33,20 @@ for g = 0, groups - 1 do
 end
 local dealt = redis.call('HMGET', KEYS[2], 'live', 'at', 'total')
 local unsettled = (tonumber(dealt[3]) or 0) < settled and total >= settled
-if #live > 0 and (dealt[1] ~= signature or now - (tonumber(dealt[2]) or 0) > redeal or unsettled) then
+local stale = now - (tonumber(dealt[2]) or 0) > redeal
+-- The heaviest publisher's load under an assignment (owner per group), at today's costs.
+local function heaviest(owner_of)
+  local loads, most = {}, 0
+  for g = 0, groups - 1 do
+    local o = owner_of(g)
+    if o then
+      loads[o] = (loads[o] or 0) + costs[g]
+      if loads[o] > most then most = loads[o] end
+    end
+  end
+  return most
+end
+if #live > 0 and (dealt[1] ~= signature or stale or unsettled) then
   table.sort(order, function(a, b)
     if costs[a] ~= costs[b] then return costs[a] > costs[b] end
     return a < b
@@ -51,8 +64,20 @@ if #live > 0 and (dealt[1] ~= signature or now - (tonumber(dealt[2]) or 0) > red
     fields[#fields + 1] = 'g' .. g
     fields[#fields + 1] = live[least]
   end
-  redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[2], unpack(fields))
+  -- Moving a group makes its new holder rebuild everything it holds: with the same publishers, a
+  -- periodic deal is kept only if it lightens the heaviest publisher by a tenth.
+  local keep = false
+  if dealt[1] == signature and not unsettled then
+    local before = heaviest(function(g) return redis.call('HGET', KEYS[2], 'g' .. g) end)
+    keep = heaviest(function(g) return owners[g] end) > 0.9 * before
+  end
+  if keep then
+    for g = 0, groups - 1 do owners[g] = redis.call('HGET', KEYS[2], 'g' .. g) end
+    redis.call('HSET', KEYS[2], 'at', now)
+  else
+    redis.call('DEL', KEYS[2])
+    redis.call('HSET', KEYS[2], unpack(fields))
+  end
 else
   for g = 0, groups - 1 do owners[g] = redis.call('HGET', KEYS[2], 'g' .. g) end
 end
