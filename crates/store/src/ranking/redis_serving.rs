@@ -25,7 +25,7 @@
 //! `<span>` is `hourly:2026071713`, `daily:20260717`, `weekly:2026W29`, `monthly:202607`, `yearly:2026` (local keys), or
 //! `1h|1d|7d|30d:<end hour>` for a window (end hour = UTC hours since the epoch). Every key of one
 //! category shares the hash tag `{rk:<c>}`, so a Lua script writes a category's spans in one slot; the
-//! pointer, lease and counter share `{rk}`.
+//! pointer, the leases, the deal and the counter share `{rk}`.
 //!
 //! # Bounded script calls
 //! Redis runs one script at a time, and the same Redis may serve the waiting room, so no publish call
@@ -49,8 +49,8 @@
 //! keys get a short TTL (the grace period) so reads that started on them finish.
 //!
 //! # Lifetimes
-//! Every span key expires at its span's end plus the grace period; the pointer and lease expire when no
-//! publisher renews them.
+//! Every span key expires at its span's end plus the grace period; the pointer and the leases expire
+//! when no publisher renews them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -329,7 +329,7 @@ impl StampKind {
 pub enum Stamped {
     /// Done; the pointer's new sequence number.
     Done(u64),
-    /// This publisher no longer holds the lease.
+    /// This publisher no longer holds every lease of the groups it named.
     NotLeader,
     /// The pointer is gone or points at another generation.
     Lost,
