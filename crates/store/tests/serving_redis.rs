@@ -68,6 +68,20 @@ fn requests(zone: &Zone) -> Vec<(CategoryOrAll, Span)> {
         .collect()
 }
 
+/// An ingestor over a SQLite source of truth in `dir`, default weights, 35 days' lateness.
+fn sqlite_ingestor(
+    dir: &std::path::Path,
+) -> (
+    rankgate_store::ranking::ingest::Ingestor,
+    Arc<RwLock<RankingEngine>>,
+) {
+    ingestor_over(
+        Box::new(SqliteSource::open(dir).unwrap()),
+        PopularWeights::default(),
+        35 * 24 * HOUR,
+    )
+}
+
 async fn connect(urls: &[String], prefix: &str) -> Arc<RedisServing> {
     connect_chunked(urls, prefix, ServingOptions::default().max_writes_per_call).await
 }
@@ -199,11 +213,7 @@ async fn served_follows_the_engine_in_calls_of(urls: Vec<String>, depth: Option<
     let store = connect_chunked(&urls, &prefix, chunk).await;
     assert_eq!(store.is_cluster(), urls.len() > 1, "the intended topology");
     let dir = tempfile::tempdir().unwrap();
-    let (mut ingestor, engine) = ingestor_over(
-        Box::new(SqliteSource::open(dir.path()).unwrap()),
-        PopularWeights::default(),
-        35 * 24 * HOUR,
-    );
+    let (mut ingestor, engine) = sqlite_ingestor(dir.path());
     let raw: Vec<RawEvent> = (0..600)
         .map(|i| RawEvent {
             id: i * 7 % 500, // some duplicates
@@ -621,11 +631,7 @@ async fn spans_leave_and_rejoin_by_demand(urls: Vec<String>) {
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let (mut ingestor, engine) = ingestor_over(
-        Box::new(SqliteSource::open(dir.path()).unwrap()),
-        PopularWeights::default(),
-        35 * 24 * HOUR,
-    );
+    let (mut ingestor, engine) = sqlite_ingestor(dir.path());
     let raw: Vec<RawEvent> = (0..200)
         .map(|i| RawEvent {
             id: i,

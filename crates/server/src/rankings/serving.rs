@@ -442,14 +442,23 @@ fn forget_groups(service: &RankingService, publisher: &mut Publisher, held: &[us
         .filter(|(category, span)| !held.contains(&span_group(category, span)))
         .cloned()
         .collect();
-    if !gone.is_empty() {
-        let mut engine = service.engine().write();
-        for key in &gone {
-            engine.forget_span(&key.0, key.1);
-            publisher.published.remove(key);
-        }
+    forget_in_engine(service, &gone);
+    for key in &gone {
+        publisher.published.remove(key);
     }
     publisher.groups = held.to_vec();
+}
+
+/// Drops `spans` from the engine's cache (and their change logs): this instance no longer publishes
+/// them, so they would cost it per event for nobody.
+fn forget_in_engine(service: &RankingService, spans: &[(CategoryOrAll, Span)]) {
+    if spans.is_empty() {
+        return;
+    }
+    let mut engine = service.engine().write();
+    for (category, span) in spans {
+        engine.forget_span(category, *span);
+    }
 }
 
 /// What a publication round covers: the hot spans of this publisher's groups for every category the
@@ -501,10 +510,7 @@ async fn drop_idle_spans(
                 .collect();
             serving.store.unpublish(generation, &still_hot).await?;
         }
-        let mut engine = service.engine().write();
-        for (category, span) in &idle {
-            engine.forget_span(category, *span);
-        }
+        forget_in_engine(service, &idle);
         tracing::debug!(
             spans = idle.len(),
             "hot spans nobody read lately taken out of redis"

@@ -31,8 +31,7 @@ pub(super) async fn run_refresher_until_stopped(rankings: Rankings, shutdown: Ca
             _ = ticker.tick() => {}
         }
         let engine = rankings.service.engine().clone();
-        let now_millis = rankings.clock.now_millis();
-        let now = Hour::from_millis(now_millis);
+        let now = Hour::from_millis(rankings.clock.now_millis());
         // Redis answers hot reads once it holds the span; a hot span this engine answered before that (or
         // that the publisher no longer follows) would be flushed here every tick for nobody.
         let evict_idle_before = match rankings.service.serving() {
@@ -40,17 +39,16 @@ pub(super) async fn run_refresher_until_stopped(rankings: Rankings, shutdown: Ca
                 idle_check = tokio::time::Instant::now() + IDLE_HOT_SPAN;
                 let mark = idle_mark;
                 idle_mark = engine.read().use_mark();
-                Some(mark)
+                Some((mark, rankings.config.zone.clone()))
             }
             _ => None,
         };
-        let zone = rankings.config.zone.clone();
         let _ = tokio::task::spawn_blocking(move || {
             let dropped = engine.write().advance_to_hour(now);
             for query in &dropped {
                 RankingEngine::build_span_in_steps(&engine, query);
             }
-            if let Some(mark) = evict_idle_before {
+            if let Some((mark, zone)) = evict_idle_before {
                 let evicted = engine
                     .write()
                     .evict_spans_unused_since(mark, |span| is_hot(span, now, &zone));
