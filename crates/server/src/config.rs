@@ -588,6 +588,11 @@ mod tests {
                 "serving_grace_seconds = 9223372036854775807",
                 "serving_grace_seconds",
             ),
+            (
+                "serving_idle_seconds = 9223372036854775807",
+                "serving_idle_seconds",
+            ),
+            ("serving_idle_seconds = -1", "serving_idle_seconds"),
             ("max_future_seconds = -1", "max_future_seconds"),
             ("max_future_seconds = 604801", "max_future_seconds"),
             ("max_lateness_hours = -5", "max_lateness_hours"),
