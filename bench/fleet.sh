@@ -183,6 +183,28 @@ EOF
   for i in $(seq 1 "$fleet"); do
     curl -s "http://127.0.0.1:$((PORT + i))/metrics" | awk -v i="$i" '/^rankgate_serving_(writes|calls|rebuilds)_total/ { printf "#   instance %s: %s %s\n", i, $1, $2 }' >>"$WORK/serving-$fleet.txt"
   done
+  # How the span groups were dealt at the end: each publisher's groups and its share of their measured cost.
+  deal=$(redis-cli -p "$REDIS_PORT" --scan --pattern '*{rk}:deal' | head -1)
+  if [ -n "$deal" ]; then
+    python3 - "$REDIS_PORT" "$deal" "${deal%deal}group-cost" >>"$WORK/serving-$fleet.txt" <<'EOF'
+import subprocess, sys
+port, deal, cost = sys.argv[1:]
+def hash_of(key):
+    out = subprocess.run(["redis-cli", "-p", port, "HGETALL", key], capture_output=True, text=True).stdout.split("\n")
+    return dict(zip(out[0::2], out[1::2]))
+owners, costs = hash_of(deal), hash_of(cost)
+loads = {}
+for field, owner in owners.items():
+    if field.startswith("g") and field[1:].isdigit():
+        groups, load = loads.get(owner, (0, 0))
+        loads[owner] = (groups + 1, load + int(costs.get(field, 0)))
+total = sum(load for _, load in loads.values()) or 1
+for owner, (groups, load) in sorted(loads.items()):
+    print(f"#   deal: {owner} holds {groups} groups, {100 * load / total:.1f}% of the measured cost")
+if __import__("os").environ.get("DEAL_DETAIL"):
+    print("#   groups: " + " ".join(f"g{g}={owners.get(f'g{g}', '-')[:4]}:{costs.get(f'g{g}', 0)}" for g in range(36)))
+EOF
+  fi
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   PIDS=()
   rm -f "$WORK"/part-*.ndjson

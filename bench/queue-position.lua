@@ -25,6 +25,14 @@ if tickets_in then
   end
 end
 
+-- The tickets table holds a million strings or more, and each collector cycle of wrk's LuaJIT walks it
+-- while every answer waits: measured on 1M tickets, p99 1.6-2.9 ms with the collector on against
+-- 1.1-1.5 ms with it stopped, the server's own handler histogram unchanged. The collector is stopped once
+-- the table is built, so the poll row measures the server, as redis-benchmark's ZRANK row does; a poll
+-- run allocates ~40 MB a second without it.
+collectgarbage("collect")
+collectgarbage("stop")
+
 -- One concatenation per request instead of wrk.format (see queue-enter.lua).
 local head, host
 local n = 0

@@ -583,6 +583,83 @@ async fn cluster_pointer_is_fenced_by_the_lease() {
     the_pointer_is_fenced_by_the_lease(cluster().urls.clone()).await;
 }
 
+/// The deal weighs span groups by their measured cost (`P{rk}:group-cost`): once the costs settle, and
+/// again each time they double, a new deal is made and kept when it lightens the heaviest publisher by a
+/// tenth, so a group found heavy late does not leave one publisher with most of the work for the ten
+/// minutes until the periodic deal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deal_follows_the_measured_costs_as_they_grow() {
+    let prefix = unique_prefix();
+    let urls = vec![standalone_url()];
+    let _cleanup = KeyCleanup {
+        nodes: urls.clone(),
+        prefix: prefix.clone(),
+    };
+    let mut connection = redis::Client::open(standalone_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let costs = format!("{prefix}{{rk}}:group-cost");
+    let mut add_cost = async |groups: std::ops::Range<usize>, cost: u64| {
+        let mut pipeline = redis::pipe();
+        for group in groups {
+            pipeline
+                .cmd("HINCRBY")
+                .arg(&costs)
+                .arg(format!("g{group}"))
+                .arg(cost)
+                .ignore();
+        }
+        let () = pipeline.query_async(&mut connection).await.unwrap();
+    };
+    let a = connect(&urls, &prefix).await;
+    let b = connect(&urls, &prefix).await;
+    // Two calls each: a group moved by a new deal is taken once its former holder let it go.
+    let settle = async || {
+        let mut held = (Vec::new(), Vec::new());
+        for _ in 0..2 {
+            held = (
+                a.hold_groups("a", 60_000).await.unwrap(),
+                b.hold_groups("b", 60_000).await.unwrap(),
+            );
+        }
+        assert_eq!(
+            held.0.len() + held.1.len(),
+            SPAN_GROUPS,
+            "every group held: {held:?}"
+        );
+        held
+    };
+    let (of_a, of_b) = settle().await;
+    assert_eq!((of_a.len(), of_b.len()), (18, 18), "no costs yet: half each");
+
+    // Even costs past the settling threshold: a deal by cost, still half each.
+    add_cost(0..SPAN_GROUPS, 5_000).await;
+    let (of_a, of_b) = settle().await;
+    assert_eq!((of_a.len(), of_b.len()), (18, 18), "even costs: half each");
+
+    // A little more is no reason to move anything.
+    add_cost(5..6, 1_000).await;
+    assert_eq!(
+        settle().await,
+        (of_a.clone(), of_b.clone()),
+        "costs grew by far less than double"
+    );
+
+    // Group 0 turns out to weigh more than all the others together: the costs more than doubled,
+    // and a deal that gives it a publisher of its own lightens the heaviest by more than a tenth.
+    add_cost(0..1, 400_000).await;
+    let (of_a, of_b) = settle().await;
+    let (alone, others) = if of_a.contains(&0) {
+        (of_a, of_b)
+    } else {
+        (of_b, of_a)
+    };
+    assert_eq!(alone, vec![0], "the heavy group's publisher holds it alone");
+    assert_eq!(others.len(), SPAN_GROUPS - 1);
+}
+
 /// Publication by demand (issue 27): the demand set keeps what was read since a time and drops the rest;
 /// an unpublished span is declined by reads while the others stay served; once the engine forgot it, its
 /// next publication goes out whole and serves the engine's ranking again.

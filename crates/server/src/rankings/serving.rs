@@ -6,13 +6,17 @@
 //! holds its share of the span groups (`RedisServing::hold_groups`: the hot spans are dealt into 36 groups
 //! by category and span kind, and the groups among the live instances by measured cost), then publishes
 //! those groups only; its engine forgets the spans of any group it gave up. For its groups it:
-//! - on gaining a group, after any failure, when a group's entry in the pointer is gone or names another
-//!   generation (Redis restarted empty or was flushed) or when the engine installed a `popular` policy
-//!   (switched here, or followed from another instance through the change feed;
-//!   [`rankgate_store::ranking::engine::RankingEngine::policy_epoch`]): **rebuilds**: every hot span of its
-//!   groups, whole, into a fresh generation of its own; checks the totals Redis holds against the
-//!   engine's; points its groups' entries at it (fenced by their leases); lets its old generation expire
-//!   after the grace period;
+//! - after any failure, when a group's entry in the pointer is gone or names another generation (Redis
+//!   restarted empty or was flushed) or when the engine installed a `popular` policy (switched here, or
+//!   followed from another instance through the change feed;
+//!   [`rankgate_store::ranking::engine::RankingEngine::policy_epoch`]), and when it had no group before:
+//!   **rebuilds**: every hot span of its groups, whole, into a fresh generation of its own; checks the
+//!   totals Redis holds against the engine's; points its groups' entries at it (fenced by their leases);
+//!   lets its old generation expire after the grace period;
+//! - on gaining a group while it publishes others (a new deal, a publisher gone): writes the gained
+//!   groups' hot spans whole into its current generation, beside the changes of the others, checks their
+//!   totals and switches only the gained groups' entries to it. A deal that moves a few groups then costs
+//!   their spans once, not a rebuild of everything the gainer holds;
 //! - otherwise publishes **changes**: [`publication`] reads the engine's change log of each hot span, the
 //!   products whose key moved per ranker since the last round (one entry per product however many events
 //!   touched it; a view moves `popular` and the detail only), taking the engine lock one category at a
@@ -65,7 +69,7 @@ use tokio_util::sync::CancellationToken;
 use rankgate_core::ids::CategoryOrAll;
 use rankgate_core::period::{Hour, Span, Zone};
 use rankgate_store::clock::Clock;
-use rankgate_store::ranking::publication::{self, PublicationScope};
+use rankgate_store::ranking::publication::{self, PublicationScope, SpanPublication};
 use rankgate_store::ranking::redis_serving::{
     demand_member, is_hot, span_field, span_group, Active, Pointer, Published, RedisServing, ServingOptions,
     StampKind, Stamped, SPAN_GROUPS,
@@ -335,6 +339,9 @@ struct Publisher {
     /// The hot spans written into `generation` and kept current there (those of its groups that are in
     /// demand, or all of them when the idle time is 0).
     published: HashSet<(CategoryOrAll, Span)>,
+    /// Groups held but not yet written into `generation`: taken over since the last round, their entries
+    /// still name their former holder's generation until the next round writes them whole and switches them.
+    gained: Vec<usize>,
 }
 
 /// Runs the publisher / watcher loop until shutdown.
@@ -370,7 +377,7 @@ pub async fn run_until_stopped(
             }
             // Whatever was half-written is replaced by a rebuild once Redis answers again, by whichever
             // instances then hold the groups (warned once: the groups are dealt again on recovery).
-            forget_groups(&service, &mut publisher, &[]);
+            let _ = forget_groups(&service, &mut publisher, &[]);
             publisher.generation = None;
         }
         metrics::gauge!("rankgate_serving_groups").set(publisher.groups.len() as f64);
@@ -395,29 +402,43 @@ async fn tick_once(
         .await?;
     let held = store.hold_groups(&serving.owner, lease_millis).await?;
     if held != publisher.groups {
-        let gained = held.iter().any(|group| !publisher.groups.contains(group));
+        let gained: Vec<usize> = held
+            .iter()
+            .filter(|group| !publisher.groups.contains(group))
+            .copied()
+            .collect();
         tracing::info!(groups = ?held, "this instance's share of the redis publication changed");
-        forget_groups(service, publisher, &held);
-        // Groups taken over come with no change log here: every group this instance holds is rebuilt
-        // into a fresh generation of its own, so one generation covers them all.
-        if gained {
-            publisher.generation = None;
+        let gone = forget_groups(service, publisher, &held);
+        // What this generation holds of a group given up is taken out, so that if the group comes back
+        // its spans are written whole into it again, never served from what was left. Until the new
+        // holder switches the group, its reads are declined and answered by the engines.
+        if let Some(generation) = publisher.generation {
+            unpublish_hot(serving, generation, &gone, now_millis).await?;
         }
+        // Groups taken over come with no change log here: the next round writes them whole.
+        publisher.gained.extend(gained);
     }
     let pointer = store.pointer().await?;
     if !publisher.groups.is_empty() {
         let epoch = service.engine().read().policy_epoch();
-        // Rebuild on taking groups, after a failure (generation forgotten), when a group's pointer moved
-        // or vanished, when the engine installed a policy (whoever switched it), or when an operator
-        // asked (`rankgate rebuild`).
+        // Rebuild after a failure (generation forgotten), when a kept group's pointer moved or vanished,
+        // when the engine installed a policy (whoever switched it), when an operator asked (`rankgate
+        // rebuild`), or when every group held is new here (nothing to keep).
+        let kept = publisher
+            .groups
+            .iter()
+            .filter(|group| !publisher.gained.contains(group))
+            .collect::<Vec<_>>();
         let current = publisher.generation.filter(|generation| {
-            pointer.as_ref().is_some_and(|pointer| {
-                publisher.groups.iter().all(|group| {
-                    pointer.groups[*group].is_some_and(|entry| {
-                        entry.generation == *generation && entry.rebuilt >= pointer.rebuild
+            !kept.is_empty()
+                && pointer.as_ref().is_some_and(|pointer| {
+                    kept.iter().all(|group| {
+                        pointer.groups[**group].is_some_and(|entry| {
+                            entry.generation == *generation && entry.rebuilt >= pointer.rebuild
+                        })
                     })
                 })
-            }) && publisher.policy_epoch == epoch
+                && publisher.policy_epoch == epoch
         });
         match current {
             Some(generation) => publish_changes(service, serving, generation, now_millis, publisher).await?,
@@ -434,8 +455,12 @@ async fn tick_once(
 }
 
 /// Keeps the publisher to the groups `held`: the spans of any other group leave the engine (another
-/// instance keeps them current now) and the published set.
-fn forget_groups(service: &RankingService, publisher: &mut Publisher, held: &[usize]) {
+/// instance keeps them current now) and the published set, and are returned.
+fn forget_groups(
+    service: &RankingService,
+    publisher: &mut Publisher,
+    held: &[usize],
+) -> Vec<(CategoryOrAll, Span)> {
     let gone: Vec<(CategoryOrAll, Span)> = publisher
         .published
         .iter()
@@ -447,6 +472,28 @@ fn forget_groups(service: &RankingService, publisher: &mut Publisher, held: &[us
         publisher.published.remove(key);
     }
     publisher.groups = held.to_vec();
+    publisher.gained.retain(|group| held.contains(group));
+    gone
+}
+
+/// Takes `spans` out of `generation` in Redis, those still hot: a span that left the hot set is no
+/// longer read from Redis and expires with its period.
+async fn unpublish_hot(
+    serving: &Serving,
+    generation: u64,
+    spans: &[(CategoryOrAll, Span)],
+    now_millis: i64,
+) -> anyhow::Result<()> {
+    let now_hour = Hour::from_millis(now_millis);
+    let still_hot: Vec<(CategoryOrAll, Span)> = spans
+        .iter()
+        .filter(|(_, span)| is_hot(span, now_hour, &serving.zone))
+        .cloned()
+        .collect();
+    if !still_hot.is_empty() {
+        serving.store.unpublish(generation, &still_hot).await?;
+    }
+    Ok(())
 }
 
 /// Drops `spans` from the engine's cache (and their change logs): this instance no longer publishes
@@ -502,13 +549,7 @@ async fn drop_idle_spans(
     let idle: Vec<(CategoryOrAll, Span)> = publisher.published.difference(&wanted).cloned().collect();
     if !idle.is_empty() {
         if let Some(generation) = generation {
-            let now_hour = Hour::from_millis(now_millis);
-            let still_hot: Vec<(CategoryOrAll, Span)> = idle
-                .iter()
-                .filter(|(_, span)| is_hot(span, now_hour, &serving.zone))
-                .cloned()
-                .collect();
-            serving.store.unpublish(generation, &still_hot).await?;
+            unpublish_hot(serving, generation, &idle, now_millis).await?;
         }
         forget_in_engine(service, &idle);
         tracing::debug!(
@@ -537,14 +578,25 @@ async fn publish_changes(
         publisher,
     )
     .await?;
+    // The spans of groups taken over go out whole; the others as changes since the last round.
+    let gained = publisher.gained.clone();
+    let (whole, changed): (Vec<_>, Vec<_>) = requests
+        .into_iter()
+        .partition(|(category, span)| gained.contains(&span_group(category, span)));
     let engine = service.engine().clone();
     let depth = serving.depth;
     let epoch = publisher.policy_epoch;
     let (publications, as_of, mixed) = tokio::task::spawn_blocking(move || {
         // asOf first: every slice then includes at least what it claims.
         let as_of = engine.read().as_of_millis();
-        let publications =
-            publication::take_publication_in_slices(&engine, &requests, depth, PublicationScope::Changes);
+        let mut publications =
+            publication::take_publication_in_slices(&engine, &changed, depth, PublicationScope::Changes);
+        publications.extend(publication::take_publication_in_slices(
+            &engine,
+            &whole,
+            depth,
+            PublicationScope::Everything,
+        ));
         // A policy installed before or between the slices: these scores are not all of this
         // generation's version, so none of them is written.
         let mixed = engine.read().policy_epoch() != epoch;
@@ -555,7 +607,7 @@ async fn publish_changes(
         publisher.generation = None;
         return Ok(());
     }
-    if publications.is_empty() && as_of == publisher.as_of_millis {
+    if publications.is_empty() && as_of == publisher.as_of_millis && gained.is_empty() {
         return Ok(());
     }
     let published = serving
@@ -580,11 +632,43 @@ async fn publish_changes(
         depth: serving.depth,
         rebuild_requested: false,
     };
+    if !gained.is_empty() {
+        let written: Vec<SpanPublication> = publications
+            .into_iter()
+            .filter(|p| gained.contains(&span_group(&p.category, &p.span)))
+            .collect();
+        check_totals(&serving.store, generation, &written).await?;
+        match serving
+            .store
+            .stamp(
+                &serving.owner,
+                &gained,
+                &active,
+                publisher.rebuilt,
+                StampKind::SwitchGeneration,
+            )
+            .await?
+        {
+            Stamped::Done(_) => publisher.gained.retain(|group| !gained.contains(group)),
+            // A lease ran out meanwhile: the next tick holds the groups again, or forgets them.
+            Stamped::NotLeader | Stamped::Lost => return Ok(()),
+        }
+    }
+    let kept: Vec<usize> = publisher
+        .groups
+        .iter()
+        .filter(|group| !gained.contains(group))
+        .copied()
+        .collect();
+    if kept.is_empty() {
+        publisher.as_of_millis = as_of;
+        return Ok(());
+    }
     match serving
         .store
         .stamp(
             &serving.owner,
-            &publisher.groups,
+            &kept,
             &active,
             publisher.rebuilt,
             StampKind::NewerDataInCurrent,
@@ -604,6 +688,31 @@ async fn publish_changes(
         }
         Stamped::Lost => anyhow::bail!("the active serving pointer is gone"),
     }
+}
+
+/// Checks, before switching groups to `generation`, that Redis holds exactly the totals the engine has
+/// for every span of `publications` (written whole); returns their categories.
+async fn check_totals(
+    store: &RedisServing,
+    generation: u64,
+    publications: &[SpanPublication],
+) -> anyhow::Result<Vec<CategoryOrAll>> {
+    let mut categories: Vec<CategoryOrAll> = publications.iter().map(|p| p.category.clone()).collect();
+    categories.sort_unstable();
+    categories.dedup();
+    for category in &categories {
+        let stored = store.totals(category, generation).await?;
+        for publication in publications.iter().filter(|p| &p.category == category) {
+            let field = span_field(&publication.span);
+            anyhow::ensure!(
+                stored.get(&field) == Some(&publication.totals),
+                "generation {generation} holds {:?} for {category}/{field}, the engine {:?}; not switching",
+                stored.get(&field),
+                publication.totals
+            );
+        }
+    }
+    Ok(categories)
 }
 
 /// Rebuilds every group this publisher holds into a fresh generation, checks the totals, and points
@@ -652,22 +761,7 @@ async fn rebuild(
         published != Published::Lost,
         "rebuilt generation {generation} lost keys while it was written (Redis restarted or was flushed?); not switching"
     );
-    // Check before switching: Redis must hold exactly the totals the engine has.
-    let mut categories: Vec<CategoryOrAll> = publications.iter().map(|p| p.category.clone()).collect();
-    categories.sort_unstable();
-    categories.dedup();
-    for category in &categories {
-        let stored = store.totals(category, generation).await?;
-        for publication in publications.iter().filter(|p| &p.category == category) {
-            let field = span_field(&publication.span);
-            anyhow::ensure!(
-                stored.get(&field) == Some(&publication.totals),
-                "rebuilt generation {generation} holds {:?} for {category}/{field}, the engine {:?}; not switching",
-                stored.get(&field),
-                publication.totals
-            );
-        }
-    }
+    let categories = check_totals(store, generation, &publications).await?;
     let active = Active {
         generation,
         seq: 0,
@@ -694,6 +788,7 @@ async fn rebuild(
         Stamped::NotLeader | Stamped::Lost => return Ok(()),
     }
     publisher.generation = Some(generation);
+    publisher.gained.clear();
     publisher.popular_version = policy;
     publisher.policy_epoch = epoch;
     publisher.rebuilt = request;

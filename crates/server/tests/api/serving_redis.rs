@@ -479,6 +479,7 @@ async fn a_stopped_instance_hands_its_span_groups_over() {
         body["stale"] == false && units_sum(body) == expected_units(200) && body["total"] == 17
     })
     .await;
+    let rebuilds_before = serving_rebuilds(&b).await;
     a.stop().await;
     // a gave its groups up on the way out: b holds every one within the lease time (3 s) and publishes
     // what is ingested through it.
@@ -504,5 +505,39 @@ async fn a_stopped_instance_hands_its_span_groups_over() {
     assert_eq!(ready["serving"]["stale"], false, "{ready}");
     assert_eq!(after["total"], 17);
     assert_ne!(after["items"], before["items"]);
+    // Every one of `all`'s hot spans (one group each, some a's, some b's own) is served from Redis with
+    // all 300 events: the groups taken over were written whole into b's generation and switched
+    // there, and b's own kept publishing changes, without a rebuild of everything b holds.
+    for span in [
+        "period=hourly",
+        "period=daily",
+        "period=weekly",
+        "period=monthly",
+        "period=yearly",
+        "window=1h",
+        "window=1d",
+        "window=7d",
+        "window=30d",
+    ] {
+        let path = format!("/v1/categories/all/top?ranker=units&{span}&limit=20");
+        read_until(&b, &path, &format!("b serves {span} from redis"), |body| {
+            body["stale"] == false && units_sum(body) == expected_units(300) && body["total"] == 17
+        })
+        .await;
+    }
+    assert_eq!(
+        serving_rebuilds(&b).await,
+        rebuilds_before,
+        "taking groups over rebuilds nothing"
+    );
     b.stop().await;
+}
+
+/// `rankgate_serving_rebuilds_total` of `app` (0 before its first rebuild).
+async fn serving_rebuilds(app: &TestApp) -> u64 {
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("rankgate_serving_rebuilds_total "))
+        .map_or(0, |value| value.trim().parse::<f64>().unwrap() as u64)
 }

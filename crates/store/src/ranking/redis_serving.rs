@@ -229,7 +229,9 @@ pub const SPAN_GROUPS: usize = 36;
 const REDEAL_MILLIS: u64 = 10 * 60 * 1000;
 /// Measured member writes from which a deal trusts the costs: the first deals of a fleet (before
 /// anything was published) split the groups evenly by count, and one more deal follows once this much
-/// was written.
+/// was written. After that, one is tried each time the measured total doubles (early costs are a poor
+/// guide: spans grow and categories arrive), kept like a periodic one only if it lightens the heaviest
+/// publisher by a tenth.
 const SETTLED_COST: u64 = 100_000;
 /// The groups of `all`'s spans, one per hot span kind.
 const ALL_GROUPS: usize = 9;

@@ -5,11 +5,12 @@
 -- ARGV: owner, ttl ms, 'join' (register, hold this owner's share) or 'leave' (give everything up),
 -- redeal ms (a deal older than this is made again from the costs measured meanwhile), settled (the
 -- measured writes from which on costs are trusted: a deal made with fewer is made again once there are).
--- A deal is made when the live publishers change, once the costs first settle, or when it is old and a
--- new one would lighten the heaviest publisher by a tenth: groups by measured cost, heaviest
--- first, each to the publisher with the least cost so far (ties: the first by id), so every publisher
--- gets about the same work. A group still leased to a former holder is not taken: that holder gives
--- it up at its next call, or its lease runs out. Returns the (0-based) groups `owner` holds now.
+-- A deal is made when the live publishers change, once the costs first settle, or when it is old (or
+-- the costs doubled since) and a new one would lighten the heaviest publisher by a tenth: groups by
+-- measured cost, heaviest first, each to the publisher with the least cost so far (ties: the first by
+-- id), so every publisher gets about the same work. A group still leased to a former holder is not
+-- taken: that holder gives it up at its next call, or its lease runs out. Returns the (0-based)
+-- groups `owner` holds now.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owner, ttl, redeal, settled = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -32,8 +33,12 @@ for g = 0, groups - 1 do
   order[#order + 1] = g
 end
 local dealt = redis.call('HMGET', KEYS[2], 'live', 'at', 'total')
-local unsettled = (tonumber(dealt[3]) or 0) < settled and total >= settled
-local stale = now - (tonumber(dealt[2]) or 0) > redeal
+local dealt_total = tonumber(dealt[3]) or 0
+local unsettled = dealt_total < settled and total >= settled
+-- Early costs are a poor guide (spans grow, categories arrive), so besides the periodic deal one is
+-- tried each time the measured total has doubled since the last: a handful over a fleet's life.
+local grown = dealt_total >= settled and total >= 2 * dealt_total
+local stale = grown or now - (tonumber(dealt[2]) or 0) > redeal
 -- The heaviest publisher's load under an assignment (owner per group), at today's costs.
 local function heaviest(owner_of)
   local loads, most = {}, 0
@@ -73,7 +78,7 @@ if #live > 0 and (dealt[1] ~= signature or stale or unsettled) then
   end
   if keep then
     for g = 0, groups - 1 do owners[g] = redis.call('HGET', KEYS[2], 'g' .. g) end
-    redis.call('HSET', KEYS[2], 'at', now)
+    redis.call('HSET', KEYS[2], 'at', now, 'total', total)
   else
     redis.call('DEL', KEYS[2])
     redis.call('HSET', KEYS[2], unpack(fields))
