@@ -20,7 +20,8 @@
 # Environment: FLEETS ("1 2 3"), SCALE (0.27: about 240,000 events), DEPTH (unset: full serving; N for
 # Top-N-only), PORT (18140), REDIS_PORT (16392), POSTGRES (postgres://postgres@127.0.0.1:5432/test),
 # NAIVE (1: also run the naive baseline), KEEP (keep the work dir), EXTRA_CONFIG (a TOML appended to the
-# instances' config).
+# instances' config), DEAL_DETAIL (set: also print each span group's measured cost and holder).
+# After each fleet it prints each publisher's span groups and its share of their measured cost.
 set -euo pipefail
 BIN=$(readlink -f "${1:-target/release}")
 FLEETS=${FLEETS:-1 2 3}

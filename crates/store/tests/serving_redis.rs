@@ -388,6 +388,21 @@ async fn cluster_top_n_only_serves_the_top_k_and_full_totals() {
     served_follows_the_engine(cluster().urls.clone(), Some(3)).await;
 }
 
+/// A fresh key prefix on the standalone Redis, its cleanup guard, and a raw connection to it.
+async fn standalone_with_prefix() -> (String, KeyCleanup, redis::aio::MultiplexedConnection) {
+    let prefix = unique_prefix();
+    let cleanup = KeyCleanup {
+        nodes: vec![standalone_url()],
+        prefix: prefix.clone(),
+    };
+    let connection = redis::Client::open(standalone_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    (prefix, cleanup, connection)
+}
+
 /// The pointer moves only for the lease holder; a stamp for a generation that is not current (or a
 /// pointer that vanished) says so instead of recreating it.
 async fn the_pointer_is_fenced_by_the_lease(urls: Vec<String>) {
@@ -589,17 +604,8 @@ async fn cluster_pointer_is_fenced_by_the_lease() {
 /// minutes until the periodic deal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deal_follows_the_measured_costs_as_they_grow() {
-    let prefix = unique_prefix();
+    let (prefix, _cleanup, mut connection) = standalone_with_prefix().await;
     let urls = vec![standalone_url()];
-    let _cleanup = KeyCleanup {
-        nodes: urls.clone(),
-        prefix: prefix.clone(),
-    };
-    let mut connection = redis::Client::open(standalone_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
     let costs = format!("{prefix}{{rk}}:group-cost");
     let mut add_cost = async |groups: std::ops::Range<usize>, cost: u64| {
         let mut pipeline = redis::pipe();
@@ -834,16 +840,7 @@ proptest! {
 /// totals check cannot pass on a half-built span.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunked_span_build_that_lost_its_staged_part_is_lost_and_leaves_the_served_span() {
-    let prefix = unique_prefix();
-    let _cleanup = KeyCleanup {
-        nodes: vec![standalone_url()],
-        prefix: prefix.clone(),
-    };
-    let mut connection = redis::Client::open(standalone_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let (prefix, _cleanup, mut connection) = standalone_with_prefix().await;
     let base = format!("{prefix}{{rk:all}}");
     let totals = format!("{base}:totals:v1");
     let live: Vec<String> = ["popular", "units", "revenue", "detail"]
