@@ -19,7 +19,7 @@ use rankgate_core::ids::{CategoryOrAll, ProductId};
 use rankgate_core::period::{Hour, PeriodKey, PeriodKind, Span, WindowLen, Zone};
 use rankgate_core::ranker::{PopularWeights, RankerName};
 use rankgate_store::ranking::engine::{RankedItem, RankingEngine, RankingQuery};
-use rankgate_store::ranking::publication::{take_publication, PublicationScope};
+use rankgate_store::ranking::publication::{take_publication, PublicationScope, SpanPublication};
 use rankgate_store::ranking::recompute::BatchModel;
 use rankgate_store::ranking::redis_serving::{
     demand_member, span_group, Active, Published, RedisServing, ServingOptions, StampKind, Stamped,
@@ -664,6 +664,47 @@ async fn the_deal_follows_the_measured_costs_as_they_grow() {
     };
     assert_eq!(alone, vec![0], "the heavy group's publisher holds it alone");
     assert_eq!(others.len(), SPAN_GROUPS - 1);
+}
+
+/// A group's measured cost grows by what each of its spans' publications cost the publisher: the engine's
+/// time on it plus a microsecond per member write, for spans published before only (a first, whole
+/// publication is a one-off the deal should not balance).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_costs_add_the_engine_time_and_writes_of_spans_published_before() {
+    let (prefix, _cleanup, mut connection) = standalone_with_prefix().await;
+    let store = connect(&[standalone_url()], &prefix).await;
+    let zone = Zone::utc();
+    let span = spans(&zone)[0];
+    let publication = |existing: bool, build_micros: u64, products: &[&str]| SpanPublication {
+        category: CategoryOrAll::All,
+        span,
+        replace: !existing,
+        existing,
+        rankings: [
+            products
+                .iter()
+                .map(|p| (ProductId::parse(p).unwrap(), Some(1.0)))
+                .collect(),
+            Vec::new(),
+            Vec::new(),
+        ],
+        totals: [products.len(); 3],
+        details: Vec::new(),
+        build_micros,
+    };
+    let steady = publication(true, 700, &["p1", "p2"]);
+    assert_eq!(steady.publisher_cost(), 702);
+    store
+        .add_group_costs(&[steady, publication(false, 50_000, &["p3"])])
+        .await
+        .unwrap();
+    let cost: Option<u64> = redis::cmd("HGET")
+        .arg(format!("{prefix}{{rk}}:group-cost"))
+        .arg(format!("g{}", span_group(&CategoryOrAll::All, &span)))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(cost, Some(702), "only the span published before counts");
 }
 
 /// Publication by demand (issue 27): the demand set keeps what was read since a time and drops the rest;

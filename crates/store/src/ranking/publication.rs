@@ -53,6 +53,10 @@ pub struct SpanPublication {
     pub totals: [usize; 3],
     /// Per product: its metrics over the span and its popular carry, `None` to forget the product.
     pub details: PublishedDetails,
+    /// Microseconds the engine spent bringing the span up to date (its flush: re-scores, carry) and
+    /// reading this publication out of it, under its lock: with [`SpanPublication::writes`], what the
+    /// span costs its publisher (the deal of span groups weighs both; `RedisServing::add_group_costs`).
+    pub build_micros: u64,
 }
 
 impl SpanPublication {
@@ -60,6 +64,16 @@ impl SpanPublication {
     #[must_use]
     pub fn writes(&self) -> usize {
         self.rankings.iter().map(Vec::len).sum::<usize>() + self.details.len()
+    }
+
+    /// What publishing the span cost its publisher, in about microseconds of its CPU: the engine's work
+    /// ([`SpanPublication::build_micros`]) plus a microsecond per member write for encoding and sending
+    /// it. The engine's share is most of an instance's cost and does not follow the writes (a category's
+    /// daily span recomputes a carry chain over every product of it), so weighing groups by writes alone
+    /// left one of two instances with 60% more CPU than the other.
+    #[must_use]
+    pub fn publisher_cost(&self) -> u64 {
+        self.build_micros + self.writes() as u64
     }
 }
 
@@ -94,6 +108,7 @@ pub fn take_publication(
 ) -> Vec<SpanPublication> {
     let mut out = Vec::new();
     for (category, span) in spans {
+        let started = std::time::Instant::now();
         let Some((changes, cached)) = engine.take_span_changes(category, *span) else {
             continue;
         };
@@ -115,6 +130,7 @@ pub fn take_publication(
             rankings,
             totals: PUBLISHED_RANKERS.map(|ranker| cached.total(ranker)),
             details,
+            build_micros: started.elapsed().as_micros() as u64,
         });
     }
     out

@@ -18,7 +18,7 @@
 //! | `P{rk}:lease:<i>` | string | span group `i`'s lease: owner id, with a TTL |
 //! | `P{rk}:publishers` | zset | live publishers: owner id → expiry (ms of Redis time) |
 //! | `P{rk}:deal` | hash | the current deal: `live` (the publishers it was made for), `at`, `total`, and `g<i>` → owner |
-//! | `P{rk}:group-cost` | hash | `g<i>` → member writes published for the group so far (what the deal weighs) |
+//! | `P{rk}:group-cost` | hash | `g<i>` → what publishing the group cost so far: µs of its publishers' engine time plus its member writes (what the deal weighs) |
 //! | `P{rk}:demand` | zset | `<span>|<c>` → last read (ms): the hot spans in demand |
 //! | `P{rk}:generation` | counter | the last generation handed out |
 //!
@@ -227,9 +227,9 @@ pub const SPAN_GROUPS: usize = 36;
 /// rebuilds its groups, so not often, and a new deal is kept only if it lightens the heaviest
 /// publisher by a tenth.
 const REDEAL_MILLIS: u64 = 10 * 60 * 1000;
-/// Measured member writes from which a deal trusts the costs: the first deals of a fleet (before
-/// anything was published) split the groups evenly by count, and one more deal follows once this much
-/// was written. After that, one is tried each time the measured total doubles (early costs are a poor
+/// Measured cost (about µs of publisher CPU, `SpanPublication::publisher_cost`) from which a deal
+/// trusts the costs: the first deals of a fleet (before anything was published) split the groups
+/// evenly by count, and one more deal follows once this much was measured. After that, one is tried each time the measured total doubles (early costs are a poor
 /// guide: spans grow and categories arrive), kept like a periodic one only if it lightens the heaviest
 /// publisher by a tenth.
 const SETTLED_COST: u64 = 100_000;
@@ -734,14 +734,15 @@ impl RedisServing {
         Ok(held)
     }
 
-    /// Adds what one publication round wrote per span group to the groups' measured costs, by which
-    /// the next deal balances the publishers ([`Self::hold_groups`]). Only spans published before
-    /// count: a span's first, whole publication (a new category, a span newly read) is a one-off, and
-    /// early in a fleet's life it would outweigh the steady work the deal is meant to balance.
+    /// Adds what one publication round cost per span group ([`SpanPublication::publisher_cost`]: the
+    /// engine's time on the span and its member writes) to the groups' measured costs, by which the next
+    /// deal balances the publishers ([`Self::hold_groups`]). Only spans published before count: a span's
+    /// first, whole publication (a new category, a span newly read) is a one-off, and early in a fleet's
+    /// life it would outweigh the steady work the deal is meant to balance.
     pub async fn add_group_costs(&self, publications: &[SpanPublication]) -> Result<(), ServingError> {
         let mut costs = [0u64; SPAN_GROUPS];
         for publication in publications.iter().filter(|publication| publication.existing) {
-            costs[span_group(&publication.category, &publication.span)] += publication.writes() as u64;
+            costs[span_group(&publication.category, &publication.span)] += publication.publisher_cost();
         }
         if costs.iter().all(|cost| *cost == 0) {
             return Ok(());

@@ -1,10 +1,11 @@
 -- Registers a publisher and deals the span groups out among the live ones.
 -- KEYS[1]: the publishers zset (owner -> expiry, ms of Redis time); KEYS[2]: the deal hash (`live`: the
 -- publishers it was made for, `at`: when, g<i>: the owner of group i); KEYS[3]: the groups' measured
--- costs (g<i> -> member writes published so far); KEYS[4..]: the lease of group 0, 1, ...
+-- costs (g<i> -> engine microseconds plus member writes published so far); KEYS[4..]: the lease of
+-- group 0, 1, ...
 -- ARGV: owner, ttl ms, 'join' (register, hold this owner's share) or 'leave' (give everything up),
 -- redeal ms (a deal older than this is made again from the costs measured meanwhile), settled (the
--- measured writes from which on costs are trusted: a deal made with fewer is made again once there are).
+-- measured cost from which on costs are trusted: a deal made with fewer is made again once there are).
 -- A deal is made when the live publishers change, once the costs first settle, or when it is old (or
 -- the costs doubled since) and a new one would lighten the heaviest publisher by a tenth: groups by
 -- measured cost, heaviest first, each to the publisher with the least cost so far (ties: the first by
