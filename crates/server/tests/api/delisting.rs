@@ -372,19 +372,23 @@ async fn delisting_reaches_both_instances(redis: Vec<String>, depth: Option<usiz
         .await;
     }
 
-    // `rankgate verify` checks the shared data and what a serves against the recompute.
+    // `rankgate verify` checks the shared data and what a serves against the recompute. A span b
+    // publishes hides p4 once b's follower learned the delisting: within the freshness bound.
     put_product_ok(&a, "p4", &json!({ "listed": false })).await;
     read_until(&a, &deep, "p4 hidden", |body| body["total"] == 5).await;
-    assert_verify_passes(&[
-        "--url",
-        &a.address,
-        "--database",
-        &postgres_url(),
-        "--database-schema",
-        &schema,
-        "--data-dir",
-        &a.data_dir.display().to_string(),
-    ]);
+    assert_verify_passes_within(
+        &[
+            "--url",
+            &a.address,
+            "--database",
+            &postgres_url(),
+            "--database-schema",
+            &schema,
+            "--data-dir",
+            &a.data_dir.display().to_string(),
+        ],
+        Duration::from_millis(20 * FRESHNESS_MILLIS),
+    );
     a.stop().await;
     b.stop().await;
 }
