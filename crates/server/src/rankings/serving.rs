@@ -344,6 +344,17 @@ struct Publisher {
     gained: Vec<usize>,
 }
 
+impl Publisher {
+    /// The groups held and already written into `generation` (not [`Publisher::gained`]).
+    fn kept_groups(&self) -> Vec<usize> {
+        self.groups
+            .iter()
+            .filter(|group| !self.gained.contains(group))
+            .copied()
+            .collect()
+    }
+}
+
 /// Runs the publisher / watcher loop until shutdown.
 pub async fn run_until_stopped(
     service: Arc<RankingService>,
@@ -424,16 +435,12 @@ async fn tick_once(
         // Rebuild after a failure (generation forgotten), when a kept group's pointer moved or vanished,
         // when the engine installed a policy (whoever switched it), when an operator asked (`rankgate
         // rebuild`), or when every group held is new here (nothing to keep).
-        let kept = publisher
-            .groups
-            .iter()
-            .filter(|group| !publisher.gained.contains(group))
-            .collect::<Vec<_>>();
+        let kept = publisher.kept_groups();
         let current = publisher.generation.filter(|generation| {
             !kept.is_empty()
                 && pointer.as_ref().is_some_and(|pointer| {
                     kept.iter().all(|group| {
-                        pointer.groups[**group].is_some_and(|entry| {
+                        pointer.groups[*group].is_some_and(|entry| {
                             entry.generation == *generation && entry.rebuilt >= pointer.rebuild
                         })
                     })
@@ -580,6 +587,7 @@ async fn publish_changes(
     .await?;
     // The spans of groups taken over go out whole; the others as changes since the last round.
     let gained = publisher.gained.clone();
+    let kept = publisher.kept_groups();
     let (whole, changed): (Vec<_>, Vec<_>) = requests
         .into_iter()
         .partition(|(category, span)| gained.contains(&span_group(category, span)));
@@ -654,12 +662,6 @@ async fn publish_changes(
             Stamped::NotLeader | Stamped::Lost => return Ok(()),
         }
     }
-    let kept: Vec<usize> = publisher
-        .groups
-        .iter()
-        .filter(|group| !gained.contains(group))
-        .copied()
-        .collect();
     if kept.is_empty() {
         publisher.as_of_millis = as_of;
         return Ok(());
